@@ -1,0 +1,13 @@
+"""Efficient-attention backends behind one API, usable without the ``lra`` harness.
+
+>>> import attention_zoo
+>>> attn = attention_zoo.build("softmax", num_heads=2, head_dim=32, max_seq_len=2048)
+>>> out = attn(q, k, v, mask)   # [batch, heads, n, head_dim]; mask [batch, n], True = real token
+"""
+
+from attention_zoo.registry import Attention, Backend, build, get, label, make_options, names, register
+
+# Importing a backend module registers it.
+from attention_zoo import none, softmax  # noqa: E402,F401
+
+__all__ = ["Attention", "Backend", "build", "get", "label", "make_options", "names", "register"]

@@ -1,0 +1,24 @@
+"""The "no attention" baseline of the YOSO paper's Table 3: the output is V, no token mixing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attention_zoo.registry import Attention, register
+
+
+@dataclass
+class NoneOptions:
+    pass
+
+
+@register("none", NoneOptions)
+class NoAttention(Attention):
+    """Returns V unchanged: each token sees only itself."""
+
+    @classmethod
+    def label(cls, options: NoneOptions) -> str:
+        return "None"
+
+    def forward(self, q, k, v, mask=None):
+        return v

@@ -1,0 +1,113 @@
+"""A registry of attention backends, keyed by name, each with a dataclass of options.
+
+A backend is one module in this package: a subclass of :class:`Attention` decorated with
+:func:`register`. ``build(name, num_heads=..., head_dim=..., max_seq_len=..., **options)`` turns
+the keyword options into the backend's options dataclass, so a misspelled option is an error that
+lists the valid ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any, Callable, Dict, Optional, Type
+
+import torch
+from torch import nn
+
+
+class Attention(nn.Module):
+    """Base class of every backend.
+
+    ``forward(q, k, v, mask)`` takes q, k, v of shape [batch, heads, n, head_dim] and a key-padding
+    mask [batch, n] (bool, True = real token, or None for no padding) and returns [batch, heads, n,
+    head_dim]. Rows of padded queries may hold anything finite; callers ignore them.
+    ``aux_loss`` is a scalar tensor the trainer adds to its loss, or None.
+    """
+
+    name: str = ""
+    Options: Type[Any]
+
+    def __init__(self, num_heads: int, head_dim: int, max_seq_len: int, options: Any):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.max_seq_len = max_seq_len
+        self.options = options
+        self.aux_loss: Optional[torch.Tensor] = None
+
+    @classmethod
+    def label(cls, options: Any) -> str:
+        """The display name as the papers write it (e.g. "Softmax", "YOSO-32")."""
+        return cls.name
+
+    def extra_repr(self) -> str:
+        return f"heads={self.num_heads}, head_dim={self.head_dim}, {self.options}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    name: str
+    cls: Type[Attention]
+    options: Type[Any]
+
+
+_REGISTRY: Dict[str, Backend] = {}
+
+
+def register(name: str, options: Type[Any]) -> Callable[[Type[Attention]], Type[Attention]]:
+    """Class decorator: register an :class:`Attention` subclass under ``name``."""
+    if not dataclasses.is_dataclass(options):
+        raise TypeError(f"options of backend '{name}' must be a dataclass, got {options!r}")
+
+    def decorate(cls: Type[Attention]) -> Type[Attention]:
+        if name in _REGISTRY and _REGISTRY[name].cls is not cls:
+            raise ValueError(f"attention backend '{name}' is registered twice")
+        cls.name = name
+        cls.Options = options
+        _REGISTRY[name] = Backend(name, cls, options)
+        return cls
+
+    return decorate
+
+
+def names() -> list[str]:
+    """Every registered backend name, in registration order."""
+    return list(_REGISTRY)
+
+
+def get(name: str) -> Backend:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown attention backend '{name}'; registered: {', '.join(names())}"
+        ) from None
+
+
+def make_options(name: str, **options: Any) -> Any:
+    """Build the options dataclass of ``name``; unknown keys raise with the valid ones listed."""
+    backend = get(name)
+    valid = [f.name for f in dataclasses.fields(backend.options)]
+    unknown = [key for key in options if key not in valid]
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, valid, n=1)
+            hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        raise TypeError(
+            f"unknown option {', '.join(hints)} for attention '{name}'; "
+            f"valid options: {', '.join(valid) or '(none)'}"
+        )
+    return backend.options(**options)
+
+
+def build(name: str, *, num_heads: int, head_dim: int, max_seq_len: int, **options: Any) -> Attention:
+    """Instantiate backend ``name`` with its options given as keywords."""
+    backend = get(name)
+    return backend.cls(num_heads, head_dim, max_seq_len, make_options(name, **options))
+
+
+def label(name: str, **options: Any) -> str:
+    """The display label of backend ``name`` with these options."""
+    return get(name).cls.label(make_options(name, **options))

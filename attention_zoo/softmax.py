@@ -1,0 +1,43 @@
+"""Exact scaled dot-product attention (Vaswani et al. 2017), with padded keys masked out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from attention_zoo.registry import Attention, register
+
+
+@dataclass
+class SoftmaxOptions:
+    dropout: float = 0.0
+    """Dropout on the attention probabilities, active in training mode only."""
+
+
+@register("softmax", SoftmaxOptions)
+class SoftmaxAttention(Attention):
+    """softmax(Q Kᵀ / √d + M) V, where M is −∞ on padded keys.
+
+    Computed by ``torch.nn.functional.scaled_dot_product_attention``, which picks a fused kernel
+    (flash / memory-efficient) when one applies. A query whose keys are all padded would have no
+    valid key; its row is returned as zeros instead of NaN.
+    """
+
+    @classmethod
+    def label(cls, options: SoftmaxOptions) -> str:
+        return "Softmax"
+
+    def forward(self, q, k, v, mask: Optional[torch.Tensor] = None):
+        attn_mask = None
+        if mask is not None:
+            # [batch, 1, 1, n] broadcasts over heads and queries.
+            attn_mask = mask[:, None, None, :].to(torch.bool)
+        dropout = self.options.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
+        if mask is not None:
+            has_key = mask.any(dim=-1)[:, None, None, None]
+            out = torch.where(has_key, out, torch.zeros_like(out))
+        return out

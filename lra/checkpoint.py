@@ -1,0 +1,57 @@
+"""Training checkpoints, written atomically: everything needed to continue bit-for-bit."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy as np
+import torch
+
+from lra.io import atomic_write
+
+LAST = "last.pt"
+BEST = "best.pt"
+
+
+def rng_states() -> Dict[str, Any]:
+    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_rng_states(states: Dict[str, Any]) -> None:
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def save(path: Path, payload: Dict[str, Any]) -> None:
+    """Write ``payload`` with torch.save to a temporary file and rename it over ``path``."""
+    atomic_write(path, lambda handle: torch.save(payload, handle), mode="wb")
+    _fault_point("after_checkpoint")
+
+
+def load(path: Path) -> Dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _fault_point(name: str) -> None:
+    """Test hook: ``LRA_FAULT=<name>:<count>`` SIGKILLs the process the count-th time it passes
+    ``name``, to prove that a run killed there resumes exactly. Inert unless the variable is set."""
+    spec = os.environ.get("LRA_FAULT")
+    if not spec or not spec.startswith(name + ":"):
+        return
+    _fault_point.counts = getattr(_fault_point, "counts", {})  # type: ignore[attr-defined]
+    count = _fault_point.counts.get(name, 0) + 1  # type: ignore[attr-defined]
+    _fault_point.counts[name] = count  # type: ignore[attr-defined]
+    if count == int(spec.split(":", 1)[1]):
+        os.kill(os.getpid(), 9)
+
+
+fault_point = _fault_point

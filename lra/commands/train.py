@@ -1,0 +1,109 @@
+"""``lra-train``: compose the config, then call :func:`lra.training.train`. Nothing else."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from lra.commands import config_errors
+from lra.config import CONF_DIR, TrainRunConfig, register_configs, register_resolvers
+from lra.errors import UserError
+from lra.io import atomic_write_text
+
+log = logging.getLogger("lra.train")
+RESOLVED = Path(".hydra") / "resolved.yaml"
+
+register_configs()
+register_resolvers()
+
+
+def _announce(message: str) -> None:
+    log.info(message)
+
+
+def _prepare_config(cfg: DictConfig, run_dir: Path) -> tuple[DictConfig, Path]:
+    """A fresh run records its resolved config; a resumed run reloads the one it recorded."""
+    if cfg.resume:
+        run_dir = Path(cfg.resume).resolve()
+        saved = OmegaConf.load(run_dir / RESOLVED)
+        others = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
+        if others:
+            log.warning("resuming with the run's saved config; ignoring overrides: %s", " ".join(others))
+        cfg = OmegaConf.merge(OmegaConf.structured(TrainRunConfig), saved)
+        with open_dict(cfg):
+            cfg.resume = str(run_dir)
+        return cfg, run_dir
+    with open_dict(cfg):
+        cfg.data_dir = str(Path(cfg.data_dir).expanduser().resolve())
+    atomic_write_text(run_dir / RESOLVED, OmegaConf.to_yaml(cfg, resolve=True))
+    return cfg, run_dir
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def run(cfg: DictConfig):
+    from lra.training import train
+
+    hydra_cfg = HydraConfig.get()
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    group = Path(hydra_cfg.sweep.dir).name if multirun else None
+    try:
+        cfg, run_dir = _prepare_config(cfg, Path(hydra_cfg.runtime.output_dir))
+        resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        result = train(cfg, run_dir, resolved, group=group, announce=_announce)
+    except UserError as exc:
+        log.error("error: %s", exc)
+        if multirun:
+            return None
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except Exception:
+        if multirun:  # one failed job must not end the sweep; its metrics.json says failed
+            log.exception("job failed")
+            return None
+        raise
+    print(f"{result['label']} on {result['task']}: test accuracy {result['test_accuracy']:.2f} "
+          f"(best validation {result['best_val_accuracy']:.2f} at step {result['best_step']}); run: {run_dir}")
+    return result
+
+
+def _valid_keys(path: str) -> list:
+    """Keys of the default config at a dotted path, for suggestions in error messages."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    choices = [a for a in sys.argv[1:] if "=" in a and "." not in a.split("=")[0] and not a.startswith(("-", "+"))]
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            node = compose(config_name="config", overrides=[c for c in choices if not c.startswith("hydra")])
+        node = OmegaConf.select(node, path) if path else node
+        return sorted(node.keys()) if isinstance(node, DictConfig) else []
+    except Exception:
+        return []
+
+
+def main() -> None:
+    """Console entry: Hydra errors become one line (set HYDRA_FULL_ERROR=1 for a traceback)."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        run()
+        return
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        run()
+    except Exception as exc:
+        message = config_errors.explain(exc, _valid_keys)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Structured configs of ``lra-train``: every config group is backed by a dataclass registered in
+Hydra's ConfigStore, so a misspelled key or a value of the wrong type fails at composition.
+
+Files in ``conf/<group>/`` extend these schemas (``defaults: [/schema/<group>/<name>@_here_]``) and
+hold only what differs from them. Attention schemas are generated from the ``attention_zoo``
+registry, so a backend's options dataclass is the single source of its keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import II, MISSING, OmegaConf
+
+import attention_zoo
+from lra.data.listops import GeneratorSettings
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+RUNS_DIR = "runs"
+
+
+class Pooling(enum.Enum):
+    mean = "mean"  # mean over real tokens (default)
+    mean_unmasked = "mean_unmasked"  # the reference's mean over the full padded length
+    cls = "cls"  # a learned CLS token prepended to the sequence
+
+
+class Precision(enum.Enum):
+    auto = "auto"  # bf16 autocast on CUDA when supported, else fp16; fp32 on CPU
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+@dataclass
+class TaskConfig:
+    """One LRA task: its data, the model's input shape, and the reference schedule."""
+
+    name: str = MISSING
+    source: str = MISSING
+    path: Optional[str] = None  # a user's raw data folder (e.g. an extracted LRA release)
+    num_classes: int = MISSING
+    vocab_size: int = MISSING  # embedding rows (the reference allocates more than the real vocabulary)
+    max_length: int = MISSING  # padded tokens per document
+    dual_encoder: bool = False  # retrieval: two documents through one shared encoder
+    # The reference schedule (reference-setup.md); trainer.* defaults to these.
+    batch_size: int = MISSING
+    max_steps: int = MISSING
+    warmup_steps: int = MISSING
+    eval_every: int = MISSING
+
+
+@dataclass
+class ListOpsTaskConfig(TaskConfig):
+    generator: GeneratorSettings = field(default_factory=GeneratorSettings)
+
+
+@dataclass
+class PathfinderTaskConfig(TaskConfig):
+    resolution: int = 32
+    difficulty: str = "contour_length_14"
+
+
+@dataclass
+class ModelConfig:
+    """The reference LRA encoder (reference-setup.md, "Model")."""
+
+    dim: int = 64
+    num_layers: int = 2
+    num_heads: int = 2
+    head_dim: int = 32
+    ff_dim: int = 128
+    dropout: float = 0.1
+    pooling: Pooling = Pooling.mean
+    classifier_dim: int = 128
+    embedding_init_std: float = 0.02
+    attention_fp32: bool = True  # compute attention in fp32 under mixed precision, as the reference
+
+
+@dataclass
+class TrainerConfig:
+    batch_size: int = II("task.batch_size")  # examples per optimizer step
+    grad_accumulation: int = 1  # micro-batches per step (batch_size must divide evenly)
+    eval_batch_size: Optional[int] = None  # default: batch_size
+    max_steps: int = II("task.max_steps")
+    warmup_steps: int = II("task.warmup_steps")
+    eval_every: int = II("task.eval_every")
+    checkpoint_every: int = II(".eval_every")
+    log_every: int = 10
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-6
+    lr_start_factor: float = 0.04  # warm-up starts at lr/25, as the reference's OneCycleLR
+    lr_end_factor: float = 0.0
+    grad_clip: Optional[float] = None
+    precision: Precision = Precision.auto
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    train_subset: Optional[int] = None  # use only the first N training examples
+    eval_subset: Optional[int] = None  # evaluate on the first N validation / test examples
+    max_length: Optional[int] = None  # cap on task.max_length (smoke runs)
+    progress_bar: bool = True
+
+
+@dataclass
+class LoggerConfig:
+    name: str = "none"
+
+
+@dataclass
+class WandbLoggerConfig(LoggerConfig):
+    name: str = "wandb"
+    project: str = "lra"
+    entity: Optional[str] = None
+    group: Optional[str] = None
+    tags: List[str] = field(default_factory=list)
+
+
+@dataclass
+class TrainRunConfig:
+    task: Any = MISSING
+    attention: Any = MISSING
+    model: ModelConfig = MISSING
+    trainer: TrainerConfig = MISSING
+    logger: Any = MISSING
+    seed: int = 0
+    data_dir: str = "${oc.env:LRA_DATA_DIR,data}"
+    resume: Optional[str] = None  # a run directory to continue
+
+
+def _attention_schema(backend: attention_zoo.Backend) -> type:
+    """A dataclass with ``name`` plus the backend's own options."""
+    fields = [("name", str, field(default=backend.name))]
+    for option in dataclasses.fields(backend.options):
+        default = (
+            field(default_factory=option.default_factory)
+            if option.default_factory is not dataclasses.MISSING
+            else field(default=option.default)
+        )
+        fields.append((option.name, option.type, default))
+    return dataclasses.make_dataclass(f"{backend.cls.__name__}Config", fields)
+
+
+def register_configs() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainRunConfig)
+    cs.store(group="schema/task", name="base", node=TaskConfig)
+    cs.store(group="schema/task", name="listops", node=ListOpsTaskConfig)
+    cs.store(group="schema/task", name="pathfinder", node=PathfinderTaskConfig)
+    cs.store(group="schema/model", name="base", node=ModelConfig)
+    cs.store(group="schema/trainer", name="base", node=TrainerConfig)
+    cs.store(group="schema/logger", name="none", node=LoggerConfig)
+    cs.store(group="schema/logger", name="wandb", node=WandbLoggerConfig)
+    for name in attention_zoo.names():
+        cs.store(group="schema/attention", name=name, node=_attention_schema(attention_zoo.get(name)))
+
+
+def _if_resume(resume: Optional[str], otherwise: Any) -> Any:
+    if resume and not (Path(resume) / ".hydra" / "resolved.yaml").is_file():
+        raise ValueError(
+            f"resume={resume} is not an lra-train run directory (no .hydra/resolved.yaml); "
+            "pass a run folder such as runs/<date>/<time>"
+        )
+    return resume if resume else otherwise
+
+
+def register_resolvers() -> None:
+    if not OmegaConf.has_resolver("lra.if_resume"):
+        OmegaConf.register_new_resolver("lra.if_resume", _if_resume)
+    if not OmegaConf.has_resolver("lra.unless_resume"):
+        # Resuming writes into the original run directory and keeps its .hydra/ untouched.
+        OmegaConf.register_new_resolver("lra.unless_resume", lambda resume, value: None if resume else value)

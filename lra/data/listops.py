@@ -1,0 +1,174 @@
+"""ListOps (Nangia & Bowman 2018, as packaged by LRA): a seeded generator, the TSV format, and
+the original tokenisation with a fixed vocabulary.
+
+The generator follows the published sampling process exactly (see ``../shared/spec/lra-data.md``):
+recursion from depth 1; below ``max_depth`` a node is an operator with probability 0.25, otherwise a
+digit 0–9; an operator picks one of MIN/MAX/MED/SM and ``randint(2, max_args)`` children; a tree is
+kept only when ``min_length < length < max_length`` tokens, and duplicates are dropped. Unlike the
+original it draws from a seeded ``random.Random``, so the same settings give the same files.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator, List, Sequence, Tuple, Union
+
+import numpy as np
+
+OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
+END = "]"
+SPLITS = ("train", "val", "test")
+
+# Fixed vocabulary: 0 padding, 1 out-of-vocabulary, then digits, operators and the closing token
+# (``]`` is written ``X`` by the original tokeniser). 17 ids in all.
+PAD_ID, OOV_ID = 0, 1
+VOCABULARY: Tuple[str, ...] = ("<pad>", "<oov>", *map(str, range(10)), *OPERATORS, "X")
+TOKEN_TO_ID = {token: i for i, token in enumerate(VOCABULARY)}
+
+Tree = Union[int, str, tuple]
+
+
+@dataclass
+class GeneratorSettings:
+    """Parameters of the official generator; the defaults made ``listops-1000``."""
+
+    seed: int = 0
+    num_train: int = 96_000
+    num_val: int = 2_000
+    num_test: int = 2_000
+    min_length: int = 500
+    max_length: int = 2_000
+    max_depth: int = 10
+    max_args: int = 10
+    operator_probability: float = 0.25
+
+    def sizes(self) -> dict:
+        return {"train": self.num_train, "val": self.num_val, "test": self.num_test}
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _sample_tree(rng: random.Random, depth: int, s: GeneratorSettings) -> Tuple[Tree, int]:
+    """One draw of the recursive process; returns (nested binary-pair tree, token length).
+
+    A draw stops as soon as its length reaches ``max_length`` (it will be rejected anyway) and
+    returns ``None`` as its tree. Each draw is independent, so stopping early changes which random
+    numbers later draws use but not the distribution of the trees that are kept.
+    """
+    if depth < s.max_depth and rng.random() < s.operator_probability:
+        num_args = rng.randint(2, s.max_args)
+        children, length = [], 2
+        for _ in range(num_args):
+            child, child_length = _sample_tree(rng, depth + 1, s)
+            length += child_length
+            if child is None or length >= s.max_length:
+                return None, length
+            children.append(child)
+        tree: Tree = (rng.choice(OPERATORS), children[0])
+        for child in children[1:]:
+            tree = (tree, child)
+        return (tree, END), length
+    return rng.randint(0, 9), 1
+
+
+def to_string(tree: Tree) -> str:
+    """The official string form: every pair written ``( left right )``."""
+    if isinstance(tree, tuple):
+        return f"( {to_string(tree[0])} {to_string(tree[1])} )"
+    return str(tree)
+
+
+def tokenize(source: str) -> List[str]:
+    """The original tokenisation: ``]`` → ``X``, parentheses dropped, split on whitespace."""
+    return source.replace("]", "X").replace("(", "").replace(")", "").split()
+
+
+def encode(source: str) -> np.ndarray:
+    return np.fromiter((TOKEN_TO_ID.get(t, OOV_ID) for t in tokenize(source)), dtype=np.uint8)
+
+
+def evaluate_tokens(tokens: Sequence[str]) -> int:
+    """The value of a tokenised expression (``[OP a b … X``), computed with a stack."""
+    stack: List[list] = [[]]
+    for token in tokens:
+        if token in OPERATORS:
+            stack.append([token])
+        elif token == "X":
+            op, *args = stack.pop()
+            stack[-1].append(apply_operator(op, args))
+        else:
+            stack[-1].append(int(token))
+    (value,) = stack[0]
+    return value
+
+
+def apply_operator(op: str, args: Sequence[int]) -> int:
+    if op == "[MIN":
+        return min(args)
+    if op == "[MAX":
+        return max(args)
+    if op == "[MED":
+        return int(statistics.median(args))  # floor of the mean of the middle pair, like int(np.median)
+    if op == "[SM":
+        return sum(args) % 10
+    raise ValueError(f"unknown ListOps operator {op!r}")
+
+
+def generate(settings: GeneratorSettings) -> Iterator[Tuple[str, str, int]]:
+    """Yield (split, source string, label) for ``num_train + num_val + num_test`` distinct trees."""
+    rng = random.Random(settings.seed)
+    seen: set = set()
+    for split, count in settings.sizes().items():
+        produced = 0
+        while produced < count:
+            tree, length = _sample_tree(rng, 1, settings)
+            if tree is None or not settings.min_length < length < settings.max_length:
+                continue
+            source = to_string(tree)
+            if source in seen:
+                continue
+            seen.add(source)
+            produced += 1
+            yield split, source, evaluate_tokens(tokenize(source))
+
+
+def write_tsv_files(settings: GeneratorSettings, folder: Path, progress=None) -> None:
+    """Write ``basic_{train,val,test}.tsv`` (header ``Source<TAB>Target``) into ``folder``.
+
+    Files are written under temporary names and renamed at the end, so an interrupted generation
+    leaves no partial file under an official name.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = {split: folder / f".basic_{split}.tsv.partial" for split in SPLITS}
+    handles = {split: open(path, "w", newline="") for split, path in temporary.items()}
+    try:
+        writers = {split: csv.writer(h, delimiter="\t", lineterminator="\n") for split, h in handles.items()}
+        for writer in writers.values():
+            writer.writerow(["Source", "Target"])
+        for split, source, label in generate(settings):
+            writers[split].writerow([source, label])
+            if progress is not None:
+                progress.update(1)
+    finally:
+        for handle in handles.values():
+            handle.close()
+    for split, path in temporary.items():
+        path.replace(folder / f"basic_{split}.tsv")
+
+
+def read_tsv(path: Path) -> Iterator[Tuple[str, int]]:
+    """Yield (source, label) rows of an official ListOps TSV file."""
+    with open(path, newline="") as handle:
+        reader = csv.reader(handle, delimiter="\t")
+        header = next(reader, None)
+        if header != ["Source", "Target"]:
+            raise ValueError(f"{path}: expected the header 'Source<TAB>Target', found {header!r}")
+        for line_number, row in enumerate(reader, start=2):
+            if len(row) != 2:
+                raise ValueError(f"{path}:{line_number}: expected 2 tab-separated fields, found {len(row)}")
+            yield row[0], int(row[1])

@@ -1,0 +1,71 @@
+"""Metric loggers behind one small interface: ``log(metrics, step)``, ``summary(metrics)``,
+``finish()``. ``logger=none`` records only to the run directory."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Dict
+
+
+class NullLogger:
+    def log(self, metrics: Dict[str, Any], step: int) -> None:
+        pass
+
+    def summary(self, metrics: Dict[str, Any]) -> None:
+        pass
+
+    def finish(self, exit_code: int = 0) -> None:
+        pass
+
+
+class WandbLogger(NullLogger):
+    """Weights & Biases; any failure of W&B is a warning and training goes on."""
+
+    def __init__(self, cfg, run_dir: Path, resolved_config: dict, name: str, group: str, job_type: str):
+        self.run = None
+        try:
+            import wandb
+
+            mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+            self.run = wandb.init(
+                project=cfg.project, entity=cfg.entity, group=cfg.group or group, job_type=job_type,
+                name=name, tags=list(cfg.tags), config=resolved_config, dir=str(run_dir), mode=mode,
+                resume="allow", id=_run_id(run_dir),
+            )
+            self.run.summary["run_dir"] = str(run_dir)
+        except Exception as exc:  # W&B must never fail training
+            warnings.warn(f"W&B logging disabled: {exc}")
+
+    def _safely(self, action) -> None:
+        if self.run is None:
+            return
+        try:
+            action()
+        except Exception as exc:
+            warnings.warn(f"W&B logging failed: {exc}")
+
+    def log(self, metrics, step):
+        self._safely(lambda: self.run.log(metrics, step=step))
+
+    def summary(self, metrics):
+        self._safely(lambda: self.run.summary.update(metrics))
+
+    def finish(self, exit_code: int = 0):
+        self._safely(lambda: self.run.finish(exit_code=exit_code))
+
+
+def _run_id(run_dir: Path) -> str:
+    """A W&B run id stable across resumes of the same run directory."""
+    import hashlib
+
+    return hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:16]
+
+
+def build_logger(cfg, run_dir: Path, resolved_config: dict, name: str, group: str, job_type: str):
+    if cfg.name == "none":
+        return NullLogger()
+    if cfg.name == "wandb":
+        return WandbLogger(cfg, run_dir, resolved_config, name, group, job_type)
+    raise ValueError(f"unknown logger {cfg.name!r}")

@@ -1,0 +1,129 @@
+"""The reference LRA encoder and classifier (reference-setup.md), with any attention_zoo backend."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import attention_zoo
+
+
+class MultiHeadAttention(nn.Module):
+    """Separate Q, K, V projections (with bias) to heads × head_dim, a backend, an output projection."""
+
+    def __init__(self, dim: int, num_heads: int, head_dim: int, max_seq_len: int,
+                 attention_name: str, attention_options: dict, attention_fp32: bool):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, head_dim
+        inner = num_heads * head_dim
+        self.query, self.key, self.value = (nn.Linear(dim, inner) for _ in range(3))
+        self.backend = attention_zoo.build(
+            attention_name, num_heads=num_heads, head_dim=head_dim, max_seq_len=max_seq_len, **attention_options
+        )
+        self.output = nn.Linear(inner, dim)
+        self.attention_fp32 = attention_fp32
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, n, _ = x.shape
+        return x.view(batch, n, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = self._heads(self.query(x)), self._heads(self.key(x)), self._heads(self.value(x))
+        if self.attention_fp32 and torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(x.device.type, enabled=False):
+                out = self.backend(q.float(), k.float(), v.float(), mask)
+        else:
+            out = self.backend(q, k, v, mask)
+        batch, _, n, _ = out.shape
+        return self.output(out.transpose(1, 2).reshape(batch, n, -1).to(x.dtype))
+
+
+class Block(nn.Module):
+    """Pre-LN: x + dropout(attn(LN(x))), then x + MLP(LN(x))."""
+
+    def __init__(self, cfg, max_seq_len: int, attention_name: str, attention_options: dict):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(cfg.dim)
+        self.attention = MultiHeadAttention(cfg.dim, cfg.num_heads, cfg.head_dim, max_seq_len,
+                                            attention_name, attention_options, cfg.attention_fp32)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.norm2 = nn.LayerNorm(cfg.dim)
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.dim, cfg.ff_dim), nn.GELU(), nn.Dropout(cfg.dropout),
+            nn.Linear(cfg.ff_dim, cfg.dim), nn.Dropout(cfg.dropout),
+        )
+
+    def forward(self, x, mask):
+        x = x + self.dropout(self.attention(self.norm1(x), mask))
+        return x + self.mlp(self.norm2(x))
+
+
+class Encoder(nn.Module):
+    """Token + position embeddings, pre-LN blocks, final LayerNorm, pooling to one vector."""
+
+    def __init__(self, cfg, vocab_size: int, max_length: int, attention_name: str, attention_options: dict):
+        super().__init__()
+        self.pooling = str(getattr(cfg.pooling, "value", cfg.pooling))
+        self.use_cls = self.pooling == "cls"
+        positions = max_length + int(self.use_cls)
+        self.token_embedding = nn.Embedding(vocab_size, cfg.dim)
+        self.position_embedding = nn.Embedding(positions, cfg.dim)
+        for table in (self.token_embedding, self.position_embedding):
+            nn.init.normal_(table.weight, std=cfg.embedding_init_std)
+        self.cls = nn.Parameter(torch.zeros(1, 1, cfg.dim)) if self.use_cls else None
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(
+            Block(cfg, positions, attention_name, attention_options) for _ in range(cfg.num_layers)
+        )
+        self.norm = nn.LayerNorm(cfg.dim)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = self.token_embedding(ids)
+        if self.use_cls:
+            x = torch.cat([self.cls.expand(len(x), -1, -1), x], dim=1)
+            mask = torch.cat([mask.new_ones(len(x), 1), mask], dim=1)
+        x = x + self.position_embedding.weight[: x.shape[1]]
+        x = self.dropout(x)
+        for block in self.blocks:
+            x = block(x, mask)
+        x = self.norm(x)
+        if self.use_cls:
+            return x[:, 0]
+        if self.pooling == "mean_unmasked":
+            return x.mean(dim=1)
+        weights = mask.to(x.dtype).unsqueeze(-1)
+        return (x * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+
+
+class Classifier(nn.Module):
+    """Encoder + Linear(dim→hidden) · ReLU · Linear(hidden→classes).
+
+    With ``dual_encoder`` (retrieval) both documents go through the one encoder and the head sees
+    ``[X1, X2, X1*X2, X1-X2]``.
+    """
+
+    def __init__(self, model_cfg, task_cfg, attention_name: str, attention_options: dict, max_length: int):
+        super().__init__()
+        self.encoder = Encoder(model_cfg, task_cfg.vocab_size, max_length, attention_name, attention_options)
+        self.dual_encoder = bool(task_cfg.dual_encoder)
+        width = model_cfg.dim * (4 if self.dual_encoder else 1)
+        self.head = nn.Sequential(
+            nn.Linear(width, model_cfg.classifier_dim), nn.ReLU(),
+            nn.Linear(model_cfg.classifier_dim, task_cfg.num_classes),
+        )
+
+    def forward(self, ids: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]) -> torch.Tensor:
+        if self.dual_encoder:
+            x1, x2 = (self.encoder(i, m) for i, m in zip(ids, masks))
+            features = torch.cat([x1, x2, x1 * x2, x1 - x2], dim=-1)
+        else:
+            features = self.encoder(ids[0], masks[0])
+        return self.head(features)
+
+    def aux_loss(self) -> Optional[torch.Tensor]:
+        """The sum of the attention backends' auxiliary losses, or None if none set one."""
+        losses = [b.attention.backend.aux_loss for b in self.encoder.blocks if b.attention.backend.aux_loss is not None]
+        return torch.stack(losses).sum() if losses else None

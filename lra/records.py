@@ -1,0 +1,75 @@
+"""The run record: ``metrics.json`` (the contract's fields, rewritten atomically at each
+evaluation and at the end) and facts about where a run ran."""
+
+from __future__ import annotations
+
+import platform
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+
+from lra.io import atomic_write_json
+
+METRICS = "metrics.json"
+HISTORY = "history.json"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_commit() -> str:
+    """HEAD of the checkout this package runs from, with ``-dirty`` if tracked files changed."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """CUDA: the allocator's peak; CPU: the process's peak resident set size."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+class RunRecord:
+    """Writes ``metrics.json`` in a run directory; unknown values stay ``null``."""
+
+    FIELDS = ("task", "attention", "label", "seed", "status", "error", "steps", "best_step",
+              "best_val_accuracy", "test_accuracy", "train_tokens_per_second", "wall_time_seconds",
+              "peak_memory_mb", "num_parameters", "git_commit", "device")
+
+    def __init__(self, run_dir: Path, **fields: Any):
+        self.path = Path(run_dir) / METRICS
+        self.data: Dict[str, Any] = {name: None for name in self.FIELDS}
+        self.data.update(fields)
+
+    def update(self, **fields: Any) -> None:
+        self.data.update(fields)
+        atomic_write_json(self.path, self.data)
+
+    def fail(self, error: BaseException | str, **fields: Any) -> None:
+        message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        self.update(status="failed", error=message, **fields)
+
+
+def read_metrics(run_dir: Path) -> Optional[dict]:
+    import json
+
+    try:
+        return json.loads((Path(run_dir) / METRICS).read_text())
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,18 @@
+"""A Hydra callback that prints and saves the comparison table at the end of every multirun."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+
+from lra.io import atomic_write_text
+from lra.results.table import render
+
+
+class ComparisonTableCallback(Callback):
+    def on_multirun_end(self, config, **kwargs) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        text = render([sweep_dir])
+        atomic_write_text(sweep_dir / "table.md", text + "\n")
+        print(f"\nTest accuracy (%), mean ± std (seeds) — {sweep_dir}\n\n{text}\n", flush=True)

@@ -1,0 +1,310 @@
+"""The training loop: AdamW with linear warm-up and decay, optional mixed precision and gradient
+accumulation, full validation every ``eval_every`` steps, best-checkpoint selection, a final test
+of the best checkpoint, atomic checkpoints and an exact resume."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+import attention_zoo
+from lra import checkpoint
+from lra.data.cache import TokenSplit
+from lra.data.prepare import load_task_data
+from lra.data.sampler import EpochSampler
+from lra.errors import UserError
+from lra.io import atomic_write_json
+from lra.loggers import build_logger
+from lra.model import Classifier
+from lra.records import HISTORY, RunRecord, describe_device, git_commit, peak_memory_mb
+
+
+@dataclass
+class TrainState:
+    """Everything about progress that a checkpoint must carry besides weights and RNGs."""
+
+    step: int = 0
+    best_step: Optional[int] = None
+    best_val_accuracy: Optional[float] = None
+    history: List[dict] = field(default_factory=list)
+    train_seconds: float = 0.0
+    train_tokens: int = 0
+    wall_seconds: float = 0.0
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"trainer.device={name} but no CUDA device is available; use trainer.device=cpu")
+    return device
+
+
+def autocast_dtype(precision: str, device: torch.device) -> Optional[torch.dtype]:
+    """None means fp32 (no autocast)."""
+    if device.type != "cuda" or precision == "fp32":
+        if precision in ("bf16", "fp16") and device.type != "cuda":
+            raise UserError(f"trainer.precision={precision} needs CUDA; use trainer.precision=fp32 on CPU")
+        return None
+    if precision == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def linear_warmup_decay(step: int, warmup: int, total: int, start: float, end: float) -> float:
+    """The learning-rate factor: ``start`` → 1 over ``warmup`` steps, then 1 → ``end`` at ``total``."""
+    if step < warmup:
+        return start + (1.0 - start) * step / warmup
+    remaining = max(total - warmup, 1)
+    return 1.0 + (end - 1.0) * min(step - warmup, remaining) / remaining
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    def __init__(self, cfg, run_dir: Path, announce=print):
+        self.cfg, self.run_dir, self.announce = cfg, Path(run_dir), announce
+        trainer = cfg.trainer
+        if trainer.batch_size % trainer.grad_accumulation:
+            raise UserError(
+                f"trainer.batch_size={trainer.batch_size} is not divisible by "
+                f"trainer.grad_accumulation={trainer.grad_accumulation}; choose a divisor"
+            )
+        self.device = resolve_device(trainer.device)
+        self.amp_dtype = autocast_dtype(str(getattr(trainer.precision, "value", trainer.precision)), self.device)
+        seed_everything(cfg.seed)
+
+        attention_options = {k: v for k, v in OmegaConf.to_container(cfg.attention, resolve=True).items() if k != "name"}
+        self.attention_name = cfg.attention.name
+        if self.attention_name not in attention_zoo.names():
+            raise UserError(
+                f"attention '{self.attention_name}' has a preset but no implementation in this version; "
+                f"implemented: {', '.join(attention_zoo.names())}"
+            )
+        self.label = attention_zoo.label(self.attention_name, **attention_options)
+        self.record = RunRecord(
+            self.run_dir, task=cfg.task.name, attention=self.attention_name, label=self.label, seed=cfg.seed,
+            status="running", git_commit=git_commit(), device=describe_device(self.device),
+        )
+
+        self.data = load_task_data(cfg.task, Path(cfg.data_dir), train_subset=trainer.train_subset,
+                                   eval_subset=trainer.eval_subset, announce=announce)
+        self.max_length = min(cfg.task.max_length, trainer.max_length or cfg.task.max_length)
+        self._warn_truncation(self.data.splits["train"])
+
+        self.model = Classifier(cfg.model, cfg.task, self.attention_name, attention_options, self.max_length).to(self.device)
+        self.num_parameters = sum(p.numel() for p in self.model.parameters())
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=trainer.lr, betas=(trainer.beta1, trainer.beta2), eps=trainer.eps,
+            weight_decay=trainer.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda step: linear_warmup_decay(step, trainer.warmup_steps, trainer.max_steps,
+                                             trainer.lr_start_factor, trainer.lr_end_factor),
+        )
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
+        self.sampler = EpochSampler(len(self.data.splits["train"]), trainer.batch_size, cfg.seed)
+        self.state = TrainState()
+        self.best_weights: Optional[Dict[str, torch.Tensor]] = None
+        self.checkpoint_dir = self.run_dir / "checkpoints"
+        self.record.update(num_parameters=self.num_parameters, data_fingerprint=self.data.fingerprint,
+                           data_cache=str(self.data.cache_dir), run_dir=str(self.run_dir))
+
+    # ---------------------------------------------------------------- state
+    def _warn_truncation(self, split: TokenSplit) -> None:
+        longer = int((split.lengths() > self.max_length).sum())
+        if longer:
+            self.announce(f"warning: {longer} of {len(split)} training sequences are longer than "
+                          f"{self.max_length} tokens and are truncated")
+
+    def save_checkpoint(self) -> None:
+        checkpoint.save(self.checkpoint_dir / checkpoint.LAST, {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+            "sampler": self.sampler.state_dict(), "rng": checkpoint.rng_states(),
+            "state": asdict(self.state), "best_weights": self.best_weights,
+        })
+
+    def try_resume(self) -> bool:
+        path = self.checkpoint_dir / checkpoint.LAST
+        if not path.is_file():
+            return False
+        payload = checkpoint.load(path)
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.scaler.load_state_dict(payload["scaler"])
+        self.sampler.load_state_dict(payload["sampler"])
+        self.state = TrainState(**payload["state"])
+        self.best_weights = payload["best_weights"]
+        checkpoint.restore_rng_states(payload["rng"])
+        self.announce(f"resumed from {path} at step {self.state.step}")
+        return True
+
+    # ---------------------------------------------------------------- steps
+    def _to_device(self, arrays):
+        return [torch.from_numpy(a).to(self.device, non_blocking=True) for a in arrays]
+
+    def _forward(self, split: TokenSplit, indices):
+        ids, masks, labels = split.gather(indices, self.max_length)
+        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
+            logits = self.model(self._to_device(ids), self._to_device(masks))
+        labels = torch.from_numpy(labels).to(self.device)
+        loss = F.cross_entropy(logits.float(), labels)
+        correct = (logits.argmax(-1) == labels).sum().item()
+        tokens = sum(m.size for m in masks)
+        return loss, correct, tokens
+
+    def train_step(self) -> dict:
+        self.model.train()
+        indices = self.sampler.next_batch()
+        micro_batches = np.array_split(indices, self.cfg.trainer.grad_accumulation)
+        self.optimizer.zero_grad(set_to_none=True)
+        total_loss, total_correct, total_tokens, aux_total = 0.0, 0, 0, 0.0
+        for micro in micro_batches:
+            loss, correct, tokens = self._forward(self.data.splits["train"], micro)
+            weight = len(micro) / len(indices)
+            objective = loss * weight
+            aux = self.model.aux_loss()
+            if aux is not None:
+                objective = objective + aux * weight
+                aux_total += aux.item() * weight
+            self.scaler.scale(objective).backward()
+            total_loss += loss.item() * weight
+            total_correct += correct
+            total_tokens += tokens
+        if self.cfg.trainer.grad_clip:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.trainer.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        if not math.isfinite(total_loss):
+            raise FloatingPointError(f"training loss is {total_loss} at step {self.state.step + 1}")
+        metrics = {"train/loss": total_loss, "train/accuracy": 100.0 * total_correct / len(indices),
+                   "train/lr": self.scheduler.get_last_lr()[0]}
+        if self.model.aux_loss() is not None:
+            metrics["train/aux_loss"] = aux_total
+        return metrics | {"tokens": total_tokens}
+
+    @torch.no_grad()
+    def evaluate(self, split_name: str) -> dict:
+        self.model.eval()
+        split = self.data.splits[split_name]
+        batch_size = self.cfg.trainer.eval_batch_size or self.cfg.trainer.batch_size
+        loss_sum, correct = 0.0, 0
+        for start in range(0, len(split), batch_size):
+            indices = np.arange(start, min(start + batch_size, len(split)))
+            loss, batch_correct, _ = self._forward(split, indices)
+            loss_sum += loss.item() * len(indices)
+            correct += batch_correct
+            checkpoint.fault_point("eval_batch")
+        return {"loss": loss_sum / len(split), "accuracy": 100.0 * correct / len(split)}
+
+    # ---------------------------------------------------------------- loop
+    def _record_progress(self, status: str, **extra) -> None:
+        s = self.state
+        self.record.update(
+            status=status, steps=s.step, best_step=s.best_step, best_val_accuracy=s.best_val_accuracy,
+            train_tokens_per_second=s.train_tokens / s.train_seconds if s.train_seconds else None,
+            wall_time_seconds=s.wall_seconds, peak_memory_mb=peak_memory_mb(self.device), **extra,
+        )
+
+    def run(self, logger) -> dict:
+        trainer = self.cfg.trainer
+        session_start = time.perf_counter()
+        wall_before = self.state.wall_seconds
+        bar = tqdm(total=trainer.max_steps, initial=self.state.step, desc=f"{self.cfg.task.name}/{self.label}",
+                   unit="step", disable=None if trainer.progress_bar else True, dynamic_ncols=True)
+        window = {"loss": 0.0, "accuracy": 0.0, "count": 0}
+        while self.state.step < trainer.max_steps:
+            started = time.perf_counter()
+            metrics = self.train_step()
+            self.state.step += 1
+            self.state.train_seconds += time.perf_counter() - started
+            self.state.train_tokens += metrics.pop("tokens")
+            self.state.wall_seconds = wall_before + time.perf_counter() - session_start
+            step = self.state.step
+            window["loss"] += metrics["train/loss"]
+            window["accuracy"] += metrics["train/accuracy"]
+            window["count"] += 1
+            bar.update(1)
+            if step % trainer.log_every == 0 or step == trainer.max_steps:
+                throughput = self.state.train_tokens / self.state.train_seconds
+                bar.set_postfix(loss=f"{window['loss'] / window['count']:.3f}",
+                                acc=f"{window['accuracy'] / window['count']:.1f}", tok_s=f"{throughput:,.0f}")
+                logger.log(metrics | {"train/tokens_per_second": throughput}, step=step)
+                window = {"loss": 0.0, "accuracy": 0.0, "count": 0}
+            checkpoint.fault_point("step")
+            if step % trainer.eval_every == 0 or step == trainer.max_steps:
+                self._validate(logger, metrics)
+            if step % trainer.checkpoint_every == 0 or step == trainer.max_steps:
+                self.save_checkpoint()
+        bar.close()
+        return self._test(logger)
+
+    def _validate(self, logger, train_metrics: dict) -> None:
+        result = self.evaluate("val")
+        step = self.state.step
+        if self.state.best_val_accuracy is None or result["accuracy"] > self.state.best_val_accuracy:
+            self.state.best_val_accuracy, self.state.best_step = result["accuracy"], step
+            self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+            checkpoint.save(self.checkpoint_dir / checkpoint.BEST, {"model": self.best_weights, "step": step})
+        entry = {"step": step, "val_loss": result["loss"], "val_accuracy": result["accuracy"],
+                 "train_loss": train_metrics["train/loss"], "lr": train_metrics["train/lr"]}
+        self.state.history.append(entry)
+        atomic_write_json(self.run_dir / HISTORY, self.state.history)
+        logger.log({"val/loss": result["loss"], "val/accuracy": result["accuracy"],
+                    "val/best_accuracy": self.state.best_val_accuracy}, step=step)
+        self._record_progress("running")
+
+    def _test(self, logger) -> dict:
+        final_weights = copy.deepcopy(self.model.state_dict())
+        self.model.load_state_dict(self.best_weights)
+        result = self.evaluate("test")
+        self.model.load_state_dict(final_weights)
+        self._record_progress("completed", test_accuracy=result["accuracy"], test_loss=result["loss"], error=None)
+        logger.summary({"test/accuracy": result["accuracy"], "test/loss": result["loss"],
+                        "best_val_accuracy": self.state.best_val_accuracy, "best_step": self.state.best_step})
+        return self.record.data
+
+
+def train(cfg, run_dir: Path, resolved_config: dict, group: str, announce=print) -> dict:
+    """Build everything from ``cfg``, resume from ``run_dir`` if it holds a checkpoint, train, test.
+
+    Any failure rewrites ``metrics.json`` with status ``failed`` and the error, then re-raises.
+    """
+    record = RunRecord(run_dir, task=cfg.task.name, attention=cfg.attention.name, seed=cfg.seed,
+                       status="running", git_commit=git_commit())
+    logger = None
+    try:
+        trainer = Trainer(cfg, run_dir, announce)
+        record = trainer.record
+        trainer.try_resume()
+        logger = build_logger(cfg.logger, Path(run_dir), resolved_config, name=trainer.label,
+                              group=group, job_type=cfg.task.name)
+        result = trainer.run(logger)
+        logger.finish(0)
+        return result
+    except BaseException as exc:
+        record.fail(exc if not isinstance(exc, KeyboardInterrupt) else "interrupted (KeyboardInterrupt)")
+        if logger is not None:
+            logger.finish(1)
+        raise
