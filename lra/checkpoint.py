@@ -33,7 +33,12 @@ def restore_rng_states(states: Dict[str, Any]) -> None:
 
 def save(path: Path, payload: Dict[str, Any]) -> None:
     """Write ``payload`` with torch.save to a temporary file and rename it over ``path``."""
-    atomic_write(path, lambda handle: torch.save(payload, handle), mode="wb")
+
+    def write(handle) -> None:
+        torch.save(payload, handle)
+        _fault_point("checkpoint_write")  # the data is in the temporary file, not yet renamed
+
+    atomic_write(path, write, mode="wb")
     _fault_point("after_checkpoint")
 
 

@@ -143,6 +143,8 @@ class Trainer:
         })
 
     def try_resume(self) -> bool:
+        for stale in self.checkpoint_dir.glob(".*.tmp"):  # left by a kill during a write
+            stale.unlink()
         path = self.checkpoint_dir / checkpoint.LAST
         if not path.is_file():
             return False

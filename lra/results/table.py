@@ -63,7 +63,7 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy") -> pd.DataFram
 
 
 def to_markdown(table: pd.DataFrame) -> str:
-    return table.to_markdown() if not table.empty else "(no runs found)"
+    return table.to_markdown(disable_numparse=True) if not table.empty else "(no runs found)"
 
 
 def status_counts(runs: pd.DataFrame) -> str:

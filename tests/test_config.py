@@ -1,0 +1,140 @@
+"""Every task × attention preset composes; the implemented ones build a model and take a step.
+Bad input ends with one line that names the fix, and never with a record claiming success."""
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+import attention_zoo
+from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+from lra.config import CONF_DIR, register_configs, register_resolvers
+from lra.model import Classifier
+
+register_configs()
+register_resolvers()
+
+TASKS = sorted(p.stem for p in (CONF_DIR / "task").glob("*.yaml"))
+ATTENTIONS = sorted(p.stem for p in (CONF_DIR / "attention").glob("*.yaml"))
+
+
+def compose_config(*overrides):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def test_the_contract_presets_exist():
+    assert TASKS == sorted(["listops", "text", "retrieval", "image", "pathfinder"])
+    assert set(ATTENTIONS) == {"softmax", "none", "yoso", "yoso_e", "yoso_c", "nystrom", "linformer",
+                               "performer", "reformer", "longformer", "lsh", "learned_hash"}
+    assert set(attention_zoo.names()) <= set(ATTENTIONS), "every registered backend needs a preset"
+
+
+@pytest.mark.parametrize("task,attention", list(itertools.product(TASKS, ATTENTIONS)))
+def test_every_task_and_attention_preset_composes(task, attention):
+    for trainer in ("default", "smoke"):
+        cfg = compose_config(f"task={task}", f"attention={attention}", f"trainer={trainer}")
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        assert resolved["task"]["name"] == task and resolved["attention"]["name"] == attention
+        for key in ("max_steps", "eval_every", "checkpoint_every", "batch_size"):
+            assert isinstance(resolved["trainer"][key], int)
+    if attention not in attention_zoo.names():
+        return
+    # Code exists: build the model and take an optimizer step on inputs of the task's shape.
+    cfg = compose_config(f"task={task}", f"attention={attention}", "trainer=smoke")
+    options = {k: v for k, v in OmegaConf.to_container(cfg.attention).items() if k != "name"}
+    length = min(cfg.task.max_length, cfg.trainer.max_length)
+    torch.manual_seed(0)
+    model = Classifier(cfg.model, cfg.task, attention, options, length)
+    documents = 2 if cfg.task.dual_encoder else 1
+    ids = [torch.randint(1, cfg.task.vocab_size, (2, length)) for _ in range(documents)]
+    masks = [torch.arange(length)[None] < torch.tensor([[length], [length // 2]]) for _ in range(documents)]
+    loss = torch.nn.functional.cross_entropy(model(ids, masks), torch.tensor([0, 1]))
+    loss.backward()
+    torch.optim.AdamW(model.parameters()).step()
+    assert torch.isfinite(loss)
+
+
+def test_task_presets_carry_the_reference_schedule():
+    expected = {  # reference-setup.md: batch, steps, warm-up, eval every, length
+        "listops": (32, 5000, 1000, 50, 2048), "text": (32, 20000, 8000, 500, 4096),
+        "retrieval": (32, 30000, 800, 300, 4096), "image": (256, 35000, 175, 175, 1024),
+        "pathfinder": (256, 62400, 312, 312, 1024),
+    }
+    for task, (batch, steps, warmup, every, length) in expected.items():
+        t = compose_config(f"task={task}").trainer
+        assert (t.batch_size, t.max_steps, t.warmup_steps, t.eval_every) == (batch, steps, warmup, every)
+        assert compose_config(f"task={task}").task.max_length == length
+    smoke = compose_config("trainer=smoke").trainer
+    assert smoke.max_steps <= 20 and smoke.train_subset and smoke.eval_subset
+
+
+def test_masked_mean_pooling_ignores_padding_and_the_reference_option_does_not():
+    cfg = compose_config("attention=softmax")
+    torch.manual_seed(0)
+    model = Classifier(cfg.model, cfg.task, "softmax", {}, 64).eval()
+    ids = torch.randint(2, 17, (1, 64))
+    short, long = torch.arange(64)[None] < 20, torch.arange(64)[None] < 20
+    other = ids.clone()
+    other[:, 20:] = 5  # padded positions hold other tokens
+    torch.testing.assert_close(model([ids], [short]), model([other], [long]))
+    cfg.model.pooling = "mean_unmasked"
+    torch.manual_seed(0)
+    reference = Classifier(cfg.model, cfg.task, "softmax", {}, 64).eval()
+    assert not torch.allclose(reference([ids], [short]), reference([other], [long]))
+
+
+# ---------------------------------------------------------------- bad input, through the real command
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("attention=sofmax", "unknown choice 'sofmax' for attention (did you mean 'softmax'?); valid: "),
+    ("trainer.max_step=10", "unknown key 'trainer.max_step' (did you mean 'max_steps'?); valid keys under trainer: "),
+    ("model.pooling=max", "invalid value for model.pooling"),
+    ("resume=/nonexistent/run", "is not an lra-train run directory"),
+])
+def test_config_mistakes_end_with_one_line_naming_the_fix(tmp_path, data_dir, override, expected):
+    result = run_command(["lra-train", override], tmp_path, data_dir, check=False)
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and expected in last, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not run_dirs(tmp_path)
+
+
+def test_unwritable_data_dir_fails_cleanly(tmp_path):
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    result = run_command(["lra-train", "trainer=smoke", f"data_dir={blocked}/data"], tmp_path, tmp_path, check=False)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the data directory") and "set data_dir=" in last
+    (run,) = run_dirs(tmp_path)
+    assert read_json(run / "metrics.json")["status"] == "failed"
+
+
+def test_truncated_cache_fails_cleanly_and_records_failure(tmp_path, data_dir):
+    args = ["lra-train", "trainer=smoke", "trainer.max_steps=2", *SMALL_LISTOPS, f"data_dir={tmp_path / 'data'}"]
+    run_command(args, tmp_path, data_dir)
+    (tokens,) = (tmp_path / "data").rglob("train.tokens0.npy")
+    tokens.write_bytes(tokens.read_bytes()[: tokens.stat().st_size // 2])
+    result = run_command(args, tmp_path, data_dir, check=False)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert "is damaged" in last and "rebuild it with: rm -r" in last
+    statuses = sorted(read_json(r / "metrics.json")["status"] for r in run_dirs(tmp_path))
+    assert statuses == ["completed", "failed"]
+
+
+def test_a_preset_without_code_fails_with_the_implemented_list(tmp_path, data_dir):
+    missing = sorted(set(ATTENTIONS) - set(attention_zoo.names()))
+    if not missing:
+        pytest.skip("every preset has code")
+    result = run_command(["lra-train", "trainer=smoke", f"attention={missing[0]}"], tmp_path, data_dir, check=False)
+    assert result.returncode == 1 and "implemented: " in result.stderr.strip().splitlines()[-1]
+    (run,) = run_dirs(tmp_path)
+    assert read_json(run / "metrics.json")["status"] == "failed"

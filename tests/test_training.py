@@ -1,0 +1,90 @@
+"""End-to-end runs of ``lra-train``: the run record, and exact resume after SIGKILL anywhere."""
+
+import signal
+
+import pytest
+import torch
+
+from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+from lra.data.sampler import EpochSampler
+from lra.records import RunRecord
+from lra.training import linear_warmup_decay
+
+RESUMABLE = ["trainer=smoke", "trainer.max_steps=16", "trainer.eval_every=5", "trainer.checkpoint_every=3",
+             "trainer.train_subset=null", "trainer.eval_subset=null", "attention=softmax", "seed=7", *SMALL_LISTOPS]
+
+
+def test_smoke_run_on_a_machine_with_no_data_writes_every_contract_field(tmp_path):
+    result = run_command(["lra-train", "task=listops", "attention=softmax", "trainer=smoke"], tmp_path, tmp_path / "empty")
+    assert "ListOps data not found: generating" in result.stderr + result.stdout
+    (run,) = run_dirs(tmp_path)
+    metrics = read_json(run / "metrics.json")
+    assert set(RunRecord.FIELDS) <= set(metrics)
+    assert metrics["status"] == "completed" and metrics["error"] is None
+    assert (metrics["task"], metrics["attention"], metrics["label"], metrics["seed"]) == ("listops", "softmax", "Softmax", 0)
+    assert metrics["steps"] == 20 and metrics["best_step"] in (10, 20)
+    assert 0 <= metrics["test_accuracy"] <= 100 and 0 <= metrics["best_val_accuracy"] <= 100
+    assert metrics["train_tokens_per_second"] > 0 and metrics["wall_time_seconds"] > 0
+    assert metrics["peak_memory_mb"] > 0 and metrics["num_parameters"] > 100_000
+    assert metrics["git_commit"] and metrics["device"].startswith("cpu") and metrics["data_fingerprint"]
+    history = read_json(run / "history.json")
+    assert [h["step"] for h in history] == [10, 20]
+    assert max(h["val_accuracy"] for h in history) == metrics["best_val_accuracy"]
+    assert (run / ".hydra" / "resolved.yaml").is_file() and (run / "checkpoints" / "last.pt").is_file()
+
+
+def final_state(run):
+    metrics = read_json(run / "metrics.json")
+    history = [(h["step"], h["val_accuracy"], h["val_loss"]) for h in read_json(run / "history.json")]
+    weights = torch.load(run / "checkpoints" / "last.pt", weights_only=False)["model"]
+    return metrics, history, weights
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, data_dir):
+    root = tmp_path_factory.mktemp("uninterrupted")
+    run_command(["lra-train", *RESUMABLE], root, data_dir)
+    (run,) = run_dirs(root)
+    return final_state(run)
+
+
+@pytest.mark.parametrize("fault", [
+    "step:8",              # between steps, 2 steps after a checkpoint
+    "checkpoint_write:3",  # inside a checkpoint write: the temporary file is written, not renamed
+    "after_checkpoint:2",  # right after a checkpoint
+    "eval_batch:9",        # in the middle of the second validation
+])
+def test_sigkill_anywhere_then_resume_gives_identical_results(tmp_path, data_dir, uninterrupted, fault):
+    killed = run_command(["lra-train", *RESUMABLE], tmp_path, data_dir, env_extra={"LRA_FAULT": fault}, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (run,) = run_dirs(tmp_path)
+    assert read_json(run / "metrics.json")["status"] == "running"
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert run_dirs(tmp_path) == [run], "resume must continue in the same run directory"
+    metrics, history, weights = final_state(run)
+    expected_metrics, expected_history, expected_weights = uninterrupted
+    assert metrics["status"] == "completed"
+    for key in ("steps", "best_step", "best_val_accuracy", "test_accuracy"):
+        assert metrics[key] == expected_metrics[key], key
+    assert history == expected_history
+    for name, tensor in expected_weights.items():
+        assert torch.equal(weights[name], tensor), name
+    assert not list(run.rglob("*.tmp")), "no temporary checkpoint file may survive"
+
+
+def test_learning_rate_schedule_is_linear_warmup_then_linear_decay():
+    factors = [linear_warmup_decay(s, warmup=4, total=12, start=0.04, end=0.0) for s in range(13)]
+    assert factors[0] == pytest.approx(0.04) and factors[4] == pytest.approx(1.0) and factors[12] == 0.0
+    assert factors[2] == pytest.approx(0.04 + 0.96 / 2)
+    assert factors[8] == pytest.approx(0.5)
+
+
+def test_sampler_position_round_trips_and_epochs_are_permutations():
+    sampler = EpochSampler(10, 3, seed=1)
+    seen = [sampler.next_batch() for _ in range(3)]
+    assert sorted(int(i) for batch in seen for i in batch) == sorted(set(int(i) for b in seen for i in b))
+    state = sampler.state_dict()
+    expected = [sampler.next_batch().tolist() for _ in range(5)]
+    resumed = EpochSampler(10, 3, seed=1)
+    resumed.load_state_dict(state)
+    assert [resumed.next_batch().tolist() for _ in range(5)] == expected
