@@ -27,6 +27,7 @@ def main(argv=None) -> None:
 
     from hydra import compose, initialize_config_dir
 
+    from lra.commands import config_errors
     from lra.config import CONF_DIR, register_configs, register_resolvers
     from lra.data.prepare import describe, load_task_data
 
@@ -48,6 +49,11 @@ def main(argv=None) -> None:
             data = load_task_data(cfg.task, cfg.data_dir)
     except UserError as exc:
         sys.exit(f"error: {exc}")
+    except Exception as exc:
+        message = config_errors.explain(exc, lambda path: [])
+        if message is None:
+            raise
+        sys.exit(f"error: {message}")
     print(describe(data))
 
 

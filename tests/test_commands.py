@@ -1,0 +1,48 @@
+"""The console scripts as a user meets them: --help, lra-prepare ahead of lra-train."""
+
+import pytest
+
+from conftest import read_json, run_command, run_dirs
+from lra.data import listops
+
+
+@pytest.mark.parametrize("command", ["lra-train", "lra-prepare", "lra-table"])
+def test_every_command_has_help(tmp_path, command):
+    result = run_command([command, "--help"], tmp_path, tmp_path)
+    assert result.returncode == 0 and f"usage: {command}" in result.stdout.lower()
+    if command == "lra-train":
+        assert "attention: learned_hash, linformer" in result.stdout  # the config groups and their choices
+
+
+def test_prepared_release_cache_is_reused_by_training(tmp_path):
+    release = tmp_path / "lra_release" / "lra_release" / "listops-1000"
+    listops.write_tsv_files(listops.GeneratorSettings(seed=4, num_train=40, num_val=8, num_test=8,
+                                                      min_length=20, max_length=200), release)
+    data = tmp_path / "data"
+    prepared = run_command(["lra-prepare", "listops", "--source", "lra_release", "--path", str(tmp_path / "lra_release"),
+                            "--data-dir", str(data)], tmp_path, data)
+    assert '"counts": {"test": 8, "train": 40, "val": 8}' in prepared.stdout
+    trained = run_command(["lra-train", "trainer=smoke", "trainer.max_steps=2", "task.source=lra_release",
+                           f"task.path={release}", "task.max_length=256"], tmp_path, data)
+    assert "tokenising" not in trained.stderr, "training must reuse the prepared cache"
+    (run,) = run_dirs(tmp_path)
+    assert read_json(run / "metrics.json")["status"] == "completed"
+
+
+def test_lra_prepare_explains_a_bad_override(tmp_path):
+    result = run_command(["lra-prepare", "listops", "task.generator.sed=1"], tmp_path, tmp_path, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("error: unknown key 'task.generator.sed'")
+
+
+def test_wandb_offline_run_lives_in_the_run_directory_and_a_wandb_failure_is_only_a_warning(tmp_path, data_dir):
+    from conftest import SMALL_LISTOPS
+
+    args = ["lra-train", "trainer=smoke", "trainer.max_steps=2", "logger=wandb", *SMALL_LISTOPS]
+    run_command(args, tmp_path / "offline", data_dir, env_extra={"WANDB_MODE": "offline"})
+    (run,) = run_dirs(tmp_path / "offline")
+    assert list(run.glob("wandb/offline-run-*/run-*.wandb"))
+    broken = run_command(args, tmp_path / "broken", data_dir, env_extra={"WANDB_MODE": "not-a-mode"})
+    assert "W&B logging disabled" in broken.stderr
+    (run,) = run_dirs(tmp_path / "broken")
+    assert read_json(run / "metrics.json")["status"] == "completed"
