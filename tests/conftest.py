@@ -29,6 +29,7 @@ def run_command(args, cwd: Path, data_dir: Path, env_extra=None, check=True) -> 
     env = {**os.environ, "LRA_DATA_DIR": str(data_dir), "WANDB_MODE": "disabled", "PYTHONHASHSEED": "0"}
     env.pop("HYDRA_FULL_ERROR", None)
     env.update(env_extra or {})
+    Path(cwd).mkdir(parents=True, exist_ok=True)
     exe = Path(sys.executable).parent / args[0]
     result = subprocess.run([str(exe), *args[1:]], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     if check and result.returncode != 0:
