@@ -2,9 +2,7 @@
 Bad input ends with one line that names the fix, and never with a record claiming success."""
 
 import itertools
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir

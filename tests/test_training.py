@@ -88,3 +88,28 @@ def test_sampler_position_round_trips_and_epochs_are_permutations():
     resumed = EpochSampler(10, 3, seed=1)
     resumed.load_state_dict(state)
     assert [resumed.next_batch().tolist() for _ in range(5)] == expected
+
+
+def test_gradient_accumulation_matches_one_big_batch(tmp_path, data_dir):
+    from hydra import compose, initialize_config_dir
+
+    from lra.config import CONF_DIR, register_configs, register_resolvers
+    from lra.training import Trainer
+
+    register_configs()
+    register_resolvers()
+
+    def weights_after_steps(accumulation):
+        overrides = ["trainer=smoke", "trainer.batch_size=8", f"trainer.grad_accumulation={accumulation}",
+                     "model.dropout=0.0", f"data_dir={data_dir}", *SMALL_LISTOPS]
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+        trainer = Trainer(cfg, tmp_path / f"acc{accumulation}", announce=lambda m: None)
+        losses = [trainer.train_step()["train/loss"] for _ in range(3)]
+        return losses, trainer.model.state_dict()
+
+    losses_one, weights_one = weights_after_steps(1)
+    losses_two, weights_two = weights_after_steps(2)
+    assert losses_one == pytest.approx(losses_two, rel=1e-5)
+    for name in weights_one:
+        torch.testing.assert_close(weights_one[name], weights_two[name], rtol=1e-4, atol=1e-6)
