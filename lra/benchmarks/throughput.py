@@ -62,7 +62,7 @@ def main(argv=None) -> None:
             for name in args.attention]
     table = pd.DataFrame(rows).set_index("attention")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, numpy {np.__version__}")
-    print(table.round(2).to_markdown(intfmt=",", floatfmt=",.2f"))
+    print(table.round(2).to_markdown(disable_numparse=True))
 
 
 if __name__ == "__main__":
