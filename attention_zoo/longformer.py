@@ -1,0 +1,68 @@
+"""Longformer attention (Beltagy et al. 2020): a sliding window plus global tokens.
+
+Each token attends to keys within ``window_size // 2`` positions on either side; the first
+``num_global_tokens`` tokens attend to every key and are attended by every query. Computed block by
+block: the sequence is cut into blocks of ``window_size // 2`` and each query block scores only its
+own and the two neighbouring key blocks, so memory is O(n · window), never n × n.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from attention_zoo._common import NEG_INF, in_float32, pad_to_multiple, scaled
+from attention_zoo.registry import Attention, register
+
+
+@dataclass
+class LongformerOptions:
+    window_size: int = 128  # the full window: window_size // 2 keys on each side
+    num_global_tokens: int = 1  # the first tokens (CLS) are global
+
+
+@register("longformer", LongformerOptions)
+class LongformerAttention(Attention):
+    @classmethod
+    def label(cls, options: LongformerOptions) -> str:
+        return "Longformer"
+
+    @in_float32
+    def forward(self, q, k, v, mask):
+        batch, heads, n, _ = q.shape
+        half = max(1, self.options.window_size // 2)
+        block = min(half, n)
+        globals_ = min(self.options.num_global_tokens, n)
+        blocks = math.ceil(n / block)
+        q = scaled(q)
+        qb = pad_to_multiple(q, block, dim=2).view(batch, heads, blocks, block, -1)
+
+        def neighbourhood(x):  # [B, H, blocks, 3 * block, ...]: previous, own and next block
+            padded = pad_to_multiple(x, block, dim=2)
+            padded = torch.cat([padded.new_zeros(padded[:, :, :block].shape), padded,
+                                padded.new_zeros(padded[:, :, :block].shape)], dim=2)
+            view = padded.view(*x.shape[:2], blocks + 2, block, *x.shape[3:])
+            return torch.cat([view[:, :, :-2], view[:, :, 1:-1], view[:, :, 2:]], dim=3)
+
+        keys, values = neighbourhood(k), neighbourhood(v)
+        query_pos = torch.arange(blocks * block, device=q.device).view(blocks, block, 1)
+        key_pos = (torch.arange(blocks, device=q.device).view(blocks, 1, 1) - 1) * block + \
+            torch.arange(3 * block, device=q.device).view(1, 1, -1)
+        allowed = ((query_pos - key_pos).abs() <= half) & (key_pos >= globals_) & (key_pos < n)
+        key_real = neighbourhood(mask[:, None, :, None].float())[..., 0].unsqueeze(3) > 0.5
+        allowed = allowed & key_real  # [B, 1, blocks, block, 3 * block]
+        local_scores = (qb @ keys.transpose(-1, -2)).masked_fill(~allowed, NEG_INF)
+
+        # Every query also sees the global keys.
+        global_real = mask[:, None, None, None, :globals_]
+        global_scores = (qb @ k[:, :, None, :globals_].transpose(-1, -2)).masked_fill(~global_real, NEG_INF)
+        weights = torch.softmax(torch.cat([global_scores, local_scores], dim=-1), dim=-1)
+        out = weights[..., :globals_] @ v[:, :, None, :globals_] + weights[..., globals_:] @ values
+        out = out.reshape(batch, heads, blocks * block, -1)[:, :, :n]
+
+        if globals_:  # global queries attend to every key
+            full = (q[:, :, :globals_] @ k.transpose(-1, -2)).masked_fill(~mask[:, None, None, :], NEG_INF)
+            out = torch.cat([torch.softmax(full, dim=-1) @ v, out[:, :, globals_:]], dim=2)
+        return out

@@ -1,0 +1,61 @@
+"""Limits in which an efficient backend must equal exact softmax attention (float64 reference)."""
+
+import pytest
+import torch
+
+import attention_zoo
+
+
+def qkv(batch=2, heads=2, n=40, d=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(batch, heads, n, d, generator=g, dtype=torch.float64).float() for _ in range(3)]
+
+
+def softmax_reference(q, k, v, mask=None, self_mask=False, scale=None):
+    q, k, v = q.double(), k.double(), v.double()
+    scores = (q @ k.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+    if self_mask:
+        eye = torch.eye(q.shape[2], dtype=torch.bool)
+        scores = scores.masked_fill(eye, -1e5)
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def build(name, n, d=16, **options):
+    torch.manual_seed(0)
+    return attention_zoo.build(name, num_heads=2, head_dim=d, max_seq_len=n, **options).eval()
+
+
+def padded(n=40):
+    mask = torch.ones(2, n, dtype=torch.bool)
+    mask[1, n - 9 :] = False
+    return mask
+
+
+def assert_real_rows_close(out, expected, mask, **tolerance):
+    rows = mask[:, None, :, None].expand_as(out)
+    torch.testing.assert_close(out.double()[rows], expected[rows], **tolerance)
+
+
+@pytest.mark.parametrize("n", [7, 40, 65])
+def test_longformer_with_a_window_of_2n_is_softmax(n):
+    q, k, v = qkv(n=n)
+    mask = padded(n) if n > 9 else None
+    out = build("longformer", n, window_size=2 * n)(q, k, v, mask)
+    expected = softmax_reference(q, k, v, mask)
+    assert_real_rows_close(out, expected, mask if mask is not None else torch.ones(2, n, dtype=torch.bool),
+                           rtol=1e-5, atol=1e-5)
+
+
+def test_longformer_matches_a_dense_band_mask():
+    n, window = 50, 12
+    q, k, v = qkv(n=n)
+    mask = padded(n)
+    out = build("longformer", n, window_size=window, num_global_tokens=2)(q, k, v, mask)
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    band = ((i - j).abs() <= window // 2) | (i < 2) | (j < 2)
+    scores = (q.double() @ k.double().transpose(-1, -2)) / 4.0
+    scores = scores.masked_fill(~band, float("-inf")).masked_fill(~mask[:, None, None, :], float("-inf"))
+    expected = torch.softmax(scores, dim=-1) @ v.double()
+    assert_real_rows_close(out, expected, mask, rtol=1e-5, atol=1e-5)
