@@ -59,3 +59,31 @@ def test_longformer_matches_a_dense_band_mask():
     scores = scores.masked_fill(~band, float("-inf")).masked_fill(~mask[:, None, None, :], float("-inf"))
     expected = torch.softmax(scores, dim=-1) @ v.double()
     assert_real_rows_close(out, expected, mask, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [16, 23])
+def test_nystrom_with_n_landmarks_and_no_conv_is_softmax(n):
+    q, k, v = qkv(n=n, d=16)
+    q, k = q * 0.5, k * 0.5  # a well-conditioned A, so the iterative pinv converges in the budget
+    out = build("nystrom", n, num_landmarks=n, conv_kernel_size=0, pinv_iterations=30)(q, k, v, None)
+    torch.testing.assert_close(out.double(), softmax_reference(q, k, v), rtol=1e-4, atol=1e-4)
+
+
+def test_nystrom_pinv_is_the_moore_penrose_inverse_per_matrix():
+    from attention_zoo.nystrom import iterative_pinv
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.softmax(torch.randn(3, 8, 8, generator=g, dtype=torch.float64), dim=-1)
+    a[1] *= 1000  # a batch-wide initialisation would start the other matrices 10^6 too small
+    torch.testing.assert_close(iterative_pinv(a, 12), torch.linalg.pinv(a), rtol=1e-6, atol=1e-6)
+
+
+def test_nystrom_landmarks_ignore_padding_and_accept_any_n():
+    n = 37  # not a multiple of the landmark count
+    q, k, v = qkv(n=n)
+    mask = padded(n)
+    attn = build("nystrom", n, num_landmarks=8)
+    out = attn(q, k, v, mask)
+    # The padded example must equal the same example cut to its real length.
+    short = attn(q[1:, :, : n - 9], k[1:, :, : n - 9], v[1:, :, : n - 9], None)
+    torch.testing.assert_close(out[1:, :, : n - 9], short, rtol=1e-5, atol=1e-5)
