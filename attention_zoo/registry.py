@@ -41,6 +41,10 @@ class Attention(nn.Module):
         """The display name as the papers write it (e.g. "Softmax", "YOSO-32")."""
         return cls.name
 
+    def share_parameters_with(self, first: "Attention") -> None:
+        """Called on layers 2… of a model with layer 1's backend; a backend whose options ask for
+        cross-layer sharing adopts ``first``'s parameters here. Default: share nothing."""
+
     def extra_repr(self) -> str:
         return f"heads={self.num_heads}, head_dim={self.head_dim}, {self.options}"
 

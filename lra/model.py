@@ -78,6 +78,8 @@ class Encoder(nn.Module):
             Block(cfg, positions, attention_name, attention_options) for _ in range(cfg.num_layers)
         )
         self.norm = nn.LayerNorm(cfg.dim)
+        for block in self.blocks[1:]:
+            block.attention.backend.share_parameters_with(self.blocks[0].attention.backend)
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         x = self.token_embedding(ids)

@@ -87,3 +87,56 @@ def test_nystrom_landmarks_ignore_padding_and_accept_any_n():
     # The padded example must equal the same example cut to its real length.
     short = attn(q[1:, :, : n - 9], k[1:, :, : n - 9], v[1:, :, : n - 9], None)
     torch.testing.assert_close(out[1:, :, : n - 9], short, rtol=1e-5, atol=1e-5)
+
+
+def test_linformer_with_identity_projections_of_size_n_is_softmax():
+    n = 24
+    q, k, v = qkv(n=n)
+    attn = build("linformer", n, proj_dim=n)
+    with torch.no_grad():
+        attn.key_projection.copy_(torch.eye(n))
+        attn.value_projection.copy_(torch.eye(n))
+    torch.testing.assert_close(attn(q, k, v, None).double(), softmax_reference(q, k, v), rtol=1e-5, atol=1e-5)
+
+
+def test_linformer_shorter_inputs_use_the_first_columns_and_layers_can_share():
+    attn = build("linformer", 64, proj_dim=8)
+    q, k, v = qkv(n=20)
+    keys = attn.key_projection[:, :20] @ k
+    expected = torch.softmax(q @ keys.transpose(-1, -2) / 4.0, dim=-1) @ (attn.value_projection[:, :20] @ v)
+    torch.testing.assert_close(attn(q, k, v, None), expected, rtol=1e-5, atol=1e-6)
+    second = build("linformer", 64, proj_dim=8, share_across_layers=True)
+    second.share_parameters_with(attn)
+    assert second.key_projection is attn.key_projection
+    separate = build("linformer", 64, proj_dim=8)
+    separate.share_parameters_with(attn)
+    assert separate.key_projection is not attn.key_projection
+
+
+def test_performer_converges_to_softmax_as_features_grow():
+    q, k, v = qkv(n=64, d=16)
+    q, k = q * 0.5, k * 0.5
+    exact = softmax_reference(q, k, v)
+
+    def error(features):
+        out = build("performer", 64, num_features=features)(q, k, v, None).double()
+        return ((out - exact).norm() / exact.norm()).item()
+
+    small, large = error(64), error(4096)
+    assert large <= small / 4, (small, large)
+
+
+def test_performer_redraws_features_only_when_asked_and_only_in_training():
+    attn = build("performer", 16, num_features=32, redraw_interval=2).train()
+    q, k, v = qkv(n=16)
+    first = attn.features.clone()
+    attn(q, k, v, None)
+    attn(q, k, v, None)
+    assert torch.equal(attn.features, first)
+    attn(q, k, v, None)
+    assert not torch.equal(attn.features, first)
+    frozen = build("performer", 16, num_features=32).train()
+    before = frozen.features.clone()
+    for _ in range(3):
+        frozen(q, k, v, None)
+    assert torch.equal(frozen.features, before)

@@ -1,0 +1,72 @@
+"""Performer attention, FAVOR+ (Choromanski et al. 2021): positive orthogonal random features.
+
+φ(x) = exp(wᵀx̃ − ‖x̃‖²/2) / √r with x̃ = x / d^{1/4} (so φ(q)·φ(k) estimates exp(q·k/√d)) and
+r = ``num_features`` rows w drawn as blocks of orthogonal Gaussian directions with chi-distributed
+norms. Output D⁻¹ φ(Q)(φ(K)ᵀ V), D = diag(φ(Q) φ(K)ᵀ 1), padded keys excluded from both. The
+stabilizer subtracts each query's maximum and the maximum over the real keys before the
+exponential; both cancel in D⁻¹. With ``redraw_interval`` > 0 the features are redrawn every that
+many training forward passes (from the seeded global generator, so runs stay reproducible).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attention_zoo._common import in_float32
+from attention_zoo.registry import Attention, register
+
+
+@dataclass
+class PerformerOptions:
+    num_features: int = 256
+    redraw_interval: int = 0  # 0: draw once
+    epsilon: float = 1e-6
+
+
+def orthogonal_gaussian_features(num_features: int, dim: int, device=None) -> torch.Tensor:
+    """[num_features, dim]: stacked orthogonal blocks, each row rescaled to a Gaussian vector's norm."""
+    blocks = []
+    for _ in range(-(-num_features // dim)):
+        q, _ = torch.linalg.qr(torch.randn(dim, dim, device=device))
+        blocks.append(q.T)
+    directions = torch.cat(blocks)[:num_features]
+    norms = torch.randn(num_features, dim, device=device).norm(dim=-1, keepdim=True)
+    return directions * norms
+
+
+@register("performer", PerformerOptions)
+class PerformerAttention(Attention):
+    def __init__(self, num_heads, head_dim, max_seq_len, options):
+        super().__init__(num_heads, head_dim, max_seq_len, options)
+        self.register_buffer("features", orthogonal_gaussian_features(options.num_features, head_dim))
+        self.register_buffer("forward_calls", torch.zeros((), dtype=torch.long))
+
+    @classmethod
+    def label(cls, options: PerformerOptions) -> str:
+        return "Performer"
+
+    def _maybe_redraw(self) -> None:
+        interval = self.options.redraw_interval
+        if self.training and interval > 0:
+            if self.forward_calls.item() % interval == 0 and self.forward_calls.item() > 0:
+                self.features.copy_(orthogonal_gaussian_features(*self.features.shape, device=self.features.device))
+            self.forward_calls += 1
+
+    def _log_features(self, x: torch.Tensor) -> torch.Tensor:
+        x = x * x.shape[-1] ** -0.25
+        return x @ self.features.T - 0.5 * x.square().sum(dim=-1, keepdim=True)
+
+    @in_float32
+    def forward(self, q, k, v, mask):
+        self._maybe_redraw()
+        real = mask[:, None, :, None]
+        log_q = self._log_features(q)
+        log_k = self._log_features(k).masked_fill(~real, float("-inf"))
+        phi_q = torch.exp(log_q - log_q.amax(dim=-1, keepdim=True))
+        key_max = log_k.amax(dim=(-2, -1), keepdim=True).clamp(min=-1e30)
+        phi_k = torch.exp(log_k - key_max)  # exactly 0 on padded keys
+        numerator = phi_q @ (phi_k.transpose(-1, -2) @ v)
+        normalizer = phi_q @ phi_k.sum(dim=-2).unsqueeze(-1)
+        return numerator / (normalizer + self.options.epsilon)
