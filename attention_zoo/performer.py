@@ -29,8 +29,8 @@ def orthogonal_gaussian_features(num_features: int, dim: int, device=None) -> to
     """[num_features, dim]: stacked orthogonal blocks, each row rescaled to a Gaussian vector's norm."""
     blocks = []
     for _ in range(-(-num_features // dim)):
-        q, _ = torch.linalg.qr(torch.randn(dim, dim, device=device))
-        blocks.append(q.T)
+        q, r = torch.linalg.qr(torch.randn(dim, dim, device=device))
+        blocks.append((q * torch.sign(torch.diagonal(r))).T)  # the sign fix makes q Haar-distributed
     directions = torch.cat(blocks)[:num_features]
     norms = torch.randn(num_features, dim, device=device).norm(dim=-1, keepdim=True)
     return directions * norms
