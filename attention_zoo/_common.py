@@ -46,3 +46,33 @@ def pad_to_multiple(x: torch.Tensor, multiple: int, dim: int, value=0) -> torch.
 def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``x`` [B, H, n, d] gathered along n by ``index`` [B, H, m] → [B, H, m, d]."""
     return x.gather(2, index.unsqueeze(-1).expand(*index.shape, x.shape[-1]))
+
+
+def random_rotation_buckets(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
+    """Angular LSH (Andoni et al. 2015, as in Reformer): bucket = argmax([xR; −xR]).
+
+    ``x`` [B, H, n, d] (normalized inside), ``rotations`` [rounds, d, buckets // 2] →
+    buckets [B, H, rounds, n]. With one bucket every vector lands in bucket 0.
+    """
+    if rotations.shape[-1] == 0:
+        return torch.zeros(*x.shape[:2], rotations.shape[0], x.shape[2], dtype=torch.long, device=x.device)
+    x = torch.nn.functional.normalize(x, dim=-1)
+    rotated = torch.einsum("bhnd,rdk->bhrnk", x, rotations)
+    return torch.cat([rotated, -rotated], dim=-1).argmax(dim=-1)
+
+
+def draw_rotations(module, rounds: int, dim: int, buckets: int, device) -> torch.Tensor:
+    """Random rotations: fresh from the global (seeded) generator in training, fixed per module in
+    evaluation (from a seed the module drew at construction)."""
+    shape = (rounds, dim, buckets // 2 if buckets > 1 else 0)
+    if module.training:
+        return torch.randn(shape, device=device)
+    generator = torch.Generator(device="cpu").manual_seed(int(module.rotation_seed))
+    return torch.randn(shape, generator=generator).to(device)
+
+
+def sort_by_bucket(buckets: torch.Tensor, real: torch.Tensor, num_buckets: int) -> torch.Tensor:
+    """Permutation [..., n] ordering positions by (bucket, position), padded positions last."""
+    n = buckets.shape[-1]
+    keys = torch.where(real, buckets, num_buckets) * n + torch.arange(n, device=buckets.device)
+    return keys.argsort(dim=-1)

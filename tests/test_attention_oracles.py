@@ -140,3 +140,46 @@ def test_performer_redraws_features_only_when_asked_and_only_in_training():
     for _ in range(3):
         frozen(q, k, v, None)
     assert torch.equal(frozen.features, before)
+
+
+@pytest.mark.parametrize("rounds", [1, 3])
+def test_reformer_with_one_bucket_is_shared_qk_softmax_with_the_self_mask(rounds):
+    n = 30
+    q, k, v = qkv(n=n)
+    mask = padded(n)
+    out = build("reformer", n, num_hashes=rounds, chunk_size=64, num_buckets=1)(q, k, v, mask)
+    keys = torch.nn.functional.normalize(q, dim=-1)
+    expected = softmax_reference(q, keys, v, mask, self_mask=True)
+    assert_real_rows_close(out, expected, mask, rtol=1e-5, atol=1e-5)
+
+
+def test_reformer_chunks_attend_only_to_neighbouring_chunks():
+    n = 64
+    q, k, v = qkv(n=n)
+    attn = build("reformer", n, num_hashes=1, chunk_size=8, num_buckets=1)  # one bucket: sorted = positions
+    out = attn(q, k, v, None)
+    i, j = torch.arange(n)[:, None] // 8, torch.arange(n)[None, :] // 8
+    near = ((i - j) % 8 == 0) | ((i - j) % 8 == 1) | ((j - i) % 8 == 1)  # own, previous, next (wrapping)
+    keys = torch.nn.functional.normalize(q, dim=-1).double()
+    scores = (q.double() @ keys.transpose(-1, -2)) / 4.0
+    scores = scores.masked_fill(torch.eye(n, dtype=torch.bool), -1e5).masked_fill(~near, float("-inf"))
+    torch.testing.assert_close(out.double(), torch.softmax(scores, -1) @ v.double(), rtol=1e-5, atol=1e-5)
+
+
+def test_lsh_with_one_bucket_is_softmax():
+    n = 33
+    q, k, v = qkv(n=n)
+    mask = padded(n)
+    out = build("lsh", n, num_buckets=1)(q, k, v, mask)
+    assert_real_rows_close(out, softmax_reference(q, k, v, mask), mask, rtol=1e-5, atol=1e-5)
+
+
+def test_lsh_chunks_are_balanced_and_match_the_attended_key_sets():
+    n = 64
+    q, k, v = qkv(n=n)
+    mask = torch.ones(2, n, dtype=torch.bool)
+    attn = build("lsh", n, num_buckets=8)
+    keys = attn.attended_keys(q, k, mask)
+    assert (keys.sum(-1) == 8).all(), "every query sees exactly n / buckets keys"
+    scores = ((q.double() @ k.double().transpose(-1, -2)) / 4.0).masked_fill(~keys, float("-inf"))
+    torch.testing.assert_close(attn(q, k, v, mask).double(), torch.softmax(scores, -1) @ v.double(), rtol=1e-5, atol=1e-5)

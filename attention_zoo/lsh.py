@@ -1,0 +1,71 @@
+"""Content-based sparse attention with LSH buckets on separate Q and K hashes, balanced (the LSH
+baseline of Sun, Yang & Yoo 2022).
+
+Queries and keys are hashed with the same random rotations (angular LSH), each side is sorted by
+(bucket, position) with padded keys last, and both sorted sequences are cut into ``num_buckets``
+equal chunks; query chunk b attends to key chunk b (softmax within the chunk, q·k/√d). Equal
+chunks keep the work balanced however skewed the buckets are: O(n² / num_buckets) memory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from attention_zoo._common import NEG_INF, draw_rotations, gather_rows, in_float32, pad_to_multiple, random_rotation_buckets, sort_by_bucket
+from attention_zoo.registry import Attention, register
+
+
+@dataclass
+class LSHOptions:
+    num_buckets: int = 32
+
+
+@register("lsh", LSHOptions)
+class LSHAttention(Attention):
+    def __init__(self, num_heads, head_dim, max_seq_len, options):
+        super().__init__(num_heads, head_dim, max_seq_len, options)
+        self.register_buffer("rotation_seed", torch.randint(0, 2**62, ()))
+
+    @classmethod
+    def label(cls, options: LSHOptions) -> str:
+        return "LSH"
+
+    def sorted_chunks(self, q, k, mask):
+        """Per head: query order, key order (padded keys last), chunk count and chunk size."""
+        n = q.shape[2]
+        size = math.ceil(n / max(1, min(self.options.num_buckets, n)))
+        chunks = math.ceil(n / size)
+        rotations = draw_rotations(self, 1, q.shape[-1], self.options.num_buckets, q.device)
+        query_order = sort_by_bucket(random_rotation_buckets(q, rotations)[:, :, 0], torch.ones_like(mask)[:, None], self.options.num_buckets)
+        key_order = sort_by_bucket(random_rotation_buckets(k, rotations)[:, :, 0], mask[:, None], self.options.num_buckets)
+        return query_order, key_order, chunks, size
+
+    def attended_keys(self, q, k, mask):
+        """Dense [B, H, n, n] bool: which keys each query attends to (for analysis at small n)."""
+        query_order, key_order, chunks, size = self.sorted_chunks(q.float(), k.float(), mask)
+        n = q.shape[2]
+        query_chunk = torch.empty_like(query_order).scatter_(-1, query_order, torch.arange(n, device=q.device).expand_as(query_order) // size)
+        key_chunk = torch.empty_like(key_order).scatter_(-1, key_order, torch.arange(n, device=q.device).expand_as(key_order) // size)
+        return (query_chunk.unsqueeze(-1) == key_chunk.unsqueeze(-2)) & mask[:, None, None, :]
+
+    @in_float32
+    def forward(self, q, k, v, mask):
+        batch, heads, n, d = q.shape
+        query_order, key_order, chunks, size = self.sorted_chunks(q, k, mask)
+        length = chunks * size
+
+        def arrange(x, order):
+            return pad_to_multiple(gather_rows(x, order), length, 2).view(batch, heads, chunks, size, -1)
+
+        real = mask[:, None, :, None].expand(batch, heads, n, 1).to(q.dtype)
+        sq, sk, sv = arrange(q, query_order), arrange(k, key_order), arrange(v, key_order)
+        key_real = arrange(real, key_order)[..., 0] > 0.5
+        scores = (sq @ sk.transpose(-1, -2) / math.sqrt(d)).masked_fill(~key_real.unsqueeze(-2), NEG_INF)
+        out = (torch.softmax(scores, dim=-1) @ sv).view(batch, heads, length, d)[:, :, :n]
+        inverse = query_order.argsort(dim=-1)
+        no_key = ~key_real.any(dim=-1)  # a chunk whose keys are all padding attends to nothing
+        out = out.masked_fill(no_key.repeat_interleave(size, dim=-1)[:, :, :n].unsqueeze(-1), 0.0)
+        return gather_rows(out, inverse)
