@@ -183,3 +183,52 @@ def test_lsh_chunks_are_balanced_and_match_the_attended_key_sets():
     assert (keys.sum(-1) == 8).all(), "every query sees exactly n / buckets keys"
     scores = ((q.double() @ k.double().transpose(-1, -2)) / 4.0).masked_fill(~keys, float("-inf"))
     torch.testing.assert_close(attn(q, k, v, mask).double(), torch.softmax(scores, -1) @ v.double(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("hidden", [0, 16])
+def test_learned_hash_with_one_bucket_is_softmax(hidden):
+    n = 26
+    q, k, v = qkv(n=n)
+    mask = padded(n)
+    out = build("learned_hash", n, num_buckets=1, hidden_dim=hidden)(q, k, v, mask)
+    assert_real_rows_close(out, softmax_reference(q, k, v, mask), mask, rtol=1e-5, atol=1e-5)
+
+
+def test_learned_hash_buckets_are_balanced_top_k_and_match_the_attended_key_sets():
+    n = 64
+    q, k, v = qkv(n=n)
+    mask = torch.ones(2, n, dtype=torch.bool)
+    attn = build("learned_hash", n, num_buckets=8)
+    _, _, query_index, key_index = attn.memberships(q, k, mask)
+    assert query_index.shape[-1] == key_index.shape[-1] == int(2**0.5 * n / 8)  # sqrt(2) enlargement
+    keys = attn.attended_keys(q, k, mask)
+    # Within-bucket softmax merged by log-sum-exp = softmax over the union of the query's buckets,
+    # when no key is shared by two of those buckets; check on queries for which that holds.
+    out = attn(q, k, v, mask).double()
+    scores = ((q.double() @ k.double().transpose(-1, -2)) / 4.0).masked_fill(~keys, float("-inf"))
+    dense = torch.softmax(scores, -1) @ v.double()
+    in_q = torch.zeros(2, 2, 8, n).scatter_(-1, query_index, 1.0)
+    in_k = torch.zeros(2, 2, 8, n).scatter_(-1, key_index, 1.0)
+    overlap = (in_q.transpose(-1, -2) @ in_k)  # buckets a query shares with each key
+    single = (overlap <= 1).all(-1) & keys.any(-1)
+    assert single.sum() > 20
+    torch.testing.assert_close(out[single], dense[single], rtol=1e-5, atol=1e-5)
+    unbucketed = ~keys.any(-1)
+    assert torch.equal(out[unbucketed], torch.zeros_like(out[unbucketed]))
+
+
+def test_learned_hash_aux_loss_trains_only_the_scorers_and_falls():
+    n = 64
+    q, k, v = qkv(n=n)
+    attn = build("learned_hash", n, num_buckets=4).train()
+    q.requires_grad_()
+    optimizer = torch.optim.Adam(attn.parameters(), lr=0.05)
+    losses = []
+    for _ in range(30):
+        attn(q, k, v, None)
+        losses.append(attn.aux_loss.item())
+        optimizer.zero_grad()
+        attn.aux_loss.backward()
+        optimizer.step()
+    assert q.grad is None, "the hash loss must not reach q (stop-gradient)"
+    assert losses[-1] < 0.5 * losses[0], losses
