@@ -1,0 +1,25 @@
+"""Every efficient backend end to end through lra-train, and its memory against eager softmax."""
+
+import pytest
+
+import attention_zoo
+from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+from lra.benchmarks.attention_memory import EAGER, table
+
+SUBQUADRATIC = [n for n in attention_zoo.names() if n not in ("softmax", "none")]
+
+
+def test_every_registered_backend_trains_under_smoke(tmp_path, data_dir):
+    run_command(["lra-train", "-m", "task=listops", f"attention={','.join(attention_zoo.names())}", "trainer=smoke",
+                 "trainer.max_steps=4", "trainer.eval_every=2", *SMALL_LISTOPS], tmp_path, data_dir)
+    runs = {read_json(r / "metrics.json")["attention"]: read_json(r / "metrics.json") for r in run_dirs(tmp_path)}
+    assert set(runs) == set(attention_zoo.names())
+    assert all(r["status"] == "completed" for r in runs.values()), {n: r["error"] for n, r in runs.items()}
+
+
+@pytest.mark.skipif(not SUBQUADRATIC, reason="no efficient backend registered")
+def test_subquadratic_backends_use_under_a_quarter_of_eager_softmax_memory_at_8192():
+    frame = table(SUBQUADRATIC, n=8192)
+    assert frame.loc[EAGER, "peak_mb"] > 1000  # the n x n scores, their softmax and gradients
+    ratios = frame.drop(index=EAGER)["vs_eager_softmax"]
+    assert (ratios < 0.25).all(), frame.to_string()
