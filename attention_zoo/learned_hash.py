@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from attention_zoo._common import NEG_INF, gather_rows, in_float32
+from attention_zoo.longformer import LongformerAttention, LongformerOptions
 from attention_zoo.performer import orthogonal_gaussian_features
 from attention_zoo.registry import Attention, register
 
@@ -32,12 +33,15 @@ class LearnedHashOptions:
     hidden_dim: int = 0  # 0: linear scorers; > 0: 2-layer MLP scorers of this width
     aux_loss_weight: float = 1.0
     num_random_features: int = 64  # for the attention-utility estimate
+    local_heads: int = 0  # the first heads use sliding-window attention instead (the authors' LRA pairing)
+    local_window: int = 128
 
 
 class HeadwiseScorer(nn.Module):
     """Independent scorers per head: [B, H, n, d] → [B, H, n, buckets]."""
 
     def __init__(self, heads: int, dim: int, buckets: int, hidden: int):
+        heads = max(heads, 1)
         super().__init__()
         widths = [dim, hidden, buckets] if hidden else [dim, buckets]
         self.weights = nn.ParameterList(
@@ -56,9 +60,15 @@ class HeadwiseScorer(nn.Module):
 class LearnedHashAttention(Attention):
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        self.query_scorer = HeadwiseScorer(num_heads, head_dim, options.num_buckets, options.hidden_dim)
-        self.key_scorer = HeadwiseScorer(num_heads, head_dim, options.num_buckets, options.hidden_dim)
+        if not 0 <= options.local_heads <= num_heads:
+            raise ValueError(f"local_heads={options.local_heads} must be between 0 and num_heads={num_heads}")
+        hashed_heads = num_heads - options.local_heads
+        self.query_scorer = HeadwiseScorer(hashed_heads, head_dim, options.num_buckets, options.hidden_dim)
+        self.key_scorer = HeadwiseScorer(hashed_heads, head_dim, options.num_buckets, options.hidden_dim)
         self.register_buffer("features", orthogonal_gaussian_features(options.num_random_features, head_dim))
+        self.local = (LongformerAttention(options.local_heads, head_dim, max_seq_len,
+                                          LongformerOptions(window_size=options.local_window, num_global_tokens=0))
+                      if options.local_heads else None)
 
     @classmethod
     def label(cls, options: LearnedHashOptions) -> str:
@@ -85,8 +95,16 @@ class LearnedHashAttention(Attention):
         in_k = torch.zeros(*key_index.shape[:3], n, device=q.device).scatter_(-1, key_index, 1.0)
         return (in_q.transpose(-1, -2) @ in_k > 0) & mask[:, None, None, :]
 
+    def forward(self, q, k, v, mask=None):
+        if self.local is None:
+            return self._hashed(q, k, v, mask)
+        split = self.options.local_heads
+        local = self.local(q[:, :split], k[:, :split], v[:, :split], mask)
+        hashed = self._hashed(q[:, split:], k[:, split:], v[:, split:], mask) if split < q.shape[1] else local[:, :0]
+        return torch.cat([local, hashed], dim=1)
+
     @in_float32
-    def forward(self, q, k, v, mask):
+    def _hashed(self, q, k, v, mask):
         batch, heads, n, d = q.shape
         score_q, score_k, query_index, key_index = self.memberships(q, k, mask)
         buckets, size = query_index.shape[2], query_index.shape[3]

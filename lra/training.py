@@ -271,6 +271,8 @@ class Trainer:
             checkpoint.save(self.checkpoint_dir / checkpoint.BEST, {"model": self.best_weights, "step": step})
         entry = {"step": step, "val_loss": result["loss"], "val_accuracy": result["accuracy"],
                  "train_loss": train_metrics["train/loss"], "lr": train_metrics["train/lr"]}
+        if "train/aux_loss" in train_metrics:
+            entry["train_aux_loss"] = train_metrics["train/aux_loss"]
         self.state.history.append(entry)
         atomic_write_json(self.run_dir / HISTORY, self.state.history)
         logger.log({"val/loss": result["loss"], "val/accuracy": result["accuracy"],

@@ -232,3 +232,14 @@ def test_learned_hash_aux_loss_trains_only_the_scorers_and_falls():
         optimizer.step()
     assert q.grad is None, "the hash loss must not reach q (stop-gradient)"
     assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_learned_hash_local_heads_are_sliding_window_attention():
+    n = 30
+    q, k, v = qkv(n=n)
+    mask = padded(n)
+    attn = build("learned_hash", n, num_buckets=1, local_heads=1, local_window=8)
+    out = attn(q, k, v, mask)
+    local = build("longformer", n, window_size=8, num_global_tokens=0)(q[:, :1], k[:, :1], v[:, :1], mask)
+    assert_real_rows_close(out[:, :1], local.double(), mask[:, :], rtol=1e-6, atol=1e-6)
+    assert_real_rows_close(out[:, 1:], softmax_reference(q[:, 1:], k[:, 1:], v[:, 1:], mask), mask, rtol=1e-5, atol=1e-5)
