@@ -12,9 +12,14 @@ SUBQUADRATIC = [n for n in attention_zoo.names() if n not in ("softmax", "none")
 def test_every_registered_backend_trains_under_smoke(tmp_path, data_dir):
     run_command(["lra-train", "-m", "task=listops", f"attention={','.join(attention_zoo.names())}", "trainer=smoke",
                  "trainer.max_steps=4", "trainer.eval_every=2", *SMALL_LISTOPS], tmp_path, data_dir)
-    runs = {read_json(r / "metrics.json")["attention"]: read_json(r / "metrics.json") for r in run_dirs(tmp_path)}
+    runs = {read_json(r / "metrics.json")["attention"]: r for r in run_dirs(tmp_path)}
     assert set(runs) == set(attention_zoo.names())
-    assert all(r["status"] == "completed" for r in runs.values()), {n: r["error"] for n, r in runs.items()}
+    records = {name: read_json(run / "metrics.json") for name, run in runs.items()}
+    assert all(r["status"] == "completed" for r in records.values()), {n: r["error"] for n, r in records.items()}
+    if "learned_hash" in runs:  # the trainer adds a backend's aux_loss and records it
+        history = read_json(runs["learned_hash"] / "history.json")
+        assert all(entry["train_aux_loss"] > 0 for entry in history)
+        assert "train_aux_loss" not in read_json(runs["softmax"] / "history.json")[0]
 
 
 @pytest.mark.skipif(not SUBQUADRATIC, reason="no efficient backend registered")
