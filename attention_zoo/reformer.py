@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention_zoo._common import NEG_INF, draw_rotations, gather_rows, in_float32, pad_to_multiple, random_rotation_buckets, sort_by_bucket
+from attention_zoo._common import NEG_INF, draw_rotations, in_float32, pad_to_multiple, random_rotation_buckets, sort_by_bucket
 from attention_zoo.registry import Attention, register
 
 SELF_SCORE = -1e5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 from pathlib import Path
 from typing import Any, Dict
 
@@ -36,27 +37,25 @@ def save(path: Path, payload: Dict[str, Any]) -> None:
 
     def write(handle) -> None:
         torch.save(payload, handle)
-        _fault_point("checkpoint_write")  # the data is in the temporary file, not yet renamed
+        fault_point("checkpoint_write")  # the data is in the temporary file, not yet renamed
 
     atomic_write(path, write, mode="wb")
-    _fault_point("after_checkpoint")
+    fault_point("after_checkpoint")
 
 
 def load(path: Path) -> Dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def _fault_point(name: str) -> None:
+_FAULT_COUNTS: Dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
     """Test hook: ``LRA_FAULT=<name>:<count>`` SIGKILLs the process the count-th time it passes
     ``name``, to prove that a run killed there resumes exactly. Inert unless the variable is set."""
     spec = os.environ.get("LRA_FAULT")
     if not spec or not spec.startswith(name + ":"):
         return
-    _fault_point.counts = getattr(_fault_point, "counts", {})  # type: ignore[attr-defined]
-    count = _fault_point.counts.get(name, 0) + 1  # type: ignore[attr-defined]
-    _fault_point.counts[name] = count  # type: ignore[attr-defined]
-    if count == int(spec.split(":", 1)[1]):
-        os.kill(os.getpid(), 9)
-
-
-fault_point = _fault_point
+    _FAULT_COUNTS[name] = _FAULT_COUNTS.get(name, 0) + 1
+    if _FAULT_COUNTS[name] == int(spec.split(":", 1)[1]):
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -8,7 +8,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 import torch
 
@@ -64,12 +64,3 @@ class RunRecord:
     def fail(self, error: BaseException | str, **fields: Any) -> None:
         message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
         self.update(status="failed", error=message, **fields)
-
-
-def read_metrics(run_dir: Path) -> Optional[dict]:
-    import json
-
-    try:
-        return json.loads((Path(run_dir) / METRICS).read_text())
-    except FileNotFoundError:
-        return None

@@ -179,30 +179,31 @@ class Trainer:
         indices = self.sampler.next_batch()
         micro_batches = np.array_split(indices, self.cfg.trainer.grad_accumulation)
         self.optimizer.zero_grad(set_to_none=True)
-        total_loss, total_correct, total_tokens, aux_total = 0.0, 0, 0, 0.0
+        total_loss, total_correct, total_tokens, aux_total, has_aux = 0.0, 0, 0, 0.0, False
         for micro in micro_batches:
             loss, correct, tokens = self._forward(self.data.splits["train"], micro)
             weight = len(micro) / len(indices)
             objective = loss * weight
             aux = self.model.aux_loss()
             if aux is not None:
+                has_aux = True
                 objective = objective + aux * weight
                 aux_total += aux.item() * weight
             self.scaler.scale(objective).backward()
             total_loss += loss.item() * weight
             total_correct += correct
             total_tokens += tokens
+        if not math.isfinite(total_loss):  # before the step, so the weights stay as they were
+            raise FloatingPointError(f"training loss is {total_loss} at step {self.state.step + 1}")
         if self.cfg.trainer.grad_clip:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.trainer.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
-        if not math.isfinite(total_loss):
-            raise FloatingPointError(f"training loss is {total_loss} at step {self.state.step + 1}")
         metrics = {"train/loss": total_loss, "train/accuracy": 100.0 * total_correct / len(indices),
                    "train/lr": self.scheduler.get_last_lr()[0]}
-        if self.model.aux_loss() is not None:
+        if has_aux:
             metrics["train/aux_loss"] = aux_total
         return metrics | {"tokens": total_tokens}
 
