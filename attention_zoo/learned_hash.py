@@ -58,6 +58,8 @@ class HeadwiseScorer(nn.Module):
 
 @register("learned_hash", LearnedHashOptions)
 class LearnedHashAttention(Attention):
+    subquadratic = True
+
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
         if not 0 <= options.local_heads <= num_heads:

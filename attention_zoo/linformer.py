@@ -26,6 +26,8 @@ class LinformerOptions:
 
 @register("linformer", LinformerOptions)
 class LinformerAttention(Attention):
+    subquadratic = True
+
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
         self.key_projection = nn.Parameter(torch.empty(options.proj_dim, max_seq_len))

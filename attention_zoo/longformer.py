@@ -25,6 +25,8 @@ class LongformerOptions:
 
 @register("longformer", LongformerOptions)
 class LongformerAttention(Attention):
+    subquadratic = True
+
     @classmethod
     def label(cls, options: LongformerOptions) -> str:
         return "Longformer"

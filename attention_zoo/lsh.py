@@ -25,6 +25,8 @@ class LSHOptions:
 
 @register("lsh", LSHOptions)
 class LSHAttention(Attention):
+    subquadratic = True
+
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
         self.register_buffer("rotation_seed", torch.randint(0, 2**62, ()))

@@ -40,6 +40,8 @@ def iterative_pinv(a: torch.Tensor, iterations: int) -> torch.Tensor:
 
 @register("nystrom", NystromOptions)
 class NystromAttention(Attention):
+    subquadratic = True
+
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
         size = options.conv_kernel_size

@@ -38,6 +38,8 @@ def orthogonal_gaussian_features(num_features: int, dim: int, device=None) -> to
 
 @register("performer", PerformerOptions)
 class PerformerAttention(Attention):
+    subquadratic = True
+
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
         self.register_buffer("features", orthogonal_gaussian_features(options.num_features, head_dim))

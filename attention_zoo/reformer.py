@@ -38,6 +38,8 @@ def chunk_neighbourhood(x: torch.Tensor, chunks: int) -> torch.Tensor:
 
 @register("reformer", ReformerOptions)
 class ReformerAttention(Attention):
+    subquadratic = True
+
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
         self.register_buffer("rotation_seed", torch.randint(0, 2**62, ()))

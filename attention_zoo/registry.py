@@ -27,6 +27,7 @@ class Attention(nn.Module):
 
     name: str = ""
     Options: Type[Any]
+    subquadratic: bool = False  # promises less than O(n²) memory (checked by the test suite)
 
     def __init__(self, num_heads: int, head_dim: int, max_seq_len: int, options: Any):
         super().__init__()

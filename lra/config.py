@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional
@@ -137,13 +138,14 @@ class TrainRunConfig:
 def _attention_schema(backend: attention_zoo.Backend) -> type:
     """A dataclass with ``name`` plus the backend's own options."""
     fields = [("name", str, field(default=backend.name))]
+    types = typing.get_type_hints(backend.options)  # resolves string annotations
     for option in dataclasses.fields(backend.options):
         default = (
             field(default_factory=option.default_factory)
             if option.default_factory is not dataclasses.MISSING
             else field(default=option.default)
         )
-        fields.append((option.name, option.type, default))
+        fields.append((option.name, types[option.name], default))
     return dataclasses.make_dataclass(f"{backend.cls.__name__}Config", fields)
 
 

@@ -6,7 +6,7 @@ import attention_zoo
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from lra.benchmarks.attention_memory import EAGER, table
 
-SUBQUADRATIC = [n for n in attention_zoo.names() if n not in ("softmax", "none")]
+SUBQUADRATIC = [n for n in attention_zoo.names() if attention_zoo.get(n).cls.subquadratic]
 
 
 def test_every_registered_backend_trains_under_smoke(tmp_path, data_dir):

@@ -1,0 +1,51 @@
+"""YOSO: the collision probability of sign hashes, and YOSO-E against independent computations."""
+
+import math
+
+import pytest
+import torch
+
+import attention_zoo
+from attention_zoo.yoso_e import collision_probability
+
+
+def test_sign_hash_collision_probability_matches_the_closed_form():
+    """P[τ-bit sign codes of x and y agree] = (1 − θ/π)^τ, by Monte Carlo with 200,000 draws."""
+    g = torch.Generator().manual_seed(0)
+    d, tau, draws = 16, 3, 200_000
+    x = torch.nn.functional.normalize(torch.randn(d, generator=g, dtype=torch.float64), dim=0)
+    for angle in (0.3, 1.0, 2.0):
+        # y at a known angle from x: rotate within the plane of x and a random orthogonal direction.
+        r = torch.randn(d, generator=g, dtype=torch.float64)
+        u = torch.nn.functional.normalize(r - (r @ x) * x, dim=0)
+        y = math.cos(angle) * x + math.sin(angle) * u
+        planes = torch.randn(draws, tau, d, generator=g, dtype=torch.float64)
+        agree = ((planes @ x > 0) == (planes @ y > 0)).all(dim=-1).double().mean().item()
+        expected = collision_probability(x[None], y[None], tau).item()
+        assert expected == pytest.approx((1 - angle / math.pi) ** tau, rel=1e-6)
+        assert abs(agree - expected) < 4 * math.sqrt(expected * (1 - expected) / draws)
+
+
+def test_yoso_e_matches_a_float64_computation_with_padding():
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 37, 24, generator=g) for _ in range(3))
+    mask = torch.ones(2, 37, dtype=torch.bool)
+    mask[1, 30:] = False
+    attn = attention_zoo.build("yoso_e", num_heads=2, head_dim=24, max_seq_len=64)
+    assert attn.tau == 6 and attention_zoo.label("yoso_e") == "YOSO-E"
+    qd, kd = (torch.nn.functional.normalize(t.double(), dim=-1) for t in (q, k))
+    weights = (1 - torch.arccos((qd @ kd.transpose(-1, -2)).clamp(-1, 1)) / math.pi) ** 6
+    expected = (weights * mask[:, None, None, :]) @ v.double()
+    expected = expected / expected.norm(dim=-1, keepdim=True)
+    out = attn(q, k, v, mask)
+    rows = mask[:, None, :, None].expand_as(out)
+    torch.testing.assert_close(out.double()[rows], expected[rows], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.norm(dim=-1), torch.ones(2, 2, 37))  # N-YOSO: unit rows
+
+
+def test_yoso_e_gradients_stay_finite_when_a_query_equals_a_key():
+    q = torch.randn(1, 1, 8, 16, requires_grad=True)
+    k = q.detach().clone().requires_grad_()  # q·k = 1 exactly on the diagonal
+    v = torch.randn(1, 1, 8, 16)
+    attention_zoo.build("yoso_e", num_heads=1, head_dim=16, max_seq_len=8)(q, k, v, None).sum().backward()
+    assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
