@@ -56,6 +56,11 @@ class HeadwiseScorer(nn.Module):
         return x
 
 
+def one_hot_members(index: torch.Tensor, n: int) -> torch.Tensor:
+    """Bucket members [B, H, buckets, size] (token indices) → a 0/1 matrix [B, H, buckets, n]."""
+    return torch.zeros(*index.shape[:3], n, device=index.device).scatter_(-1, index, 1.0)
+
+
 @register("learned_hash", LearnedHashOptions)
 class LearnedHashAttention(Attention):
     subquadratic = True
@@ -93,8 +98,7 @@ class LearnedHashAttention(Attention):
         """Dense [B, H, n, n] bool: keys sharing a bucket with each query (for analysis at small n)."""
         _, _, query_index, key_index = self.memberships(q.float(), k.float(), mask)
         n = q.shape[2]
-        in_q = torch.zeros(*query_index.shape[:3], n, device=q.device).scatter_(-1, query_index, 1.0)
-        in_k = torch.zeros(*key_index.shape[:3], n, device=q.device).scatter_(-1, key_index, 1.0)
+        in_q, in_k = one_hot_members(query_index, n), one_hot_members(key_index, n)
         return (in_q.transpose(-1, -2) @ in_k > 0) & mask[:, None, None, :]
 
     def forward(self, q, k, v, mask=None):
@@ -140,9 +144,8 @@ class LearnedHashAttention(Attention):
         n = q.shape[2]
         real = mask[:, None, :, None].to(q.dtype)
         phi_q, phi_k = self._positive_features(q, True) * real, self._positive_features(k, True) * real
-        key_member = torch.zeros(*key_index.shape[:3], n, device=q.device).scatter_(-1, key_index, 1.0)
-        query_member = torch.zeros(*query_index.shape[:3], n, device=q.device).scatter_(-1, query_index, 1.0)
-        key_member, query_member = key_member * real.transpose(-1, -2), query_member * real.transpose(-1, -2)
+        key_member = one_hot_members(key_index, n) * real.transpose(-1, -2)
+        query_member = one_hot_members(query_index, n) * real.transpose(-1, -2)
         utility_q = phi_q @ (phi_k.transpose(-1, -2) @ key_member.transpose(-1, -2))  # [B, H, n, buckets]
         utility_k = phi_k @ (phi_q.transpose(-1, -2) @ query_member.transpose(-1, -2))
 

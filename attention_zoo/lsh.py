@@ -48,9 +48,12 @@ class LSHAttention(Attention):
     def attended_keys(self, q, k, mask):
         """Dense [B, H, n, n] bool: which keys each query attends to (for analysis at small n)."""
         query_order, key_order, chunks, size = self.sorted_chunks(q.float(), k.float(), mask)
-        n = q.shape[2]
-        query_chunk = torch.empty_like(query_order).scatter_(-1, query_order, torch.arange(n, device=q.device).expand_as(query_order) // size)
-        key_chunk = torch.empty_like(key_order).scatter_(-1, key_order, torch.arange(n, device=q.device).expand_as(key_order) // size)
+        chunk_of_slot = torch.arange(q.shape[2], device=q.device).expand_as(query_order) // size
+
+        def chunk_of_position(order):  # position order[..., s] sits in slot s
+            return torch.empty_like(order).scatter_(-1, order, chunk_of_slot)
+
+        query_chunk, key_chunk = chunk_of_position(query_order), chunk_of_position(key_order)
         return (query_chunk.unsqueeze(-1) == key_chunk.unsqueeze(-2)) & mask[:, None, None, :]
 
     @in_float32

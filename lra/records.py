@@ -3,6 +3,7 @@ evaluation and at the end) and facts about where a run ran."""
 
 from __future__ import annotations
 
+import functools
 import platform
 import resource
 import subprocess
@@ -19,6 +20,7 @@ HISTORY = "history.json"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+@functools.lru_cache(maxsize=None)  # HEAD does not move during a run: ask git once
 def git_commit() -> str:
     """HEAD of the checkout this package runs from, with ``-dirty`` if tracked files changed."""
     try:

@@ -50,10 +50,6 @@ class TokenSplit:
     def __len__(self) -> int:
         return len(self.labels)
 
-    @property
-    def num_documents(self) -> int:
-        return len(self.tokens)
-
     def lengths(self, document: int = 0) -> np.ndarray:
         return np.diff(self.offsets[document])
 
