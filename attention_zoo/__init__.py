@@ -8,6 +8,6 @@
 from attention_zoo.registry import Attention, Backend, build, get, label, make_options, names, register
 
 # Importing a backend module registers it.
-from attention_zoo import learned_hash, linformer, longformer, lsh, none, nystrom, performer, reformer, softmax, yoso_e  # noqa: E402,F401
+from attention_zoo import learned_hash, linformer, longformer, lsh, none, nystrom, performer, reformer, softmax, yoso, yoso_e  # noqa: E402,F401
 
 __all__ = ["Attention", "Backend", "build", "get", "label", "make_options", "names", "register"]

@@ -6,6 +6,10 @@ normalized per row, Y_i / ‖Y_i‖₂ (N-YOSO). q̂·k̂ is clamped to [−1 + 
 infinite derivative at ±1, and the clamp keeps gradients finite (the reference scales by 0.98
 instead, which changes the values too). ``hash_code_len`` τ defaults to log2 of the padded
 sequence length (``max_seq_len``), as the paper's LRA runs.
+
+``backward``: ``exact`` differentiates the expression (autograd); ``lower_bound`` uses the paper's
+eq. 4 surrogate ∇_Q = [(∇_Y Vᵀ) ⊙ (τ/2) E] K (∇_K symmetric), the expectation of plain YOSO's
+sampled backward.
 """
 
 from __future__ import annotations
@@ -26,12 +30,40 @@ CLAMP = 1e-6
 @dataclass
 class YosoEOptions:
     hash_code_len: Optional[int] = None  # τ; None: ceil(log2(max_seq_len))
+    backward: str = "exact"  # exact | lower_bound
 
 
 def collision_probability(q: torch.Tensor, k: torch.Tensor, tau: int) -> torch.Tensor:
     """(1 − arccos(q̂·k̂)/π)^τ for unit rows q̂ [..., n, d] and k̂ [..., m, d] → [..., n, m]."""
     cosine = (q @ k.transpose(-1, -2)).clamp(-1 + CLAMP, 1 - CLAMP)
     return (1 - torch.arccos(cosine) / math.pi) ** tau
+
+
+class LowerBoundExpectation(torch.autograd.Function):
+    """Y = (E ⊙ mask) V on unit q, k; backward by the lower bound (τ/2) E in place of E'."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, key_weight, tau: int):
+        weights = collision_probability(q, k, tau) * key_weight[:, None, None, :]
+        ctx.save_for_backward(q, k, v, weights)
+        ctx.tau = tau
+        return weights @ v
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, weights = ctx.saved_tensors
+        surrogate = (grad @ v.transpose(-1, -2)) * weights * (ctx.tau / 2)
+        return surrogate @ k, surrogate.transpose(-1, -2) @ q, weights.transpose(-1, -2) @ grad, None, None
+
+
+def expectation_attention(q, k, v, key_weight, tau: int, backward: str = "exact") -> torch.Tensor:
+    """ℓ2-normalized (E ⊙ mask) V for q, k, v [..., n, ·] in any float dtype (float64 for gradcheck)."""
+    q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    if backward == "lower_bound":
+        out = LowerBoundExpectation.apply(q, k, v, key_weight, tau)
+    else:
+        out = (collision_probability(q, k, tau) * key_weight[:, None, None, :]) @ v
+    return F.normalize(out, dim=-1)
 
 
 @register("yoso_e", YosoEOptions)
@@ -44,8 +76,11 @@ class YosoEAttention(Attention):
     def label(cls, options: YosoEOptions) -> str:
         return "YOSO-E"
 
+    def __init__(self, num_heads, head_dim, max_seq_len, options):
+        super().__init__(num_heads, head_dim, max_seq_len, options)
+        if options.backward not in ("exact", "lower_bound"):
+            raise ValueError(f"attention.backward must be one of exact, lower_bound, got '{options.backward}'")
+
     @in_float32
     def forward(self, q, k, v, mask):
-        weights = collision_probability(F.normalize(q, dim=-1), F.normalize(k, dim=-1), self.tau)
-        out = (weights * mask[:, None, None, :].to(q.dtype)) @ v
-        return F.normalize(out, dim=-1)
+        return expectation_attention(q, k, v, mask.to(q.dtype), self.tau, self.options.backward)

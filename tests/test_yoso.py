@@ -49,3 +49,32 @@ def test_yoso_e_gradients_stay_finite_when_a_query_equals_a_key():
     v = torch.randn(1, 1, 8, 16)
     attention_zoo.build("yoso_e", num_heads=1, head_dim=16, max_seq_len=8)(q, k, v, None).sum().backward()
     assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
+
+
+def test_yoso_e_passes_gradcheck_in_float64():
+    from attention_zoo.yoso_e import expectation_attention
+
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 9, 6, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = torch.ones(1, 9, dtype=torch.float64)
+    mask[0, 7:] = 0
+    assert torch.autograd.gradcheck(lambda q, k, v: expectation_attention(q, k, v, mask, 4), (q, k, v))
+
+
+def test_yoso_e_lower_bound_backward_equals_the_dense_formula():
+    """∇_Q = [(∇_Y Vᵀ) ⊙ (τ/2) E] K, ∇_K = [..]ᵀ Q, ∇_V = Eᵀ ∇_Y (paper eq. 4), all in float64."""
+    from attention_zoo.yoso_e import LowerBoundExpectation
+
+    g = torch.Generator().manual_seed(3)
+    q, k = (torch.nn.functional.normalize(torch.randn(2, 2, 11, 8, generator=g, dtype=torch.float64), dim=-1)
+            for _ in range(2))
+    v, grad = (torch.randn(2, 2, 11, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    mask = torch.ones(2, 11, dtype=torch.float64)
+    mask[1, 8:] = 0
+    tau = 5
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    LowerBoundExpectation.apply(*leaves, mask, tau).backward(grad)
+    e = (1 - torch.arccos(q @ k.transpose(-1, -2)) / math.pi) ** tau * mask[:, None, None, :]
+    surrogate = (grad @ v.transpose(-1, -2)) * e * tau / 2
+    for leaf, expected in zip(leaves, (surrogate @ k, surrogate.transpose(-1, -2) @ q, e.transpose(-1, -2) @ grad)):
+        torch.testing.assert_close(leaf.grad, expected, rtol=1e-10, atol=1e-12)

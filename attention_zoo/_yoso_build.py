@@ -1,0 +1,169 @@
+"""Build and load the compiled YOSO kernels of ``csrc/yoso`` with torch.utils.cpp_extension (ninja).
+
+The CPU extension is compiled on first use; the CUDA extension (the CPU kernels plus the ``.cu``
+kernels) when CUDA tensors first need it. Builds go to ``$LRA_KERNEL_CACHE`` (default
+``~/.cache/lra-harness/kernels``) under a name that includes a hash of the sources and the torch
+version, so an edited kernel or a new torch rebuilds and concurrent jobs share one build.
+CUDA architectures: ``TORCH_CUDA_ARCH_LIST`` if set (the Docker image sets it), else the current
+GPU's compute capability. CPU code is compiled for ``-march=native`` (the build name includes the
+CPU's identity) unless ``LRA_KERNEL_CPU_ARCH`` names a portable target. Precompile with ``python -m attention_zoo._yoso_build cpu cuda``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import platform
+import shutil
+from pathlib import Path
+from types import ModuleType
+from typing import Dict
+
+import torch
+
+SOURCE_DIR = Path(__file__).resolve().parents[1] / "csrc" / "yoso"
+CPU_SOURCES = ["yoso_cpu.cpp"]
+CUDA_SOURCES = ["yoso_cpu.cpp", "yoso_cuda.cpp", "yoso_cuda_kernels.cu"]
+HEADERS = ["yoso_math.h", "yoso_cuda_kernels.h"]
+
+
+class KernelUnavailable(RuntimeError):
+    """The compiled kernels cannot be built or loaded here; the message says why and what to do."""
+
+
+_loaded: Dict[str, ModuleType] = {}
+_failed: Dict[str, str] = {}
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("LRA_KERNEL_CACHE") or Path.home() / ".cache" / "lra-harness" / "kernels"
+    return Path(root)
+
+
+def _cpu_identity() -> bytes:
+    """The CPU's model and feature flags: builds use -march=native, so a kernel cache shared between
+    different machines (a cluster's home directory) must not hand one machine another's build."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor().encode()
+    return "".join(sorted({line for line in lines if line.startswith(("model name", "flags"))})).encode()
+
+
+def cpu_arch() -> str:
+    """The -march of CPU code: $LRA_KERNEL_CPU_ARCH (e.g. x86-64-v3 for a portable image), else native."""
+    return os.environ.get("LRA_KERNEL_CPU_ARCH", "native")
+
+
+def _source_hash(files) -> str:
+    digest = hashlib.sha256(torch.__version__.encode() + cpu_arch().encode())
+    if cpu_arch() == "native":
+        digest.update(_cpu_identity())
+    for name in sorted(set(files) | set(HEADERS)):
+        digest.update(name.encode() + (SOURCE_DIR / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _cuda_arch_list() -> str:
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return os.environ["TORCH_CUDA_ARCH_LIST"]
+    major, minor = torch.cuda.get_device_capability()
+    return f"{major}.{minor}"
+
+
+def _check_toolchain(kind: str) -> None:
+    if not SOURCE_DIR.is_dir():
+        raise KernelUnavailable(
+            f"the YOSO kernel sources are not at {SOURCE_DIR}; install the project from its source tree "
+            "(pip install -e .) or set attention.impl=torch"
+        )
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        raise KernelUnavailable(
+            f"no C++ compiler ('{compiler}') to build the YOSO kernels; install one (e.g. apt install g++) "
+            "or set attention.impl=torch to run the pure-PyTorch implementation"
+        )
+    if kind == "cuda":
+        from torch.utils.cpp_extension import CUDA_HOME
+
+        if not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+            raise KernelUnavailable(
+                "CUDA kernels requested but torch sees no CUDA device (to build ahead of time without one, "
+                "set TORCH_CUDA_ARCH_LIST)"
+            )
+        if torch.version.cuda is None or CUDA_HOME is None:
+            raise KernelUnavailable(
+                "cannot build the YOSO CUDA kernels: "
+                + ("this torch has no CUDA support" if torch.version.cuda is None else "nvcc not found (set CUDA_HOME)")
+                + "; install the CUDA toolkit matching torch.version.cuda, or set attention.impl=torch"
+            )
+
+
+def load(kind: str) -> ModuleType:
+    """The compiled extension for ``kind`` ('cpu' or 'cuda'), building it if needed.
+
+    Raises :class:`KernelUnavailable` (every later call too, without retrying) when it cannot be built.
+    """
+    if kind in _loaded:
+        return _loaded[kind]
+    if kind in _failed:
+        raise KernelUnavailable(_failed[kind])
+    try:
+        _check_toolchain(kind)
+        module = _build(kind)
+    except KernelUnavailable as error:
+        _failed[kind] = str(error)
+        raise
+    except Exception as error:  # compiler errors arrive as RuntimeError/CalledProcessError/ImportError
+        detail = str(error).strip().splitlines()
+        _failed[kind] = (
+            f"building the YOSO {kind.upper()} kernels failed: {' | '.join(detail[-6:])}; rerun with "
+            "LRA_KERNEL_VERBOSE=1 for the compiler output, or set attention.impl=torch"
+        )
+        raise KernelUnavailable(_failed[kind]) from error
+    _loaded[kind] = module
+    return module
+
+
+def _build(kind: str) -> ModuleType:
+    from torch.utils.cpp_extension import load as load_extension
+
+    sources = CUDA_SOURCES if kind == "cuda" else CPU_SOURCES
+    name = f"lra_yoso_{kind}_{_source_hash(sources)}"
+    build_directory = cache_dir() / name
+    build_directory.mkdir(parents=True, exist_ok=True)
+    cflags = ["-O3", "-std=c++17", f"-march={cpu_arch()}"] + (["-DYOSO_WITH_CUDA"] if kind == "cuda" else [])
+    arch_before = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if kind == "cuda":
+        os.environ["TORCH_CUDA_ARCH_LIST"] = _cuda_arch_list()
+    try:
+        return load_extension(
+            name=name,
+            sources=[str(SOURCE_DIR / source) for source in sources],
+            extra_cflags=cflags,
+            extra_cuda_cflags=["-O3", "-std=c++17"],
+            extra_include_paths=[str(SOURCE_DIR)],
+            build_directory=str(build_directory),
+            with_cuda=kind == "cuda",
+            verbose=os.environ.get("LRA_KERNEL_VERBOSE") == "1",
+        )
+    finally:
+        if kind == "cuda":
+            if arch_before is None:
+                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+            else:
+                os.environ["TORCH_CUDA_ARCH_LIST"] = arch_before
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description="Precompile the YOSO kernels into the kernel cache.")
+    parser.add_argument("kinds", nargs="+", choices=["cpu", "cuda"])
+    for kind in parser.parse_args(argv).kinds:
+        if kind == "cuda" and not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+            parser.error("building the CUDA kernels without a GPU needs TORCH_CUDA_ARCH_LIST (e.g. '8.0 9.0')")
+        print(f"{kind}: {load(kind).__file__}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""The three operations of YOSO attention — hashing, LSH cumulation, exact-derivative pair
+gradients — as compiled kernels (``csrc/yoso``) and as a vectorized pure-PyTorch reference of the
+same algorithm, behind one dispatch on ``impl``.
+
+Shapes: B = batch·heads, m hashes, τ bits, n tokens, d head dim, dv value dim.
+
+- Hashing (Andoni et al. 2015): x ↦ H D3 H D2 H D1 x, H the unnormalized Walsh–Hadamard matrix on
+  P = next power of two ≥ d coordinates, Di random ±1 diagonals. A code's τ bits come from τ
+  independent products (product g·τ + t gives bit t of hashes g·P … g·P + P − 1), so τ·⌈m/P⌉
+  products. Cutting one product into ⌊P/τ⌋ codes, as the reference does, takes a code's bits from
+  orthogonal directions of one rotation, which are not independent: the collision rate then misses
+  (1 − θ/π)^τ (0.121 against 0.131 at θ = 1.25, τ = 4, d = 32, 40,000 draws). The dense Gaussian
+  projection is an option.
+- Cumulation: (1/m) Σ_h Σ_t w^q_{h,t,i} T_h[c_h(q_i), t] with T_h[c, t] = Σ_{j: c_h(k_j)=c} w^k_{h,t,j} v_j
+  (YOSO paper, Algorithm 1, with p weight channels t; weights [B, 1 or m, p, n]). Tables are
+  2^τ × p × dv per (batch, hash); never all at once.
+- Pair gradient ("*YOSO", paper eq. 3): (1/m) Σ_h Σ_{o colliding with s} mask_o (s_s·w_o) ρ(a_s·o_o) o_o
+  with ρ(x) = f'(x)/f(x) = τ / ((π − arccos x) √(1 − x²)), f(x) = (1 − arccos(x)/π)^τ, x clamped.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Optional
+
+import torch
+
+from attention_zoo import _yoso_build
+from attention_zoo._yoso_build import KernelUnavailable
+
+IMPLS = ("auto", "cuda", "cpu", "torch")
+MAX_CODE_LENGTH = 20
+DEFAULT_WORKSPACE_BYTES = 256 * 2**20  # hash tables alive at once (CUDA kernels, PyTorch reference)
+_warned = set()
+
+
+class KernelFallbackWarning(UserWarning):
+    """impl=auto could not use the compiled kernels and runs the pure-PyTorch implementation."""
+
+
+def resolve_impl(impl: str, device: torch.device) -> str:
+    """'kernel' or 'torch' for tensors on ``device``; loud about any fallback."""
+    if impl not in IMPLS:
+        raise ValueError(f"attention.impl must be one of {', '.join(IMPLS)}, got '{impl}'")
+    if impl == "torch":
+        return "torch"
+    kind = device.type
+    if impl in ("cpu", "cuda"):
+        if kind != impl:
+            raise ValueError(f"attention.impl={impl} but the tensors are on {kind}; use impl=auto or impl={kind}")
+        _yoso_build.load(kind)
+        return "kernel"
+    if kind not in ("cpu", "cuda"):
+        reason = f"there are no compiled YOSO kernels for {kind} tensors"
+    else:
+        try:
+            _yoso_build.load(kind)
+            return "kernel"
+        except KernelUnavailable as error:
+            reason = str(error)
+    if kind not in _warned:
+        _warned.add(kind)
+        warnings.warn(
+            f"YOSO falls back to the pure-PyTorch implementation (slower): {reason}. "
+            "Set attention.impl=torch to choose it explicitly.",
+            KernelFallbackWarning,
+            stacklevel=3,
+        )
+    return "torch"
+
+
+# ----------------------------------------------------------------------------------- hashing
+
+
+def padded_dim(head_dim: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(head_dim, 1))))
+
+
+def num_products(num_hashes: int, head_dim: int, tau: int) -> int:
+    return tau * math.ceil(num_hashes / padded_dim(head_dim))
+
+
+def hadamard(x: torch.Tensor) -> torch.Tensor:
+    """Unnormalized Walsh–Hadamard transform of the last dimension (a power of two), pairing
+    positions p and p + h in blocks of 2h for h = 1, 2, 4, … exactly as the kernels do."""
+    size, shape, half = x.shape[-1], x.shape, 1
+    while half < size:
+        x = x.reshape(-1, size // (2 * half), 2, half)
+        x = torch.stack((x[:, :, 0] + x[:, :, 1], x[:, :, 0] - x[:, :, 1]), dim=2)
+        half *= 2
+    return x.reshape(shape)
+
+
+def codes_from_signs(projected: torch.Tensor, tau: int) -> torch.Tensor:
+    """[..., c·τ] projections → [..., c] int32 codes, bit t = (coordinate t of the code > 0)."""
+    bits = (projected > 0).reshape(*projected.shape[:-1], -1, tau).to(torch.int32)
+    return (bits << torch.arange(tau, device=bits.device, dtype=torch.int32)).sum(-1, dtype=torch.int32)
+
+
+def fast_hash_torch(x: torch.Tensor, diagonals: torch.Tensor, num_hashes: int, tau: int) -> torch.Tensor:
+    batch, n, d = x.shape
+    products, size = diagonals.shape[1], diagonals.shape[3]
+    codes = torch.empty(batch, num_hashes, n, dtype=torch.int32, device=x.device)
+    step = max(1, 2**26 // max(1, products * n * size))  # bound the [b, R, n, P] intermediate
+    for start in range(0, batch, step):
+        diag = diagonals[start : start + step, :, :, None, :]  # [b, R, 3, 1, P]
+        y = torch.nn.functional.pad(x[start : start + step], (0, size - d))[:, None] * diag[:, :, 0]
+        y = hadamard(hadamard(hadamard(y) * diag[:, :, 1]) * diag[:, :, 2])  # [b, R = G·τ, n, P]
+        y = y.reshape(y.shape[0], -1, tau, n, size).permute(0, 1, 4, 3, 2)  # [b, G, P, n, τ]
+        chunk = codes_from_signs(y, tau).reshape(y.shape[0], -1, n)  # hash g·P + c
+        codes[start : start + step] = chunk[:, :num_hashes]
+    return codes
+
+
+def gaussian_hash(x: torch.Tensor, projection: torch.Tensor, tau: int) -> torch.Tensor:
+    """Dense option: signs of x @ projection [B, d, m·τ] → codes [B, m, n] (a matmul on any device)."""
+    return codes_from_signs(x @ projection, tau).transpose(1, 2).contiguous()
+
+
+def fast_hash(x, diagonals, num_hashes: int, tau: int, impl: str) -> torch.Tensor:
+    x, diagonals = _f32(x), _f32(diagonals)
+    if impl == "kernel":
+        return _yoso_build.load(x.device.type).fast_hash(x, diagonals, num_hashes, tau)
+    return fast_hash_torch(x, diagonals, num_hashes, tau)
+
+
+# -------------------------------------------------------------------------------- cumulation
+
+
+def cumulation_torch(codes_q, codes_k, weight_q, weight_k, values, tau, workspace_bytes=DEFAULT_WORKSPACE_BYTES):
+    batch, m, nq = codes_q.shape
+    nk, dv = values.shape[1:]
+    channels, rows = weight_q.shape[2], 1 << tau
+    out = values.new_zeros(batch, nq, dv)
+    flat_codes_q, flat_codes_k = codes_q.reshape(batch * m, nq).long(), codes_k.reshape(batch * m, nk).long()
+    flat_wq = weight_q.expand(batch, m, channels, nq).reshape(batch * m, channels, nq)
+    flat_wk = weight_k.expand(batch, m, channels, nk).reshape(batch * m, channels, nk)
+    step = max(1, workspace_bytes // ((rows + nq + nk) * channels * dv * 4))
+    for start in range(0, batch * m, step):
+        pairs = torch.arange(start, min(start + step, batch * m), device=values.device)
+        local = torch.arange(len(pairs), device=values.device)[:, None] * rows
+        table = values.new_zeros(len(pairs) * rows, channels, dv)
+        contributions = flat_wk[pairs].transpose(1, 2)[..., None] * values[pairs // m, :, None, :]  # [P, nk, p, dv]
+        table.index_add_(0, (local + flat_codes_k[pairs]).reshape(-1), contributions.reshape(-1, channels, dv))
+        read = table[(local + flat_codes_q[pairs]).reshape(-1)].reshape(len(pairs), nq, channels, dv)
+        out.index_add_(0, pairs // m, torch.einsum("pitl,pti->pil", read, flat_wq[pairs]))
+    return out / m
+
+
+def cumulation(codes_q, codes_k, weight_q, weight_k, values, tau: int, impl: str,
+               workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> torch.Tensor:
+    args = (codes_q.contiguous(), codes_k.contiguous(), _f32(weight_q), _f32(weight_k), _f32(values), tau)
+    if impl == "kernel":
+        return _yoso_build.load(values.device.type).cumulation(*args, workspace_bytes)
+    return cumulation_torch(*args, workspace_bytes)
+
+
+# ---------------------------------------------------------------------------- pair gradient
+
+
+def exact_ratio(x: torch.Tensor, tau: int, clamp: float) -> torch.Tensor:
+    """f'(x)/f(x) for f(x) = (1 − arccos(x)/π)^τ, at x clamped to [−clamp, clamp]."""
+    x = x.clamp(-clamp, clamp)
+    return tau / ((math.pi - torch.arccos(x)) * torch.sqrt(1 - x * x))
+
+
+def pair_gradient_torch(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp, max_pairs: int = 2**22):
+    batch, m, ns = codes_s.shape
+    no = codes_o.shape[2]
+    sorted_o, order = codes_o.sort(dim=-1)
+    first = torch.searchsorted(sorted_o, codes_s, side="left").reshape(batch * m, ns)
+    counts = torch.searchsorted(sorted_o, codes_s, side="right").reshape(batch * m, ns) - first
+    order = order.reshape(batch * m, no)
+    out = a.new_zeros(batch, ns, a.shape[2])
+    per_pair = counts.sum(-1)
+    start = 0
+    while start < batch * m:  # chunks of (batch, hash) pairs holding about max_pairs collisions
+        stop = start + 1
+        total = int(per_pair[start])
+        while stop < batch * m and total + int(per_pair[stop]) <= max_pairs:
+            total += int(per_pair[stop])
+            stop += 1
+        chunk_counts = counts[start:stop].reshape(-1)
+        owner = torch.repeat_interleave(torch.arange(chunk_counts.numel(), device=a.device), chunk_counts)
+        offset = torch.arange(owner.numel(), device=a.device) - (chunk_counts.cumsum(0) - chunk_counts)[owner]
+        pair, i = owner // ns + start, owner % ns
+        b = pair // m
+        j = order[pair, first[pair, i] + offset]
+        x = (a[b, i] * o[b, j]).sum(-1)
+        coefficient = mask_o[b, j] * (s[b, i] * w[b, j]).sum(-1) * exact_ratio(x, tau, clamp)
+        out.index_put_((b, i), coefficient[:, None] * o[b, j], accumulate=True)
+        start = stop
+    return out / m
+
+
+def pair_gradient(codes_s, codes_o, a, o, s, w, mask_o, tau: int, clamp: float, impl: str) -> torch.Tensor:
+    args = (codes_s.contiguous(), codes_o.contiguous(), _f32(a), _f32(o), _f32(s), _f32(w), _f32(mask_o), tau)
+    if impl == "kernel":
+        return _yoso_build.load(a.device.type).pair_gradient(*args, clamp)
+    return pair_gradient_torch(*args, clamp)
+
+
+def _f32(x: Optional[torch.Tensor]) -> torch.Tensor:
+    return x.to(torch.float32).contiguous()

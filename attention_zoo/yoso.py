@@ -1,0 +1,229 @@
+"""YOSO-m and YOSO-C (Zeng et al., ICML 2021): attention by LSH-based Bernoulli sampling.
+
+Q and K are L2-normalized per token; m hashes of τ sign bits (fast Hadamard hashing, or a dense
+Gaussian projection) put queries and keys in buckets, and Y_i = (1/m) Σ_h Σ_{j: same bucket} v_j —
+an unbiased estimate of Σ_j (1 − arccos(q̂_i·k̂_j)/π)^τ v_j (paper eq. 2) at O(n·m·d) — normalized per
+row (N-YOSO). Backward (``backward``):
+
+- ``lower_bound`` (plain "YOSO", paper eq. 4): ∇̂_Q = [(∇_Y Vᵀ) ⊙ (τ/2) E] K, E the collision
+  probabilities, sampled with the forward's buckets. The per-pair weight ∇_Y,i·v_j is estimated by a
+  Rademacher projection per hash, (∇_Y,i·r_h)(v_j·r_h), which is unbiased and makes each gradient
+  one cumulation (linear in d) instead of d_v of them. ∇_K symmetric, ∇_V = Eᵀ∇_Y by the cumulation
+  with queries and keys swapped.
+- ``exact`` ("*YOSO", paper eq. 3): each colliding pair weighted by f'(x)/f(x) (importance
+  sampling of the true derivative), x = q̂·k̂ clamped to ±``exact_clamp``; cost grows with the
+  number of collisions.
+- ``expectation``: the dense gradient of YOSO-E (O(n²)), for studies.
+
+``impl``: ``auto`` (the compiled kernels for the tensors' device, with a warning if they cannot be
+built), ``cpu``/``cuda`` (the kernels or an error), ``torch`` (the vectorized PyTorch reference).
+Random draws come from the global (seeded) generator in training and from a per-module seed in
+evaluation. YOSO-C adds a depthwise convolution of the masked V along the sequence (one filter per
+head, no bias) to the normalized output.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from attention_zoo import _yoso_ops as ops
+from attention_zoo._common import in_float32
+from attention_zoo.registry import Attention, register
+from attention_zoo.yoso_e import collision_probability
+
+BACKWARDS = ("lower_bound", "exact", "expectation")
+HASHINGS = ("hadamard", "gaussian")
+
+
+@dataclass
+class YosoOptions:
+    num_hashes: int = 32  # m
+    hash_code_len: Optional[int] = None  # τ; None: ceil(log2(max_seq_len))
+    backward: str = "lower_bound"  # lower_bound | exact | expectation
+    hashing: str = "hadamard"  # hadamard | gaussian
+    impl: str = "auto"  # auto | cuda | cpu | torch
+    backward_projections: int = 4  # lower_bound: p of the d_v projections per hash; p >= d_v: exact weights
+    exact_clamp: float = 0.99  # *YOSO: |q̂·k̂| at which the derivative is evaluated at most
+    workspace_mb: int = 256  # hash tables alive at once (CUDA kernels and the PyTorch path)
+
+
+@dataclass
+class YosoCOptions(YosoOptions):
+    num_hashes: int = 16
+    conv_window: int = 33
+
+
+@dataclass(frozen=True)
+class Setup:
+    tau: int
+    backward: str
+    impl: str
+    exact_clamp: float
+    workspace_bytes: int
+
+
+@dataclass
+class Draws:
+    diagonals: Optional[torch.Tensor]  # [B, R, 3, P] ±1 (hadamard)
+    projection: Optional[torch.Tensor]  # [B, d, m·τ] (gaussian)
+    projections: torch.Tensor  # [B, m, p, dv], the lower-bound backward's projections
+
+
+def value_projections(batch: int, num_hashes: int, value_dim: int, count: int,
+                      generator: Optional[torch.Generator]) -> torch.Tensor:
+    """[B, m, p, dv] with E[Σ_t r_t r_tᵀ] = I: p rows, without replacement, of a randomly signed
+    Hadamard basis of P = 2^⌈log2 dv⌉ (truncated to dv), scaled by 1/√p; so Σ_t (g·r_t)(v·r_t) is
+    unbiased for g·v, and exact for p ≥ dv (then the plain basis, no randomness)."""
+    if count >= value_dim:
+        return torch.eye(value_dim).expand(batch, num_hashes, value_dim, value_dim)
+    size = 1 << math.ceil(math.log2(value_dim))
+    basis = ops.hadamard(torch.eye(size))
+    signs = torch.randint(0, 2, (batch, num_hashes, 1, size), generator=generator) * 2 - 1
+    rows = torch.rand(batch, num_hashes, size, generator=generator).argsort(-1)[..., :count]
+    return (signs * basis[rows] / math.sqrt(count))[..., :value_dim]
+
+
+def draw(batch: int, head_dim: int, value_dim: int, num_hashes: int, tau: int, hashing: str, projections: int,
+         generator: Optional[torch.Generator], device) -> Draws:
+    """Every random number one YOSO call uses, from ``generator`` (None: the global generator)."""
+
+    def signs(*shape):
+        return (torch.randint(0, 2, shape, generator=generator) * 2 - 1).float().to(device)
+
+    if hashing == "hadamard":
+        diagonals = signs(batch, ops.num_products(num_hashes, head_dim, tau), 3, ops.padded_dim(head_dim))
+        projection = None
+    else:
+        diagonals = None
+        projection = torch.randn(batch, head_dim, num_hashes * tau, generator=generator).to(device)
+    rows = value_projections(batch, num_hashes, value_dim, projections, generator)
+    return Draws(diagonals, projection, rows.float().to(device))
+
+
+def hash_codes(x: torch.Tensor, draws: Draws, num_hashes: int, tau: int, impl: str) -> torch.Tensor:
+    """int32 codes [B, m, n] of the unit rows of x [B, n, d]."""
+    if draws.diagonals is not None:
+        return ops.fast_hash(x, draws.diagonals, num_hashes, tau, impl)
+    return ops.gaussian_hash(x, draws.projection, tau)
+
+
+class YosoCumulation(torch.autograd.Function):
+    """Y = (1/m) Σ_h B_h V on unit q, k [B, n, d], v [B, n, dv], key weights [B, n] (0 = padding)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, key_weight, codes_q, codes_k, projections, setup: Setup):
+        ctx.save_for_backward(q, k, v, key_weight, codes_q, codes_k, projections)
+        ctx.setup = setup
+        ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
+        return ops.cumulation(codes_q, codes_k, ones, key_weight[:, None, None], v, setup.tau, setup.impl,
+                              setup.workspace_bytes)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, key_weight, codes_q, codes_k, projections = ctx.saved_tensors
+        s = ctx.setup
+        grad = grad.float().contiguous()
+        if s.backward == "expectation":
+            return (*expectation_gradients(q, k, v, key_weight, grad, s.tau), None, None, None, None, None)
+        ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
+        grad_v = ops.cumulation(codes_k, codes_q, key_weight[:, None, None], ones, grad, s.tau, s.impl,
+                                s.workspace_bytes)
+        if s.backward == "lower_bound":  # the p projections are the cumulation's weight channels
+            grad_r = torch.einsum("bnl,bhtl->bhtn", grad, projections).contiguous()
+            value_r = torch.einsum("bnl,bhtl->bhtn", v, projections) * key_weight[:, None, None]
+            half_tau = s.tau / 2
+            grad_q = ops.cumulation(codes_q, codes_k, grad_r, value_r, half_tau * k, s.tau, s.impl, s.workspace_bytes)
+            grad_k = ops.cumulation(codes_k, codes_q, value_r, grad_r, half_tau * q, s.tau, s.impl, s.workspace_bytes)
+        else:
+            grad_q = ops.pair_gradient(codes_q, codes_k, q, k, grad, v, key_weight, s.tau, s.exact_clamp, s.impl)
+            grad_k = ops.pair_gradient(codes_k, codes_q, k, q, v, grad, torch.ones_like(ones[:, 0, 0]), s.tau,
+                                       s.exact_clamp, s.impl) * key_weight[..., None]
+        return grad_q, grad_k, grad_v, None, None, None, None, None
+
+
+def expectation_gradients(q, k, v, key_weight, grad, tau):
+    """∇ of (E ⊙ mask) V with E = (1 − arccos(q̂·k̂)/π)^τ, densely (the YOSO-E gradient)."""
+    with torch.enable_grad():
+        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+        y = (collision_probability(q, k, tau) * key_weight[:, None, :]) @ v
+        return torch.autograd.grad(y, (q, k, v), grad)
+
+
+def _check_choice(name: str, value: str, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"attention.{name} must be one of {', '.join(choices)}, got '{value}'")
+
+
+@register("yoso", YosoOptions)
+class YosoAttention(Attention):
+    subquadratic = True
+
+    def __init__(self, num_heads, head_dim, max_seq_len, options):
+        super().__init__(num_heads, head_dim, max_seq_len, options)
+        _check_choice("backward", options.backward, BACKWARDS)
+        _check_choice("hashing", options.hashing, HASHINGS)
+        _check_choice("impl", options.impl, ops.IMPLS)
+        if not 1 <= self.tau <= ops.MAX_CODE_LENGTH:
+            raise ValueError(f"attention.hash_code_len must be in [1, {ops.MAX_CODE_LENGTH}], got {self.tau}")
+        if options.backward_projections < 1:
+            raise ValueError(f"attention.backward_projections must be at least 1, got {options.backward_projections}")
+        if options.num_hashes < 1:
+            raise ValueError(f"attention.num_hashes must be at least 1, got {options.num_hashes}")
+        self.register_buffer("rotation_seed", torch.randint(0, 2**62, ()))
+
+    @property
+    def tau(self) -> int:
+        return self.options.hash_code_len or max(1, math.ceil(math.log2(max(2, self.max_seq_len))))
+
+    @classmethod
+    def label(cls, options: YosoOptions) -> str:
+        star = "*" if options.backward == "exact" else ""
+        return f"{star}YOSO-{options.num_hashes}"
+
+    def sample(self, q, k, v, mask):
+        """Unnormalized YOSO-m output [B·H, n, dv] of q, k, v [B, H, n, ·]."""
+        batch, heads, n, d = q.shape
+        flat = batch * heads
+        qn = F.normalize(q, dim=-1).reshape(flat, n, d)
+        kn = F.normalize(k, dim=-1).reshape(flat, n, d)
+        key_weight = mask.to(q.dtype).repeat_interleave(heads, dim=0)
+        o = self.options
+        impl = ops.resolve_impl(o.impl, q.device)
+        generator = None if self.training else torch.Generator().manual_seed(int(self.rotation_seed))
+        draws = draw(flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing, o.backward_projections, generator,
+                     q.device)
+        with torch.no_grad():
+            codes_q = hash_codes(qn.detach(), draws, o.num_hashes, self.tau, impl)
+            codes_k = hash_codes(kn.detach(), draws, o.num_hashes, self.tau, impl)
+        setup = Setup(self.tau, o.backward, impl, o.exact_clamp, o.workspace_mb * 2**20)
+        return YosoCumulation.apply(qn, kn, v.reshape(flat, n, -1), key_weight, codes_q, codes_k,
+                                    draws.projections, setup)
+
+    @in_float32
+    def forward(self, q, k, v, mask):
+        y = self.sample(q, k, v, mask)
+        return F.normalize(y, dim=-1).reshape(v.shape)
+
+
+@register("yoso_c", YosoCOptions)
+class YosoCAttention(YosoAttention):
+    def __init__(self, num_heads, head_dim, max_seq_len, options):
+        super().__init__(num_heads, head_dim, max_seq_len, options)
+        window = options.conv_window
+        self.conv = torch.nn.Conv2d(num_heads, num_heads, (window, 1), padding=(window // 2, 0), bias=False,
+                                    groups=num_heads)
+
+    @classmethod
+    def label(cls, options: YosoCOptions) -> str:
+        star = "*" if options.backward == "exact" else ""
+        return f"{star}YOSO-C-{options.num_hashes}"
+
+    @in_float32
+    def forward(self, q, k, v, mask):
+        y = F.normalize(self.sample(q, k, v, mask), dim=-1).reshape(v.shape)
+        return y + self.conv(v * mask[:, None, :, None].to(v.dtype))

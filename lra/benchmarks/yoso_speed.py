@@ -1,0 +1,138 @@
+"""YOSO kernel benchmark: forward and forward+backward time and peak memory against softmax.
+
+    python -m lra.benchmarks.yoso_speed [--device cpu|cuda] [--lengths 512 1024 ...]
+
+Cells (batch·heads 16, head_dim 32 by default): eager softmax (materialises n × n), PyTorch's SDPA,
+YOSO-m on the compiled kernels for m = 16, 32, 64, and YOSO-32 on the vectorized pure-PyTorch
+implementation (``impl=torch``). Each cell runs in a fresh subprocess, so its peak memory is its
+own (CPU: peak resident set above the inputs; CUDA: the allocator's peak) and an out-of-memory
+cell is recorded, not fatal. Times are the best of ``--repeats`` runs after one warm-up (the
+minimum is the least disturbed by other work on a shared machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import pandas as pd
+
+CELLS = {
+    "softmax (eager)": ("eager", {}),
+    "softmax (SDPA)": ("sdpa", {}),
+    "YOSO-16": ("yoso", {"num_hashes": 16}),
+    "YOSO-32": ("yoso", {"num_hashes": 32}),
+    "YOSO-64": ("yoso", {"num_hashes": 64}),
+    "YOSO-32 (PyTorch)": ("yoso", {"num_hashes": 32, "impl": "torch"}),
+}
+
+
+def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, repeats: int) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    import attention_zoo
+
+    kind, options = CELLS[cell]
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, batch_heads, n, head_dim, device=device, requires_grad=True) for _ in range(3))
+    mask = torch.ones(1, n, dtype=torch.bool, device=device)
+    if kind == "eager":
+        def attend(q, k, v, mask):
+            return torch.softmax(q @ k.transpose(-1, -2) / head_dim**0.5, dim=-1) @ v
+    elif kind == "sdpa":
+        def attend(q, k, v, mask):
+            return F.scaled_dot_product_attention(q, k, v)
+    else:
+        attend = attention_zoo.build(kind, num_heads=batch_heads, head_dim=head_dim, max_seq_len=n, **options)
+        attend = attend.to(device).train()
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    def timed(step):
+        times = []
+        for _ in range(repeats + 1):
+            sync()
+            start = time.perf_counter()
+            step()
+            sync()
+            times.append(time.perf_counter() - start)
+        return min(times[1:])
+
+    def forward_backward():
+        attend(q, k, v, mask).square().sum().backward()
+
+    with torch.no_grad():
+        attend(q, k, v, mask)  # builds the kernels before anything is measured
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        baseline = torch.cuda.memory_allocated()
+    else:
+        baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with torch.no_grad():
+        forward = timed(lambda: attend(q, k, v, mask))
+    both = timed(forward_backward)
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() - baseline
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - baseline
+    return {"cell": cell, "n": n, "forward_ms": forward * 1e3, "forward_backward_ms": both * 1e3,
+            "peak_mb": peak / 2**20}
+
+
+def measure_in_subprocess(cell: str, n: int, device: str, batch_heads: int, head_dim: int, repeats: int) -> dict:
+    command = [sys.executable, "-m", "lra.benchmarks.yoso_speed", "--one", cell, "--lengths", str(n), "--device",
+               device, "--batch-heads", str(batch_heads), "--head-dim", str(head_dim), "--repeats", str(repeats)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        lines = result.stderr.strip().splitlines() or [f"killed (signal {-result.returncode})"]
+        reason = "out of memory" if "memory" in result.stderr.lower() or result.returncode == -9 else lines[-1]
+        return {"cell": cell, "n": n, "error": reason}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def report(rows) -> str:
+    frame = pd.DataFrame(rows)
+    parts = []
+    for column, title in (("forward_ms", "forward (ms)"), ("forward_backward_ms", "forward + backward (ms)"),
+                          ("peak_mb", "peak memory, forward + backward (MB)")):
+        if column not in frame:
+            continue
+        pivot = frame.pivot(index="cell", columns="n", values=column).reindex(list(dict.fromkeys(frame["cell"])))
+        parts.append(f"**{title}**\n\n" + pivot.to_markdown(floatfmt=".0f", missingval="OOM"))
+    return "\n\n".join(parts)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192])
+    parser.add_argument("--cells", nargs="+", default=list(CELLS), choices=list(CELLS))
+    parser.add_argument("--batch-heads", type=int, default=16)
+    parser.add_argument("--head-dim", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", help="also write the raw rows here")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(measure(args.one, args.lengths[0], args.device, args.batch_heads, args.head_dim, args.repeats)))
+        return
+    rows = []
+    for n in args.lengths:
+        for cell in args.cells:
+            rows.append(measure_in_subprocess(cell, n, args.device, args.batch_heads, args.head_dim, args.repeats))
+            print(json.dumps(rows[-1]), file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=1)
+    print(report(rows))
+
+
+if __name__ == "__main__":
+    main()
