@@ -133,17 +133,32 @@ class YosoCumulation(torch.autograd.Function):
         ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
         grad_v = ops.cumulation(codes_k, codes_q, key_weight[:, None, None], ones, grad, s.tau, s.impl,
                                 s.workspace_bytes)
-        if s.backward == "lower_bound":  # the p projections are the cumulation's weight channels
-            grad_r = torch.einsum("bnl,bhtl->bhtn", grad, projections).contiguous()
-            value_r = torch.einsum("bnl,bhtl->bhtn", v, projections) * key_weight[:, None, None]
-            half_tau = s.tau / 2
-            grad_q = ops.cumulation(codes_q, codes_k, grad_r, value_r, half_tau * k, s.tau, s.impl, s.workspace_bytes)
-            grad_k = ops.cumulation(codes_k, codes_q, value_r, grad_r, half_tau * q, s.tau, s.impl, s.workspace_bytes)
+        if s.backward == "lower_bound":
+            grad_q, grad_k = lower_bound_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s)
         else:
             grad_q = ops.pair_gradient(codes_q, codes_k, q, k, grad, v, key_weight, s.tau, s.exact_clamp, s.impl)
             grad_k = ops.pair_gradient(codes_k, codes_q, k, q, v, grad, torch.ones_like(ones[:, 0, 0]), s.tau,
                                        s.exact_clamp, s.impl) * key_weight[..., None]
         return grad_q, grad_k, grad_v, None, None, None, None, None
+
+
+def lower_bound_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s: Setup):
+    """∇Q, ∇K of eq. 4, the p projections being the cumulation's weight channels. The per-token
+    weights [B, hashes, p, n] are built for a group of hashes at a time, within the workspace."""
+    batch, m, count, n = q.shape[0], codes_q.shape[1], projections.shape[2], q.shape[1]
+    group = max(1, min(m, s.workspace_bytes // (8 * 4 * batch * count * n)))  # ≤ a quarter of it
+    grad_q, grad_k = torch.zeros_like(q), torch.zeros_like(k)
+    half_tau_q, half_tau_k = q * (s.tau / 2), k * (s.tau / 2)
+    for start in range(0, m, group):
+        hashes = slice(start, min(start + group, m))
+        rows = projections[:, hashes]
+        grad_r = torch.einsum("bnl,bhtl->bhtn", grad, rows).contiguous()
+        value_r = torch.einsum("bnl,bhtl->bhtn", v, rows) * key_weight[:, None, None]
+        share = rows.shape[1] / m  # a cumulation averages over its own hashes
+        cq, ck = codes_q[:, hashes], codes_k[:, hashes]
+        grad_q += share * ops.cumulation(cq, ck, grad_r, value_r, half_tau_k, s.tau, s.impl, s.workspace_bytes)
+        grad_k += share * ops.cumulation(ck, cq, value_r, grad_r, half_tau_q, s.tau, s.impl, s.workspace_bytes)
+    return grad_q, grad_k
 
 
 def expectation_gradients(q, k, v, key_weight, grad, tau):
