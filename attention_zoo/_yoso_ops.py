@@ -27,6 +27,7 @@ from typing import Optional
 import torch
 
 from attention_zoo import _yoso_build
+from attention_zoo._common import check_choice
 from attention_zoo._yoso_build import KernelUnavailable
 
 IMPLS = ("auto", "cuda", "cpu", "torch")
@@ -41,8 +42,7 @@ class KernelFallbackWarning(UserWarning):
 
 def resolve_impl(impl: str, device: torch.device) -> str:
     """'kernel' or 'torch' for tensors on ``device``; loud about any fallback."""
-    if impl not in IMPLS:
-        raise ValueError(f"attention.impl must be one of {', '.join(IMPLS)}, got '{impl}'")
+    check_choice("impl", impl, IMPLS)
     if impl == "torch":
         return "torch"
     kind = device.type

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attention_zoo._common import NEG_INF, in_float32
+from attention_zoo._common import NEG_INF, depthwise_sequence_conv, in_float32
 from attention_zoo.registry import Attention, register
 
 
@@ -45,8 +45,7 @@ class NystromAttention(Attention):
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
         size = options.conv_kernel_size
-        self.conv = (nn.Conv2d(num_heads, num_heads, (size, 1), padding=(size // 2, 0), groups=num_heads, bias=False)
-                     if size else None)
+        self.conv = depthwise_sequence_conv(num_heads, size) if size else None
 
     @classmethod
     def label(cls, options: NystromOptions) -> str:

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from attention_zoo import _yoso_ops as ops
-from attention_zoo._common import in_float32
+from attention_zoo._common import check_choice, depthwise_sequence_conv, in_float32
 from attention_zoo.registry import Attention, register
 from attention_zoo.yoso_e import collision_probability
 
@@ -137,8 +137,9 @@ class YosoCumulation(torch.autograd.Function):
             grad_q, grad_k = lower_bound_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s)
         else:
             grad_q = ops.pair_gradient(codes_q, codes_k, q, k, grad, v, key_weight, s.tau, s.exact_clamp, s.impl)
-            grad_k = ops.pair_gradient(codes_k, codes_q, k, q, v, grad, torch.ones_like(ones[:, 0, 0]), s.tau,
-                                       s.exact_clamp, s.impl) * key_weight[..., None]
+            every_query = q.new_ones(q.shape[0], q.shape[1])
+            grad_k = ops.pair_gradient(codes_k, codes_q, k, q, v, grad, every_query, s.tau, s.exact_clamp,
+                                       s.impl) * key_weight[..., None]
         return grad_q, grad_k, grad_v, None, None, None, None, None
 
 
@@ -169,20 +170,15 @@ def expectation_gradients(q, k, v, key_weight, grad, tau):
         return torch.autograd.grad(y, (q, k, v), grad)
 
 
-def _check_choice(name: str, value: str, choices) -> None:
-    if value not in choices:
-        raise ValueError(f"attention.{name} must be one of {', '.join(choices)}, got '{value}'")
-
-
 @register("yoso", YosoOptions)
 class YosoAttention(Attention):
     subquadratic = True
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        _check_choice("backward", options.backward, BACKWARDS)
-        _check_choice("hashing", options.hashing, HASHINGS)
-        _check_choice("impl", options.impl, ops.IMPLS)
+        check_choice("backward", options.backward, BACKWARDS)
+        check_choice("hashing", options.hashing, HASHINGS)
+        check_choice("impl", options.impl, ops.IMPLS)
         if not 1 <= self.tau <= ops.MAX_CODE_LENGTH:
             raise ValueError(f"attention.hash_code_len must be in [1, {ops.MAX_CODE_LENGTH}], got {self.tau}")
         if options.backward_projections < 1:
@@ -229,9 +225,7 @@ class YosoAttention(Attention):
 class YosoCAttention(YosoAttention):
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        window = options.conv_window
-        self.conv = torch.nn.Conv2d(num_heads, num_heads, (window, 1), padding=(window // 2, 0), bias=False,
-                                    groups=num_heads)
+        self.conv = depthwise_sequence_conv(num_heads, options.conv_window)
 
     @classmethod
     def label(cls, options: YosoCOptions) -> str:

@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from attention_zoo._common import in_float32
+from attention_zoo._common import check_choice, in_float32
 from attention_zoo.registry import Attention, register
 
 CLAMP = 1e-6
@@ -78,8 +78,7 @@ class YosoEAttention(Attention):
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        if options.backward not in ("exact", "lower_bound"):
-            raise ValueError(f"attention.backward must be one of exact, lower_bound, got '{options.backward}'")
+        check_choice("backward", options.backward, ("exact", "lower_bound"))
 
     @in_float32
     def forward(self, q, k, v, mask):
