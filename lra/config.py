@@ -20,6 +20,7 @@ from omegaconf import II, MISSING, OmegaConf
 
 import attention_zoo
 from lra.data.listops import GeneratorSettings
+from lra.data.pathfinder_generator import GeneratorSettings as PathfinderGeneratorSettings
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RUNS_DIR = "runs"
@@ -62,9 +63,18 @@ class ListOpsTaskConfig(TaskConfig):
 
 
 @dataclass
+class ByteTaskConfig(TaskConfig):
+    """Text and Retrieval: documents as UTF-8 bytes."""
+
+    document_bytes: Optional[int] = None  # bytes kept per document when preparing (None: all)
+
+
+@dataclass
 class PathfinderTaskConfig(TaskConfig):
-    resolution: int = 32
-    difficulty: str = "contour_length_14"
+    resolution: int = 32  # 32 | 64 | 128 (Path-X); task.max_length must be resolution²
+    difficulty: str = "contour_length_14"  # baseline | contour_length_9 | contour_length_14
+    split_seed: int = 0  # the seeded 80/10/10 split of the metadata lines
+    generator: PathfinderGeneratorSettings = field(default_factory=PathfinderGeneratorSettings)
 
 
 @dataclass
@@ -155,6 +165,7 @@ def register_configs() -> None:
     cs.store(name="train_schema", node=TrainRunConfig)
     cs.store(group="schema/task", name="base", node=TaskConfig)
     cs.store(group="schema/task", name="listops", node=ListOpsTaskConfig)
+    cs.store(group="schema/task", name="bytes", node=ByteTaskConfig)
     cs.store(group="schema/task", name="pathfinder", node=PathfinderTaskConfig)
     cs.store(group="schema/model", name="base", node=ModelConfig)
     cs.store(group="schema/trainer", name="base", node=TrainerConfig)

@@ -7,7 +7,6 @@ cache is exactly the one ``lra-train`` with the same overrides would use.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 
 from lra.errors import UserError
@@ -18,8 +17,11 @@ TASKS = ["listops", "text", "retrieval", "image", "pathfinder"]
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="lra-prepare", description=__doc__.split("\n")[0].strip("`"))
     parser.add_argument("task", choices=TASKS)
-    parser.add_argument("--source", help="where the data comes from (listops: generate | lra_release)")
-    parser.add_argument("--path", help="the raw data folder (e.g. an extracted LRA release)")
+    parser.add_argument("--source", help="where the data comes from: listops generate|lra_release; "
+                        "text tfds|aclimdb; retrieval lra_release; image tfds|cifar_python; pathfinder generate|lra_release "
+                        "(default: the task config's)")
+    parser.add_argument("--path", help="the raw data folder: an extracted LRA release (either nesting level), "
+                        "aclImdb/, cifar-10-batches-py/, or a tensorflow-datasets data_dir")
     parser.add_argument("--data-dir", help="the cache root (default: LRA_DATA_DIR or ./data)")
     parser.add_argument("--force", action="store_true", help="rebuild the cache even if it exists")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. task.generator.seed=1")
@@ -43,10 +45,7 @@ def main(argv=None) -> None:
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
-        data = load_task_data(cfg.task, cfg.data_dir)
-        if args.force:
-            shutil.rmtree(data.cache_dir)
-            data = load_task_data(cfg.task, cfg.data_dir)
+        data = load_task_data(cfg.task, cfg.data_dir, prepare=True, rebuild=args.force)
     except UserError as exc:
         sys.exit(f"error: {exc}")
     except Exception as exc:

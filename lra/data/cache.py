@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
@@ -80,55 +81,114 @@ class TokenSplit:
 
 
 class SplitWriter:
-    """Collects the examples of one split (in memory) for :func:`write_cache`."""
+    """Streams the examples of one split to disk: tokens are appended to raw files as they come, so
+    a conversion holds one example at a time (plus 16 bytes of length and label per example)."""
 
-    def __init__(self, num_documents: int = 1, dtype=np.uint8):
-        self.dtype = dtype
-        self.sequences: List[List[np.ndarray]] = [[] for _ in range(num_documents)]
-        self.labels: List[int] = []
+    def __init__(self, folder: Path, split: str, num_documents: int, dtype):
+        self.folder, self.split, self.dtype = folder, split, np.dtype(dtype)
+        self._raw = [open(folder / f".{split}.tokens{d}.raw", "wb") for d in range(num_documents)]
+        self._lengths = [array("q") for _ in range(num_documents)]
+        self._labels = array("q")
+
+    @property
+    def num_documents(self) -> int:
+        return len(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._labels)
 
     def add(self, documents: Sequence[np.ndarray], label: int) -> None:
-        for slot, document in zip(self.sequences, documents):
-            slot.append(np.asarray(document, dtype=self.dtype))
-        self.labels.append(int(label))
+        if len(documents) != self.num_documents:
+            raise ValueError(f"expected {self.num_documents} documents per example, got {len(documents)}")
+        for handle, lengths, document in zip(self._raw, self._lengths, documents):
+            handle.write(np.ascontiguousarray(document, dtype=self.dtype).tobytes())
+            lengths.append(len(document))
+        self._labels.append(int(label))
 
-    def arrays(self) -> Dict[str, np.ndarray]:
-        out = {"labels": np.asarray(self.labels, dtype=np.int64)}
-        for doc, sequences in enumerate(self.sequences):
-            lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
-            out[f"offsets{doc}"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-            out[f"tokens{doc}"] = np.concatenate(sequences) if sequences else np.zeros(0, self.dtype)
-        return out
+    def finish(self) -> Dict[str, Path]:
+        """Close the raw files and turn them into ``.npy`` arrays; returns file name → path."""
+        out = {f"{self.split}.labels.npy": np.asarray(self._labels, dtype=np.int64)}
+        for doc, (handle, lengths) in enumerate(zip(self._raw, self._lengths)):
+            handle.close()
+            out[f"{self.split}.offsets{doc}.npy"] = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+        paths = {}
+        for name, values in out.items():
+            np.save(self.folder / name, values)
+            paths[name] = self.folder / name
+        for doc, handle in enumerate(self._raw):
+            raw = Path(handle.name)
+            name = f"{self.split}.tokens{doc}.npy"
+            count = raw.stat().st_size // self.dtype.itemsize
+            target = np.lib.format.open_memmap(self.folder / name, mode="w+", dtype=self.dtype, shape=(count,))
+            if count:
+                source = np.memmap(raw, dtype=self.dtype, mode="r")
+                for start in range(0, count, 1 << 24):  # chunked copy: memory stays bounded
+                    target[start : start + (1 << 24)] = source[start : start + (1 << 24)]
+                del source
+            target.flush()
+            del target
+            raw.unlink()
+            paths[name] = self.folder / name
+        return paths
 
 
-def write_cache(cache_dir: Path, splits: Dict[str, SplitWriter], settings: dict) -> dict:
-    """Write all splits and the manifest into ``cache_dir`` atomically; returns the manifest."""
-    cache_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{cache_dir.name}.", dir=cache_dir.parent))
-    try:
+class CacheBuilder:
+    """Builds a cache directory under a temporary name and renames it into place on :meth:`commit`;
+    on an error (or without a commit) the partial directory is removed.
+
+    >>> with CacheBuilder(cache_dir) as builder:
+    ...     writer = builder.split("train", num_documents=1, dtype=np.uint16)
+    ...     writer.add([tokens], label)
+    ...     builder.commit(settings)
+    """
+
+    def __init__(self, cache_dir: Path):
+        self.cache_dir = Path(cache_dir)
+        self.writers: Dict[str, SplitWriter] = {}
+        self.extra: dict = {}
+
+    def __enter__(self) -> "CacheBuilder":
+        self.cache_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.staging = Path(tempfile.mkdtemp(prefix=f".{self.cache_dir.name}.", dir=self.cache_dir.parent))
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for writer in self.writers.values():
+            for handle in writer._raw:
+                handle.close()
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def split(self, name: str, num_documents: int = 1, dtype=np.uint8) -> SplitWriter:
+        self.writers[name] = SplitWriter(self.staging, name, num_documents, dtype)
+        return self.writers[name]
+
+    def commit(self, settings: dict) -> dict:
+        """Finish every split, write the manifest (plus ``self.extra``) and move the cache into place."""
         files, counts = {}, {}
-        for split, writer in splits.items():
-            counts[split] = len(writer.labels)
-            for name, array in writer.arrays().items():
-                filename = f"{split}.{name}.npy"
-                np.save(staging / filename, array)
-                files[filename] = sha256_file(staging / filename)
+        for split, writer in self.writers.items():
+            counts[split] = len(writer)
+            for name, path in writer.finish().items():
+                files[name] = sha256_file(path)
         manifest = {
             "format_version": FORMAT_VERSION,
             "settings": settings,
             "counts": counts,
-            "num_documents": {s: len(w.sequences) for s, w in splits.items()},
+            "num_documents": {s: w.num_documents for s, w in self.writers.items()},
             "files": files,
+            **self.extra,
         }
         manifest["fingerprint"] = settings_fingerprint({"files": files, "settings": settings})
-        atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
-        if cache_dir.exists():
-            shutil.rmtree(cache_dir)
-        os.replace(staging, cache_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return manifest
+        atomic_write_text(self.staging / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
+        if self.cache_dir.exists() and not (self.cache_dir / MANIFEST).is_file():
+            shutil.rmtree(self.cache_dir)  # a leftover without a manifest is not a cache
+        try:
+            os.replace(self.staging, self.cache_dir)
+        except OSError:
+            if not (self.cache_dir / MANIFEST).is_file():
+                raise
+            # Another job (same settings) finished first: keep its cache, which readers may hold open.
+            return json.loads((self.cache_dir / MANIFEST).read_text())
+        return manifest
 
 
 def load_cache(cache_dir: Path, rebuild_command: str) -> Tuple[Dict[str, TokenSplit], dict]:
@@ -159,6 +219,9 @@ def load_cache(cache_dir: Path, rebuild_command: str) -> Tuple[Dict[str, TokenSp
             offsets=[np.asarray(load(f"offsets{d}")) for d in range(num_documents)],
             labels=np.asarray(load("labels")),
         )
+    for alias, target in manifest.get("aliases", {}).items():  # e.g. IMDb: validation = test
+        splits[alias] = splits[target]
+        manifest["counts"][alias] = manifest["counts"][target]
     return splits, manifest
 
 

@@ -1,28 +1,36 @@
-"""From a task config to verified, cached splits: generate or locate the raw files, tokenise them
-once into the cache, and load the cache (checksums verified)."""
+"""From a task config to verified, cached splits: locate (or generate) the raw data, tokenise it
+once into the cache, and load the cache (checksums verified).
+
+``lra-train`` prepares on its own only what needs nothing from the user: generated ListOps and
+Pathfinder, and ListOps release files (small). Everything else — downloads, raw IMDb / CIFAR / AAN
+files, Pathfinder release images — is converted once by ``lra-prepare``; without that cache,
+``lra-train`` stops with the exact ``lra-prepare`` command to run.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Iterable, Optional, Tuple
 
+import numpy as np
 from tqdm import tqdm
 
-from lra.data import listops
-from lra.data.cache import (
-    SplitWriter,
-    TokenSplit,
-    check_writable,
-    load_cache,
-    settings_fingerprint,
-    write_cache,
-)
+from lra.data import byte_text, image, listops, pathfinder, pathfinder_generator, retrieval
+from lra.data.cache import MANIFEST, CacheBuilder, TokenSplit, check_writable, load_cache, settings_fingerprint
 from lra.errors import UserError
 from lra.io import atomic_write_json
 
 SPLITS = ("train", "val", "test")
+SOURCES = {
+    "listops": ("generate", "lra_release"),
+    "text": ("tfds", "aclimdb"),
+    "retrieval": ("lra_release",),
+    "image": ("tfds", "cifar_python"),
+    "pathfinder": ("generate", "lra_release"),
+}
 
 
 @dataclass
@@ -36,6 +44,16 @@ class PreparedData:
         return self.manifest["fingerprint"]
 
 
+@dataclass
+class Conversion:
+    """How to build one task's cache: its identity, whether lra-train may build it, and the builder."""
+
+    settings: dict
+    build: Callable[[CacheBuilder, Callable[[str], None]], None]
+    automatic: bool  # lra-train may build it (no download, no user files beyond small ones)
+    locate: Callable[[], Optional[str]] = lambda: None  # the raw folder, recorded in the manifest
+
+
 def load_task_data(
     task,
     data_dir: Path,
@@ -43,17 +61,60 @@ def load_task_data(
     train_subset: Optional[int] = None,
     eval_subset: Optional[int] = None,
     announce: Callable[[str], None] = print,
+    prepare: bool = False,
+    rebuild: bool = False,
 ) -> PreparedData:
-    """The splits of ``task`` (a task config node), preparing them first if needed."""
-    preparers = {"listops": _prepare_listops}
-    if task.name not in preparers:
-        raise UserError(
-            f"task '{task.name}' has no data loader in this version; available now: {', '.join(preparers)}"
-        )
-    data = preparers[task.name](task, Path(data_dir).resolve(), train_subset, eval_subset, announce)
+    """The splits of ``task`` (a task config node), preparing them first when allowed.
+
+    ``prepare`` (lra-prepare) converts any source; without it only automatic conversions run.
+    ``rebuild`` discards an existing (or damaged) cache first.
+    """
+    if task.name not in SOURCES:
+        raise UserError(f"unknown task '{task.name}'; valid: {', '.join(SOURCES)}")
+    if task.source not in SOURCES[task.name]:
+        raise UserError(f"unknown {task.name} source '{task.source}'; valid: {', '.join(SOURCES[task.name])} "
+                        "(--source / task.source=...)")
+    data_dir = Path(data_dir).resolve()
+    conversion = CONVERSIONS[task.name](task, data_dir, train_subset, eval_subset, announce)
+    settings = {"task": task.name, "source": task.source, **conversion.settings}
+    cache_dir = data_dir / task.name / "cache" / settings_fingerprint(settings)
+    command = prepare_command(task, data_dir)
+    if prepare and (cache_dir / MANIFEST).is_file() and not rebuild:
+        recorded = json.loads((cache_dir / MANIFEST).read_text()).get("raw_folder")
+        if recorded != conversion.locate():
+            announce(f"the cache was built from {recorded}; rebuilding it from {conversion.locate()}")
+            rebuild = True
+    if rebuild and cache_dir.exists():
+        shutil.rmtree(cache_dir)
+    if not (cache_dir / MANIFEST).is_file():
+        if not (prepare or conversion.automatic):
+            raise UserError(f"no prepared {task.name} data ({task.source}) in {data_dir}; prepare it once with: {command}")
+        _writable(data_dir)
+        announce(f"preparing {task.name} ({task.source}) into {cache_dir}")
+        with CacheBuilder(cache_dir) as builder:
+            builder.extra["raw_folder"] = conversion.locate()
+            conversion.build(builder, announce)
+            builder.commit(settings)
+    rebuild_with = f"rm -r {cache_dir} and run the same command again" if conversion.automatic else f"{command} --force"
+    splits, manifest = load_cache(cache_dir, rebuild_command=rebuild_with)
+    data = PreparedData(splits, manifest, cache_dir)
     subsets = {"train": train_subset, "val": eval_subset, "test": eval_subset}
     data.splits = {name: split.subset(subsets[name]) for name, split in data.splits.items()}
     return data
+
+
+def prepare_command(task, data_dir: Path) -> str:
+    """The ``lra-prepare`` command that builds this task's cache."""
+    parts = ["lra-prepare", task.name, "--source", task.source]
+    if task.path:
+        parts += ["--path", str(Path(task.path).expanduser().resolve())]
+    parts += ["--data-dir", str(data_dir)]
+    if task.get("document_bytes") is not None:
+        parts.append(f"task.document_bytes={task.document_bytes}")
+    for key in ("resolution", "difficulty", "split_seed"):
+        if key in task:
+            parts.append(f"task.{key}={task[key]}")
+    return " ".join(parts)
 
 
 def _writable(data_dir: Path) -> None:
@@ -62,7 +123,12 @@ def _writable(data_dir: Path) -> None:
     )
 
 
-def _prepare_listops(task, data_dir, train_subset, eval_subset, announce) -> PreparedData:
+def _progress(items: Iterable, total: Optional[int], description: str):
+    return tqdm(items, total=total, desc=description, unit="ex", disable=None, mininterval=1.0)
+
+
+# ----------------------------------------------------------------------------- ListOps
+def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
     if task.source == "generate":
         settings = listops.GeneratorSettings(**task.generator)
         # A smoke run needs only its subsets: generate just those (a distinct, smaller dataset).
@@ -75,45 +141,28 @@ def _prepare_listops(task, data_dir, train_subset, eval_subset, announce) -> Pre
         if not all((raw_dir / f"basic_{s}.tsv").is_file() for s in SPLITS):
             _writable(data_dir)
             total = settings.num_train + settings.num_val + settings.num_test
-            announce(
-                f"ListOps data not found: generating {total:,} examples (seed {settings.seed}) into {raw_dir}"
-            )
+            announce(f"ListOps data not found: generating {total:,} examples (seed {settings.seed}) into {raw_dir}")
             with tqdm(total=total, desc="generating ListOps", unit="ex", disable=None) as bar:
                 listops.write_tsv_files(settings, raw_dir, progress=bar)
             atomic_write_json(raw_dir / "generator.json", settings.as_dict())
         identity = {"generator": settings.as_dict()}
-    elif task.source == "lra_release":
-        raw_dir = _find_listops_release(task.path)
-        identity = {
-            "folder": str(raw_dir),
-            "files": {
-                s: [(raw_dir / f"basic_{s}.tsv").stat().st_size, (raw_dir / f"basic_{s}.tsv").stat().st_mtime_ns]
-                for s in SPLITS
-            },
-        }
     else:
-        raise UserError(f"unknown ListOps source '{task.source}'; valid: generate, lra_release (task.source=...)")
+        raw_dir = _find_listops_release(task.path)
+        files = {s: raw_dir / f"basic_{s}.tsv" for s in SPLITS}
+        identity = {"folder": str(raw_dir), "files": {s: [f.stat().st_size, f.stat().st_mtime_ns] for s, f in files.items()}}
+
+    def build(builder: CacheBuilder, announce) -> None:
+        for split in SPLITS:
+            writer = builder.split(split, num_documents=1, dtype=np.uint8)
+            for source, label in _progress(listops.read_tsv(raw_dir / f"basic_{split}.tsv"), None, f"tokenising {split}"):
+                writer.add([listops.encode(source)], label)
 
     settings = {
-        "task": "listops",
-        "source": task.source,
         "raw": identity,
         "tokenisation": "original: ']' -> 'X', parentheses removed, whitespace split",
         "vocabulary": list(listops.VOCABULARY),
     }
-    cache_dir = data_dir / "listops" / "cache" / settings_fingerprint(settings)
-    if not (cache_dir / "manifest.json").is_file():
-        _writable(data_dir)
-        announce(f"tokenising ListOps from {raw_dir} into {cache_dir}")
-        writers = {}
-        for split in SPLITS:
-            writers[split] = writer = SplitWriter(num_documents=1)
-            rows = listops.read_tsv(raw_dir / f"basic_{split}.tsv")
-            for source, label in tqdm(rows, desc=f"tokenising {split}", unit="ex", disable=None):
-                writer.add([listops.encode(source)], label)
-        write_cache(cache_dir, writers, settings)
-    splits, manifest = load_cache(cache_dir, rebuild_command=f"rm -r {cache_dir} and run the same command again")
-    return PreparedData(splits, manifest, cache_dir)
+    return Conversion(settings, build, automatic=True)
 
 
 def _find_listops_release(path: Optional[str]) -> Path:
@@ -130,5 +179,131 @@ def _find_listops_release(path: Optional[str]) -> Path:
     )
 
 
+# ----------------------------------------------------------------------------- Text
+def _text(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
+    limit = task.document_bytes
+    settings = {"encoding": "utf-8 bytes + 1", "document_bytes": limit, "val": "the test split (as the original)"}
+
+    def build(builder: CacheBuilder, announce) -> None:
+        builder.extra["aliases"] = {"val": "test"}
+        for split in ("train", "test"):
+            writer = builder.split(split, num_documents=1, dtype=np.uint16)
+            if task.source == "aclimdb":
+                root = byte_text.find_aclimdb(task.path)
+                rows, total = byte_text.read_aclimdb(root, split), byte_text.count_aclimdb(root, split)
+            else:
+                source = byte_text.read_tfds("imdb_reviews", split, task.path, ("text", "label"))
+                rows, total = ((item["text"], int(item["label"])) for item in source), len(source)
+            for text, label in _progress(rows, total, f"encoding {split}"):
+                writer.add([byte_text.encode_bytes(text, limit)], label)
+
+    def locate() -> Optional[str]:
+        return str(byte_text.find_aclimdb(task.path)) if task.source == "aclimdb" else _resolved(task.path)
+
+    return Conversion(settings, build, automatic=False, locate=locate)
+
+
+# ----------------------------------------------------------------------------- Retrieval
+def _retrieval(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
+    limit = task.document_bytes
+    settings = {"encoding": "utf-8 bytes + 1", "document_bytes": limit}
+
+    def build(builder: CacheBuilder, announce) -> None:
+        folder = retrieval.find_release(task.path)
+        for split, name in retrieval.FILES.items():
+            writer = builder.split(split, num_documents=2, dtype=np.uint16)
+            path = folder / name
+            for text1, text2, label in _progress(retrieval.read_pairs(path), retrieval.count_lines(path), f"encoding {split}"):
+                writer.add([byte_text.encode_bytes(text1, limit), byte_text.encode_bytes(text2, limit)], label)
+
+    return Conversion(settings, build, automatic=False, locate=lambda: str(retrieval.find_release(task.path)))
+
+
+# ----------------------------------------------------------------------------- Image
+def _image(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
+    settings = {"pixels": "tf.image.rgb_to_grayscale, row-major",
+                "splits": "train[:90%], train[90%:], test"}
+
+    def build(builder: CacheBuilder, announce) -> None:
+        writers = {split: builder.split(split, num_documents=1, dtype=np.uint8) for split in SPLITS}
+        for split, rgb, label in _image_rows(task):
+            writers[split].add([image.tf_grayscale(rgb).reshape(-1)], label)
+
+    def locate() -> Optional[str]:
+        return str(image.find_cifar_python(task.path)) if task.source == "cifar_python" else _resolved(task.path)
+
+    return Conversion(settings, build, automatic=False, locate=locate)
+
+
+def _image_rows(task) -> Iterable[Tuple[str, np.ndarray, int]]:
+    if task.source == "cifar_python":
+        root = image.find_cifar_python(task.path)
+        yield from _progress(image.read_cifar_python(root), 60_000, "converting CIFAR-10")
+        return
+    for split, tfds_split in (("train", "train[:90%]"), ("val", "train[90%:]"), ("test", "test")):
+        source = byte_text.read_tfds("cifar10", tfds_split, task.path, ("image", "label"))
+        for item in _progress(source, len(source), f"converting {split}"):
+            yield split, np.asarray(item["image"], dtype=np.uint8), int(item["label"])
+
+
+# ----------------------------------------------------------------------------- Pathfinder
+def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
+    if task.max_length < task.resolution ** 2:
+        raise UserError(f"pathfinder{task.resolution} has {task.resolution ** 2} pixels but task.max_length="
+                        f"{task.max_length}; set task.max_length={task.resolution ** 2}")
+    try:
+        geometry = pathfinder_generator.geometry_for(task.resolution, task.difficulty)
+    except ValueError as exc:
+        raise UserError(f"{exc} (task.resolution / task.difficulty)") from None
+    if task.source == "generate":
+        settings = pathfinder_generator.GeneratorSettings(**task.generator)
+        if train_subset is not None or eval_subset is not None:  # a smoke run: only what its subsets need
+            fractions = pathfinder.SPLIT_FRACTIONS
+            needed = max(train_subset / fractions["train"] if train_subset else 0,
+                         eval_subset / fractions["val"] if eval_subset else 0)
+            settings.num_images = min(settings.num_images, int(np.ceil(needed * 1.1)) + 10)
+        identity = {"generator": {**settings.as_dict(), "workers": None}, "geometry": geometry.__dict__}
+        root = (data_dir / "pathfinder" / "generated" / settings_fingerprint(identity)
+                / f"pathfinder{task.resolution}" / pathfinder_generator.release_folder_name(task.difficulty))
+        if not (root / "complete.json").is_file():
+            _writable(data_dir)
+            announce(f"Pathfinder data not found: generating {settings.num_images:,} images (seed {settings.seed}) into {root}")
+            with tqdm(total=settings.num_images, desc="generating Pathfinder", unit="img", disable=None) as bar:
+                pathfinder_generator.write_release(geometry, settings, root, progress=bar.update)
+            atomic_write_json(root / "complete.json", identity)
+    else:
+        root = None
+        identity = {"release": "lra_release"}
+    settings = {"raw": identity, "resolution": task.resolution, "difficulty": task.difficulty,
+                "split": f"seeded 80/10/10 permutation of the metadata lines, seed {task.split_seed}",
+                "split_seed": task.split_seed}
+
+    def build(builder: CacheBuilder, announce) -> None:
+        writers = {split: builder.split(split, num_documents=1, dtype=np.uint8) for split in SPLITS}
+        skipped = {split: 0 for split in SPLITS}
+        rows = pathfinder.iterate_split_examples(locate(), task.resolution, task.split_seed)
+        for split, pixels, label in _progress(rows, None, "reading Pathfinder images"):
+            if pixels is None:
+                skipped[split] += 1
+            else:
+                writers[split].add([pixels], label)
+        builder.extra["skipped_empty_images"] = skipped
+        if any(skipped.values()):
+            announce(f"skipped {sum(skipped.values())} empty (zero-byte) images: {skipped}")
+
+    def locate() -> Path:
+        return root if root is not None else pathfinder.find_release(task.path, task.resolution, task.difficulty)
+
+    return Conversion(settings, build, automatic=task.source == "generate", locate=lambda: str(locate()))
+
+
+def _resolved(path: Optional[str]) -> Optional[str]:
+    return str(Path(path).expanduser().resolve()) if path else None
+
+
+CONVERSIONS = {"listops": _listops, "text": _text, "retrieval": _retrieval, "image": _image, "pathfinder": _pathfinder}
+
+
 def describe(data: PreparedData) -> str:
-    return json.dumps({"cache": str(data.cache_dir), "counts": data.manifest["counts"]})
+    return json.dumps({"cache": str(data.cache_dir), "counts": data.manifest["counts"],
+                       "fingerprint": data.fingerprint})

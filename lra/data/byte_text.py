@@ -1,0 +1,71 @@
+"""Byte-level text (LRA Text and Retrieval): each UTF-8 byte b becomes id b + 1; 0 is padding.
+
+Sources of IMDb reviews: tensorflow-datasets ``imdb_reviews`` (read through ``tfds.data_source``,
+no TensorFlow needed) or the raw ``aclImdb/{train,test}/{pos,neg}/*.txt`` folders. As in the
+original, the test split doubles as the validation split.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Optional, Tuple
+
+import numpy as np
+
+from lra.errors import UserError
+
+VOCABULARY_SIZE = 257  # 256 byte values + padding
+IMDB_LABELS = {"neg": 0, "pos": 1}
+
+
+def encode_bytes(data: bytes | str, limit: Optional[int] = None) -> np.ndarray:
+    """``data`` (UTF-8 when given as text), its first ``limit`` bytes, as ids byte + 1 (uint16)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return np.frombuffer(data[:limit], dtype=np.uint8).astype(np.uint16) + 1
+
+
+def find_aclimdb(path: Optional[str]) -> Path:
+    """The ``aclImdb`` folder: ``path`` itself or its child of that name."""
+    if not path:
+        raise UserError("text from raw IMDb files needs their folder: add --path /path/to/aclImdb (task.path=...)")
+    root = Path(path).expanduser().resolve()
+    for candidate in (root, root / "aclImdb"):
+        if all((candidate / split / label).is_dir() for split in ("train", "test") for label in IMDB_LABELS):
+            return candidate
+    raise UserError(f"no aclImdb/{{train,test}}/{{pos,neg}}/ folders under {root}; point --path at the extracted "
+                    "aclImdb_v1.tar.gz (https://ai.stanford.edu/~amaas/data/sentiment/)")
+
+
+def read_aclimdb(root: Path, split: str) -> Iterator[Tuple[bytes, int]]:
+    """(review bytes, label) for ``split`` (train | test), negatives then positives, files in name order."""
+    for name, label in IMDB_LABELS.items():
+        for file in sorted((root / split / name).glob("*.txt")):
+            try:
+                yield file.read_bytes(), label
+            except OSError as exc:
+                raise UserError(f"cannot read {file}: {exc.strerror}") from None
+
+
+def count_aclimdb(root: Path, split: str) -> int:
+    return sum(1 for name in IMDB_LABELS for _ in (root / split / name).glob("*.txt"))
+
+
+def read_tfds(name: str, split: str, data_dir: Optional[str], fields: Tuple[str, str]):
+    """A ``tfds.data_source`` over a prepared tensorflow-datasets split (prepared on first use)."""
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise UserError("the tfds source needs tensorflow-datasets: pip install 'lra-harness[tfds]' "
+                        "(or use another --source)") from None
+    builder = tfds.builder(name, data_dir=data_dir)
+    try:
+        builder.download_and_prepare(file_format="array_record")
+    except Exception as exc:  # network, disk or format problems, reported with the fix
+        raise UserError(f"tensorflow-datasets could not prepare '{name}' in {builder.data_dir}: {exc}; "
+                        "check the network, or pass --path to a folder with the prepared dataset") from None
+    source = builder.as_data_source(split=split)
+    missing = [f for f in fields if f not in builder.info.features]
+    if missing:
+        raise UserError(f"tensorflow-datasets '{name}' has no feature(s) {missing}")
+    return source

@@ -1,0 +1,71 @@
+"""LRA Image: CIFAR-10 as 1024 grayscale pixels in row-major order (vocabulary 256).
+
+Sources: tensorflow-datasets ``cifar10`` (``train[:90%]``, ``train[90%:]``, ``test``) or the python
+pickles of ``cifar-10-batches-py`` (the first 45,000 training images, the last 5,000, the test batch).
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Iterator, Optional, Tuple
+
+import numpy as np
+
+from lra.errors import UserError
+
+TRAIN_BATCHES = [f"data_batch_{i}" for i in range(1, 6)]
+TEST_BATCH = "test_batch"
+TRAIN_FRACTION = 0.9
+_GRAY_WEIGHTS = np.array([0.2989, 0.5870, 0.1140], dtype=np.float32)
+
+
+def tf_grayscale(rgb: np.ndarray) -> np.ndarray:
+    """``tf.image.rgb_to_grayscale`` on uint8 images [..., 3] → uint8 [...], bit for bit: the image is
+    converted to float32 in [0, 1] (× 1/255), weighted by (0.2989, 0.5870, 0.1140), and converted
+    back to uint8 as TensorFlow does (× 255.5, truncated)."""
+    scaled = rgb.astype(np.float32) * np.float32(1.0 / 255.0)
+    gray = scaled @ _GRAY_WEIGHTS
+    return (gray * np.float32(255.5)).astype(np.uint8)
+
+
+def find_cifar_python(path: Optional[str]) -> Path:
+    if not path:
+        raise UserError("image from CIFAR-10 pickles needs their folder: add --path /path/to/cifar-10-batches-py")
+    root = Path(path).expanduser().resolve()
+    for candidate in (root, root / "cifar-10-batches-py"):
+        if all((candidate / name).is_file() for name in [*TRAIN_BATCHES, TEST_BATCH]):
+            return candidate
+    raise UserError(f"no cifar-10-batches-py/{{data_batch_1..5,test_batch}} under {root}; point --path at the "
+                    "extracted cifar-10-python.tar.gz")
+
+
+def read_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
+    """(RGB uint8 [N, 32, 32, 3], labels int64 [N]) of one CIFAR-10 python pickle."""
+    try:
+        with open(path, "rb") as handle:
+            batch = pickle.load(handle, encoding="bytes")
+        data, labels = batch[b"data"], batch[b"labels"]
+        images = np.asarray(data, dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+        labels = np.asarray(labels, dtype=np.int64)
+    except Exception as exc:
+        raise UserError(f"{path} is not a readable CIFAR-10 python batch ({type(exc).__name__}: {exc}); "
+                        "re-extract cifar-10-python.tar.gz") from None
+    if len(images) != len(labels):
+        raise UserError(f"{path}: {len(images)} images but {len(labels)} labels")
+    return images, labels
+
+
+def read_cifar_python(root: Path) -> Iterator[Tuple[str, np.ndarray, int]]:
+    """(split, RGB image, label), one batch file in memory at a time: train = the first 90% of the
+    50,000 training images, val the rest."""
+    total = sum(len(read_batch(root / name)[1]) for name in TRAIN_BATCHES)  # 50,000 in the official files
+    cut, index = int(round(TRAIN_FRACTION * total)), 0
+    for name in TRAIN_BATCHES:
+        images, labels = read_batch(root / name)
+        for rgb, label in zip(images, labels):
+            yield ("train" if index < cut else "val"), rgb, int(label)
+            index += 1
+    images, labels = read_batch(root / TEST_BATCH)
+    for rgb, label in zip(images, labels):
+        yield "test", rgb, int(label)

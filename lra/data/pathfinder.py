@@ -1,0 +1,101 @@
+"""Pathfinder from the release layout (``pathfinder<res>/curv_<difficulty>/{metadata,imgs}``), which
+the generator in :mod:`lra.data.pathfinder_generator` also writes.
+
+``metadata/<k>.npy`` is plain text despite its name: per image a line ``imgs/<k> sample_<i>.png <i>
+<label> ...``. The split is a seeded 80/10/10 permutation of all metadata lines (files in numeric
+order, lines in file order); zero-byte images (present in the release) are skipped and counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from lra.data.pathfinder_generator import release_folder_name
+from lra.errors import UserError
+
+SPLIT_FRACTIONS = {"train": 0.8, "val": 0.1, "test": 0.1}
+
+
+@dataclass(frozen=True)
+class Entry:
+    image: Path
+    label: int
+    source: str  # "metadata/<k>.npy:<line>", for error messages
+
+
+def find_release(path: Optional[str], resolution: int, difficulty: str) -> Path:
+    """The ``curv_<difficulty>`` folder under ``path`` at any of the release's nesting levels."""
+    folder = release_folder_name(difficulty)
+    if not path:
+        raise UserError("pathfinder from the release needs its folder: add --path /path/to/lra_release (task.path=...)")
+    root = Path(path).expanduser().resolve()
+    candidates = [root, root / folder, root / f"pathfinder{resolution}" / folder,
+                  root / "lra_release" / f"pathfinder{resolution}" / folder]
+    for candidate in candidates:
+        if (candidate / "metadata").is_dir() and (candidate / "imgs").is_dir():
+            return candidate
+    raise UserError(f"no {folder}/{{metadata,imgs}} under {root} (looked in ., {folder}/, pathfinder{resolution}/{folder}/, "
+                    f"lra_release/pathfinder{resolution}/{folder}/); point --path at the extracted LRA release")
+
+
+def _numeric_order(path: Path):
+    return (0, int(path.stem), "") if path.stem.isdigit() else (1, 0, path.stem)
+
+
+def read_metadata(root: Path) -> List[Entry]:
+    """Every image named by ``root/metadata/*.npy``, in order; a malformed line raises naming it."""
+    files = sorted((root / "metadata").glob("*.npy"), key=_numeric_order)
+    if not files:
+        raise UserError(f"{root / 'metadata'} holds no metadata files (<k>.npy)")
+    entries = []
+    for file in files:
+        for number, line in enumerate(file.read_text(errors="replace").splitlines(), start=1):
+            fields = line.split()
+            if not fields:
+                continue
+            where = f"{file}:{number}"
+            if len(fields) < 4 or fields[3] not in ("0", "1"):
+                raise UserError(f"{where}: expected 'imgs/<k> <file> <index> <label 0|1> ...', found {line[:80]!r}")
+            entries.append(Entry(root / fields[0] / fields[1], int(fields[3]), where))
+    return entries
+
+
+def assign_splits(count: int, seed: int) -> np.ndarray:
+    """0 / 1 / 2 (train / val / test) per metadata line: a seeded 80/10/10 permutation."""
+    order = np.random.default_rng(seed).permutation(count)
+    cut_train = int(round(SPLIT_FRACTIONS["train"] * count))
+    cut_val = cut_train + int(round(SPLIT_FRACTIONS["val"] * count))
+    split = np.empty(count, dtype=np.int8)
+    split[order[:cut_train]], split[order[cut_train:cut_val]], split[order[cut_val:]] = 0, 1, 2
+    return split
+
+
+def read_pixels(entry: Entry, resolution: int) -> Optional[np.ndarray]:
+    """The image's pixels, row-major uint8 [resolution²]; None for a zero-byte (empty) file."""
+    from PIL import Image
+
+    try:
+        if entry.image.stat().st_size == 0:
+            return None
+        with Image.open(entry.image) as image:
+            pixels = np.asarray(image.convert("L") if image.mode != "L" else image, dtype=np.uint8)
+    except FileNotFoundError:
+        raise UserError(f"{entry.source}: the image {entry.image} does not exist") from None
+    except Exception as exc:
+        raise UserError(f"{entry.source}: cannot read {entry.image} ({type(exc).__name__}: {exc})") from None
+    if pixels.shape != (resolution, resolution):
+        raise UserError(f"{entry.source}: {entry.image} is {pixels.shape[1]}x{pixels.shape[0]}, expected "
+                        f"{resolution}x{resolution} (task.resolution={resolution})")
+    return pixels.reshape(-1)
+
+
+def iterate_split_examples(root: Path, resolution: int, seed: int) -> Iterator[Tuple[str, Optional[np.ndarray], int]]:
+    """(split, pixels or None when empty, label) for every metadata line, in metadata order."""
+    names = list(SPLIT_FRACTIONS)
+    entries = read_metadata(root)
+    for entry, split in zip(entries, assign_splits(len(entries), seed)):
+        yield names[split], read_pixels(entry, resolution), entry.label

@@ -1,0 +1,49 @@
+"""LRA Retrieval (ACL Anthology Network document pairs), from ``tsv_data/new_aan_pairs.*.tsv``.
+
+Each line: ``label<TAB>id1<TAB>id2<TAB>text1<TAB>text2``, no header, no quoting (the texts contain
+quote characters); the label is written as a float. Files are read as bytes, so the byte-level
+encoding sees exactly the file's bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Optional, Tuple
+
+from lra.errors import UserError
+
+FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
+
+
+def find_release(path: Optional[str]) -> Path:
+    """The folder holding the three AAN TSVs: ``path``, ``path/tsv_data`` or ``path/lra_release/tsv_data``."""
+    if not path:
+        raise UserError("retrieval needs the LRA release: add --path /path/to/lra_release (task.path=...)")
+    root = Path(path).expanduser().resolve()
+    for candidate in (root, root / "tsv_data", root / "lra_release" / "tsv_data"):
+        if all((candidate / name).is_file() for name in FILES.values()):
+            return candidate
+    raise UserError(f"no {', '.join(FILES.values())} under {root} (looked in ., tsv_data/, lra_release/tsv_data/); "
+                    "point --path at the extracted LRA release")
+
+
+def read_pairs(path: Path) -> Iterator[Tuple[bytes, bytes, int]]:
+    """(text1, text2, label) per line of one AAN TSV; a malformed line raises naming file and line."""
+    with open(path, "rb") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            fields = line.rstrip(b"\r\n").split(b"\t")
+            if len(fields) != 5:
+                raise UserError(f"{path}:{line_number}: expected 5 tab-separated fields "
+                                f"(label, id1, id2, text1, text2), found {len(fields)}")
+            try:
+                label = int(float(fields[0]))
+            except ValueError:
+                raise UserError(f"{path}:{line_number}: the label {fields[0][:20]!r} is not a number") from None
+            if label not in (0, 1):
+                raise UserError(f"{path}:{line_number}: the label is {label}, expected 0 or 1")
+            yield fields[3], fields[4], label
+
+
+def count_lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(1 for _ in handle)

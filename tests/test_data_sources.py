@@ -1,0 +1,275 @@
+"""The four non-ListOps tasks from fixtures in their official layouts: exact ids for known inputs,
+both nesting levels of the release, bad input named by file and line, and real training runs."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from conftest import read_json, run_command, run_dirs
+from lra.config import CONF_DIR, register_configs, register_resolvers
+from lra.data import pathfinder_generator as generator
+from lra.data.image import tf_grayscale
+from lra.data.prepare import load_task_data
+from lra.errors import UserError
+
+register_configs()
+register_resolvers()
+
+
+def task_config(*overrides):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides)).task
+
+
+def prepare(tmp_path, *overrides):
+    return load_task_data(task_config(*overrides), tmp_path / "data", announce=lambda m: None, prepare=True)
+
+
+def ids(split, index, document=0):
+    start, end = split.offsets[document][index], split.offsets[document][index + 1]
+    return list(np.asarray(split.tokens[document][start:end]))
+
+
+# ----------------------------------------------------------------------------- fixtures
+KNOWN_REVIEW = "Café ok!".encode()  # a two-byte UTF-8 character: ids are bytes + 1
+
+
+def write_aclimdb(root, per_folder=3):
+    for split in ("train", "test"):
+        for label in ("neg", "pos"):
+            folder = root / "aclImdb" / split / label
+            folder.mkdir(parents=True)
+            for i in range(per_folder):
+                text = KNOWN_REVIEW if (split, label, i) == ("train", "pos", 0) else f"{split} {label} review {i}".encode()
+                (folder / f"{i}_7.txt").write_bytes(text)
+    return root / "aclImdb"
+
+
+AAN_LINE = b'1.0\taan/P01\taan/P02\tsays "hi"\tx\ty'  # 6 fields: malformed
+AAN_ROWS = [(b"1.0", b'a "quoted" doc', b"second"), (b"0.0", b"other", b"text two")]
+
+
+def write_aan(root, nesting="lra_release/tsv_data", long_bytes=0):
+    folder = root / nesting
+    folder.mkdir(parents=True)
+    for name in ("train", "eval", "test"):
+        lines = [b"\t".join([label, b"id1", b"id2", t1 + b"z" * long_bytes, t2]) for label, t1, t2 in AAN_ROWS * 3]
+        (folder / f"new_aan_pairs.{name}.tsv").write_bytes(b"\n".join(lines) + b"\n")
+    return folder
+
+
+def write_cifar_python(root, per_batch=10):
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for index, name in enumerate([*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]):
+        images = rng.integers(0, 256, size=(per_batch, 32, 32, 3), dtype=np.uint8)
+        if index == 0:
+            images[0, 3, 5] = (100, 100, 100)  # row 3, column 5 → token 3·32 + 5
+            images[0, 0, 0] = (200, 100, 50)
+        data = images.transpose(0, 3, 1, 2).reshape(per_batch, 3072)  # the pickles' R, G, B planes
+        batch = {b"data": data, b"labels": [int(x) for x in rng.integers(0, 10, per_batch)], b"batch_label": b"x"}
+        (folder / name).write_bytes(pickle.dumps(batch))
+    return folder
+
+
+def write_pathfinder(root, count=60, nesting="lra_release/pathfinder32/curv_contour_length_14"):
+    folder = root / nesting
+    g = generator.geometry_for(32, "contour_length_14")
+    generator.write_release(g, generator.GeneratorSettings(num_images=count, images_per_folder=25, workers=1), folder)
+    return folder
+
+
+# ----------------------------------------------------------------------------- Text
+def test_aclimdb_review_becomes_its_bytes_plus_one_and_validation_is_the_test_split(tmp_path):
+    write_aclimdb(tmp_path / "raw")
+    data = prepare(tmp_path, "task=text", "task.source=aclimdb", f"task.path={tmp_path / 'raw'}")
+    train = data.splits["train"]
+    assert data.manifest["counts"] == {"train": 6, "test": 6, "val": 6}
+    position = [i for i in range(len(train)) if ids(train, i) == [b + 1 for b in KNOWN_REVIEW]]
+    assert len(position) == 1 and train.labels[position[0]] == 1
+    assert ids(train, position[0])[3:5] == [0xC3 + 1, 0xA9 + 1]
+    assert data.splits["val"] is data.splits["test"]
+    assert sorted(train.labels.tolist()) == [0, 0, 0, 1, 1, 1]
+
+
+def test_document_bytes_truncates_when_preparing(tmp_path):
+    write_aclimdb(tmp_path / "raw")
+    data = prepare(tmp_path, "task=text", "task.source=aclimdb", f"task.path={tmp_path / 'raw' / 'aclImdb'}",
+                   "task.document_bytes=4")
+    assert set(data.splits["train"].lengths().tolist()) == {4}
+
+
+def test_tfds_imdb_reviews_through_mock_data(tmp_path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    examples = {"train": [{"text": KNOWN_REVIEW, "label": 1}, {"text": "bad", "label": 0}],
+                "test": [{"text": "fine", "label": 1}]}
+
+    def as_data_source(builder, split, *args, **kwargs):
+        assert builder.name == "imdb_reviews"
+        return examples[split]
+
+    with tfds.testing.mock_data(as_data_source_fn=as_data_source):
+        data = prepare(tmp_path, "task=text", f"task.path={tmp_path / 'tfds'}")
+    assert ids(data.splits["train"], 0) == [b + 1 for b in KNOWN_REVIEW]
+    assert ids(data.splits["test"], 0) == [b + 1 for b in b"fine"]
+    assert data.splits["train"].labels.tolist() == [1, 0]
+
+
+# ----------------------------------------------------------------------------- Retrieval
+@pytest.mark.parametrize("nesting", ["tsv_data", "lra_release/tsv_data"])
+def test_aan_line_becomes_two_byte_documents_and_its_label(tmp_path, nesting):
+    write_aan(tmp_path / "release", nesting, long_bytes=5000)
+    data = prepare(tmp_path, "task=retrieval", f"task.path={tmp_path / 'release'}")
+    train = data.splits["train"]
+    expected_first = [b + 1 for b in (b'a "quoted" doc' + b"z" * 5000)[:4000]]
+    assert ids(train, 0, 0) == expected_first  # quotes kept, truncated to 4000 bytes
+    assert ids(train, 0, 1) == [b + 1 for b in b"second"]
+    assert train.labels.tolist()[:2] == [1, 0]
+    assert data.manifest["counts"] == {"train": 6, "val": 6, "test": 6}
+
+
+def test_malformed_aan_line_is_named_by_file_and_line(tmp_path):
+    folder = write_aan(tmp_path / "release")
+    path = folder / "new_aan_pairs.eval.tsv"
+    path.write_bytes(path.read_bytes() + AAN_LINE + b"\n")
+    with pytest.raises(UserError, match=r"new_aan_pairs\.eval\.tsv:7: expected 5 tab-separated fields"):
+        prepare(tmp_path, "task=retrieval", f"task.path={tmp_path / 'release'}")
+    assert not list((tmp_path / "data").rglob("manifest.json")), "a failed conversion leaves no cache"
+
+
+# ----------------------------------------------------------------------------- Image
+def test_tensorflow_grayscale_arithmetic():
+    pixels = np.array([[100, 100, 100], [255, 255, 255], [200, 100, 50], [0, 0, 0], [1, 0, 0]], dtype=np.uint8)
+    # float32(x/255) · weights, × 255.5, truncated: 100 → 100.18 (the naive 0.9999·100 would give 99)
+    assert tf_grayscale(pixels).tolist() == [100, 255, 124, 0, 0]
+
+
+def test_cifar_pickles_give_row_major_tensorflow_grayscale_and_a_90_10_split(tmp_path):
+    folder = write_cifar_python(tmp_path / "raw")
+    data = prepare(tmp_path, "task=image", "task.source=cifar_python", f"task.path={folder.parent}")
+    assert data.manifest["counts"] == {"train": 45, "val": 5, "test": 10}
+    first = ids(data.splits["train"], 0)
+    assert len(first) == 1024 and first[3 * 32 + 5] == 100 and first[0] == 124
+    with open(folder / "data_batch_5", "rb") as handle:
+        last = pickle.load(handle, encoding="bytes")
+    assert data.splits["val"].labels.tolist() == last[b"labels"][5:]
+
+
+def test_unreadable_pickle_is_named(tmp_path):
+    folder = write_cifar_python(tmp_path / "raw")
+    (folder / "data_batch_3").write_bytes(b"not a pickle")
+    with pytest.raises(UserError, match=r"data_batch_3 is not a readable CIFAR-10 python batch"):
+        prepare(tmp_path, "task=image", "task.source=cifar_python", f"task.path={folder}")
+
+
+def test_tfds_cifar10_through_mock_data(tmp_path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    image = np.zeros((32, 32, 3), dtype=np.uint8)
+    image[31, 31] = (200, 100, 50)
+    seen = []
+
+    def as_data_source(builder, split, *args, **kwargs):
+        seen.append(str(split))
+        return [{"image": image, "label": 7, "id": "x"}]
+
+    with tfds.testing.mock_data(as_data_source_fn=as_data_source):
+        data = prepare(tmp_path, "task=image")
+    assert seen == ["train[:90%]", "train[90%:]", "test"]
+    tokens = ids(data.splits["val"], 0)
+    assert tokens[-1] == 124 and sum(tokens) == 124 and data.splits["val"].labels.tolist() == [7]
+
+
+# ----------------------------------------------------------------------------- Pathfinder
+def test_generated_pathfinder_labels_match_pixel_connectivity_and_are_balanced():
+    g = generator.geometry_for(32, "contour_length_14")
+    agree, positives = 0, 0
+    for index in range(500):
+        image, label, markers = generator.generate_image(g, seed=11, index=index)
+        assert image.shape == (32, 32) and image.dtype == np.uint8
+        agree += generator.markers_connected(image, markers, g.link) == bool(label)
+        positives += label
+    assert agree >= 495, f"connectivity agrees with the label on {agree}/500 images"
+    assert 225 <= positives <= 275, f"{positives}/500 positive labels"
+
+
+def test_generator_is_seeded_and_independent_of_workers(tmp_path):
+    g = generator.geometry_for(32, "baseline")
+    one = generator.GeneratorSettings(num_images=12, images_per_folder=4, workers=1, seed=3)
+    two = generator.GeneratorSettings(num_images=12, images_per_folder=4, workers=2, seed=3)
+    generator.write_release(g, one, tmp_path / "a")
+    generator.write_release(g, two, tmp_path / "b")
+    for path in sorted((tmp_path / "a").rglob("*.*")):
+        assert path.read_bytes() == (tmp_path / "b" / path.relative_to(tmp_path / "a")).read_bytes()
+    line = (tmp_path / "a" / "metadata" / "2.npy").read_text().splitlines()[0].split()
+    assert line[:3] == ["imgs/2", "sample_8.png", "8"] and line[3] in ("0", "1")
+
+
+@pytest.mark.parametrize("nesting", ["pathfinder32/curv_contour_length_14", "lra_release/pathfinder32/curv_contour_length_14"])
+def test_pathfinder_release_split_pixels_and_empty_images(tmp_path, nesting):
+    folder = write_pathfinder(tmp_path / "release", count=50, nesting=nesting)
+    (folder / "imgs" / "1" / "sample_30.png").write_bytes(b"")  # the release has such empty files
+    data = prepare(tmp_path, "task=pathfinder", "task.source=lra_release", f"task.path={tmp_path / 'release'}")
+    counts = data.manifest["counts"]
+    assert sum(counts.values()) == 49 and sum(data.manifest["skipped_empty_images"].values()) == 1
+    assert (counts["train"], counts["val"], counts["test"]) in {(40, 5, 4), (40, 4, 5), (39, 5, 5)}
+    from PIL import Image
+
+    # Find one image's tokens in the cache: the pixels row-major, unchanged.
+    pixels = np.asarray(Image.open(folder / "imgs" / "0" / "sample_0.png")).reshape(-1).tolist()
+    found = [s for s, split in data.splits.items() for i in range(len(split)) if ids(split, i) == pixels]
+    assert len(found) == 1
+
+
+def test_metadata_naming_a_missing_image_is_reported_with_its_line(tmp_path):
+    folder = write_pathfinder(tmp_path / "release", count=30)
+    (folder / "imgs" / "1" / "sample_27.png").unlink()
+    with pytest.raises(UserError, match=r"metadata/1\.npy:3: the image .*sample_27\.png does not exist"):
+        prepare(tmp_path, "task=pathfinder", "task.source=lra_release", f"task.path={tmp_path / 'release'}")
+
+
+# ----------------------------------------------------------------------------- end to end
+def test_text_without_prepared_data_names_the_command_and_a_damaged_cache_is_rebuilt_by_it(tmp_path):
+    raw = write_aclimdb(tmp_path / "raw")
+    data = tmp_path / "data"
+    args = ["lra-train", "task=text", "trainer=smoke", "trainer.max_steps=2", "task.source=aclimdb", f"task.path={raw}"]
+    missing = run_command(args, tmp_path, data, check=False)
+    expected = f"lra-prepare text --source aclimdb --path {raw} --data-dir {data}"
+    assert missing.returncode == 1 and missing.stderr.strip().splitlines()[-1].endswith(expected)
+    run_command(expected.split(), tmp_path, data)
+    (tokens,) = data.rglob("train.tokens0.npy")
+    tokens.write_bytes(tokens.read_bytes()[:-3])
+    damaged = run_command(args, tmp_path, data, check=False)
+    assert damaged.returncode == 1 and damaged.stderr.strip().splitlines()[-1].endswith(f"{expected} --force")
+    run_command([*expected.split(), "--force"], tmp_path, data)
+    run_command(args, tmp_path, data)
+
+
+def test_every_task_trains_on_prepared_fixtures_and_retrieval_uses_the_dual_encoder(tmp_path):
+    raw, data = tmp_path / "raw", tmp_path / "data"
+    sources = {
+        "text": ["--source", "aclimdb", "--path", str(write_aclimdb(raw, per_folder=40))],
+        "retrieval": ["--source", "lra_release", "--path", str(write_aan(raw).parent.parent)],
+        "image": ["--source", "cifar_python", "--path", str(write_cifar_python(raw, per_batch=20))],
+    }
+    for task, args in sources.items():
+        run_command(["lra-prepare", task, *args], tmp_path, data)
+    overrides = {"text": ["task.source=aclimdb", f"task.path={raw / 'aclImdb'}"],
+                 "retrieval": [f"task.path={raw / 'lra_release'}"],
+                 "image": ["task.source=cifar_python", f"task.path={raw / 'cifar-10-batches-py'}"],
+                 "pathfinder": []}
+    parameters = {}
+    for task, extra in overrides.items():
+        run_command(["lra-train", f"task={task}", "attention=softmax", "trainer=smoke", "trainer.max_steps=4",
+                     "trainer.eval_every=2", "trainer.eval_subset=8", "trainer.train_subset=16", "trainer.max_length=256",
+                     "model.num_layers=1", *extra, f"hydra.run.dir=runs/{task}"], tmp_path, data)
+        record = read_json(tmp_path / "runs" / task / "metrics.json")
+        assert record["status"] == "completed" and record["task"] == task
+        parameters[task] = record["num_parameters"]
+    assert len(run_dirs(tmp_path)) == 4
+    # Same vocabulary and length: the dual encoder differs only in its head's input, 4·dim instead of dim.
+    assert parameters["retrieval"] - parameters["text"] == 3 * 64 * 128
