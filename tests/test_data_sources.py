@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from conftest import read_json, run_command, run_dirs
+from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.data import pathfinder_generator as generator
 from lra.data.image import tf_grayscale
@@ -249,7 +249,7 @@ def test_text_without_prepared_data_names_the_command_and_a_damaged_cache_is_reb
     run_command(args, tmp_path, data)
 
 
-def test_every_task_trains_on_prepared_fixtures_and_retrieval_uses_the_dual_encoder(tmp_path):
+def test_all_five_tasks_train_on_prepared_fixtures_and_retrieval_uses_the_dual_encoder(tmp_path):
     raw, data = tmp_path / "raw", tmp_path / "data"
     sources = {
         "text": ["--source", "aclimdb", "--path", str(write_aclimdb(raw, per_folder=40))],
@@ -261,7 +261,8 @@ def test_every_task_trains_on_prepared_fixtures_and_retrieval_uses_the_dual_enco
     overrides = {"text": ["task.source=aclimdb", f"task.path={raw / 'aclImdb'}"],
                  "retrieval": [f"task.path={raw / 'lra_release'}"],
                  "image": ["task.source=cifar_python", f"task.path={raw / 'cifar-10-batches-py'}"],
-                 "pathfinder": []}
+                 "pathfinder": [],
+                 "listops": [o for o in SMALL_LISTOPS if not o.startswith("task.max_length")]}
     parameters = {}
     for task, extra in overrides.items():
         run_command(["lra-train", f"task={task}", "attention=softmax", "trainer=smoke", "trainer.max_steps=4",
@@ -270,6 +271,6 @@ def test_every_task_trains_on_prepared_fixtures_and_retrieval_uses_the_dual_enco
         record = read_json(tmp_path / "runs" / task / "metrics.json")
         assert record["status"] == "completed" and record["task"] == task
         parameters[task] = record["num_parameters"]
-    assert len(run_dirs(tmp_path)) == 4
+    assert len(run_dirs(tmp_path)) == 5
     # Same vocabulary and length: the dual encoder differs only in its head's input, 4·dim instead of dim.
     assert parameters["retrieval"] - parameters["text"] == 3 * 64 * 128
