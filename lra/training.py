@@ -90,7 +90,7 @@ class Trainer:
         self.amp_dtype = autocast_dtype(str(getattr(trainer.precision, "value", trainer.precision)), self.device)
         seed_everything(cfg.seed)
 
-        attention_options = {k: v for k, v in OmegaConf.to_container(cfg.attention, resolve=True).items() if k != "name"}
+        attention_options = _attention_options(cfg)
         self.attention_name = cfg.attention.name
         if self.attention_name not in attention_zoo.names():
             raise UserError(
@@ -286,9 +286,16 @@ class Trainer:
         result = self.evaluate("test")
         self.model.load_state_dict(final_weights)
         self._record_progress("completed", test_accuracy=result["accuracy"], test_loss=result["loss"], error=None)
+        record = self.record.data
         logger.summary({"test/accuracy": result["accuracy"], "test/loss": result["loss"],
-                        "best_val_accuracy": self.state.best_val_accuracy, "best_step": self.state.best_step})
+                        "best_val_accuracy": self.state.best_val_accuracy, "best_step": self.state.best_step,
+                        **{key: record.get(key) for key in ("train_tokens_per_second", "peak_memory_mb",
+                                                            "wall_time_seconds", "num_parameters", "status")}})
         return self.record.data
+
+
+def _attention_options(cfg) -> dict:
+    return {k: v for k, v in OmegaConf.to_container(cfg.attention, resolve=True).items() if k != "name"}
 
 
 def train(cfg, run_dir: Path, resolved_config: dict, group: str, announce=print) -> dict:
@@ -296,7 +303,11 @@ def train(cfg, run_dir: Path, resolved_config: dict, group: str, announce=print)
 
     Any failure rewrites ``metrics.json`` with status ``failed`` and the error, then re-raises.
     """
-    record = RunRecord(run_dir, task=cfg.task.name, attention=cfg.attention.name, seed=cfg.seed,
+    try:  # the label up front, so that a run failing during set-up is still tabulated under it
+        label = attention_zoo.label(cfg.attention.name, **_attention_options(cfg))
+    except Exception:
+        label = cfg.attention.name
+    record = RunRecord(run_dir, task=cfg.task.name, attention=cfg.attention.name, label=label, seed=cfg.seed,
                        status="running", git_commit=git_commit())
     logger = None
     try:

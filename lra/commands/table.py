@@ -1,4 +1,9 @@
-"""``lra-table DIR...``: aggregate run records into a comparison table."""
+"""``lra-table DIR...``: aggregate run records into a comparison table.
+
+Markdown and LaTeX (booktabs) give the formatted table; CSV and JSON give the numbers behind it,
+one record per (backend, task): mean, std, seeds, failed, and the paper value and delta with
+``--reference``.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +11,62 @@ import argparse
 import sys
 from pathlib import Path
 
-from lra.results.table import collect, comparison, status_counts, to_markdown
+import pandas as pd
+
+from lra.results.table import (REFERENCES, _reference_value, collect, collect_wandb, comparison, load_reference,
+                               status_counts, to_latex, to_markdown)
+
+
+def _numbers(table: pd.DataFrame, reference) -> pd.DataFrame:
+    numbers = table.attrs["numbers"].copy()
+    if reference is not None:
+        numbers["paper"] = [_reference_value(reference, b, t) for b, t in zip(numbers["backend"], numbers["task"])]
+        numbers["delta"] = numbers["mean"] - numbers["paper"]
+    return numbers
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="lra-table", description=__doc__.split("\n")[0].strip("`"))
-    parser.add_argument("directories", nargs="+", type=Path, help="run or sweep directories")
-    parser.add_argument("--format", choices=["markdown", "csv", "json"], default="markdown")
+    parser.add_argument("directories", nargs="*", type=Path, help="run or sweep directories")
+    parser.add_argument("--wandb", metavar="ENTITY/PROJECT", help="also read the runs of a W&B project")
+    parser.add_argument("--format", choices=["markdown", "latex", "csv", "json"], default="markdown")
     parser.add_argument("--metric", default="test_accuracy", help="metrics.json field to tabulate")
+    parser.add_argument("--reference", help=f"deltas against a published table: {', '.join(REFERENCES)} or a CSV "
+                        "(method,<task>...,avg)")
+    parser.add_argument("--efficiency", nargs="?", const="", metavar="TASK",
+                        help="add training tokens/s and peak memory of TASK's runs (default: the first task column)")
     parser.add_argument("--output", type=Path, help="write here instead of standard output")
     args = parser.parse_args(argv)
     missing = [d for d in args.directories if not d.is_dir()]
     if missing:
         parser.exit(2, f"error: no such directory: {', '.join(map(str, missing))}; pass run or sweep folders under runs/\n")
-    runs = collect(args.directories)
-    table = comparison(runs, args.metric)
-    text = {"markdown": lambda: to_markdown(table) + f"\n\nruns: {status_counts(runs)}",
-            "csv": lambda: table.to_csv(), "json": lambda: table.to_json(orient="index", indent=2)}[args.format]()
-    if args.output:
-        args.output.write_text(text + "\n")
+    if not args.directories and not args.wandb:
+        parser.exit(2, "error: give run or sweep directories, or --wandb ENTITY/PROJECT\n")
+    try:
+        reference = load_reference(args.reference) if args.reference else None
+    except (OSError, ValueError, KeyError) as exc:
+        parser.exit(2, f"error: cannot read the reference table {args.reference!r} ({exc}); use one of "
+                       f"{', '.join(REFERENCES)} or a CSV with a 'method' column\n")
+    frames = [collect(args.directories)] if args.directories else []
+    if args.wandb:
+        frames.append(collect_wandb(args.wandb))
+    runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    table = comparison(runs, args.metric, reference, efficiency_task=args.efficiency or None,
+                       efficiency=args.efficiency is not None)
+    if table.empty:
+        text = "(no runs found)"
+    elif args.format == "markdown":
+        text = to_markdown(table) + f"\n\nruns: {status_counts(runs)}"
+    elif args.format == "latex":
+        text = to_latex(table)
     else:
-        sys.stdout.write(text + "\n")
+        numbers = _numbers(table, reference)
+        text = (numbers.to_csv(index=False) if args.format == "csv"
+                else numbers.astype(object).where(numbers.notna(), None).to_json(orient="records", indent=2))
+    if args.output:
+        args.output.write_text(text.rstrip("\n") + "\n")
+    else:
+        sys.stdout.write(text.rstrip("\n") + "\n")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,19 @@
 """Comparison tables from run records: backends (rows) × tasks (columns), mean ± std over seeds.
 
-A cell with no completed run is shown as missing (or ``failed``), never as 0, and a row's average
-is given only when every task column of that row is complete.
+A cell with no completed run is shown as missing (``—``) or ``failed``, never as 0; a cell with
+some failed seeds says so. A row's average is given only when every task column of that row is
+complete. The best mean per column is bold. Optionally each cell carries its delta against a
+published table (shipped in ``lra/results/paper_numbers/``) and each row the training throughput
+and peak memory of one task's runs.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from importlib import resources
 from pathlib import Path
-from typing import Iterable, List
+from typing import Iterable, List, Optional
 
 import pandas as pd
 
@@ -19,6 +24,13 @@ TASK_ORDER = ["listops", "text", "retrieval", "image", "pathfinder"]
 LABEL_ORDER = ["None", "Softmax", "YOSO-E", "Nystromformer", "Longformer", "Linformer", "Reformer",
                "Performer", "LSH", "LHA"]
 MISSING, FAILED = "—", "failed"
+REFERENCES = {  # --reference NAME → the shipped CSV
+    "yoso": "yoso_icml2021_table3_lra.csv",
+    "lra": "lra_iclr2021_table1.csv",
+    "lha": "lha_iclr2022_table3_lra.csv",
+}
+# Our label → the name a paper's table uses for the same mechanism, when it differs.
+PAPER_NAMES = {"Softmax": ["Softmax", "Transformer"]}
 
 
 def collect(directories: Iterable[Path]) -> pd.DataFrame:
@@ -32,38 +44,146 @@ def collect(directories: Iterable[Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def collect_wandb(project: str, api=None) -> pd.DataFrame:
+    """The same rows from a W&B project (``entity/project``) through the public API: the run's
+    summary holds the final metrics (``test/accuracy`` …), its config the task and seed, its name
+    the label. A run without a test accuracy is failed (W&B state failed/crashed) or unfinished."""
+    if api is None:
+        import wandb
+
+        api = wandb.Api()
+    rows = []
+    for run in api.runs(project):
+        summary, config = dict(run.summary), dict(run.config)
+        task = config.get("task", {})
+        test_accuracy = summary.get("test/accuracy")
+        rows.append({
+            "label": run.name, "task": task.get("name") if isinstance(task, dict) else task,
+            "seed": config.get("seed"), "test_accuracy": test_accuracy,
+            "status": "completed" if test_accuracy is not None else
+            ("failed" if run.state in ("failed", "crashed") else "running"),
+            **{k: summary.get(k) for k in ("best_val_accuracy", "train_tokens_per_second", "peak_memory_mb")},
+            "run_dir": run.url,
+        })
+    return pd.DataFrame(rows)
+
+
+def load_reference(name: str) -> pd.DataFrame:
+    """A published table (``yoso``, ``lra``, ``lha``, or a CSV path): method × task, percent."""
+    if name in REFERENCES:
+        text = resources.files("lra.results").joinpath("paper_numbers", REFERENCES[name]).read_text()
+    else:
+        text = Path(name).read_text()
+    from io import StringIO
+
+    table = pd.read_csv(StringIO(text), comment="#").set_index("method")
+    return table.rename(columns={c: "average" for c in table.columns if c.startswith("avg")})
+
+
 def _row_key(label: str):
-    if label in LABEL_ORDER:
-        return (0, LABEL_ORDER.index(label), label)
-    return (1, 0, label)
+    return (0, LABEL_ORDER.index(label), label) if label in LABEL_ORDER else (1, 0, label)
 
 
-def comparison(runs: pd.DataFrame, metric: str = "test_accuracy") -> pd.DataFrame:
-    """Formatted cells: ``mean ± std (n)`` over completed seeds; ``failed`` or ``—`` otherwise."""
+def summarize(runs: pd.DataFrame, metric: str = "test_accuracy") -> pd.DataFrame:
+    """Numbers behind the table, one row per (backend, task): mean, std, seeds, failed."""
+    rows = []
+    for (label, task), group in runs.groupby(["label", "task"], sort=False):
+        done = group[group["status"] == "completed"][metric].dropna()
+        rows.append({"backend": label, "task": task, "mean": done.mean() if len(done) else math.nan,
+                     "std": done.std(ddof=1) if len(done) > 1 else math.nan, "seeds": len(done),
+                     "failed": int((group["status"] == "failed").sum()),
+                     "tokens_per_s": group[group["status"] == "completed"].get("train_tokens_per_second", pd.Series()).mean(),
+                     "peak_memory_mb": group[group["status"] == "completed"].get("peak_memory_mb", pd.Series()).mean()})
+    return pd.DataFrame(rows)
+
+
+def _reference_value(reference: Optional[pd.DataFrame], label: str, column: str) -> float:
+    if reference is None or column not in reference.columns:
+        return math.nan
+    for name in PAPER_NAMES.get(label, [label]):
+        if name in reference.index:
+            return float(reference.loc[name, column])
+    return math.nan
+
+
+def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Optional[pd.DataFrame] = None,
+               efficiency_task: Optional[str] = None, efficiency: bool = False) -> pd.DataFrame:
+    """Formatted cells ``mean ± std (seeds)``, ``[Δ ±x]`` against ``reference`` when given;
+    ``table.attrs["best"]`` marks the best mean per column, ``table.attrs["numbers"]`` the summary."""
     if runs.empty:
         return pd.DataFrame()
+    summary = summarize(runs, metric)
     tasks = [t for t in TASK_ORDER if t in set(runs["task"])] + sorted(set(runs["task"]) - set(TASK_ORDER))
     labels = sorted(set(runs["label"].dropna()), key=_row_key)
-    table, means = {}, {}
+    means = summary.pivot(index="backend", columns="task", values="mean").reindex(index=labels, columns=tasks)
+    complete = means.notna().all(axis=1)
+    means["average"] = means[tasks].mean(axis=1).where(complete)
+    cells = pd.DataFrame(MISSING, index=labels, columns=[*tasks, "average"])
+    for _, row in summary.iterrows():
+        if row["seeds"]:
+            spread = f" ± {row['std']:.2f}" if row["seeds"] > 1 else ""
+            note = f", {row['failed']} failed" if row["failed"] else ""
+            text = f"{row['mean']:.2f}{spread} ({row['seeds']}{note})"
+        else:
+            text = FAILED if row["failed"] else MISSING
+        cells.loc[row["backend"], row["task"]] = text
     for label in labels:
-        cells, row_means = {}, []
-        for task in tasks:
-            group = runs[(runs["label"] == label) & (runs["task"] == task)]
-            done = group[group["status"] == "completed"][metric].dropna()
-            if len(done):
-                std = done.std(ddof=1) if len(done) > 1 else float("nan")
-                cells[task] = f"{done.mean():.2f} ± {std:.2f} ({len(done)})" if len(done) > 1 else f"{done.mean():.2f} (1)"
-                row_means.append(done.mean())
-            else:
-                cells[task] = FAILED if (group["status"] == "failed").any() else MISSING
-        complete = len(row_means) == len(tasks)
-        cells["average"] = f"{sum(row_means) / len(row_means):.2f}" if complete else MISSING
-        table[label], means[label] = cells, row_means
-    return pd.DataFrame.from_dict(table, orient="index", columns=tasks + ["average"]).rename_axis("backend")
+        if complete[label]:
+            cells.loc[label, "average"] = f"{means.loc[label, 'average']:.2f}"
+    if reference is not None:
+        # A paper's average is comparable only when this table has exactly the paper's tasks.
+        same_tasks = set(tasks) == set(reference.columns) - {"average"}
+        for label in labels:
+            for column in (cells.columns if same_tasks else tasks):
+                paper = _reference_value(reference, label, column)
+                if not math.isnan(paper) and not math.isnan(means.loc[label, column]):
+                    cells.loc[label, column] += f" [Δ {means.loc[label, column] - paper:+.2f}]"
+    best = means.eq(means.max(axis=0), axis=1) & means.notna()
+    if efficiency or efficiency_task:
+        task = efficiency_task or tasks[0]
+        rows = summary[summary["task"] == task].set_index("backend").reindex(labels)
+        cells[f"{task} tokens/s"] = [MISSING if math.isnan(v) else f"{v:,.0f}" for v in rows["tokens_per_s"]]
+        cells[f"{task} peak MB"] = [MISSING if math.isnan(v) else f"{v:,.0f}" for v in rows["peak_memory_mb"]]
+        best[f"{task} tokens/s"], best[f"{task} peak MB"] = False, False
+    cells = cells.rename_axis("backend")
+    cells.attrs = {"best": best.reindex(columns=cells.columns, fill_value=False), "numbers": summary}
+    return cells
+
+
+def _bolded(table: pd.DataFrame, wrap) -> pd.DataFrame:
+    best = table.attrs.get("best")
+    out = table.copy()
+    if best is not None:
+        for label in out.index:
+            for column in out.columns:
+                if best.loc[label, column]:
+                    value, _, rest = out.loc[label, column].partition(" ")
+                    out.loc[label, column] = wrap(value) + (" " + rest if rest else "")
+    return out
 
 
 def to_markdown(table: pd.DataFrame) -> str:
-    return table.to_markdown(disable_numparse=True) if not table.empty else "(no runs found)"
+    if table.empty:
+        return "(no runs found)"
+    return _bolded(table, lambda v: f"**{v}**").to_markdown(disable_numparse=True)
+
+
+def to_latex(table: pd.DataFrame, caption: str = "Test accuracy (\\%), mean $\\pm$ std over seeds") -> str:
+    """A booktabs table (pandas' Styler), best per column in bold."""
+    if table.empty:
+        return "% no runs found"
+
+    def tex(text: str) -> str:
+        return (text.replace("\\", "\\textbackslash{}").replace("%", "\\%").replace("&", "\\&").replace("_", "\\_")
+                .replace("#", "\\#").replace("±", "$\\pm$").replace("Δ", "$\\Delta$").replace("—", "--"))
+
+    escaped = table.map(tex)
+    escaped.index = [tex(label) for label in table.index]
+    escaped.columns = [tex(column) for column in table.columns]
+    escaped.attrs = {"best": table.attrs["best"].set_axis(escaped.index).set_axis(escaped.columns, axis=1)}
+    bold = _bolded(escaped, lambda v: f"\\textbf{{{v}}}").rename_axis("Backend").reset_index()
+    return bold.style.hide(axis="index").to_latex(hrules=True, column_format="l" + "r" * (len(bold.columns) - 1),
+                                                  caption=caption, position="t", position_float="centering")
 
 
 def status_counts(runs: pd.DataFrame) -> str:
