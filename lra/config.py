@@ -184,9 +184,17 @@ def _if_resume(resume: Optional[str], otherwise: Any) -> Any:
     return resume if resume else otherwise
 
 
+def _gpu_count() -> int:
+    import torch
+
+    return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
+
+
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("lra.if_resume"):
         OmegaConf.register_new_resolver("lra.if_resume", _if_resume)
+    if not OmegaConf.has_resolver("lra.gpu_count"):
+        OmegaConf.register_new_resolver("lra.gpu_count", _gpu_count)
     if not OmegaConf.has_resolver("lra.unless_resume"):
         # Resuming writes into the original run directory and keeps its .hydra/ untouched.
         OmegaConf.register_new_resolver("lra.unless_resume", lambda resume, value: None if resume else value)

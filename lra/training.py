@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 import attention_zoo
-from lra import checkpoint
+from lra import checkpoint, gpus
 from lra.data.cache import TokenSplit
 from lra.data.prepare import load_task_data
 from lra.data.sampler import EpochSampler
@@ -41,11 +41,16 @@ class TrainState:
     train_seconds: float = 0.0
     train_tokens: int = 0
     wall_seconds: float = 0.0
+    resumed_at_steps: List[int] = field(default_factory=list)  # one entry per resume (kill, preemption)
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, announce=print) -> torch.device:
+    """``auto``: CUDA when available; with several GPUs, a free one claimed for this process (one job per GPU)."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        count = torch.cuda.device_count()
+        return torch.device("cuda", gpus.claim(count, announce) if count > 1 else 0)
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"trainer.device={name} but no CUDA device is available; use trainer.device=cpu")
@@ -86,7 +91,7 @@ class Trainer:
                 f"trainer.batch_size={trainer.batch_size} is not divisible by "
                 f"trainer.grad_accumulation={trainer.grad_accumulation}; choose a divisor"
             )
-        self.device = resolve_device(trainer.device)
+        self.device = resolve_device(trainer.device, announce)
         self.amp_dtype = autocast_dtype(str(getattr(trainer.precision, "value", trainer.precision)), self.device)
         seed_everything(cfg.seed)
 
@@ -157,6 +162,8 @@ class Trainer:
         self.state = TrainState(**payload["state"])
         self.best_weights = payload["best_weights"]
         checkpoint.restore_rng_states(payload["rng"])
+        self.state.resumed_at_steps.append(self.state.step)
+        self.record.update(resumed_at_steps=self.state.resumed_at_steps)
         self.announce(f"resumed from {path} at step {self.state.step}")
         return True
 
@@ -227,7 +234,8 @@ class Trainer:
         self.record.update(
             status=status, steps=s.step, best_step=s.best_step, best_val_accuracy=s.best_val_accuracy,
             train_tokens_per_second=s.train_tokens / s.train_seconds if s.train_seconds else None,
-            wall_time_seconds=s.wall_seconds, peak_memory_mb=peak_memory_mb(self.device), **extra,
+            wall_time_seconds=s.wall_seconds, peak_memory_mb=peak_memory_mb(self.device),
+            resumed_at_steps=s.resumed_at_steps, **extra,
         )
 
     def run(self, logger) -> dict:

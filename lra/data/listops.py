@@ -11,6 +11,7 @@ original it draws from a seeded ``random.Random``, so the same settings give the
 from __future__ import annotations
 
 import csv
+import os
 import random
 import statistics
 from dataclasses import asdict, dataclass
@@ -144,7 +145,8 @@ def write_tsv_files(settings: GeneratorSettings, folder: Path, progress=None) ->
     leaves no partial file under an official name.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    temporary = {split: folder / f".basic_{split}.tsv.partial" for split in SPLITS}
+    # Per-process temporary names: concurrent jobs of a sweep may generate the same (seeded) files.
+    temporary = {split: folder / f".basic_{split}.tsv.{os.getpid()}.partial" for split in SPLITS}
     handles = {split: open(path, "w", newline="") for split, path in temporary.items()}
     try:
         writers = {split: csv.writer(h, delimiter="\t", lineterminator="\n") for split, h in handles.items()}

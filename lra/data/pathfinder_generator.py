@@ -354,7 +354,10 @@ def _write_folder(args) -> int:
     lines = []
     for index in range(first, first + count):
         image, label, _ = generate_image(g, seed, index)
-        Image.fromarray(image, mode="L").save(image_dir / f"sample_{index}.png", optimize=False)
+        # Atomic: a concurrent job generating the same (seeded) folder never exposes a half-written PNG.
+        temporary = image_dir / f".sample_{index}.{os.getpid()}.png"
+        Image.fromarray(image).save(temporary, format="PNG")
+        os.replace(temporary, image_dir / f"sample_{index}.png")
         lines.append(metadata_line(g, folder, index, label))
     # The metadata file is written last and atomically: it marks the folder complete.
     atomic_write_text(Path(root) / "metadata" / f"{folder}.npy", "\n".join(lines) + "\n")

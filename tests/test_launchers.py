@@ -1,0 +1,55 @@
+"""Sweeps through hydra-submitit-launcher: the 2 × 2 sweep as submitit jobs, one of them preempted
+(SIGUSR2, as SLURM signals preemption), requeued by submitit and resumed from its checkpoint."""
+
+from __future__ import annotations
+
+import statistics
+
+from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+from lra.results.table import collect, comparison
+
+
+def test_submitit_local_sweep_requeues_a_preempted_job_which_resumes_from_its_checkpoint(tmp_path, data_dir):
+    common = ["trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=2", "trainer.checkpoint_every=2", *SMALL_LISTOPS]
+    run_command(["lra-train", *common, "trainer.max_steps=1", "hydra.run.dir=warm-up"], tmp_path, data_dir)  # data once
+    marker = tmp_path / "preempted-once"
+    result = run_command(
+        ["lra-train", "-m", "hydra/launcher=submitit_local", "attention=softmax,none", "seed=0,1", "logger=wandb", *common],
+        tmp_path / "sweep", data_dir,
+        env_extra={"LRA_FAULT": "step:3:SIGUSR2", "LRA_FAULT_ONCE": str(marker), "WANDB_MODE": "offline"})
+    assert marker.exists(), "the preemption fired"
+    runs = run_dirs(tmp_path / "sweep")
+    records = [read_json(r / "metrics.json") for r in runs]
+    assert len(records) == 4 and all(r["status"] == "completed" and r["steps"] == 6 for r in records)
+    assert sorted(r["resumed_at_steps"] for r in records) == [[], [], [], [2]], \
+        "exactly the preempted job was requeued and continued from its checkpoint at step 2"
+    (preempted,) = [run for run, record in zip(runs, records) if record["resumed_at_steps"]]
+    attempts = sorted(preempted.glob("wandb/offline-run-*"))
+    assert len(attempts) == 2 and len({a.name.rsplit("-", 1)[1] for a in attempts}) == 1, \
+        "both attempts log to one W&B run id"
+    (sweep,) = {r.parent for r in runs}
+    assert list(sweep.glob(".submitit/*/*_submitted.pkl")), "the jobs went through submitit"
+    table = comparison(collect([sweep]))
+    for label in ("Softmax", "None"):
+        accuracies = [r["test_accuracy"] for r in records if r["label"] == label]
+        assert table.loc[label, "listops"] == f"{statistics.mean(accuracies):.2f} ± {statistics.stdev(accuracies):.2f} (2)"
+    assert "mean ± std" in result.stdout
+
+
+def test_gpu_claims_are_exclusive_and_released_with_their_holder(tmp_path):
+    from lra import gpus
+
+    first, second = gpus.try_claim(2, tmp_path), gpus.try_claim(2, tmp_path)
+    assert (first[0], second[0]) == (0, 1)
+    assert gpus.try_claim(2, tmp_path) is None, "both GPUs are held: a third job must wait"
+    first[1].close()  # the job on GPU 0 ends
+    third = gpus.try_claim(2, tmp_path)
+    assert third[0] == 0
+    second[1].close(), third[1].close()
+
+
+def test_local_gpus_launcher_runs_a_sweep_in_worker_processes(tmp_path, data_dir):
+    run_command(["lra-train", "-m", "hydra/launcher=local_gpus", "attention=softmax,none", "trainer=smoke",
+                 "trainer.max_steps=2", "trainer.eval_every=2", *SMALL_LISTOPS], tmp_path, data_dir)
+    records = [read_json(r / "metrics.json") for r in run_dirs(tmp_path)]
+    assert sorted(r["label"] for r in records) == ["None", "Softmax"] and all(r["status"] == "completed" for r in records)
