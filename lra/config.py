@@ -190,9 +190,21 @@ def _gpu_count() -> int:
     return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
 
 
+def _run_stamp() -> str:
+    """The run folder's name: the time, or under torchrun the rendezvous id every rank shares."""
+    import os
+    from datetime import datetime
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and os.environ.get("TORCHELASTIC_RUN_ID"):
+        return "ddp-" + os.environ["TORCHELASTIC_RUN_ID"]
+    return datetime.now().strftime("%H-%M-%S-%f")
+
+
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("lra.if_resume"):
         OmegaConf.register_new_resolver("lra.if_resume", _if_resume)
+    if not OmegaConf.has_resolver("lra.run_stamp"):
+        OmegaConf.register_new_resolver("lra.run_stamp", _run_stamp, use_cache=True)
     if not OmegaConf.has_resolver("lra.gpu_count"):
         OmegaConf.register_new_resolver("lra.gpu_count", _gpu_count)
     if not OmegaConf.has_resolver("lra.unless_resume"):

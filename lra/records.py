@@ -54,14 +54,16 @@ class RunRecord:
               "best_val_accuracy", "test_accuracy", "train_tokens_per_second", "wall_time_seconds",
               "peak_memory_mb", "num_parameters", "git_commit", "device")
 
-    def __init__(self, run_dir: Path, **fields: Any):
+    def __init__(self, run_dir: Path, write: bool = True, **fields: Any):
         self.path = Path(run_dir) / METRICS
+        self.write = write  # False on the non-zero ranks of a multi-process run
         self.data: Dict[str, Any] = {name: None for name in self.FIELDS}
         self.data.update(fields)
 
     def update(self, **fields: Any) -> None:
         self.data.update(fields)
-        atomic_write_json(self.path, self.data)
+        if self.write:
+            atomic_write_json(self.path, self.data)
 
     def fail(self, error: BaseException | str, **fields: Any) -> None:
         message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"

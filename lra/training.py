@@ -19,13 +19,13 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 import attention_zoo
-from lra import checkpoint, gpus
+from lra import checkpoint, distributed, gpus
 from lra.data.cache import TokenSplit
 from lra.data.prepare import load_task_data
 from lra.data.sampler import EpochSampler
 from lra.errors import UserError
 from lra.io import atomic_write_json
-from lra.loggers import build_logger
+from lra.loggers import NullLogger, build_logger
 from lra.model import Classifier
 from lra.records import HISTORY, RunRecord, describe_device, git_commit, peak_memory_mb
 
@@ -83,15 +83,19 @@ def seed_everything(seed: int) -> None:
 
 
 class Trainer:
-    def __init__(self, cfg, run_dir: Path, announce=print):
-        self.cfg, self.run_dir, self.announce = cfg, Path(run_dir), announce
+    def __init__(self, cfg, run_dir: Path, announce=print, ranks: distributed.Ranks = distributed.Ranks()):
+        self.cfg, self.run_dir, self.announce, self.ranks = cfg, Path(run_dir), announce, ranks
         trainer = cfg.trainer
-        if trainer.batch_size % trainer.grad_accumulation:
+        if trainer.batch_size % (trainer.grad_accumulation * ranks.world):
             raise UserError(
-                f"trainer.batch_size={trainer.batch_size} is not divisible by "
-                f"trainer.grad_accumulation={trainer.grad_accumulation}; choose a divisor"
+                f"trainer.batch_size={trainer.batch_size} is not divisible by trainer.grad_accumulation="
+                f"{trainer.grad_accumulation} × {ranks.world} processes; choose a multiple"
             )
-        self.device = resolve_device(trainer.device, announce)
+        if ranks.world > 1 and torch.cuda.is_available() and trainer.device in ("auto", "cuda"):
+            self.device = torch.device("cuda", ranks.local_rank)
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = resolve_device(trainer.device, announce)
         self.amp_dtype = autocast_dtype(str(getattr(trainer.precision, "value", trainer.precision)), self.device)
         seed_everything(cfg.seed)
 
@@ -105,7 +109,8 @@ class Trainer:
         self.label = attention_zoo.label(self.attention_name, **attention_options)
         self.record = RunRecord(
             self.run_dir, task=cfg.task.name, attention=self.attention_name, label=self.label, seed=cfg.seed,
-            status="running", git_commit=git_commit(), device=describe_device(self.device),
+            status="running", git_commit=git_commit(), device=describe_device(self.device), processes=ranks.world,
+            write=ranks.main,
         )
 
         self.data = load_task_data(cfg.task, Path(cfg.data_dir), train_subset=trainer.train_subset,
@@ -115,6 +120,8 @@ class Trainer:
 
         self.model = Classifier(cfg.model, cfg.task, self.attention_name, attention_options, self.max_length).to(self.device)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
+        # Training goes through DDP (gradients averaged over ranks); evaluation uses the plain module.
+        self.train_model = (torch.nn.parallel.DistributedDataParallel(self.model) if ranks.world > 1 else self.model)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=trainer.lr, betas=(trainer.beta1, trainer.beta2), eps=trainer.eps,
             weight_decay=trainer.weight_decay,
@@ -140,6 +147,8 @@ class Trainer:
                           f"{self.max_length} tokens and are truncated")
 
     def save_checkpoint(self) -> None:
+        if not self.ranks.main:
+            return
         checkpoint.save(self.checkpoint_dir / checkpoint.LAST, {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
@@ -171,10 +180,10 @@ class Trainer:
     def _to_device(self, arrays):
         return [torch.from_numpy(a).to(self.device, non_blocking=True) for a in arrays]
 
-    def _forward(self, split: TokenSplit, indices):
+    def _forward(self, split: TokenSplit, indices, model=None):
         ids, masks, labels = split.gather(indices, self.max_length)
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
-            logits = self.model(self._to_device(ids), self._to_device(masks))
+            logits = (model or self.model)(self._to_device(ids), self._to_device(masks))
         labels = torch.from_numpy(labels).to(self.device)
         loss = F.cross_entropy(logits.float(), labels)
         correct = (logits.argmax(-1) == labels).sum().item()
@@ -183,12 +192,12 @@ class Trainer:
 
     def train_step(self) -> dict:
         self.model.train()
-        indices = self.sampler.next_batch()
+        indices = self.ranks.shard(self.sampler.next_batch())  # this process's share of the global batch
         micro_batches = np.array_split(indices, self.cfg.trainer.grad_accumulation)
         self.optimizer.zero_grad(set_to_none=True)
         total_loss, total_correct, total_tokens, aux_total, has_aux = 0.0, 0, 0, 0.0, False
         for micro in micro_batches:
-            loss, correct, tokens = self._forward(self.data.splits["train"], micro)
+            loss, correct, tokens = self._forward(self.data.splits["train"], micro, self.train_model)
             weight = len(micro) / len(indices)
             objective = loss * weight
             aux = self.model.aux_loss()
@@ -200,6 +209,10 @@ class Trainer:
             total_loss += loss.item() * weight
             total_correct += correct
             total_tokens += tokens
+        world = self.ranks.world
+        total_loss, total_correct, total_tokens, aux_total = distributed.sum_across(
+            [total_loss / world, total_correct, total_tokens, aux_total / world], self.ranks, self.device)
+        total_correct, total_tokens = int(total_correct), int(total_tokens)
         if not math.isfinite(total_loss):  # before the step, so the weights stay as they were
             raise FloatingPointError(f"training loss is {total_loss} at step {self.state.step + 1}")
         if self.cfg.trainer.grad_clip:
@@ -208,7 +221,7 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
-        metrics = {"train/loss": total_loss, "train/accuracy": 100.0 * total_correct / len(indices),
+        metrics = {"train/loss": total_loss, "train/accuracy": 100.0 * total_correct / (len(indices) * world),
                    "train/lr": self.scheduler.get_last_lr()[0]}
         if has_aux:
             metrics["train/aux_loss"] = aux_total
@@ -221,11 +234,13 @@ class Trainer:
         batch_size = self.cfg.trainer.eval_batch_size or self.cfg.trainer.batch_size
         loss_sum, correct = 0.0, 0
         for start in range(0, len(split), batch_size):
-            indices = np.arange(start, min(start + batch_size, len(split)))
-            loss, batch_correct, _ = self._forward(split, indices)
-            loss_sum += loss.item() * len(indices)
-            correct += batch_correct
+            indices = self.ranks.shard(np.arange(start, min(start + batch_size, len(split))))
+            if len(indices):
+                loss, batch_correct, _ = self._forward(split, indices)
+                loss_sum += loss.item() * len(indices)
+                correct += batch_correct
             checkpoint.fault_point("eval_batch")
+        loss_sum, correct = distributed.sum_across([loss_sum, correct], self.ranks, self.device)
         return {"loss": loss_sum / len(split), "accuracy": 100.0 * correct / len(split)}
 
     # ---------------------------------------------------------------- loop
@@ -243,7 +258,7 @@ class Trainer:
         session_start = time.perf_counter()
         wall_before = self.state.wall_seconds
         bar = tqdm(total=trainer.max_steps, initial=self.state.step, desc=f"{self.cfg.task.name}/{self.label}",
-                   unit="step", disable=None if trainer.progress_bar else True, dynamic_ncols=True)
+                   unit="step", disable=None if trainer.progress_bar and self.ranks.main else True, dynamic_ncols=True)
         window = {"loss": 0.0, "accuracy": 0.0, "count": 0}
         while self.state.step < trainer.max_steps:
             started = time.perf_counter()
@@ -277,13 +292,15 @@ class Trainer:
         if self.state.best_val_accuracy is None or result["accuracy"] > self.state.best_val_accuracy:
             self.state.best_val_accuracy, self.state.best_step = result["accuracy"], step
             self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-            checkpoint.save(self.checkpoint_dir / checkpoint.BEST, {"model": self.best_weights, "step": step})
+            if self.ranks.main:
+                checkpoint.save(self.checkpoint_dir / checkpoint.BEST, {"model": self.best_weights, "step": step})
         entry = {"step": step, "val_loss": result["loss"], "val_accuracy": result["accuracy"],
                  "train_loss": train_metrics["train/loss"], "lr": train_metrics["train/lr"]}
         if "train/aux_loss" in train_metrics:
             entry["train_aux_loss"] = train_metrics["train/aux_loss"]
         self.state.history.append(entry)
-        atomic_write_json(self.run_dir / HISTORY, self.state.history)
+        if self.ranks.main:
+            atomic_write_json(self.run_dir / HISTORY, self.state.history)
         logger.log({"val/loss": result["loss"], "val/accuracy": result["accuracy"],
                     "val/best_accuracy": self.state.best_val_accuracy}, step=step)
         self._record_progress("running")
@@ -315,15 +332,16 @@ def train(cfg, run_dir: Path, resolved_config: dict, group: str, announce=print)
         label = attention_zoo.label(cfg.attention.name, **_attention_options(cfg))
     except Exception:
         label = cfg.attention.name
-    record = RunRecord(run_dir, task=cfg.task.name, attention=cfg.attention.name, label=label, seed=cfg.seed,
-                       status="running", git_commit=git_commit())
+    ranks = distributed.setup()
+    record = RunRecord(run_dir, write=ranks.main, task=cfg.task.name, attention=cfg.attention.name, label=label,
+                       seed=cfg.seed, status="running", git_commit=git_commit())
     logger = None
     try:
-        trainer = Trainer(cfg, run_dir, announce)
+        trainer = Trainer(cfg, run_dir, announce, ranks)
         record = trainer.record
         trainer.try_resume()
-        logger = build_logger(cfg.logger, Path(run_dir), resolved_config, name=trainer.label,
-                              group=group, job_type=cfg.task.name)
+        logger = build_logger(cfg.logger, Path(run_dir), resolved_config, name=trainer.label, group=group,
+                              job_type=cfg.task.name) if ranks.main else NullLogger()
         result = trainer.run(logger)
         logger.finish(0)
         return result
@@ -332,3 +350,5 @@ def train(cfg, run_dir: Path, resolved_config: dict, group: str, announce=print)
         if logger is not None:
             logger.finish(1)
         raise
+    finally:
+        distributed.teardown()

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import statistics
+import sys
+from pathlib import Path
 
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from lra.results.table import collect, comparison
@@ -53,3 +55,21 @@ def test_local_gpus_launcher_runs_a_sweep_in_worker_processes(tmp_path, data_dir
                  "trainer.max_steps=2", "trainer.eval_every=2", *SMALL_LISTOPS], tmp_path, data_dir)
     records = [read_json(r / "metrics.json") for r in run_dirs(tmp_path)]
     assert sorted(r["label"] for r in records) == ["None", "Softmax"] and all(r["status"] == "completed" for r in records)
+
+
+def test_two_process_gloo_run_matches_one_process_with_the_same_global_batch(tmp_path, data_dir):
+    import math
+
+    args = ["trainer=smoke", "trainer.max_steps=4", "trainer.eval_every=2", "model.dropout=0.0", *SMALL_LISTOPS]
+    run_command(["lra-train", *args], tmp_path / "one", data_dir)
+    run_command(["torchrun", "--standalone", "--nproc_per_node=2", str(Path(sys.executable).parent / "lra-train"),
+                 *args], tmp_path / "two", data_dir, env_extra={"OMP_NUM_THREADS": "1"})
+    (one,), (two,) = run_dirs(tmp_path / "one"), run_dirs(tmp_path / "two")  # both ranks share one run directory
+    single, double = read_json(one / "metrics.json"), read_json(two / "metrics.json")
+    assert double["status"] == "completed" and double["processes"] == 2 and single["processes"] == 1
+    for key in ("steps", "best_step", "best_val_accuracy", "test_accuracy"):
+        assert single[key] == double[key], key
+    for a, b in zip(read_json(one / "history.json"), read_json(two / "history.json"), strict=True):
+        for key in ("val_loss", "train_loss", "val_accuracy"):
+            assert math.isclose(a[key], b[key], rel_tol=1e-4, abs_tol=1e-6), (key, a, b)
+    assert sorted(p.name for p in (two / "checkpoints").iterdir()) == ["best.pt", "last.pt"]
