@@ -28,7 +28,7 @@ class WandbLogger(NullLogger):
         try:
             import wandb
 
-            mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+            mode = os.environ.get("WANDB_MODE") or ("online" if _logged_in(wandb) else "offline")
             self.run = wandb.init(
                 project=cfg.project, entity=cfg.entity, group=cfg.group or group, job_type=job_type,
                 name=name, tags=list(cfg.tags), config=resolved_config, dir=str(run_dir), mode=mode,
@@ -54,6 +54,16 @@ class WandbLogger(NullLogger):
 
     def finish(self, exit_code: int = 0):
         self._safely(lambda: self.run.finish(exit_code=exit_code))
+
+
+def _logged_in(wandb) -> bool:
+    """Credentials from WANDB_API_KEY or ``wandb login`` (netrc), checked without prompting."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return bool(wandb.login(prompt=False))
+    except Exception:
+        return False
 
 
 def _run_id(run_dir: Path) -> str:

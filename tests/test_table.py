@@ -114,6 +114,14 @@ def test_a_multirun_prints_the_table_of_its_own_runs(tmp_path, data_dir):
             result.stdout
     (sweep,) = {r.parent for r in run_dirs(tmp_path)}
     assert (sweep / "table.md").is_file()
+    table = run_command(["lra-table", str(sweep), "--format", "json"], tmp_path, data_dir)
+    numbers = {r["backend"]: r for r in json.loads(table.stdout)}
+    assert sorted(numbers) == ["None", "Softmax"]
+    for label in ("Softmax", "None"):  # lra-table on the directory = an independent computation from the files
+        accuracies = [r["test_accuracy"] for r in runs if r["label"] == label]
+        assert numbers[label]["seeds"] == 2
+        assert abs(numbers[label]["mean"] - statistics.mean(accuracies)) < 1e-9
+        assert abs(numbers[label]["std"] - statistics.stdev(accuracies)) < 1e-9
 
 
 def test_a_sweep_with_failing_jobs_finishes_the_others_and_tables_them_as_failed(tmp_path, data_dir):
