@@ -145,6 +145,25 @@ class TrainRunConfig:
     resume: Optional[str] = None  # a run directory to continue
 
 
+@dataclass
+class ProfileConfig:
+    """``lra-profile``: time and memory of attention modules against sequence length."""
+
+    backends: List[str] = field(default_factory=lambda: list(attention_zoo.names()))
+    lengths: List[int] = field(default_factory=lambda: [512, 1024, 2048, 4096, 8192])
+    mode: str = "fixed"  # fixed: batch_size instances | largest: the largest batch that fits memory_budget_mb
+    batch_size: int = 1
+    max_batch: int = 256  # largest mode: stop doubling here
+    memory_budget_mb: Optional[float] = None  # largest mode: default the GPU's memory, or 8192 on CPU
+    num_heads: int = 12  # the YOSO paper's attention module: BERT-base, 12 heads of 64
+    head_dim: int = 64
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    repeats: int = 3  # best of this many after a warm-up
+    timeout_s: int = 600  # per cell; cells over it are recorded as timed out
+    fit_min_length: int = 2048  # scaling exponents are fitted over n >= this
+    output_dir: str = "${hydra:runtime.output_dir}"
+
+
 def _attention_schema(backend: attention_zoo.Backend) -> type:
     """A dataclass with ``name`` plus the backend's own options."""
     fields = [("name", str, field(default=backend.name))]
@@ -163,6 +182,7 @@ def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent)."""
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainRunConfig)
+    cs.store(name="profile_schema", node=ProfileConfig)
     cs.store(group="schema/task", name="base", node=TaskConfig)
     cs.store(group="schema/task", name="listops", node=ListOpsTaskConfig)
     cs.store(group="schema/task", name="bytes", node=ByteTaskConfig)

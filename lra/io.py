@@ -14,6 +14,9 @@ def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> N
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 would make results unreadable to others
     try:
         with os.fdopen(fd, mode) as handle:
             write(handle)

@@ -51,3 +51,23 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
     if isinstance(exc, ConfigCompositionException):
         return str(exc).splitlines()[0]
     return None
+
+
+def run_app(run, valid_keys) -> None:
+    """Run a Hydra app's ``run`` so that a config mistake ends with one line (exit 2) naming the fix;
+    other errors keep their traceback. Set HYDRA_FULL_ERROR=1 to see Hydra's own traceback."""
+    import os
+    import sys
+
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        run()
+        return
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        run()
+    except Exception as exc:
+        message = explain(exc, valid_keys)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)

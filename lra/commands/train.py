@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -91,18 +90,7 @@ def _valid_keys(path: str) -> list:
 
 def main() -> None:
     """Console entry: Hydra errors become one line (set HYDRA_FULL_ERROR=1 for a traceback)."""
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        run()
-        return
-    os.environ["HYDRA_FULL_ERROR"] = "1"
-    try:
-        run()
-    except Exception as exc:
-        message = config_errors.explain(exc, _valid_keys)
-        if message is None:
-            raise
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
+    config_errors.run_app(run, _valid_keys)
 
 
 if __name__ == "__main__":

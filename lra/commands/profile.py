@@ -1,0 +1,113 @@
+"""``lra-profile``: compose the profile config, measure every (backend, length) cell in its own
+process, write the report. Nothing else."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from lra.config import CONF_DIR, register_configs, register_resolvers
+
+log = logging.getLogger("lra.profile")
+register_configs()
+register_resolvers()
+
+
+def _device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+def run_cells(spec: dict, lengths, timeout_s: int) -> list:
+    """One backend at ``lengths`` in a fresh process (one JSON row per length). A crash, an
+    out-of-memory kill or a timeout becomes a recorded row for every length it left unmeasured."""
+    rows, reason = [], None
+    try:
+        result = subprocess.run([sys.executable, "-m", "lra.profiling.cell", json.dumps(spec | {"lengths": list(lengths)})],
+                                capture_output=True, text=True, timeout=timeout_s * len(lengths))
+        output, stderr, code = result.stdout, result.stderr, result.returncode
+    except subprocess.TimeoutExpired as exc:
+        output, stderr, code = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""), "", None
+        reason = f"timed out after {timeout_s * len(lengths)} s"
+    for line in output.splitlines():
+        if line.startswith("{"):
+            rows.append(json.loads(line))
+    if code not in (0, None):
+        lines = stderr.strip().splitlines() or [f"killed by signal {-code}"]
+        reason = "out of memory" if code == -9 or "memory" in stderr.lower() else lines[-1]
+    done = {row["n"] for row in rows}
+    rows += [{"backend": spec["backend"], "n": n, "batch": spec["batch"], "error": reason or "no result"}
+             for n in lengths if n not in done]
+    return rows
+
+
+def run_cell(spec: dict, timeout_s: int) -> dict:
+    """One (backend, length, batch) cell in its own process."""
+    return run_cells(spec, [spec["n"]], timeout_s)[0]
+
+
+def largest_batch(spec: dict, cfg) -> dict:
+    """Double the batch until the cell fails or its training peak exceeds the budget; keep the last fit."""
+    budget = cfg.memory_budget_mb
+    if budget is None:
+        import torch
+
+        budget = (torch.cuda.get_device_properties(spec["device"]).total_memory / 2**20
+                  if spec["device"].startswith("cuda") else 8192.0)
+    best, batch = None, 1
+    while batch <= cfg.max_batch:
+        row = run_cell(spec | {"batch": batch}, cfg.timeout_s)
+        if row.get("error") or row["training_peak_mb"] * batch > budget:
+            break
+        best, batch = row, batch * 2
+    return best or row
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="lra_profile")
+def run(cfg: DictConfig) -> None:
+    from lra.profiling import report
+
+    device = _device(cfg.device)
+    out_dir = Path(cfg.output_dir)
+    rows = []
+    for backend in cfg.backends:
+        spec = {"backend": backend, "batch": cfg.batch_size, "device": device, "num_heads": cfg.num_heads,
+                "head_dim": cfg.head_dim, "repeats": cfg.repeats}
+        lengths = [int(n) for n in cfg.lengths]
+        if cfg.mode == "largest":
+            found = [largest_batch(spec | {"n": n}, cfg) for n in lengths]
+        else:  # one process per backend: the lengths in ascending order
+            found = run_cells(spec, lengths, cfg.timeout_s)
+        for row in found:
+            log.info(json.dumps(row))
+        rows += found
+    title = (f"attention modules on {device}: {cfg.num_heads} heads of {cfg.head_dim}, "
+             f"{'largest batch that fits' if cfg.mode == 'largest' else f'batch {cfg.batch_size}'}")
+    frame = report.write(rows, out_dir, cfg.fit_min_length, title)
+    OmegaConf.save(cfg, out_dir / "profile_config.yaml", resolve=True)
+    print((out_dir / "profile.md").read_text())
+    print(f"wrote {out_dir}/profile.{{csv,json,md,png}} and exponents.csv ({len(frame)} cells)")
+
+
+def main() -> None:
+    """Console entry: a config mistake becomes one line naming the valid keys."""
+    import dataclasses
+
+    from lra.commands import config_errors
+    from lra.config import ProfileConfig
+
+    keys = sorted(f.name for f in dataclasses.fields(ProfileConfig))
+    config_errors.run_app(run, lambda path: keys if not path else [])
+
+
+if __name__ == "__main__":
+    main()

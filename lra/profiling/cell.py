@@ -1,0 +1,159 @@
+"""One ``lra-profile`` cell — a backend at one sequence length — measured in its own process, so that
+its peak memory is its own and an out-of-memory failure is a recorded cell, not a crash.
+
+    python -m lra.profiling.cell '<json spec>'      (prints one JSON row)
+
+Per instance (times and memory divided by the batch): forward time in training mode, backward time,
+the training step (forward + backward), the backward cache (memory held between forward and
+backward), the training peak and the inference peak (forward under ``torch.no_grad``). CUDA memory
+from the allocator's statistics above the baseline taken after the inputs are built. CPU: the
+backward cache is the bytes of the tensors autograd saves (``saved_tensors_hooks``, each storage
+once, inputs excluded); peaks come from the torch profiler's memory events (the highest point of
+the running sum of allocations and frees during one forward, or one forward + backward).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Callable, Dict
+
+MB = 2**20
+
+
+def _cpu_peak_bytes(step: Callable[[], None]) -> int:
+    """The highest point of torch's CPU allocations during ``step``, above where it started, from the
+    profiler's memory events (each op's own allocations and frees, in time order)."""
+    import itertools
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)
+    return max(itertools.accumulate((e.self_cpu_memory_usage for e in events), initial=0))
+
+
+def measure(spec: Dict) -> Dict:
+    """Time and memory of ``spec['backend']`` at ``spec['n']`` with ``spec['batch']`` instances."""
+    import torch
+
+    import attention_zoo
+
+    device, n, batch = torch.device(spec["device"]), spec["n"], spec["batch"]
+    heads, head_dim, repeats = spec["num_heads"], spec["head_dim"], spec["repeats"]
+    cuda = device.type == "cuda"
+    torch.manual_seed(0)
+    attend = attention_zoo.build(spec["backend"], num_heads=heads, head_dim=head_dim, max_seq_len=n,
+                                 **spec.get("options", {})).to(device)
+    q, k, v = (torch.randn(batch, heads, n, head_dim, device=device, requires_grad=True) for _ in range(3))
+    mask = torch.ones(batch, n, dtype=torch.bool, device=device)
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def best_of(step: Callable[[], None]) -> float:
+        times = []
+        for _ in range(repeats):
+            sync()
+            started = time.perf_counter()
+            step()
+            sync()
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    def loss_of(out):
+        loss = out.float().square().mean()
+        return loss + attend.aux_loss if getattr(attend, "aux_loss", None) is not None else loss
+
+    attend.eval()
+    with torch.no_grad():
+        attend(q, k, v, mask)  # warm-up: kernels built, caches filled, before anything is measured
+    sync()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+        baseline = torch.cuda.memory_allocated(device)
+    with torch.no_grad():
+        inference = best_of(lambda: attend(q, k, v, mask))
+        inference_peak = (torch.cuda.max_memory_allocated(device) - baseline if cuda
+                          else _cpu_peak_bytes(lambda: attend(q, k, v, mask)))
+
+    attend.train()
+    loss_of(attend(q, k, v, mask)).backward()  # warm-up of the training path
+    q.grad = k.grad = v.grad = None
+    forward_times, backward_times, caches = [], [], []
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    for _ in range(repeats):
+        before = torch.cuda.memory_allocated(device) if cuda else 0
+        saved: Dict[int, int] = {}
+
+        def pack(tensor):  # CPU: the backward cache is what autograd saves (each storage once)
+            if not cuda and tensor.device.type == "cpu":
+                storage = tensor.untyped_storage()
+                saved[storage.data_ptr()] = storage.nbytes()
+            return tensor
+
+        sync()
+        started = time.perf_counter()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            loss = loss_of(attend(q, k, v, mask))
+        sync()
+        middle = time.perf_counter()
+        inputs = {t.untyped_storage().data_ptr() for t in (q, k, v, mask)}
+        held = sum(size for pointer, size in saved.items() if pointer not in inputs)
+        caches.append(torch.cuda.memory_allocated(device) - before if cuda else held)
+        loss.backward()
+        sync()
+        forward_times.append(middle - started)
+        backward_times.append(time.perf_counter() - middle)
+        del loss
+        q.grad = k.grad = v.grad = None
+    if cuda:
+        training_peak = torch.cuda.max_memory_allocated(device) - baseline
+    else:
+        training_peak = _cpu_peak_bytes(lambda: loss_of(attend(q, k, v, mask)).backward())
+        q.grad = k.grad = v.grad = None
+    per = 1.0 / batch
+    return {
+        "backend": spec["backend"], "label": attention_zoo.label(spec["backend"], **spec.get("options", {})),
+        "n": n, "batch": batch, "device": str(device),
+        "forward_ms": min(forward_times) * 1e3 * per, "backward_ms": min(backward_times) * 1e3 * per,
+        "step_ms": (min(forward_times) + min(backward_times)) * 1e3 * per, "inference_ms": inference * 1e3 * per,
+        "backward_cache_mb": max(min(caches), 0) / MB * per, "training_peak_mb": max(training_peak, 0) / MB * per,
+        "inference_peak_mb": max(inference_peak, 0) / MB * per, "error": None,
+    }
+
+
+def _failure(spec: Dict, exc: BaseException) -> Dict:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    lowered = message.lower()
+    oom = isinstance(exc, MemoryError) or "out of memory" in lowered or (
+        "memory" in lowered and ("allocate" in lowered or "not enough" in lowered))
+    return {"backend": spec["backend"], "n": spec["n"], "batch": spec["batch"],
+            "error": "out of memory" if oom else message}
+
+
+def main() -> None:
+    """Measure ``spec['lengths']`` in ascending order, one JSON row per line as each finishes; after an
+    out-of-memory failure the longer lengths are recorded as out of memory without trying them."""
+    spec = json.loads(sys.argv[1])
+    lengths = sorted(spec.pop("lengths", [spec.get("n")]))
+    failed = None
+    for n in lengths:
+        cell = spec | {"n": n}
+        if failed is not None:
+            row = failed | {"n": n}
+        else:
+            try:
+                row = measure(cell)
+            except (RuntimeError, MemoryError) as exc:  # torch's out-of-memory errors are RuntimeErrors
+                row = _failure(cell, exc)
+                failed = row if row["error"] == "out of memory" else None
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""From ``lra-profile`` rows to files: CSV and JSON of every cell, log-log plots of time and memory
+against n with each backend's fitted scaling exponent, and a Markdown table shaped like the YOSO
+paper's attention-module table (forward / backward ms; backward cache / training / inference MB)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pandas as pd
+
+from lra.io import atomic_write_text
+
+COLUMNS = ["backend", "label", "n", "batch", "device", "forward_ms", "backward_ms", "step_ms", "inference_ms",
+           "backward_cache_mb", "training_peak_mb", "inference_peak_mb", "error"]
+
+
+def fit_exponent(lengths, values) -> float:
+    """The slope of log(value) against log(n): value ∝ n^slope (NaN with fewer than 2 points)."""
+    points = [(math.log(n), math.log(v)) for n, v in zip(lengths, values) if v and v > 0 and not math.isnan(v)]
+    if len(points) < 2:
+        return math.nan
+    x, y = np.array(points).T
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def exponents(frame: pd.DataFrame, min_length: int) -> pd.DataFrame:
+    """Per backend, the fitted exponents of step time and training peak memory over n ≥ min_length."""
+    rows = []
+    for label, group in frame[frame["error"].isna()].groupby("label", sort=False):
+        fit = group[group["n"] >= min_length].sort_values("n")
+        rows.append({"label": label, "time_exponent": fit_exponent(fit["n"], fit["step_ms"]),
+                     "memory_exponent": fit_exponent(fit["n"], fit["training_peak_mb"]),
+                     "fit_lengths": ",".join(str(n) for n in fit["n"])})
+    return pd.DataFrame(rows)
+
+
+def paper_table(frame: pd.DataFrame) -> str:
+    """Rows: backends; per n: ``fwd / bwd`` ms and ``cache / train / test`` MB; OOM cells marked."""
+    def cell(row, kind) -> str:
+        if isinstance(row["error"], str):
+            return "OOM" if "memory" in row["error"] else "error"
+        if kind == "time":
+            return f"{row['forward_ms']:.2f} / {row['backward_ms']:.2f}"
+        return f"{row['backward_cache_mb']:.1f} / {row['training_peak_mb']:.1f} / {row['inference_peak_mb']:.1f}"
+
+    labels = list(dict.fromkeys(frame["label"]))
+    lengths = sorted(frame["n"].unique())
+    parts = []
+    for kind, title in (("time", "time per instance, forward / backward (ms)"),
+                        ("memory", "memory per instance, backward cache / training peak / inference peak (MB)")):
+        table = pd.DataFrame("—", index=labels, columns=[str(n) for n in lengths])
+        for _, row in frame.iterrows():
+            table.loc[row["label"], str(row["n"])] = cell(row, kind)
+        parts.append(f"**{title}**\n\n" + table.rename_axis("backend").to_markdown())
+    return "\n\n".join(parts)
+
+
+def plot(frame: pd.DataFrame, fits: pd.DataFrame, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    exponent = fits.set_index("label") if not fits.empty else pd.DataFrame()
+    for label, group in frame[frame["error"].isna()].groupby("label", sort=False):
+        group = group.sort_values("n")
+        for axis, column, fit in ((axes[0], "step_ms", "time_exponent"), (axes[1], "training_peak_mb", "memory_exponent")):
+            slope = exponent.loc[label, fit] if label in exponent.index else math.nan
+            name = f"{label} (n^{slope:.2f})" if not math.isnan(slope) else label
+            axis.plot(group["n"], group[column].clip(lower=1e-3), marker="o", label=name)
+    for axis, ylabel in ((axes[0], "training step per instance (ms)"), (axes[1], "training peak per instance (MB)")):
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.set_xlabel("sequence length n")
+        axis.set_ylabel(ylabel)
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=7)
+    figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def write(rows: List[Dict], out_dir: Path, min_length: int, title: str) -> pd.DataFrame:
+    """Write ``profile.csv``, ``profile.json``, ``exponents.csv``, ``profile.md`` and ``profile.png``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    known = frame.dropna(subset=["label"]).groupby("backend")["label"].first()
+    frame["label"] = frame["label"].fillna(frame["backend"].map(known)).fillna(frame["backend"])
+    fits = exponents(frame, min_length)
+    atomic_write_text(out_dir / "profile.csv", frame.to_csv(index=False))
+    atomic_write_text(out_dir / "profile.json", frame.astype(object).where(frame.notna(), None)
+                      .to_json(orient="records", indent=1))
+    atomic_write_text(out_dir / "exponents.csv", fits.to_csv(index=False))
+    fitted = fits.round(2).to_markdown(index=False) if not fits.empty else "(no complete cells)"
+    atomic_write_text(out_dir / "profile.md", f"# {title}\n\n{paper_table(frame)}\n\n"
+                                              f"**fitted exponents over n ≥ {min_length}**\n\n{fitted}\n")
+    plot(frame, fits, out_dir / "profile.png", title)
+    return frame

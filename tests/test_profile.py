@@ -1,0 +1,48 @@
+"""lra-profile: the smoke preset over every backend writes the documented files and columns, and
+an out-of-memory cell is a recorded row, not a crash."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+import attention_zoo
+from conftest import run_command
+from lra.commands.profile import run_cell
+from lra.profiling import report
+
+
+def test_smoke_profile_over_every_backend_writes_csv_json_plot_and_table(tmp_path):
+    result = run_command(["lra-profile", "preset=smoke", "hydra.run.dir=out"], tmp_path, tmp_path)
+    out = tmp_path / "out"
+    frame = pd.read_csv(out / "profile.csv")
+    assert list(frame.columns) == report.COLUMNS
+    assert sorted(frame["backend"].unique()) == sorted(attention_zoo.names()) and sorted(frame["n"].unique()) == [256, 512]
+    assert frame["error"].isna().all(), frame[frame["error"].notna()]
+    assert (frame["step_ms"] > 0).all() and (frame["step_ms"] >= frame["forward_ms"]).all()
+    assert (frame[frame["backend"] == "softmax"]["backward_cache_mb"] > 0).all()
+    fits = pd.read_csv(out / "exponents.csv")
+    assert set(fits["label"]) == set(frame["label"])
+    assert (out / "profile.png").stat().st_size > 10_000 and (out / "profile.json").is_file()
+    assert "forward / backward (ms)" in result.stdout and "backward cache / training peak / inference peak" in result.stdout
+
+
+def test_an_allocation_that_cannot_fit_is_a_recorded_out_of_memory_cell():
+    row = run_cell({"backend": "softmax", "n": 2**22, "batch": 64, "device": "cpu", "num_heads": 64, "head_dim": 64,
+                    "repeats": 1}, timeout_s=120)
+    assert row["error"] == "out of memory" and row["n"] == 2**22
+
+
+def test_fitted_exponent_recovers_a_power_law():
+    lengths = [2048, 4096, 8192]
+    assert math.isclose(report.fit_exponent(lengths, [3e-6 * n**2 for n in lengths]), 2.0, abs_tol=1e-9)
+    assert math.isclose(report.fit_exponent(lengths, [0.5 * n for n in lengths]), 1.0, abs_tol=1e-9)
+    assert math.isnan(report.fit_exponent([2048], [1.0]))
+
+
+def test_a_misspelled_profile_key_is_one_line_naming_the_valid_ones(tmp_path):
+    result = run_command(["lra-profile", "lenghts=[512]"], tmp_path, tmp_path, check=False)
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: unknown key 'lenghts'") and "lengths" in last, last
