@@ -79,10 +79,12 @@ def load_task_data(
     settings = {"task": task.name, "source": task.source, **conversion.settings}
     cache_dir = data_dir / task.name / "cache" / settings_fingerprint(settings)
     command = prepare_command(task, data_dir)
+    raw_folder = None
     if prepare and (cache_dir / MANIFEST).is_file() and not rebuild:
         recorded = json.loads((cache_dir / MANIFEST).read_text()).get("raw_folder")
-        if recorded != conversion.locate():
-            announce(f"the cache was built from {recorded}; rebuilding it from {conversion.locate()}")
+        raw_folder = conversion.locate()
+        if recorded != raw_folder:
+            announce(f"the cache was built from {recorded}; rebuilding it from {raw_folder}")
             rebuild = True
     if rebuild and cache_dir.exists():
         shutil.rmtree(cache_dir)
@@ -92,7 +94,7 @@ def load_task_data(
         _writable(data_dir)
         announce(f"preparing {task.name} ({task.source}) into {cache_dir}")
         with CacheBuilder(cache_dir) as builder:
-            builder.extra["raw_folder"] = conversion.locate()
+            builder.extra["raw_folder"] = raw_folder or conversion.locate()
             conversion.build(builder, announce)
             builder.commit(settings)
     rebuild_with = f"rm -r {cache_dir} and run the same command again" if conversion.automatic else f"{command} --force"
