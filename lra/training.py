@@ -44,8 +44,13 @@ class TrainState:
     resumed_at_steps: List[int] = field(default_factory=list)  # one entry per resume (kill, preemption)
 
 
-def resolve_device(name: str, announce=print) -> torch.device:
-    """``auto``: CUDA when available; with several GPUs, a free one claimed for this process (one job per GPU)."""
+def resolve_device(name: str, announce=print, ranks: distributed.Ranks = distributed.Ranks()) -> torch.device:
+    """``auto``: CUDA when available — under torchrun the rank's local GPU; otherwise, with several
+    GPUs, a free one claimed for this process (one job per GPU)."""
+    if ranks.world > 1 and torch.cuda.is_available() and name in ("auto", "cuda"):
+        device = torch.device("cuda", ranks.local_rank)
+        torch.cuda.set_device(device)
+        return device
     if name == "auto":
         if not torch.cuda.is_available():
             return torch.device("cpu")
@@ -91,11 +96,7 @@ class Trainer:
                 f"trainer.batch_size={trainer.batch_size} is not divisible by trainer.grad_accumulation="
                 f"{trainer.grad_accumulation} × {ranks.world} processes; choose a multiple"
             )
-        if ranks.world > 1 and torch.cuda.is_available() and trainer.device in ("auto", "cuda"):
-            self.device = torch.device("cuda", ranks.local_rank)
-            torch.cuda.set_device(self.device)
-        else:
-            self.device = resolve_device(trainer.device, announce)
+        self.device = resolve_device(trainer.device, announce, ranks)
         self.amp_dtype = autocast_dtype(str(getattr(trainer.precision, "value", trainer.precision)), self.device)
         seed_everything(cfg.seed)
 

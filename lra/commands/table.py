@@ -13,16 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lra.results.table import (REFERENCES, _reference_value, collect, collect_wandb, comparison, load_reference,
+from lra.results.table import (REFERENCES, collect, collect_wandb, comparison, load_reference, numbers,
                                status_counts, to_latex, to_markdown)
-
-
-def _numbers(table: pd.DataFrame, reference) -> pd.DataFrame:
-    numbers = table.attrs["numbers"].copy()
-    if reference is not None:
-        numbers["paper"] = [_reference_value(reference, b, t) for b, t in zip(numbers["backend"], numbers["task"])]
-        numbers["delta"] = numbers["mean"] - numbers["paper"]
-    return numbers
 
 
 def main(argv=None) -> None:
@@ -60,9 +52,9 @@ def main(argv=None) -> None:
     elif args.format == "latex":
         text = to_latex(table)
     else:
-        numbers = _numbers(table, reference)
-        text = (numbers.to_csv(index=False) if args.format == "csv"
-                else numbers.astype(object).where(numbers.notna(), None).to_json(orient="records", indent=2))
+        records = numbers(table, reference)
+        text = (records.to_csv(index=False) if args.format == "csv"
+                else records.astype(object).where(records.notna(), None).to_json(orient="records", indent=2))
     if args.output:
         args.output.write_text(text.rstrip("\n") + "\n")
     else:

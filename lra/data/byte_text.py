@@ -8,13 +8,12 @@ original, the test split doubles as the validation split.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from lra.errors import UserError
 
-VOCABULARY_SIZE = 257  # 256 byte values + padding
 IMDB_LABELS = {"neg": 0, "pos": 1}
 
 
@@ -37,18 +36,18 @@ def find_aclimdb(path: Optional[str]) -> Path:
                     "aclImdb_v1.tar.gz (https://ai.stanford.edu/~amaas/data/sentiment/)")
 
 
-def read_aclimdb(root: Path, split: str) -> Iterator[Tuple[bytes, int]]:
-    """(review bytes, label) for ``split`` (train | test), negatives then positives, files in name order."""
-    for name, label in IMDB_LABELS.items():
-        for file in sorted((root / split / name).glob("*.txt")):
-            try:
-                yield file.read_bytes(), label
-            except OSError as exc:
-                raise UserError(f"cannot read {file}: {exc.strerror}") from None
+def aclimdb_files(root: Path, split: str) -> List[Tuple[Path, int]]:
+    """(review file, label) for ``split`` (train | test): negatives then positives, files in name order."""
+    return [(file, label) for name, label in IMDB_LABELS.items() for file in sorted((root / split / name).glob("*.txt"))]
 
 
-def count_aclimdb(root: Path, split: str) -> int:
-    return sum(1 for name in IMDB_LABELS for _ in (root / split / name).glob("*.txt"))
+def read_aclimdb(files: List[Tuple[Path, int]]) -> Iterator[Tuple[bytes, int]]:
+    """(review bytes, label) per file of :func:`aclimdb_files`."""
+    for file, label in files:
+        try:
+            yield file.read_bytes(), label
+        except OSError as exc:
+            raise UserError(f"cannot read {file}: {exc.strerror}") from None
 
 
 def read_tfds(name: str, split: str, data_dir: Optional[str], fields: Tuple[str, str]):

@@ -191,8 +191,8 @@ def _text(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
         for split in ("train", "test"):
             writer = builder.split(split, num_documents=1, dtype=np.uint16)
             if task.source == "aclimdb":
-                root = byte_text.find_aclimdb(task.path)
-                rows, total = byte_text.read_aclimdb(root, split), byte_text.count_aclimdb(root, split)
+                files = byte_text.aclimdb_files(byte_text.find_aclimdb(task.path), split)
+                rows, total = byte_text.read_aclimdb(files), len(files)
             else:
                 source = byte_text.read_tfds("imdb_reviews", split, task.path, ("text", "label"))
                 rows, total = ((item["text"], int(item["label"])) for item in source), len(source)

@@ -88,16 +88,17 @@ def summarize(runs: pd.DataFrame, metric: str = "test_accuracy") -> pd.DataFrame
     """Numbers behind the table, one row per (backend, task): mean, std, seeds, failed."""
     rows = []
     for (label, task), group in runs.groupby(["label", "task"], sort=False):
-        done = group[group["status"] == "completed"][metric].dropna()
+        completed = group[group["status"] == "completed"]
+        done = completed[metric].dropna()
         rows.append({"backend": label, "task": task, "mean": done.mean() if len(done) else math.nan,
                      "std": done.std(ddof=1) if len(done) > 1 else math.nan, "seeds": len(done),
                      "failed": int((group["status"] == "failed").sum()),
-                     "tokens_per_s": group[group["status"] == "completed"].get("train_tokens_per_second", pd.Series()).mean(),
-                     "peak_memory_mb": group[group["status"] == "completed"].get("peak_memory_mb", pd.Series()).mean()})
+                     "tokens_per_s": completed.get("train_tokens_per_second", pd.Series()).mean(),
+                     "peak_memory_mb": completed.get("peak_memory_mb", pd.Series()).mean()})
     return pd.DataFrame(rows)
 
 
-def _reference_value(reference: Optional[pd.DataFrame], label: str, column: str) -> float:
+def reference_value(reference: Optional[pd.DataFrame], label: str, column: str) -> float:
     if reference is None or column not in reference.columns:
         return math.nan
     for name in PAPER_NAMES.get(label, [label]):
@@ -135,7 +136,7 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
         same_tasks = set(tasks) == set(reference.columns) - {"average"}
         for label in labels:
             for column in (cells.columns if same_tasks else tasks):
-                paper = _reference_value(reference, label, column)
+                paper = reference_value(reference, label, column)
                 if not math.isnan(paper) and not math.isnan(means.loc[label, column]):
                     cells.loc[label, column] += f" [Δ {means.loc[label, column] - paper:+.2f}]"
     best = means.eq(means.max(axis=0), axis=1) & means.notna()
@@ -148,6 +149,15 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
     cells = cells.rename_axis("backend")
     cells.attrs = {"best": best.reindex(columns=cells.columns, fill_value=False), "numbers": summary}
     return cells
+
+
+def numbers(table: pd.DataFrame, reference: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+    """The numbers behind ``table`` (one record per backend × task), with the paper value and delta."""
+    out = table.attrs["numbers"].copy()
+    if reference is not None:
+        out["paper"] = [reference_value(reference, b, t) for b, t in zip(out["backend"], out["task"])]
+        out["delta"] = out["mean"] - out["paper"]
+    return out
 
 
 def _bolded(table: pd.DataFrame, wrap) -> pd.DataFrame:
