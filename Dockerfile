@@ -15,6 +15,8 @@ COPY lra ./lra
 COPY attention_zoo ./attention_zoo
 COPY csrc ./csrc
 COPY conf ./conf
+COPY conf_profile ./conf_profile
+COPY conf_fidelity ./conf_fidelity
 RUN pip install --no-cache-dir -e . \
  && python -m attention_zoo._yoso_build cpu cuda
 

@@ -95,11 +95,26 @@ class LearnedHashAttention(Attention):
         return score_q, score_k, query_index, key_index
 
     def attended_keys(self, q, k, mask):
-        """Dense [B, H, n, n] bool: keys sharing a bucket with each query (for analysis at small n)."""
-        _, _, query_index, key_index = self.memberships(q.float(), k.float(), mask)
+        """Dense [B, H, n, n] bool: keys sharing a bucket with each query, or the window of a local
+        head (for analysis at small n)."""
+        split = self.options.local_heads
+        local = self.local.attended_keys(q[:, :split], k[:, :split], mask) if self.local else None
+        _, _, query_index, key_index = self.memberships(q[:, split:].float(), k[:, split:].float(), mask)
         n = q.shape[2]
         in_q, in_k = one_hot_members(query_index, n), one_hot_members(key_index, n)
-        return (in_q.transpose(-1, -2) @ in_k > 0) & mask[:, None, None, :]
+        hashed = (in_q.transpose(-1, -2) @ in_k > 0) & mask[:, None, None, :]
+        return hashed if local is None else torch.cat([local, hashed], dim=1)
+
+    def bucket_counts(self, q, k, mask):
+        """Real queries and keys per bucket of the hashed heads, each token in the bucket its scorer
+        ranks highest (the learned hash before the balanced top-k): two [B, H_hashed, 1, buckets]."""
+        split = self.options.local_heads
+
+        def counts(scorer, x):
+            one_hot = torch.nn.functional.one_hot(scorer(x[:, split:].float()).argmax(-1), self.options.num_buckets)
+            return (one_hot * mask[:, None, :, None]).sum(-2, keepdim=True)
+
+        return counts(self.query_scorer, q), counts(self.key_scorer, k)
 
     def forward(self, q, k, v, mask=None):
         if self.local is None:

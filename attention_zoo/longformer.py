@@ -31,6 +31,16 @@ class LongformerAttention(Attention):
     def label(cls, options: LongformerOptions) -> str:
         return "Longformer"
 
+    def attended_keys(self, q, k, mask):
+        """Dense [B, H, n, n] bool: the window and the global tokens (for analysis at small n)."""
+        n = q.shape[2]
+        position = torch.arange(n, device=q.device)
+        globals_ = min(self.options.num_global_tokens, n)
+        local = ((position[:, None] - position[None, :]).abs() <= max(1, self.options.window_size // 2)) & \
+            (position[None, :] >= globals_)
+        seen = local | (position[None, :] < globals_) | (position[:, None] < globals_)
+        return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
+
     @in_float32
     def forward(self, q, k, v, mask):
         batch, heads, n, _ = q.shape

@@ -45,6 +45,16 @@ class LSHAttention(Attention):
         key_order = sort_by_bucket(random_rotation_buckets(k, rotations)[:, :, 0], mask[:, None], self.options.num_buckets)
         return query_order, key_order, chunks, size
 
+    def bucket_counts(self, q, k, mask):
+        """Real queries and real keys per bucket, before the equal-chunk cut: two [B, H, 1, buckets]."""
+        rotations = draw_rotations(self, 1, q.shape[-1], self.options.num_buckets, q.device)
+
+        def counts(x):
+            one_hot = torch.nn.functional.one_hot(random_rotation_buckets(x.float(), rotations), self.options.num_buckets)
+            return (one_hot * mask[:, None, None, :, None]).sum(-2)
+
+        return counts(q), counts(k)
+
     def attended_keys(self, q, k, mask):
         """Dense [B, H, n, n] bool: which keys each query attends to (for analysis at small n)."""
         query_order, key_order, chunks, size = self.sorted_chunks(q.float(), k.float(), mask)

@@ -44,8 +44,7 @@ class NystromAttention(Attention):
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        size = options.conv_kernel_size
-        self.conv = depthwise_sequence_conv(num_heads, size) if size else None
+        self.conv = depthwise_sequence_conv(num_heads, options.conv_kernel_size, "conv_kernel_size")
 
     @classmethod
     def label(cls, options: NystromOptions) -> str:

@@ -39,6 +39,7 @@ def chunk_neighbourhood(x: torch.Tensor, chunks: int) -> torch.Tensor:
 @register("reformer", ReformerOptions)
 class ReformerAttention(Attention):
     subquadratic = True
+    shared_qk = True  # the keys are the normalized queries; the k input is unused
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
@@ -53,17 +54,46 @@ class ReformerAttention(Attention):
             return self.options.num_buckets
         return max(2, 2 ** math.ceil(math.log2(max(1, 2 * n / self.options.chunk_size))))
 
+    def _buckets(self, q, mask):
+        """Padded to whole chunks: (q, real [B, L], buckets [B, H, R, L], order [B, H, R, L], chunk)."""
+        chunk = min(self.options.chunk_size, q.shape[2])
+        buckets_total = self.num_buckets(q.shape[2])
+        rotations = draw_rotations(self, self.options.num_hashes, q.shape[-1], buckets_total, q.device)
+        q = pad_to_multiple(q, chunk, 2)
+        real = pad_to_multiple(mask, chunk, 1, value=False)
+        buckets = random_rotation_buckets(q, rotations)
+        return q, real, buckets, sort_by_bucket(buckets, real[:, None, None, :], buckets_total), chunk
+
+    def bucket_counts(self, q, k, mask):
+        """Real queries (and, shared-QK, keys) per bucket and round: two [B, H, R, buckets]."""
+        _, real, buckets, _, _ = self._buckets(q.float(), mask)
+        counts = torch.nn.functional.one_hot(buckets, self.num_buckets(q.shape[2])) * real[:, None, None, :, None]
+        return counts.sum(-2), counts.sum(-2)
+
+    def attended_keys(self, q, k, mask):
+        """Dense [B, H, n, n] bool: keys in a query's chunk or a neighbouring one in any round, not
+        itself unless it sees no other key (for analysis at small n)."""
+        n = q.shape[2]
+        _, real, _, order, chunk = self._buckets(q.float(), mask)
+        chunks = order.shape[-1] // chunk
+        chunk_of_slot = (torch.arange(order.shape[-1], device=q.device) // chunk).expand_as(order)
+        position_chunk = torch.empty_like(order).scatter_(-1, order, chunk_of_slot)[..., :n]  # [B, H, R, n]
+        seen = torch.zeros(*q.shape[:2], n, n, dtype=torch.bool, device=q.device)
+        for chunk_in_round in position_chunk.unbind(dim=2):
+            apart = (chunk_in_round.unsqueeze(-2) - chunk_in_round.unsqueeze(-1)) % chunks
+            seen |= (apart <= 1) | (apart == chunks - 1)
+        seen &= real[:, None, None, :n]
+        itself = torch.eye(n, dtype=torch.bool, device=q.device)
+        others = (seen & ~itself).any(-1, keepdim=True)
+        return seen & ~(itself & others)
+
     @in_float32
     def forward(self, q, k, v, mask):
         batch, heads, n, d = q.shape
-        rounds, chunk = self.options.num_hashes, min(self.options.chunk_size, n)
-        buckets_total = self.num_buckets(n)
-        rotations = draw_rotations(self, rounds, d, buckets_total, q.device)
-        q, v = pad_to_multiple(q, chunk, 2), pad_to_multiple(v, chunk, 2)
-        real = pad_to_multiple(mask, chunk, 1, value=False)
+        rounds = self.options.num_hashes
+        q, real, _, order, chunk = self._buckets(q, mask)
+        v = pad_to_multiple(v, chunk, 2)
         length, chunks = q.shape[2], q.shape[2] // chunk
-        buckets = random_rotation_buckets(q, rotations)  # [B, H, R, L]
-        order = sort_by_bucket(buckets, real[:, None, None, :], buckets_total)
 
         def sort(x):  # [B, H, L, ...] → [B, H, R, L, ...]
             expanded = x.unsqueeze(2).expand(batch, heads, rounds, *x.shape[2:])

@@ -55,7 +55,7 @@ class YosoOptions:
 @dataclass
 class YosoCOptions(YosoOptions):
     num_hashes: int = 16
-    conv_window: int = 33
+    conv_window: int = 33  # odd; 0 disables the convolution
 
 
 @dataclass(frozen=True)
@@ -225,7 +225,7 @@ class YosoAttention(Attention):
 class YosoCAttention(YosoAttention):
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        self.conv = depthwise_sequence_conv(num_heads, options.conv_window)
+        self.conv = depthwise_sequence_conv(num_heads, options.conv_window, "conv_window")
 
     @classmethod
     def label(cls, options: YosoCOptions) -> str:
@@ -235,4 +235,4 @@ class YosoCAttention(YosoAttention):
     @in_float32
     def forward(self, q, k, v, mask):
         y = F.normalize(self.sample(q, k, v, mask), dim=-1).reshape(v.shape)
-        return y + self.conv(v * mask[:, None, :, None].to(v.dtype))
+        return y if self.conv is None else y + self.conv(v * mask[:, None, :, None].to(v.dtype))

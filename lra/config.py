@@ -22,7 +22,9 @@ import attention_zoo
 from lra.data.listops import GeneratorSettings
 from lra.data.pathfinder_generator import GeneratorSettings as PathfinderGeneratorSettings
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # lra-train
+PROFILE_CONF_DIR = CONF_DIR.parent / "conf_profile"  # lra-profile (its own presets)
+FIDELITY_CONF_DIR = CONF_DIR.parent / "conf_fidelity"  # lra-fidelity
 RUNS_DIR = "runs"
 
 
@@ -164,9 +166,9 @@ class ProfileConfig:
     output_dir: str = "${hydra:runtime.output_dir}"
 
 
-def _attention_schema(backend: attention_zoo.Backend) -> type:
-    """A dataclass with ``name`` plus the backend's own options."""
-    fields = [("name", str, field(default=backend.name))]
+def _attention_schema(backend: attention_zoo.Backend, with_name: bool = True) -> type:
+    """A dataclass with ``name`` (unless not ``with_name``) plus the backend's own options."""
+    fields = [("name", str, field(default=backend.name))] if with_name else []
     types = typing.get_type_hints(backend.options)  # resolves string annotations
     for option in dataclasses.fields(backend.options):
         default = (
@@ -178,11 +180,49 @@ def _attention_schema(backend: attention_zoo.Backend) -> type:
     return dataclasses.make_dataclass(f"{backend.cls.__name__}Config", fields)
 
 
+def _backend_options_schema() -> type:
+    """One field per registered backend holding its options (lra-fidelity's ``options``)."""
+    fields = []
+    for name in attention_zoo.names():
+        schema = _attention_schema(attention_zoo.get(name), with_name=False)
+        fields.append((name, schema, field(default_factory=schema)))
+    return dataclasses.make_dataclass("BackendOptions", fields)
+
+
+BackendOptions = _backend_options_schema()
+
+
+@dataclass
+class FidelityConfig:
+    """``lra-fidelity``: how far each backend's output is from exact softmax attention."""
+
+    sections: List[str] = field(default_factory=lambda: ["backends", "oracles", "yoso"])
+    backends: List[str] = field(default_factory=lambda: list(attention_zoo.names()))
+    options: BackendOptions = field(default_factory=lambda: BackendOptions())  # options.<backend>.<option>
+    lengths: List[int] = field(default_factory=lambda: [1024, 4096])  # random inputs of the backend section
+    batch_size: int = 1
+    num_heads: int = 4
+    head_dim: int = 64
+    score_std: float = 1.0  # random q, k: the standard deviation of q·k/√d
+    seeds: List[int] = field(default_factory=lambda: [0, 1, 2])
+    checkpoint: Optional[str] = None  # an lra-train run directory: also measure on its captured Q, K, V
+    examples: int = 4  # sequences of the run's split read by the checkpoint
+    split: str = "val"
+    oracle_budgets: List[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512])
+    oracle_queries: int = 32  # queries per input reduced by Carathéodory (v-aware, r = d + 1)
+    yoso_hashes: List[int] = field(default_factory=lambda: [8, 16, 32, 64, 128])
+    yoso_lengths: List[int] = field(default_factory=lambda: [64, 128, 256, 512, 1024, 2048, 4096])
+    yoso_impl: str = "auto"  # auto | cpu | cuda | torch
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    output_dir: str = "${hydra:runtime.output_dir}"
+
+
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent)."""
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainRunConfig)
     cs.store(name="profile_schema", node=ProfileConfig)
+    cs.store(name="fidelity_schema", node=FidelityConfig)
     cs.store(group="schema/task", name="base", node=TaskConfig)
     cs.store(group="schema/task", name="listops", node=ListOpsTaskConfig)
     cs.store(group="schema/task", name="bytes", node=ByteTaskConfig)
@@ -225,6 +265,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("lra.if_resume", _if_resume)
     if not OmegaConf.has_resolver("lra.run_stamp"):
         OmegaConf.register_new_resolver("lra.run_stamp", _run_stamp, use_cache=True)
+    if not OmegaConf.has_resolver("lra.conf_dir"):
+        OmegaConf.register_new_resolver("lra.conf_dir", lambda: str(CONF_DIR))
     if not OmegaConf.has_resolver("lra.gpu_count"):
         OmegaConf.register_new_resolver("lra.gpu_count", _gpu_count)
     if not OmegaConf.has_resolver("lra.unless_resume"):

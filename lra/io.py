@@ -37,3 +37,12 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def save_figure(figure, path: Path) -> None:
+    """Lay out a matplotlib figure, write it as PNG atomically, and close it."""
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    atomic_write(path, lambda handle: figure.savefig(handle, dpi=110, format="png"), mode="wb")
+    plt.close(figure)

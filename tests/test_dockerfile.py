@@ -33,3 +33,11 @@ def test_dockerfile_parses_and_copies_existing_paths():
     runs = " ".join(arguments for keyword, arguments in parsed if keyword == "RUN")
     assert "attention_zoo._yoso_build cpu cuda" in runs  # kernels precompiled into the image
     assert ("ENTRYPOINT", '["lra-train"]') in parsed
+
+
+def test_the_image_holds_every_config_root_the_commands_read():
+    from lra import config
+
+    copied = {shlex.split(arguments)[0] for keyword, arguments in instructions() if keyword == "COPY"}
+    roots = {config.CONF_DIR.name, config.PROFILE_CONF_DIR.name, config.FIDELITY_CONF_DIR.name}
+    assert roots <= copied, f"the Dockerfile does not copy {sorted(roots - copied)}"

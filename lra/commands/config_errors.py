@@ -53,6 +53,18 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
     return None
 
 
+def schema_keys(schema):
+    """``valid_keys`` for an app whose config is the dataclass ``schema``: the keys at a dotted path."""
+    from omegaconf import DictConfig, OmegaConf
+
+    def valid_keys(path: str) -> list:
+        node = OmegaConf.structured(schema)
+        node = OmegaConf.select(node, path) if path else node
+        return sorted(node.keys()) if isinstance(node, DictConfig) else []
+
+    return valid_keys
+
+
 def run_app(run, valid_keys) -> None:
     """Run a Hydra app's ``run`` so that a config mistake ends with one line (exit 2) naming the fix;
     other errors keep their traceback. Set HYDRA_FULL_ERROR=1 to see Hydra's own traceback."""
@@ -63,8 +75,13 @@ def run_app(run, valid_keys) -> None:
         run()
         return
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    from lra.errors import UserError
+
     try:
         run()
+    except UserError as exc:  # bad input the app recognised: its message names the fix
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
     except Exception as exc:
         message = explain(exc, valid_keys)
         if message is None:

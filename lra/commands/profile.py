@@ -12,7 +12,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from lra.config import CONF_DIR, register_configs, register_resolvers
+from lra.config import PROFILE_CONF_DIR, register_configs, register_resolvers
 
 log = logging.getLogger("lra.profile")
 register_configs()
@@ -72,7 +72,7 @@ def largest_batch(spec: dict, cfg) -> dict:
     return best or row
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="lra_profile")
+@hydra.main(version_base="1.3", config_path=str(PROFILE_CONF_DIR), config_name="lra_profile")
 def run(cfg: DictConfig) -> None:
     from lra.profiling import report
 
@@ -100,13 +100,10 @@ def run(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Console entry: a config mistake becomes one line naming the valid keys."""
-    import dataclasses
-
     from lra.commands import config_errors
     from lra.config import ProfileConfig
 
-    keys = sorted(f.name for f in dataclasses.fields(ProfileConfig))
-    config_errors.run_app(run, lambda path: keys if not path else [])
+    config_errors.run_app(run, config_errors.schema_keys(ProfileConfig))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from typing import Dict, List
 import numpy as np
 import pandas as pd
 
-from lra.io import atomic_write_text
+from lra.io import atomic_write_text, save_figure
 
 COLUMNS = ["backend", "label", "n", "batch", "device", "forward_ms", "backward_ms", "step_ms", "inference_ms",
            "backward_cache_mb", "training_peak_mb", "inference_peak_mb", "error"]
@@ -80,9 +80,7 @@ def plot(frame: pd.DataFrame, fits: pd.DataFrame, path: Path, title: str) -> Non
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=7)
     figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def write(rows: List[Dict], out_dir: Path, min_length: int, title: str) -> pd.DataFrame:

@@ -1,0 +1,98 @@
+"""The Q, K, V that ``lra-fidelity`` measures on: drawn at random, or captured by forward hooks from
+a trained ``lra-train`` run on its own task's inputs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from lra import checkpoint
+from lra.errors import UserError
+
+
+@dataclass
+class AttentionInputs:
+    """One attention call's inputs: q, k, v [B, H, n, d] float32, mask [B, n] bool."""
+
+    source: str  # "random" or "<task> layer <i>"
+    seed: Optional[int]
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    mask: torch.Tensor
+    trained_backend: Optional[torch.nn.Module] = None  # the checkpoint's own layer, if any
+
+    @property
+    def n(self) -> int:
+        return self.q.shape[2]
+
+
+def random_inputs(batch: int, heads: int, n: int, head_dim: int, score_std: float, seed: int,
+                  device: torch.device) -> AttentionInputs:
+    """Entries of q and k from N(0, score_std) and v from N(0, 1), so that q·k/√d has standard
+    deviation ``score_std``; no padding. Drawn from a generator seeded by ``seed`` (and n)."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + n)
+    shape = (batch, heads, n, head_dim)
+    q, k = (math.sqrt(score_std) * torch.randn(shape, generator=generator) for _ in range(2))
+    v = torch.randn(shape, generator=generator)
+    mask = torch.ones(batch, n, dtype=torch.bool)
+    return AttentionInputs("random", seed, q.to(device), k.to(device), v.to(device), mask.to(device))
+
+
+def load_run_config(run_dir: Path):
+    """The resolved config an ``lra-train`` run recorded, validated against the schema."""
+    from lra.config import TrainRunConfig
+
+    saved = Path(run_dir) / ".hydra" / "resolved.yaml"
+    if not saved.is_file():
+        raise UserError(f"checkpoint={run_dir} is not an lra-train run directory (no .hydra/resolved.yaml); "
+                        "pass a run folder such as runs/<date>/<time>")
+    return OmegaConf.merge(OmegaConf.structured(TrainRunConfig), OmegaConf.load(saved))
+
+
+def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.device) -> List[AttentionInputs]:
+    """Every layer's attention inputs when the run's best (else last) weights read the first
+    ``examples`` sequences of ``split`` (the first document of a dual-encoder pair)."""
+    from lra.data.prepare import load_task_data
+    from lra.model import Classifier
+    from lra.training import _attention_options
+
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    paths = [run_dir / "checkpoints" / name for name in (checkpoint.BEST, checkpoint.LAST)]
+    found = next((p for p in paths if p.is_file()), None)
+    if found is None:
+        raise UserError(f"no checkpoint in {run_dir}/checkpoints (looked for {checkpoint.BEST}, {checkpoint.LAST}); "
+                        f"train it first, or resume it with: lra-train resume={run_dir}")
+    max_length = min(cfg.task.max_length, cfg.trainer.max_length or cfg.task.max_length)
+    model = Classifier(cfg.model, cfg.task, cfg.attention.name, _attention_options(cfg), max_length)
+    model.load_state_dict(checkpoint.load(found)["model"])
+    model.to(device).eval()
+
+    data = load_task_data(cfg.task, Path(cfg.data_dir), announce=lambda message: None)
+    if split not in data.splits:
+        raise UserError(f"split={split} is not one of {', '.join(data.splits)}")
+    chosen = np.arange(min(examples, len(data.splits[split])))
+    ids, masks, _ = data.splits[split].gather(chosen, max_length)
+
+    captured = []
+    hooks = [block.attention.backend.register_forward_hook(
+        lambda module, inputs, output: captured.append((module, inputs))) for block in model.encoder.blocks]
+    try:
+        with torch.no_grad():
+            model([torch.from_numpy(i).to(device) for i in ids], [torch.from_numpy(m).to(device) for m in masks])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    layers = len(model.encoder.blocks)
+    result = []
+    for layer, (module, (q, k, v, mask)) in enumerate(captured[:layers]):
+        result.append(AttentionInputs(f"{cfg.task.name} layer {layer}", None, q.float(), k.float(), v.float(),
+                                      mask.bool(), trained_backend=module))
+    return result

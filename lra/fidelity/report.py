@@ -1,0 +1,171 @@
+"""From ``lra-fidelity`` rows to files: a CSV per section, JSON of everything, plots, and Markdown
+tables (mean ± std over seeds for random inputs; one column per captured layer)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pandas as pd
+
+from lra.io import atomic_write_text, save_figure
+
+COLUMNS = {
+    "backends": ["input", "n", "seed", "backend", "label", "relative_error", "mean_angle", "keys_per_query", "utility",
+                 "utility_ceiling", "oblivious_error_at_budget", "query_max_over_mean", "key_max_over_mean",
+                 "skewed_bucket_share"],
+    "oracles": ["input", "n", "seed", "oracle", "r", "relative_error", "mean_angle", "max_support"],
+    "yoso": ["input", "n", "seed", "m", "tau", "relative_error", "mean_angle"],
+}
+
+
+def frames(rows: Dict[str, List[dict]]) -> Dict[str, pd.DataFrame]:
+    return {section: pd.DataFrame(rows[section]).reindex(columns=COLUMNS[section])
+            for section in COLUMNS if rows.get(section)}
+
+
+def _setting(frame: pd.DataFrame) -> pd.Series:
+    """A column name per set of inputs: "random n=1024", or the captured layer."""
+    return np.where(frame["input"] == "random", "random n=" + frame["n"].astype(str), frame["input"])
+
+
+def _mean_std(values: pd.Series, digits: int = 3) -> str:
+    values = values.dropna()
+    if values.empty:
+        return "—"
+    if len(values) == 1:
+        return f"{values.iloc[0]:.{digits}f}"
+    return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
+
+
+def _pivot(frame: pd.DataFrame, index: str, value: str, digits: int = 3) -> pd.DataFrame:
+    frame = frame.assign(setting=_setting(frame))
+    settings = list(dict.fromkeys(frame["setting"]))
+    table = frame.groupby([index, "setting"], sort=False)[value].apply(lambda s: _mean_std(s, digits)).unstack()
+    return table.reindex(columns=settings).fillna("—")
+
+
+def yoso_trend(frame: pd.DataFrame) -> pd.DataFrame:
+    """Random inputs, per m: the mean angle's increase per doubling of n (a line in log2 n grows
+    logarithmically) and the curvature of a quadratic fit in log2 n (≤ 0: at most logarithmic);
+    and whether the mean angle falls with m at every n."""
+    random = frame[frame["input"] == "random"]
+    means = random.groupby(["m", "n"])["mean_angle"].mean().unstack()  # rows m, columns n
+    rows = []
+    for m, series in means.iterrows():
+        x, y = np.log2(series.index.to_numpy(dtype=float)), series.to_numpy()
+        curvature = float(np.polyfit(x, y, 2)[0]) if len(x) >= 3 else math.nan
+        rows.append({"m": m, "per_doubling": float(np.polyfit(x, y, 1)[0]) if len(x) >= 2 else math.nan,
+                     "curvature": curvature, "angle_at_smallest_n": float(y[0]), "angle_at_largest_n": float(y[-1])})
+    trend = pd.DataFrame(rows)
+    trend.attrs["monotone_in_m"] = bool((means.diff().iloc[1:] <= 0).all().all()) if len(means) > 1 else True
+    return trend
+
+
+def markdown(tables: Dict[str, pd.DataFrame], title: str) -> str:
+    parts = [f"# {title}"]
+    if "backends" in tables:
+        backends = tables["backends"]
+        parts.append("## Each backend against exact softmax\n\nmean ± std over seeds\n\n**mean row angle (radians)**\n\n"
+                     + _pivot(backends, "label", "mean_angle").to_markdown()
+                     + "\n\n**relative error ‖Ô − O‖_F / ‖O‖_F**\n\n" + _pivot(backends, "label", "relative_error").to_markdown())
+        sparse = backends.dropna(subset=["keys_per_query"]).assign(setting=lambda f: _setting(f))
+        if not sparse.empty:
+            columns = ["keys_per_query", "utility", "utility_ceiling", "relative_error", "oblivious_error_at_budget",
+                       "query_max_over_mean", "key_max_over_mean", "skewed_bucket_share"]
+            summary = sparse.groupby(["setting", "label"], sort=False)[columns].mean().round(3).reset_index()
+            parts.append("## Sparse backends: budget, attention utility, the value-oblivious floor, bucket balance\n\n"
+                         "keys per query is the budget r; utility = mean attention mass on the attended keys, "
+                         "ceiling = that of the top-r keys; oblivious error = optimal-v-oblivious-r's relative "
+                         "error; bucket counts per bucket, max/mean, and the share of buckets whose query:key "
+                         "ratio is beyond 2:1 (means over seeds). Reformer's utility is of its own shared-QK attention.\n\n"
+                         + summary.rename(columns={"setting": "inputs", "label": "backend"}).to_markdown(index=False))
+    if "oracles" in tables:
+        oracles = tables["oracles"].assign(oracle=lambda f: np.where(
+            f["max_support"].notna(), "v-aware-(d+1)", f["oracle"] + "-" + f["r"].astype(str)))
+        parts.append("## Value-aware oracles (relative error)\n\nv-oblivious-r keeps each query's r largest weights; "
+                     "v-aware-1 is the nearest single value; v-aware-(d+1) is Carathéodory's reduction of the exact "
+                     "weights to d + 1 values (sampled queries)\n\n"
+                     + _pivot(oracles, "oracle", "relative_error", digits=4).to_markdown())
+    if "yoso" in tables:
+        yoso = tables["yoso"]
+        text = ["## YOSO-m against YOSO-E (the YOSO paper's Figure 8)\n\nmean row angle in radians, same τ, mean ± std "
+                "over seeds\n\n" + _pivot(yoso, "m", "mean_angle").to_markdown()]
+        if (yoso["input"] == "random").any():
+            trend = yoso_trend(yoso)
+            text.append(f"Mean angle falls as m grows at every n: **{'yes' if trend.attrs['monotone_in_m'] else 'no'}**. "
+                        "Growth with n on random inputs (a straight line in log2 n is logarithmic growth; "
+                        "curvature ≤ 0 means at most logarithmic):\n\n" + trend.round(4).to_markdown(index=False))
+        parts.append("\n\n".join(text))
+    return "\n\n".join(parts) + "\n"
+
+
+def plot(tables: Dict[str, pd.DataFrame], out_dir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if "yoso" in tables:
+        random = tables["yoso"][tables["yoso"]["input"] == "random"]
+        stats = random.groupby(["m", "n"])["mean_angle"].agg(["mean", "std"]).reset_index()
+        figure, (by_n, by_m) = plt.subplots(1, 2, figsize=(11, 4.2))
+        for m, group in stats.groupby("m"):
+            by_n.errorbar(group["n"], group["mean"], yerr=group["std"].fillna(0), marker="o", capsize=3, label=f"m = {m}")
+        for n, group in stats.groupby("n"):
+            by_m.errorbar(group["m"], group["mean"], yerr=group["std"].fillna(0), marker="o", capsize=3, label=f"n = {n}")
+        by_n.set(xlabel="sequence length n", ylabel="mean angle to YOSO-E (rad)", title="YOSO-m vs YOSO-E against n")
+        by_m.set(xlabel="hashes m", ylabel="mean angle to YOSO-E (rad)", title="YOSO-m vs YOSO-E against m")
+        for axis, ticks in ((by_n, sorted(stats["n"].unique())), (by_m, sorted(stats["m"].unique()))):
+            axis.set_xscale("log", base=2)
+            axis.set_xticks(ticks, [str(t) for t in ticks])
+            axis.legend(fontsize=7)
+            axis.grid(alpha=0.3)
+        save_figure(figure, out_dir / "fidelity_yoso.png")
+    if "backends" in tables:
+        backends = tables["backends"].assign(setting=lambda f: _setting(f))
+        means = backends.groupby(["label", "setting"], sort=False)["mean_angle"].mean().unstack()
+        figure, axis = plt.subplots(figsize=(9, 0.45 * len(means) + 1.5))
+        means.plot.barh(ax=axis, width=0.8)
+        axis.set(xlabel="mean angle to exact softmax (rad)", ylabel="", title="each backend against exact softmax")
+        axis.invert_yaxis()
+        axis.grid(axis="x", alpha=0.3)
+        axis.legend(fontsize=7)
+        save_figure(figure, out_dir / "fidelity_backends.png")
+    if "oracles" in tables:
+        oracles = tables["oracles"].assign(setting=lambda f: _setting(f))
+        settings = list(dict.fromkeys(oracles["setting"]))
+        figure, axes = plt.subplots(1, len(settings), figsize=(5 * len(settings), 4.2), squeeze=False)
+        sparse = (tables["backends"].dropna(subset=["keys_per_query"]).assign(setting=lambda f: _setting(f))
+                  if "backends" in tables else pd.DataFrame(columns=["setting"]))
+        for axis, setting in zip(axes[0], settings):
+            here = oracles[oracles["setting"] == setting]
+            curve = here[here["oracle"] == "v-oblivious"].groupby("r")["relative_error"].mean()
+            axis.plot(curve.index, curve.clip(lower=1e-16), marker="o", label="optimal-v-oblivious-r")
+            aware = here[here["oracle"] == "v-aware"].groupby("r")["relative_error"].mean()
+            axis.plot(aware.index, aware.clip(lower=1e-16), marker="s", linestyle="none",
+                      label="optimal-v-aware-r (r = 1 and r = d + 1 only)")
+            points = sparse[sparse["setting"] == setting].groupby("label")[["keys_per_query", "relative_error"]].mean()
+            for label, point in points.iterrows():
+                axis.scatter(point["keys_per_query"], point["relative_error"], marker="x", zorder=3)
+                axis.annotate(label, (point["keys_per_query"], point["relative_error"]), fontsize=7)
+            axis.set(xscale="log", yscale="log", xlabel="keys per query r", ylabel="relative error", title=setting)
+            axis.grid(alpha=0.3)
+            axis.legend(fontsize=7)
+        save_figure(figure, out_dir / "fidelity_oracles.png")
+
+
+def write(rows: Dict[str, List[dict]], out_dir: Path, title: str) -> Dict[str, pd.DataFrame]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tables = frames(rows)
+    for section, frame in tables.items():
+        atomic_write_text(out_dir / f"fidelity_{section}.csv", frame.to_csv(index=False))
+    atomic_write_text(out_dir / "fidelity.json",
+                      json.dumps({s: f.astype(object).where(f.notna(), None).to_dict("records") for s, f in tables.items()},
+                                 indent=1))
+    atomic_write_text(out_dir / "fidelity.md", markdown(tables, title))
+    plot(tables, out_dir)
+    return tables
