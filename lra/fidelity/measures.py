@@ -7,7 +7,7 @@ Every error is taken over the rows of real queries only.
 from __future__ import annotations
 
 import math
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -38,14 +38,20 @@ def output_error(approximate, exact, mask) -> Dict[str, float]:
             "mean_angle": float(angle.masked_fill(zero, math.pi / 2).mean())}
 
 
-def keep_top(attention: torch.Tensor, r) -> torch.Tensor:
+def weight_ranks(attention: torch.Tensor) -> torch.Tensor:
+    """Each weight's rank in its row, 0 for the largest (ties in index order)."""
+    order = attention.argsort(dim=-1, descending=True, stable=True)
+    positions = torch.arange(attention.shape[-1], device=attention.device).expand_as(order)
+    return torch.empty_like(order).scatter_(-1, order, positions)
+
+
+def keep_top(attention: torch.Tensor, r, ranks: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Optimal-v-oblivious-r (Gupta & Berant 2021): each row's r largest weights, renormalized. ``r``
-    is one budget or a budget per row (a tensor of attention's shape without the last dimension)."""
-    order = attention.argsort(dim=-1, descending=True)
-    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(attention.shape[-1], device=attention.device)
-                                             .expand_as(order))
-    budget = torch.as_tensor(r, device=attention.device).clamp(min=1)
-    kept = attention * (rank < (budget[..., None] if budget.dim() else budget))
+    is one budget (≥ 1) or a budget per row (a tensor of attention's shape without the last
+    dimension; a row with budget 0 becomes zeros); ``ranks`` from :func:`weight_ranks`, to reuse."""
+    ranks = weight_ranks(attention) if ranks is None else ranks
+    budget = torch.as_tensor(r, device=attention.device)
+    kept = attention * (ranks < (budget[..., None] if budget.dim() else budget.clamp(min=1)))
     return kept / kept.sum(-1, keepdim=True).clamp(min=1e-300)
 
 

@@ -130,6 +130,8 @@ def plot(tables: Dict[str, pd.DataFrame], out_dir: Path) -> None:
         means = backends.groupby(["label", "setting"], sort=False)["mean_angle"].mean().unstack()
         figure, axis = plt.subplots(figsize=(9, 0.45 * len(means) + 1.5))
         means.plot.barh(ax=axis, width=0.8)
+        axis.axvline(math.pi / 2, color="grey", linestyle=":", linewidth=1)
+        axis.text(math.pi / 2, -0.6, " π/2: orthogonal", fontsize=7, color="grey", va="bottom")
         axis.set(xlabel="mean angle to exact softmax (rad)", ylabel="", title="each backend against exact softmax")
         axis.invert_yaxis()
         axis.grid(axis="x", alpha=0.3)
@@ -138,23 +140,30 @@ def plot(tables: Dict[str, pd.DataFrame], out_dir: Path) -> None:
     if "oracles" in tables:
         oracles = tables["oracles"].assign(setting=lambda f: _setting(f))
         settings = list(dict.fromkeys(oracles["setting"]))
-        figure, axes = plt.subplots(1, len(settings), figsize=(5 * len(settings), 4.2), squeeze=False)
+        columns = min(2, len(settings))
+        rows = math.ceil(len(settings) / columns)
+        figure, axes = plt.subplots(rows, columns, figsize=(6.5 * columns, 4.4 * rows), squeeze=False)
         sparse = (tables["backends"].dropna(subset=["keys_per_query"]).assign(setting=lambda f: _setting(f))
                   if "backends" in tables else pd.DataFrame(columns=["setting"]))
-        for axis, setting in zip(axes[0], settings):
+        floor = 1e-3  # errors below it (the exact limits, ~1e-15) are drawn on the floor
+        for axis, setting in zip(axes.flat, settings):
             here = oracles[oracles["setting"] == setting]
             curve = here[here["oracle"] == "v-oblivious"].groupby("r")["relative_error"].mean()
-            axis.plot(curve.index, curve.clip(lower=1e-16), marker="o", label="optimal-v-oblivious-r")
+            axis.plot(curve.index, curve.clip(lower=floor), marker="o", label="optimal-v-oblivious-r")
             aware = here[here["oracle"] == "v-aware"].groupby("r")["relative_error"].mean()
-            axis.plot(aware.index, aware.clip(lower=1e-16), marker="s", linestyle="none",
-                      label="optimal-v-aware-r (r = 1 and r = d + 1 only)")
+            axis.plot(aware.index, aware.clip(lower=floor), marker="s", linestyle="none",
+                      label=f"optimal-v-aware-r, r = 1 and r = d + 1 (< {floor:g} drawn at {floor:g})")
             points = sparse[sparse["setting"] == setting].groupby("label")[["keys_per_query", "relative_error"]].mean()
             for label, point in points.iterrows():
                 axis.scatter(point["keys_per_query"], point["relative_error"], marker="x", zorder=3)
-                axis.annotate(label, (point["keys_per_query"], point["relative_error"]), fontsize=7)
+                axis.annotate(label, (point["keys_per_query"], point["relative_error"]), fontsize=7,
+                              xytext=(3, 3), textcoords="offset points")
             axis.set(xscale="log", yscale="log", xlabel="keys per query r", ylabel="relative error", title=setting)
+            axis.set_ylim(bottom=floor / 2)
             axis.grid(alpha=0.3)
             axis.legend(fontsize=7)
+        for axis in list(axes.flat)[len(settings):]:
+            axis.set_visible(False)
         save_figure(figure, out_dir / "fidelity_oracles.png")
 
 

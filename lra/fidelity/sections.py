@@ -91,9 +91,9 @@ def oracle_rows(inputs: AttentionInputs, budgets: Sequence[int], sampled_queries
     q, k, v, mask = inputs.q, inputs.k, inputs.v.double(), inputs.mask
     d = q.shape[-1]
     exact, attention = measures.exact_attention(q, k, v, mask)
-    rows = []
+    rows, ranks = [], measures.weight_ranks(attention)
     for r in budgets:
-        error = measures.output_error(measures.keep_top(attention, r) @ v, exact, mask)
+        error = measures.output_error(measures.keep_top(attention, r, ranks) @ v, exact, mask)
         rows.append({**_where(inputs), "oracle": "v-oblivious", "r": int(r), **error})
 
     nearest = measures.nearest_value(exact, v, mask)
