@@ -95,15 +95,16 @@ void validate_pair_gradient(const at::Tensor& codes_s, const at::Tensor& codes_o
   }
 }
 
-constexpr int64_t kLanes = 8;  // tokens hashed together, one per SIMD lane
+constexpr int64_t kLanes = 16;  // tokens hashed together, one per SIMD lane (an AVX-512 register)
 
 // Codes of up to kLanes tokens of one batch element: each padded vector through H D3 H D2 H D1 per
 // product, with the tokens interleaved (buffer[t * kLanes + lane]) so every butterfly is a vector op.
 // SIZE > 0 fixes the padded dimension at compile time; 0 reads it from `size`.
 template <int SIZE>
 void hash_tokens(const float* x, int64_t lanes, const float* diagonals, int32_t* codes, int64_t size, int64_t d,
-                 int64_t R, int64_t m, int64_t n, int64_t tau, float* buffer) {
+                 int64_t R, int64_t m, int64_t n, int64_t tau, float* buffer, int32_t* bits) {
   const int64_t P = SIZE > 0 ? SIZE : size;
+  std::fill(bits, bits + P * kLanes, 0);  // the codes of the current group of P hashes, lane-interleaved
   for (int64_t r = 0; r < R; ++r) {
     const float* diag = diagonals + r * 3 * P;
     for (int64_t t = 0; t < P; ++t) {
@@ -129,12 +130,15 @@ void hash_tokens(const float* x, int64_t lanes, const float* diagonals, int32_t*
         }
       }
     }
-    // Product r = g·tau + t gives bit t of hashes g·P … g·P + P − 1 (one coordinate each).
+    // Product r = g·tau + t gives bit t of hashes g·P … g·P + P − 1 (one coordinate each); a group's
+    // codes are gathered in `bits` and written once, after its last bit.
     const int64_t group = r / tau, bit = r % tau;
-    for (int64_t c = 0; c < P && group * P + c < m; ++c) {
-      for (int64_t l = 0; l < lanes; ++l) {
-        codes[(group * P + c) * n + l] |= (buffer[c * kLanes + l] > 0.0f ? 1 : 0) << bit;
+    for (int64_t c = 0; c < P * kLanes; ++c) bits[c] |= (buffer[c] > 0.0f ? 1 : 0) << bit;
+    if (bit == tau - 1 || r == R - 1) {
+      for (int64_t c = 0; c < P && group * P + c < m; ++c) {
+        for (int64_t l = 0; l < lanes; ++l) codes[(group * P + c) * n + l] = bits[c * kLanes + l];
       }
+      std::fill(bits, bits + P * kLanes, 0);
     }
   }
 }
@@ -151,10 +155,11 @@ at::Tensor fast_hash_cpu(const at::Tensor& x, const at::Tensor& diagonals, int64
   const int64_t groups = (n + kLanes - 1) / kLanes;
   at::parallel_for(0, B * groups, 8, [&](int64_t begin, int64_t end) {
     std::vector<float> buffer(P * kLanes);
+    std::vector<int32_t> bits(P * kLanes);
     for (int64_t group = begin; group < end; ++group) {
       const int64_t b = group / groups, i = (group % groups) * kLanes;
       hash(xs + (b * n + i) * d, std::min(kLanes, n - i), ds + b * R * 3 * P, out + b * m * n + i, P, d, R, m, n,
-           tau, buffer.data());
+           tau, buffer.data(), bits.data());
     }
   });
   return codes;
