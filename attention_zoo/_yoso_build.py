@@ -12,10 +12,13 @@ CPU's identity) unless ``LRA_KERNEL_CPU_ARCH`` names a portable target. Precompi
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import os
 import platform
 import shutil
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Dict
@@ -127,12 +130,42 @@ def load(kind: str) -> ModuleType:
 
 
 def _build(kind: str) -> ModuleType:
-    from torch.utils.cpp_extension import load as load_extension
-
     sources = CUDA_SOURCES if kind == "cuda" else CPU_SOURCES
     name = f"lra_yoso_{kind}_{_source_hash(sources)}"
     build_directory = cache_dir() / name
     build_directory.mkdir(parents=True, exist_ok=True)
+    with _exclusive_build(build_directory):
+        return _compile_and_import(kind, name, sources, build_directory)
+
+
+@contextlib.contextmanager
+def _exclusive_build(build_directory: Path):
+    """Hold an OS file lock on the build directory while torch builds or loads into it.
+
+    torch.utils.cpp_extension marks a build in progress with a plain ``lock`` file and waits, forever,
+    for it to vanish; a build killed mid-compile (a preempted job, a Ctrl-C) leaves it behind and every
+    later job would hang. The OS releases a flock when its holder dies, so once we hold it no one else is
+    building, and a ``lock`` file still there is stale: it is removed, with a note.
+    """
+    with open(build_directory / "build.flock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another process building the YOSO kernels in {build_directory}", file=sys.stderr)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        stale = build_directory / "lock"
+        if stale.exists():
+            print(f"removing {stale}, left by a kernel build that was killed", file=sys.stderr)
+            stale.unlink(missing_ok=True)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _compile_and_import(kind: str, name: str, sources, build_directory: Path) -> ModuleType:
+    from torch.utils.cpp_extension import load as load_extension
+
     cflags = ["-O3", "-std=c++17", f"-march={cpu_arch()}"] + (["-DYOSO_WITH_CUDA"] if kind == "cuda" else [])
     arch_before = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if kind == "cuda":

@@ -1,10 +1,12 @@
 """The compiled YOSO kernels against the pure-PyTorch implementation of the same algorithm, their
 limits and errors, and the statistics of YOSO's hashing and sampled gradients."""
 
+import fcntl
 import math
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,6 +101,38 @@ def test_missing_compiler_is_a_clear_error_and_auto_warns(monkeypatch):
     q = torch.randn(1, 1, 16, 8)
     with pytest.warns(ops.KernelFallbackWarning, match="pure-PyTorch implementation.*no C\\+\\+ compiler"):
         assert torch.isfinite(attn(q, q, q, None)).all()
+
+
+LOAD_CPU_KERNELS = "from attention_zoo import _yoso_build; print(_yoso_build.load('cpu').__name__)"
+
+
+@needs_kernels
+def test_a_build_killed_midway_does_not_hang_later_jobs():
+    """torch marks a build in progress with a ``lock`` file and waits for it to vanish; a killed build
+    leaves it behind. With no live builder holding the OS lock, the next job removes it and loads."""
+    stale = Path(_yoso_build.load("cpu").__file__).parent / "lock"
+    stale.touch()
+    result = subprocess.run([sys.executable, "-c", LOAD_CPU_KERNELS], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "left by a kernel build that was killed" in result.stderr
+    assert not stale.exists()
+
+
+@needs_kernels
+def test_a_job_waits_for_a_live_build_and_leaves_its_lock_alone():
+    build_directory = Path(_yoso_build.load("cpu").__file__).parent
+    with open(build_directory / "build.flock", "w") as live_builder:
+        fcntl.flock(live_builder, fcntl.LOCK_EX)
+        (build_directory / "lock").touch()
+        job = subprocess.Popen([sys.executable, "-c", LOAD_CPU_KERNELS], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        assert "waiting for another process building the YOSO kernels" in job.stderr.readline()
+        assert (build_directory / "lock").exists() and job.poll() is None
+        (build_directory / "lock").unlink()
+        fcntl.flock(live_builder, fcntl.LOCK_UN)
+    out, err = job.communicate(timeout=300)
+    assert job.returncode == 0, err
+    assert out.startswith("lra_yoso_cpu_") and "killed" not in err
 
 
 def test_cuda_sources_compile_with_nvcc(tmp_path):
