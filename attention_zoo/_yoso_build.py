@@ -59,8 +59,13 @@ def cpu_arch() -> str:
     return os.environ.get("LRA_KERNEL_CPU_ARCH", "native")
 
 
-def _source_hash(files) -> str:
-    digest = hashlib.sha256(torch.__version__.encode() + cpu_arch().encode())
+def _cpu_flags(kind: str) -> list:
+    """-fopenmp: at::parallel_for is serial in code compiled without it (the kernels would use one core)."""
+    return ["-O3", "-std=c++17", f"-march={cpu_arch()}", "-fopenmp"] + (["-DYOSO_WITH_CUDA"] if kind == "cuda" else [])
+
+
+def _source_hash(files, kind: str) -> str:
+    digest = hashlib.sha256(torch.__version__.encode() + " ".join(_cpu_flags(kind)).encode())
     if cpu_arch() == "native":
         digest.update(_cpu_identity())
     for name in sorted(set(files) | set(HEADERS)):
@@ -131,7 +136,7 @@ def load(kind: str) -> ModuleType:
 
 def _build(kind: str) -> ModuleType:
     sources = CUDA_SOURCES if kind == "cuda" else CPU_SOURCES
-    name = f"lra_yoso_{kind}_{_source_hash(sources)}"
+    name = f"lra_yoso_{kind}_{_source_hash(sources, kind)}"
     build_directory = cache_dir() / name
     build_directory.mkdir(parents=True, exist_ok=True)
     with _exclusive_build(build_directory):
@@ -166,7 +171,6 @@ def _exclusive_build(build_directory: Path):
 def _compile_and_import(kind: str, name: str, sources, build_directory: Path) -> ModuleType:
     from torch.utils.cpp_extension import load as load_extension
 
-    cflags = ["-O3", "-std=c++17", f"-march={cpu_arch()}"] + (["-DYOSO_WITH_CUDA"] if kind == "cuda" else [])
     arch_before = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if kind == "cuda":
         os.environ["TORCH_CUDA_ARCH_LIST"] = _cuda_arch_list()
@@ -174,7 +178,8 @@ def _compile_and_import(kind: str, name: str, sources, build_directory: Path) ->
         return load_extension(
             name=name,
             sources=[str(SOURCE_DIR / source) for source in sources],
-            extra_cflags=cflags,
+            extra_cflags=_cpu_flags(kind),
+            extra_ldflags=["-fopenmp"],
             extra_cuda_cflags=["-O3", "-std=c++17"],
             extra_include_paths=[str(SOURCE_DIR)],
             build_directory=str(build_directory),

@@ -150,11 +150,12 @@ def lower_bound_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projectio
     group = max(1, min(m, s.workspace_bytes // (8 * 4 * batch * count * n)))  # ≤ a quarter of it
     grad_q, grad_k = torch.zeros_like(q), torch.zeros_like(k)
     half_tau_q, half_tau_k = q * (s.tau / 2), k * (s.tau / 2)
+    weighted_v = v * key_weight[..., None]
     for start in range(0, m, group):
         hashes = slice(start, min(start + group, m))
         rows = projections[:, hashes]
         grad_r = torch.einsum("bnl,bhtl->bhtn", grad, rows).contiguous()
-        value_r = torch.einsum("bnl,bhtl->bhtn", v, rows) * key_weight[:, None, None]
+        value_r = torch.einsum("bnl,bhtl->bhtn", weighted_v, rows)
         share = rows.shape[1] / m  # a cumulation averages over its own hashes
         cq, ck = codes_q[:, hashes], codes_k[:, hashes]
         grad_q += share * ops.cumulation(cq, ck, grad_r, value_r, half_tau_k, s.tau, s.impl, s.workspace_bytes)

@@ -254,6 +254,12 @@ def test_yoso_trains_on_the_kernels_and_is_deterministic_in_eval():
         assert attn(q.bfloat16(), k.bfloat16(), v.bfloat16(), None).dtype == torch.bfloat16
 
 
+@needs_kernels
+def test_cpu_kernels_are_built_with_openmp_so_they_use_every_core():
+    """at::parallel_for silently runs serially in code compiled without OpenMP."""
+    assert _yoso_build.load("cpu").parallel
+
+
 def test_package_ships_every_kernel_source():
     for name in _yoso_build.CUDA_SOURCES + _yoso_build.HEADERS:
         assert (Path(_yoso_build.SOURCE_DIR) / name).is_file()

@@ -359,6 +359,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("cumulation", &cumulation, "LSH cumulation: (1/m) sum_h weight_q * T_h[code_q], T_h[c] = sum weight_k v");
   module.def("pair_gradient", &pair_gradient, "exact-derivative (*YOSO) gradient over colliding pairs");
   module.def("max_code_length", []() { return yoso::kMaxCodeLength; });
+  // at::parallel_for runs its loop serially unless this file was compiled with OpenMP (-fopenmp).
+#ifdef INTRA_OP_PARALLEL
+  module.attr("parallel") = true;
+#else
+  module.attr("parallel") = false;
+#endif
 #ifdef YOSO_WITH_CUDA
   module.attr("with_cuda") = true;
 #else
