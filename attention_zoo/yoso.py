@@ -143,23 +143,30 @@ class YosoCumulation(torch.autograd.Function):
         return grad_q, grad_k, grad_v, None, None, None, None, None
 
 
+# On CPU a group's per-token weights [B, hashes, p, n] are sized to stay in the last-level cache
+# until the cumulations read them (tensors spilling to DRAM made the backward superlinear in n); on
+# CUDA a group fills up to a quarter of the workspace.
+CPU_GROUP_BYTES = 16 * 2**20
+
+
 def lower_bound_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s: Setup):
     """∇Q, ∇K of eq. 4, the p projections being the cumulation's weight channels. The per-token
-    weights [B, hashes, p, n] are built for a group of hashes at a time, within the workspace."""
+    weights [B, hashes, p, n] are built for a group of hashes at a time."""
     batch, m, count, n = q.shape[0], codes_q.shape[1], projections.shape[2], q.shape[1]
-    group = max(1, min(m, s.workspace_bytes // (8 * 4 * batch * count * n)))  # ≤ a quarter of it
+    budget = CPU_GROUP_BYTES if q.device.type == "cpu" else s.workspace_bytes // 4
+    group = max(1, min(m, budget // (2 * 4 * batch * count * n)))
     grad_q, grad_k = torch.zeros_like(q), torch.zeros_like(k)
     half_tau_q, half_tau_k = q * (s.tau / 2), k * (s.tau / 2)
     weighted_v = v * key_weight[..., None]
     for start in range(0, m, group):
         hashes = slice(start, min(start + group, m))
         rows = projections[:, hashes]
-        grad_r = torch.einsum("bnl,bhtl->bhtn", grad, rows).contiguous()
+        share = rows.shape[1] / m  # a cumulation averages over its own hashes; both take grad_r's share
+        grad_r = torch.einsum("bnl,bhtl->bhtn", grad, rows * share).contiguous()
         value_r = torch.einsum("bnl,bhtl->bhtn", weighted_v, rows)
-        share = rows.shape[1] / m  # a cumulation averages over its own hashes
         cq, ck = codes_q[:, hashes], codes_k[:, hashes]
-        grad_q += share * ops.cumulation(cq, ck, grad_r, value_r, half_tau_k, s.tau, s.impl, s.workspace_bytes)
-        grad_k += share * ops.cumulation(ck, cq, value_r, grad_r, half_tau_q, s.tau, s.impl, s.workspace_bytes)
+        grad_q += ops.cumulation(cq, ck, grad_r, value_r, half_tau_k, s.tau, s.impl, s.workspace_bytes)
+        grad_k += ops.cumulation(ck, cq, value_r, grad_r, half_tau_q, s.tau, s.impl, s.workspace_bytes)
     return grad_q, grad_k
 
 

@@ -172,18 +172,21 @@ struct CumulationArgs {
   const int32_t *cq, *ck;
   const float *wq, *wk, *v;
   float* out;
-  int64_t m, nq, nk, dv, p, mq, mk;
+  int64_t B, m, nq, nk, dv, p, mq, mk;
 };
 
 // One batch element, every hash. kCompact: `slot` maps a code to a compact table row, given out in
 // key order as codes first appear, so the table has at most nk rows (not 2^tau), fills almost
 // sequentially and stays cache-resident. Otherwise rows are codes. Either way only the rows the
 // keys touched are cleared, so a hash costs O(n·p·dv), never O(2^tau·p·dv).
-template <bool kCompact>
+// DV > 0 fixes the value dimension at compile time (the common head dims): a value row and a query's
+// sum over channels stay in registers. 0 reads it from the arguments.
+template <bool kCompact, int DV>
 void cumulate_batch(const CumulationArgs& a, int64_t b, float* table, int32_t* slot) {
-  const int64_t width = a.p * a.dv;  // a table row: one dv-vector per weight channel
+  const int64_t dv = DV > 0 ? DV : a.dv;
+  const int64_t width = a.p * dv;  // a table row: one dv-vector per weight channel
   const float inv_m = 1.0f / static_cast<float>(a.m);
-  float* out_b = a.out + b * a.nq * a.dv;
+  float* out_b = a.out + b * a.nq * dv;
   for (int64_t h = 0; h < a.m; ++h) {
     const int32_t* cqh = a.cq + (b * a.m + h) * a.nq;
     const int32_t* ckh = a.ck + (b * a.m + h) * a.nk;
@@ -201,24 +204,46 @@ void cumulate_batch(const CumulationArgs& a, int64_t b, float* table, int32_t* s
         row_index = assigned;
       }
       float* row = table + row_index * width;
-      const float* vj = a.v + (b * a.nk + j) * a.dv;
-      for (int64_t t = 0; t < a.p; ++t) {
-        const float weight = wkh[t * a.nk + j];
-        if (weight == 0.0f) continue;
-        float* cell = row + t * a.dv;
-        for (int64_t l = 0; l < a.dv; ++l) cell[l] += weight * vj[l];
+      const float* vj = a.v + (b * a.nk + j) * dv;
+      if constexpr (DV > 0) {
+        float value[DV];
+        for (int l = 0; l < DV; ++l) value[l] = vj[l];
+        for (int64_t t = 0; t < a.p; ++t) {
+          const float weight = wkh[t * a.nk + j];
+          if (weight == 0.0f) continue;
+          float* cell = row + t * DV;
+          for (int l = 0; l < DV; ++l) cell[l] += weight * value[l];
+        }
+      } else {
+        for (int64_t t = 0; t < a.p; ++t) {
+          const float weight = wkh[t * a.nk + j];
+          if (weight == 0.0f) continue;
+          float* cell = row + t * dv;
+          for (int64_t l = 0; l < dv; ++l) cell[l] += weight * vj[l];
+        }
       }
     }
     for (int64_t i = 0; i < a.nq; ++i) {
       const int64_t row_index = kCompact ? slot[cqh[i]] : cqh[i];
       if (row_index < 0) continue;  // no key in this bucket
       const float* row = table + row_index * width;
-      float* yi = out_b + i * a.dv;
-      for (int64_t t = 0; t < a.p; ++t) {
-        const float weight = wqh[t * a.nq + i] * inv_m;
-        if (weight == 0.0f) continue;
-        const float* cell = row + t * a.dv;
-        for (int64_t l = 0; l < a.dv; ++l) yi[l] += weight * cell[l];
+      float* yi = out_b + i * dv;
+      if constexpr (DV > 0) {
+        float sum[DV] = {};
+        for (int64_t t = 0; t < a.p; ++t) {
+          const float weight = wqh[t * a.nq + i];
+          if (weight == 0.0f) continue;
+          const float* cell = row + t * DV;
+          for (int l = 0; l < DV; ++l) sum[l] += weight * cell[l];
+        }
+        for (int l = 0; l < DV; ++l) yi[l] += inv_m * sum[l];
+      } else {
+        for (int64_t t = 0; t < a.p; ++t) {
+          const float weight = wqh[t * a.nq + i] * inv_m;
+          if (weight == 0.0f) continue;
+          const float* cell = row + t * dv;
+          for (int64_t l = 0; l < dv; ++l) yi[l] += weight * cell[l];
+        }
       }
     }
     for (int64_t j = 0; j < a.nk; ++j) {
@@ -231,6 +256,21 @@ void cumulate_batch(const CumulationArgs& a, int64_t b, float* table, int32_t* s
   }
 }
 
+template <int DV>
+void cumulate_all(const CumulationArgs& a, int64_t rows, bool compact) {
+  at::parallel_for(0, a.B, 1, [&](int64_t begin, int64_t end) {
+    std::vector<int32_t> slot(compact ? rows : 0, -1);
+    std::vector<float> table((compact ? std::max<int64_t>(a.nk, 1) : rows) * a.p * a.dv, 0.0f);
+    for (int64_t b = begin; b < end; ++b) {
+      if (compact) {
+        cumulate_batch<true, DV>(a, b, table.data(), slot.data());
+      } else {
+        cumulate_batch<false, DV>(a, b, table.data(), nullptr);
+      }
+    }
+  });
+}
+
 at::Tensor cumulation_cpu(const at::Tensor& codes_q, const at::Tensor& codes_k, const at::Tensor& weight_q,
                           const at::Tensor& weight_k, const at::Tensor& values, int64_t tau) {
   const int64_t B = values.size(0), nk = values.size(1), dv = values.size(2);
@@ -238,20 +278,16 @@ at::Tensor cumulation_cpu(const at::Tensor& codes_q, const at::Tensor& codes_k, 
   auto result = at::zeros({B, nq, dv}, values.options());
   const CumulationArgs args{codes_q.data_ptr<int32_t>(), codes_k.data_ptr<int32_t>(), weight_q.data_ptr<float>(),
                             weight_k.data_ptr<float>(), values.data_ptr<float>(), result.data_ptr<float>(),
-                            m, nq, nk, dv, p, weight_q.size(1), weight_k.size(1)};
+                            B, m, nq, nk, dv, p, weight_q.size(1), weight_k.size(1)};
   const int64_t rows = int64_t(1) << tau, width = p * dv;
   const bool compact = rows * width * static_cast<int64_t>(sizeof(float)) > kDirectTableBytes && nk < rows;
-  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
-    std::vector<int32_t> slot(compact ? rows : 0, -1);
-    std::vector<float> table((compact ? std::max<int64_t>(nk, 1) : rows) * width, 0.0f);
-    for (int64_t b = begin; b < end; ++b) {
-      if (compact) {
-        cumulate_batch<true>(args, b, table.data(), slot.data());
-      } else {
-        cumulate_batch<false>(args, b, table.data(), nullptr);
-      }
-    }
-  });
+  if (dv == 32) {
+    cumulate_all<32>(args, rows, compact);
+  } else if (dv == 64) {
+    cumulate_all<64>(args, rows, compact);
+  } else {
+    cumulate_all<0>(args, rows, compact);
+  }
   return result;
 }
 
