@@ -143,30 +143,37 @@ class YosoCumulation(torch.autograd.Function):
         return grad_q, grad_k, grad_v, None, None, None, None, None
 
 
-# On CPU a group's per-token weights [B, hashes, p, n] are sized to stay in the last-level cache
-# until the cumulations read them (tensors spilling to DRAM made the backward superlinear in n); on
-# CUDA a group fills up to a quarter of the workspace.
-CPU_GROUP_BYTES = 16 * 2**20
+# The per-token weights [batch elements, hashes, p, n] of one cumulation call are kept within a budget:
+# on CPU the last-level cache (weights spilling to DRAM made the backward superlinear in n), on CUDA a
+# quarter of the workspace. Calls split the batch first (each output written once), hashes only when
+# one batch element's weights exceed the budget.
+CPU_WEIGHT_BYTES = 16 * 2**20
 
 
 def lower_bound_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s: Setup):
-    """∇Q, ∇K of eq. 4, the p projections being the cumulation's weight channels. The per-token
-    weights [B, hashes, p, n] are built for a group of hashes at a time."""
+    """∇Q, ∇K of eq. 4, the p projections being the cumulation's weight channels."""
     batch, m, count, n = q.shape[0], codes_q.shape[1], projections.shape[2], q.shape[1]
-    budget = CPU_GROUP_BYTES if q.device.type == "cpu" else s.workspace_bytes // 4
-    group = max(1, min(m, budget // (2 * 4 * batch * count * n)))
+    cpu = q.device.type == "cpu"
+    budget = CPU_WEIGHT_BYTES if cpu else s.workspace_bytes // 4
+    per_hash = 2 * 4 * count * n  # bytes of both weight tensors for one (batch element, hash)
+    chunk = max(torch.get_num_threads() if cpu else 1, budget // (per_hash * m))  # every core gets work
+    group = max(1, min(m, budget // (per_hash * chunk)))
     grad_q, grad_k = torch.zeros_like(q), torch.zeros_like(k)
     half_tau_q, half_tau_k = q * (s.tau / 2), k * (s.tau / 2)
     weighted_v = v * key_weight[..., None]
-    for start in range(0, m, group):
-        hashes = slice(start, min(start + group, m))
-        rows = projections[:, hashes]
-        share = rows.shape[1] / m  # a cumulation averages over its own hashes; both take grad_r's share
-        grad_r = torch.einsum("bnl,bhtl->bhtn", grad, rows * share).contiguous()
-        value_r = torch.einsum("bnl,bhtl->bhtn", weighted_v, rows)
-        cq, ck = codes_q[:, hashes], codes_k[:, hashes]
-        grad_q += ops.cumulation(cq, ck, grad_r, value_r, half_tau_k, s.tau, s.impl, s.workspace_bytes)
-        grad_k += ops.cumulation(ck, cq, value_r, grad_r, half_tau_q, s.tau, s.impl, s.workspace_bytes)
+    for first in range(0, batch, chunk):
+        elements = slice(first, first + chunk)
+        for start in range(0, m, group):
+            hashes = slice(start, min(start + group, m))
+            rows = projections[elements, hashes]
+            share = rows.shape[1] / m  # a cumulation averages over its own hashes; both take grad_r's share
+            grad_r = torch.einsum("bnl,bhtl->bhtn", grad[elements], rows * share).contiguous()
+            value_r = torch.einsum("bnl,bhtl->bhtn", weighted_v[elements], rows).contiguous()
+            cq, ck = codes_q[elements, hashes], codes_k[elements, hashes]
+            grad_q[elements] += ops.cumulation(cq, ck, grad_r, value_r, half_tau_k[elements], s.tau, s.impl,
+                                               s.workspace_bytes)
+            grad_k[elements] += ops.cumulation(ck, cq, value_r, grad_r, half_tau_q[elements], s.tau, s.impl,
+                                               s.workspace_bytes)
     return grad_q, grad_k
 
 
