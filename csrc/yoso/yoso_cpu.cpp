@@ -176,7 +176,7 @@ struct CumulationArgs {
 };
 
 // One batch element, every hash. kCompact: `slot` maps a code to a compact table row, given out in
-// key order as codes first appear, so the table has at most nk rows (not 2^tau), fills almost
+// key order as codes first appear, so the table has at most nk rows (about 0.63·nk at tau = log2 n), fills almost
 // sequentially and stays cache-resident. Otherwise rows are codes. Either way only the rows the
 // keys touched are cleared, so a hash costs O(n·p·dv), never O(2^tau·p·dv).
 // DV > 0 fixes the value dimension at compile time (the common head dims): a value row and a query's
@@ -280,7 +280,7 @@ at::Tensor cumulation_cpu(const at::Tensor& codes_q, const at::Tensor& codes_k, 
                             weight_k.data_ptr<float>(), values.data_ptr<float>(), result.data_ptr<float>(),
                             B, m, nq, nk, dv, p, weight_q.size(1), weight_k.size(1)};
   const int64_t rows = int64_t(1) << tau, width = p * dv;
-  const bool compact = rows * width * static_cast<int64_t>(sizeof(float)) > kDirectTableBytes && nk < rows;
+  const bool compact = rows * width * static_cast<int64_t>(sizeof(float)) > kDirectTableBytes && nk <= rows;
   if (dv == 32) {
     cumulate_all<32>(args, rows, compact);
   } else if (dv == 64) {
