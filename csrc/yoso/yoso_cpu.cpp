@@ -176,9 +176,9 @@ struct CumulationArgs {
 };
 
 // One batch element, every hash. kCompact: `slot` maps a code to a compact table row, given out in
-// key order as codes first appear, so the table has at most nk rows (about 0.63·nk at tau = log2 n), fills almost
-// sequentially and stays cache-resident. Otherwise rows are codes. Either way only the rows the
-// keys touched are cleared, so a hash costs O(n·p·dv), never O(2^tau·p·dv).
+// key order as codes first appear, so the table has at most nk rows (about 0.63·nk at tau = log2 n),
+// fills almost sequentially and stays cache-resident. Otherwise rows are codes. Either way only the
+// rows the keys touched are cleared, so a hash costs O(n·p·dv), never O(2^tau·p·dv).
 // DV > 0 fixes the value dimension at compile time (the common head dims): a value row and a query's
 // sum over channels stay in registers. 0 reads it from the arguments.
 template <bool kCompact, int DV>
