@@ -179,13 +179,15 @@ struct CumulationArgs {
 // key order as codes first appear, so the table has at most nk rows (about 0.63·nk at tau = log2 n),
 // fills almost sequentially and stays cache-resident. Otherwise rows are codes. Either way only the
 // rows the keys touched are cleared, so a hash costs O(n·p·dv), never O(2^tau·p·dv).
-// DV > 0 fixes the value dimension at compile time (the common head dims): a value row and a query's
-// sum over channels stay in registers. 0 reads it from the arguments.
+// DV > 0 fixes the value dimension at compile time (the common head dims), so a query's sum over
+// channels stays in registers; 0 reads it from the arguments and sums in `scratch` (dv floats).
 template <bool kCompact, int DV>
-void cumulate_batch(const CumulationArgs& a, int64_t b, float* table, int32_t* slot) {
+void cumulate_batch(const CumulationArgs& a, int64_t b, float* table, int32_t* slot, float* scratch) {
   const int64_t dv = DV > 0 ? DV : a.dv;
   const int64_t width = a.p * dv;  // a table row: one dv-vector per weight channel
   const float inv_m = 1.0f / static_cast<float>(a.m);
+  float fixed[DV > 0 ? DV : 1];
+  float* sum = DV > 0 ? fixed : scratch;
   float* out_b = a.out + b * a.nq * dv;
   for (int64_t h = 0; h < a.m; ++h) {
     const int32_t* cqh = a.cq + (b * a.m + h) * a.nq;
@@ -205,46 +207,26 @@ void cumulate_batch(const CumulationArgs& a, int64_t b, float* table, int32_t* s
       }
       float* row = table + row_index * width;
       const float* vj = a.v + (b * a.nk + j) * dv;
-      if constexpr (DV > 0) {
-        float value[DV];
-        for (int l = 0; l < DV; ++l) value[l] = vj[l];
-        for (int64_t t = 0; t < a.p; ++t) {
-          const float weight = wkh[t * a.nk + j];
-          if (weight == 0.0f) continue;
-          float* cell = row + t * DV;
-          for (int l = 0; l < DV; ++l) cell[l] += weight * value[l];
-        }
-      } else {
-        for (int64_t t = 0; t < a.p; ++t) {
-          const float weight = wkh[t * a.nk + j];
-          if (weight == 0.0f) continue;
-          float* cell = row + t * dv;
-          for (int64_t l = 0; l < dv; ++l) cell[l] += weight * vj[l];
-        }
+      for (int64_t t = 0; t < a.p; ++t) {
+        const float weight = wkh[t * a.nk + j];
+        if (weight == 0.0f) continue;
+        float* cell = row + t * dv;
+        for (int64_t l = 0; l < dv; ++l) cell[l] += weight * vj[l];
       }
     }
     for (int64_t i = 0; i < a.nq; ++i) {
       const int64_t row_index = kCompact ? slot[cqh[i]] : cqh[i];
       if (row_index < 0) continue;  // no key in this bucket
       const float* row = table + row_index * width;
-      float* yi = out_b + i * dv;
-      if constexpr (DV > 0) {
-        float sum[DV] = {};
-        for (int64_t t = 0; t < a.p; ++t) {
-          const float weight = wqh[t * a.nq + i];
-          if (weight == 0.0f) continue;
-          const float* cell = row + t * DV;
-          for (int l = 0; l < DV; ++l) sum[l] += weight * cell[l];
-        }
-        for (int l = 0; l < DV; ++l) yi[l] += inv_m * sum[l];
-      } else {
-        for (int64_t t = 0; t < a.p; ++t) {
-          const float weight = wqh[t * a.nq + i] * inv_m;
-          if (weight == 0.0f) continue;
-          const float* cell = row + t * dv;
-          for (int64_t l = 0; l < dv; ++l) yi[l] += weight * cell[l];
-        }
+      std::fill(sum, sum + dv, 0.0f);
+      for (int64_t t = 0; t < a.p; ++t) {
+        const float weight = wqh[t * a.nq + i];
+        if (weight == 0.0f) continue;
+        const float* cell = row + t * dv;
+        for (int64_t l = 0; l < dv; ++l) sum[l] += weight * cell[l];
       }
+      float* yi = out_b + i * dv;
+      for (int64_t l = 0; l < dv; ++l) yi[l] += inv_m * sum[l];
     }
     for (int64_t j = 0; j < a.nk; ++j) {
       if (kCompact) {
@@ -261,11 +243,12 @@ void cumulate_all(const CumulationArgs& a, int64_t rows, bool compact) {
   at::parallel_for(0, a.B, 1, [&](int64_t begin, int64_t end) {
     std::vector<int32_t> slot(compact ? rows : 0, -1);
     std::vector<float> table((compact ? std::max<int64_t>(a.nk, 1) : rows) * a.p * a.dv, 0.0f);
+    std::vector<float> scratch(a.dv);
     for (int64_t b = begin; b < end; ++b) {
       if (compact) {
-        cumulate_batch<true, DV>(a, b, table.data(), slot.data());
+        cumulate_batch<true, DV>(a, b, table.data(), slot.data(), scratch.data());
       } else {
-        cumulate_batch<false, DV>(a, b, table.data(), nullptr);
+        cumulate_batch<false, DV>(a, b, table.data(), nullptr, scratch.data());
       }
     }
   });
