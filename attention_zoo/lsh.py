@@ -2,9 +2,11 @@
 baseline of Sun, Yang & Yoo 2022).
 
 Queries and keys are hashed with the same random rotations (angular LSH), each side is sorted by
-(bucket, position) with padded keys last, and both sorted sequences are cut into ``num_buckets``
-equal chunks; query chunk b attends to key chunk b (softmax within the chunk, q·k/√d). Equal
-chunks keep the work balanced however skewed the buckets are: O(n² / num_buckets) memory.
+(bucket, position) with padded positions last, and both sorted sequences are cut into
+``num_buckets`` equal chunks; query chunk b attends to key chunk b (softmax within the chunk,
+q·k/√d). Equal chunks keep the work balanced however skewed the buckets are: O(n² / num_buckets)
+memory. Padding goes last on both sides, so the real queries and the real keys fill the same
+leading slots and every chunk that holds a real query holds a real key.
 """
 
 from __future__ import annotations
@@ -36,12 +38,12 @@ class LSHAttention(Attention):
         return "LSH"
 
     def sorted_chunks(self, q, k, mask):
-        """Per head: query order, key order (padded keys last), chunk count and chunk size."""
+        """Per head: query order, key order (padded positions last on both sides), chunk count and size."""
         n = q.shape[2]
         size = math.ceil(n / max(1, min(self.options.num_buckets, n)))
         chunks = math.ceil(n / size)
         rotations = draw_rotations(self, 1, q.shape[-1], self.options.num_buckets, q.device)
-        query_order = sort_by_bucket(random_rotation_buckets(q, rotations)[:, :, 0], torch.ones_like(mask)[:, None], self.options.num_buckets)
+        query_order = sort_by_bucket(random_rotation_buckets(q, rotations)[:, :, 0], mask[:, None], self.options.num_buckets)
         key_order = sort_by_bucket(random_rotation_buckets(k, rotations)[:, :, 0], mask[:, None], self.options.num_buckets)
         return query_order, key_order, chunks, size
 

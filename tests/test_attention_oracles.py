@@ -185,6 +185,24 @@ def test_lsh_chunks_are_balanced_and_match_the_attended_key_sets():
     torch.testing.assert_close(attn(q, k, v, mask).double(), torch.softmax(scores, -1) @ v.double(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_lsh_with_padding_gives_every_real_query_real_keys(seed):
+    """Padded queries used to sort among the real ones while padded keys went last, so real queries
+    landing in the last chunks saw only padding and got a zero output (11 of 48 at seed 0)."""
+    n, real = 64, 48 - 7 * seed
+    torch.manual_seed(seed)
+    attn = attention_zoo.build("lsh", num_heads=1, head_dim=16, max_seq_len=n, num_buckets=8).eval()
+    q, k, v = (torch.randn(2, 1, n, 16) for _ in range(3))
+    mask = torch.ones(2, n, dtype=torch.bool)
+    mask[0, real:] = False
+    out = attn(q, k, v, mask)
+    assert int((out[mask[:, None, :]].abs().sum(-1) == 0).sum()) == 0
+    keys = attn.attended_keys(q, k, mask)
+    assert keys[mask[:, None, :]].any(-1).all(), "every real query attends to at least one real key"
+    scores = ((q.double() @ k.double().transpose(-1, -2)) / 4.0).masked_fill(~keys, float("-inf"))
+    assert_real_rows_close(out, torch.softmax(scores, -1) @ v.double(), mask, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("hidden", [0, 16])
 def test_learned_hash_with_one_bucket_is_softmax(hidden):
     n = 26
