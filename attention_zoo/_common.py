@@ -78,9 +78,13 @@ def random_rotation_buckets(x: torch.Tensor, rotations: torch.Tensor) -> torch.T
 
 
 def draw_rotations(module, rounds: int, dim: int, buckets: int, device) -> torch.Tensor:
-    """Random rotations: fresh from the global (seeded) generator in training, fixed per module in
-    evaluation (from a seed the module drew at construction)."""
-    shape = (rounds, dim, buckets // 2 if buckets > 1 else 0)
+    """Random rotations [rounds, dim, buckets // 2] (see :func:`draw_normal`)."""
+    return draw_normal(module, (rounds, dim, buckets // 2 if buckets > 1 else 0), device)
+
+
+def draw_normal(module, shape, device) -> torch.Tensor:
+    """Standard normal draws: fresh from the global (seeded) generator in training, fixed per module
+    in evaluation (from the ``rotation_seed`` the module drew at construction)."""
     if module.training:
         return torch.randn(shape, device=device)
     generator = torch.Generator(device="cpu").manual_seed(int(module.rotation_seed))

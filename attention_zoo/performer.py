@@ -2,10 +2,16 @@
 
 φ(x) = exp(wᵀx̃ − ‖x̃‖²/2) / √r with x̃ = x / d^{1/4} (so φ(q)·φ(k) estimates exp(q·k/√d)) and
 r = ``num_features`` rows w drawn as blocks of orthogonal Gaussian directions with chi-distributed
-norms. Output D⁻¹ φ(Q)(φ(K)ᵀ V), D = diag(φ(Q) φ(K)ᵀ 1), padded keys excluded from both. The
-stabilizer subtracts each query's maximum and the maximum over the real keys before the
-exponential; both cancel in D⁻¹. With ``redraw_interval`` > 0 the features are redrawn every that
-many training forward passes (from the seeded global generator, so runs stay reproducible).
+norms. Output D⁻¹ φ(Q)(φ(K)ᵀ V), D = diag(φ(Q) φ(K)ᵀ 1), padded keys excluded from both.
+
+Stabilizer, as the reference the YOSO/Nyströmformer LRA code ran (performer-pytorch): before the
+exponential, each query's wᵀq̃ loses its maximum over the features, and every key's wᵀk̃ the
+maximum over all real keys and features (both held constant in the backward); then
+``feature_epsilon`` (the reference's 1e-4) is added to every feature, padded keys staying exactly 0.
+With ``feature_epsilon=0`` the constants cancel in D⁻¹ and this is the plain FAVOR+ estimator; with
+the ε they do not, and the ε can be comparable to the features themselves when ‖x̃‖² is large.
+With ``redraw_interval`` > 0 the features are redrawn every that many training forward passes
+(from the seeded global generator, so runs stay reproducible).
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from attention_zoo.registry import Attention, register
 class PerformerOptions:
     num_features: int = 256
     redraw_interval: int = 0  # 0: draw once
-    epsilon: float = 1e-6
+    epsilon: float = 0.0  # added to the normalizer D (the reference adds none); a row with D = 0 gives 0
+    feature_epsilon: float = 1e-4  # added to every feature after the stabilizer (performer-pytorch: 1e-4)
 
 
 def orthogonal_gaussian_features(num_features: int, dim: int, device=None) -> torch.Tensor:
@@ -56,19 +63,23 @@ class PerformerAttention(Attention):
                 self.features.copy_(orthogonal_gaussian_features(*self.features.shape, device=self.features.device))
             self.forward_calls += 1
 
-    def _log_features(self, x: torch.Tensor) -> torch.Tensor:
+    def _projections(self, x: torch.Tensor) -> tuple:
+        """(wᵀx̃ for every feature w, ‖x̃‖²/2) with x̃ = x / d^{1/4}."""
         x = x * x.shape[-1] ** -0.25
-        return x @ self.features.T - 0.5 * x.square().sum(dim=-1, keepdim=True)
+        return x @ self.features.T, 0.5 * x.square().sum(dim=-1, keepdim=True)
 
     @in_float32
     def forward(self, q, k, v, mask):
         self._maybe_redraw()
         real = mask[:, None, :, None]
-        log_q = self._log_features(q)
-        log_k = self._log_features(k).masked_fill(~real, float("-inf"))
-        phi_q = torch.exp(log_q - log_q.amax(dim=-1, keepdim=True))
-        key_max = log_k.amax(dim=(-2, -1), keepdim=True).clamp(min=-1e30)
-        phi_k = torch.exp(log_k - key_max)  # exactly 0 on padded keys
+        epsilon = self.options.feature_epsilon
+        dash_q, half_norm_q = self._projections(q)
+        dash_k, half_norm_k = self._projections(k)
+        query_max = dash_q.amax(dim=-1, keepdim=True).detach()
+        key_max = dash_k.masked_fill(~real, float("-inf")).amax(dim=(-2, -1), keepdim=True).clamp(min=-1e30).detach()
+        phi_q = torch.exp(dash_q - half_norm_q - query_max) + epsilon
+        phi_k = (torch.exp((dash_k - half_norm_k - key_max).masked_fill(~real, float("-inf"))) + epsilon) * real
         numerator = phi_q @ (phi_k.transpose(-1, -2) @ v)
         normalizer = phi_q @ phi_k.sum(dim=-2).unsqueeze(-1)
-        return numerator / (normalizer + self.options.epsilon)
+        normalizer = normalizer + self.options.epsilon
+        return numerator / torch.where(normalizer == 0, 1.0, normalizer)

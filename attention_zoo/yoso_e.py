@@ -7,9 +7,9 @@ infinite derivative at ±1, and the clamp keeps gradients finite (the reference 
 instead, which changes the values too). ``hash_code_len`` τ defaults to log2 of the padded
 sequence length (``max_seq_len``), as the paper's LRA runs.
 
-``backward``: ``exact`` differentiates the expression (autograd); ``lower_bound`` uses the paper's
-eq. 4 surrogate ∇_Q = [(∇_Y Vᵀ) ⊙ (τ/2) E] K (∇_K symmetric), the expectation of plain YOSO's
-sampled backward.
+``backward``: ``lower_bound`` (default, as the authors' YOSO-E and Hugging Face's expectation
+path) uses the paper's eq. 4 surrogate ∇_Q = [(∇_Y Vᵀ) ⊙ (τ/2) E] K (∇_K symmetric), the
+expectation of plain YOSO's sampled backward; ``exact`` differentiates the expression (autograd).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ CLAMP = 1e-6
 @dataclass
 class YosoEOptions:
     hash_code_len: Optional[int] = None  # τ; None: ceil(log2(max_seq_len))
-    backward: str = "exact"  # exact | lower_bound
+    backward: str = "lower_bound"  # lower_bound (the authors') | exact
 
 
 def collision_probability(q: torch.Tensor, k: torch.Tensor, tau: int) -> torch.Tensor:

@@ -143,25 +143,33 @@ def test_performer_redraws_features_only_when_asked_and_only_in_training():
 
 
 @pytest.mark.parametrize("rounds", [1, 3])
-def test_reformer_with_one_bucket_is_shared_qk_softmax_with_the_self_mask(rounds):
-    n = 30
+@pytest.mark.parametrize("score_scale", ["none", "sqrt_d"])
+@pytest.mark.parametrize("n", [30, 100])
+def test_reformer_with_one_bucket_is_shared_qk_softmax_with_the_self_mask(rounds, score_scale, n):
+    """One bucket and one chunk per round: every round is shared-QK softmax over all tokens, logits
+    q·k̂ (the reference) or q·k̂/√d; keys k̂ are the unit queries."""
     q, k, v = qkv(n=n)
     mask = padded(n)
-    out = build("reformer", n, num_hashes=rounds, chunk_size=64, num_buckets=1)(q, k, v, mask)
+    out = build("reformer", n, num_hashes=rounds, chunk_size=128, num_buckets=1, score_scale=score_scale)(q, k, v, mask)
     keys = torch.nn.functional.normalize(q, dim=-1)
-    expected = softmax_reference(q, keys, v, mask, self_mask=True)
+    scale = 1.0 if score_scale == "none" else q.shape[-1] ** -0.5
+    expected = softmax_reference(q, keys, v, mask, self_mask=True, scale=scale)
     assert_real_rows_close(out, expected, mask, rtol=1e-5, atol=1e-5)
 
 
-def test_reformer_chunks_attend_only_to_neighbouring_chunks():
+@pytest.mark.parametrize("before,after", [(1, 0), (1, 1), (0, 2)])
+def test_reformer_chunks_attend_only_to_neighbouring_chunks(before, after):
     n = 64
     q, k, v = qkv(n=n)
-    attn = build("reformer", n, num_hashes=1, chunk_size=8, num_buckets=1)  # one bucket: sorted = positions
-    out = attn(q, k, v, None)
+    attn = build("reformer", n, num_hashes=1, chunk_size=8, num_buckets=1, chunks_before=before, chunks_after=after)
+    out = attn(q, k, v, None)  # one bucket: the sorted order is the positions
     i, j = torch.arange(n)[:, None] // 8, torch.arange(n)[None, :] // 8
-    near = ((i - j) % 8 == 0) | ((i - j) % 8 == 1) | ((j - i) % 8 == 1)  # own, previous, next (wrapping)
+    near = torch.zeros(n, n, dtype=torch.bool)
+    for offset in range(-before, after + 1):
+        near |= (j - i) % 8 == offset % 8  # wrapping
+    assert torch.equal(attn.attended_keys(q, k, torch.ones(2, n, dtype=torch.bool))[0, 0], near & ~torch.eye(n, dtype=torch.bool))
     keys = torch.nn.functional.normalize(q, dim=-1).double()
-    scores = (q.double() @ keys.transpose(-1, -2)) / 4.0
+    scores = q.double() @ keys.transpose(-1, -2)
     scores = scores.masked_fill(torch.eye(n, dtype=torch.bool), -1e5).masked_fill(~near, float("-inf"))
     torch.testing.assert_close(out.double(), torch.softmax(scores, -1) @ v.double(), rtol=1e-5, atol=1e-5)
 

@@ -101,7 +101,8 @@ def test_attended_keys_are_exactly_the_keys_the_output_attends(name):
     backend = sections.build_backend(name, inputs, SPARSE_EXACT[name], seed=1)
     keys = torch.nn.functional.normalize(inputs.q, dim=-1) if getattr(backend, "shared_qk", False) else inputs.k
     attended = backend.attended_keys(inputs.q, inputs.k, inputs.mask)
-    scores = (inputs.q.double() @ keys.double().transpose(-1, -2)) / math.sqrt(8)
+    scale = 1.0 if name == "reformer" else 1 / math.sqrt(8)  # the reference Reformer: q·k̂, no 1/√d
+    scores = (inputs.q.double() @ keys.double().transpose(-1, -2)) * scale
     expected = torch.softmax(scores.masked_fill(~attended, float("-inf")), dim=-1).nan_to_num(0) @ inputs.v.double()
     with torch.no_grad():
         output = backend(inputs.q, inputs.k, inputs.v, inputs.mask).double()
@@ -163,7 +164,7 @@ def test_lra_fidelity_smoke_on_a_trained_checkpoint(tmp_path, data_dir):
 
 def test_fidelity_input_mistakes_end_with_one_line_naming_the_fix(tmp_path):
     for args, code, expected in ((["sections=[yoso,speed]"], 1, "unknown section speed"),
-                                 (["options.nystrom.landmarks=8"], 2, "did you mean 'num_landmarks'"),
+                                 (["options.nystrom.num_landmark=8"], 2, "did you mean 'num_landmarks'"),
                                  (["checkpoint=nowhere"], 1, "is not an lra-train run directory"),
                                  (["yoso_hash=[8]"], 2, "did you mean 'yoso_hashes'")):
         result = run_command(["lra-fidelity", "preset=smoke", *args], tmp_path, tmp_path, check=False)
