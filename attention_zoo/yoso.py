@@ -6,10 +6,12 @@ an unbiased estimate of Σ_j (1 − arccos(q̂_i·k̂_j)/π)^τ v_j (paper eq. 2
 row (N-YOSO). Backward (``backward``):
 
 - ``lower_bound`` (plain "YOSO", paper eq. 4): ∇̂_Q = [(∇_Y Vᵀ) ⊙ (τ/2) E] K, E the collision
-  probabilities, sampled with the forward's buckets. The per-pair weight ∇_Y,i·v_j is estimated by a
-  Rademacher projection per hash, (∇_Y,i·r_h)(v_j·r_h), which is unbiased and makes each gradient
-  one cumulation (linear in d) instead of d_v of them. ∇_K symmetric, ∇_V = Eᵀ∇_Y by the cumulation
-  with queries and keys swapped.
+  probabilities, sampled with the forward's buckets. By default each colliding pair carries its
+  exact weight ∇_Y,i·v_j, as the paper's estimator and the authors' kernels (a cumulation with d_v
+  weight channels, O(n·m·d_v·d)). ``backward_projections=p`` < d_v estimates the weight instead
+  from p random orthogonal directions per hash, Σ_t (∇_Y,i·r_t)(v_j·r_t): unbiased, p/d_v of the
+  cost, but a second source of gradient variance (docs/attention.md measures it). ∇_K symmetric,
+  ∇_V = Eᵀ∇_Y by the cumulation with queries and keys swapped.
 - ``exact`` ("*YOSO", paper eq. 3): each colliding pair weighted by f'(x)/f(x) (importance
   sampling of the true derivative), x = q̂·k̂ clamped to ±``exact_clamp``; cost grows with the
   number of collisions.
@@ -47,7 +49,7 @@ class YosoOptions:
     backward: str = "lower_bound"  # lower_bound | exact | expectation
     hashing: str = "hadamard"  # hadamard | gaussian
     impl: str = "auto"  # auto | cuda | cpu | torch
-    backward_projections: int = 4  # lower_bound: p of the d_v projections per hash; p >= d_v: exact weights
+    backward_projections: Optional[int] = None  # lower_bound: None = exact per-pair weights (the paper); p: p random projections
     exact_clamp: float = 0.99  # *YOSO: |q̂·k̂| at which the derivative is evaluated at most
     workspace_mb: int = 256  # hash tables alive at once (CUDA kernels and the PyTorch path)
 
@@ -196,7 +198,7 @@ class YosoAttention(Attention):
         check_choice("impl", options.impl, ops.IMPLS)
         if not 1 <= self.tau <= ops.MAX_CODE_LENGTH:
             raise ValueError(f"attention.hash_code_len must be in [1, {ops.MAX_CODE_LENGTH}], got {self.tau}")
-        if options.backward_projections < 1:
+        if options.backward_projections is not None and options.backward_projections < 1:
             raise ValueError(f"attention.backward_projections must be at least 1, got {options.backward_projections}")
         if options.num_hashes < 1:
             raise ValueError(f"attention.num_hashes must be at least 1, got {options.num_hashes}")
@@ -221,7 +223,8 @@ class YosoAttention(Attention):
         o = self.options
         impl = ops.resolve_impl(o.impl, q.device)
         generator = None if self.training else torch.Generator().manual_seed(int(self.rotation_seed))
-        draws = draw(flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing, o.backward_projections, generator,
+        projections = v.shape[-1] if o.backward_projections is None else o.backward_projections
+        draws = draw(flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing, projections, generator,
                      q.device)
         with torch.no_grad():
             codes_q = hash_codes(qn.detach(), draws, o.num_hashes, self.tau, impl)

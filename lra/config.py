@@ -34,6 +34,11 @@ class Pooling(enum.Enum):
     cls = "cls"  # a learned CLS token prepended to the sequence
 
 
+class PaddingMask(enum.Enum):
+    lengths = "lengths"  # real tokens by sequence length (default)
+    nonzero_ids = "nonzero_ids"  # the reference models' quirk: every token id 0 is padding (black pixels too)
+
+
 class Precision(enum.Enum):
     auto = "auto"  # bf16 autocast on CUDA when supported, else fp16; fp32 on CPU
     fp32 = "fp32"
@@ -90,6 +95,7 @@ class ModelConfig:
     ff_dim: int = 128
     dropout: float = 0.1
     pooling: Pooling = Pooling.mean
+    padding_mask: PaddingMask = PaddingMask.lengths
     classifier_dim: int = 128
     embedding_init_std: float = 0.02
     attention_fp32: bool = True  # compute attention in fp32 under mixed precision, as the reference

@@ -66,6 +66,8 @@ class Encoder(nn.Module):
     def __init__(self, cfg, vocab_size: int, max_length: int, attention_name: str, attention_options: dict):
         super().__init__()
         self.pooling = str(getattr(cfg.pooling, "value", cfg.pooling))
+        padding_mask = getattr(cfg, "padding_mask", "lengths")  # runs recorded before the option: lengths
+        self.mask_zero_ids = str(getattr(padding_mask, "value", padding_mask)) == "nonzero_ids"
         self.use_cls = self.pooling == "cls"
         positions = max_length + int(self.use_cls)
         self.token_embedding = nn.Embedding(vocab_size, cfg.dim)
@@ -82,6 +84,8 @@ class Encoder(nn.Module):
             block.attention.backend.share_parameters_with(self.blocks[0].attention.backend)
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.mask_zero_ids:  # the reference's `ids != 0`: black pixels of Image and Pathfinder become padding
+            mask = mask & (ids != 0)
         x = self.token_embedding(ids)
         if self.use_cls:
             x = torch.cat([self.cls.expand(len(x), -1, -1), x], dim=1)

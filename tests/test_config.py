@@ -86,6 +86,23 @@ def test_masked_mean_pooling_ignores_padding_and_the_reference_option_does_not()
     assert not torch.allclose(reference([ids], [short]), reference([other], [long]))
 
 
+def test_the_reference_masking_quirk_treats_every_zero_id_as_padding():
+    """model.padding_mask=nonzero_ids (the reference's `ids != 0`) equals the default length mask
+    with every id-0 position (a black pixel) marked as padding; the default keeps them."""
+    cfg = compose_config("task=image", "attention=softmax")
+    ids = torch.randint(1, 256, (2, 64))
+    ids[0, ::3] = 0
+    ids[1, 10:30] = 0
+    lengths = torch.ones(2, 64, dtype=torch.bool)
+    torch.manual_seed(0)
+    default = Classifier(cfg.model, cfg.task, "softmax", {}, 64).eval()
+    cfg.model.padding_mask = "nonzero_ids"
+    torch.manual_seed(0)
+    quirk = Classifier(cfg.model, cfg.task, "softmax", {}, 64).eval()
+    torch.testing.assert_close(quirk([ids], [lengths]), default([ids], [ids != 0]))
+    assert not torch.allclose(quirk([ids], [lengths]), default([ids], [lengths]))
+
+
 # ---------------------------------------------------------------- bad input, through the real command
 
 

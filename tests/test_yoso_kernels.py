@@ -223,6 +223,34 @@ def dense_targets(q, k, v, grad, mask, tau, clamp=0.99):
 
 
 @needs_kernels
+def test_default_lower_bound_backward_is_the_papers_per_pair_estimator():
+    """The yoso preset's ∇Q: (1/m) Σ_h Σ_j [c_h(q_i) = c_h(k_j)] mask_j (g_i·v_j)(τ/2) k_j exactly, with
+    the forward's own hashes (float64 enumeration of colliding pairs); p projections differ from it."""
+    n, d, m, tau = 40, 16, 8, 3
+    q, k, v, grad, mask = problem(1, n, d, d, seed=7, correlation=1.0)
+    attention = attention_zoo.build("yoso", num_heads=1, head_dim=d, max_seq_len=n, num_hashes=m, hash_code_len=tau)
+    assert attention.options.backward == "lower_bound" and attention.options.backward_projections is None
+
+    def gradient(module):
+        torch.manual_seed(3)
+        leaf = q.clone().requires_grad_()
+        module.sample(leaf[:, None], k[:, None], v[:, None], mask.bool()).backward(grad)
+        return leaf.grad.double()
+
+    torch.manual_seed(3)
+    draws = draw(1, d, d, m, tau, "hadamard", d, None, "cpu")
+    codes_q, codes_k = (hash_codes(x, draws, m, tau, "torch")[0] for x in (q, k))
+    collide = (codes_q[:, :, None] == codes_k[:, None, :]).double().mean(0) * mask[0].double()  # [n, n]
+    pair = (grad[0].double() @ v[0].double().T) * collide * tau / 2
+    surrogate = pair @ k[0].double()  # the gradient of the unit q; then through q ↦ q/‖q‖ (q is unit)
+    expected = surrogate - (surrogate * q[0].double()).sum(-1, keepdim=True) * q[0].double()
+    torch.testing.assert_close(gradient(attention)[0], expected, rtol=1e-4, atol=1e-5)
+    projected = attention_zoo.build("yoso", num_heads=1, head_dim=d, max_seq_len=n, num_hashes=m, hash_code_len=tau,
+                                    backward_projections=2)
+    assert not torch.allclose(gradient(projected)[0], expected, rtol=1e-2, atol=1e-3)
+
+
+@needs_kernels
 @pytest.mark.parametrize("backward", ["lower_bound", "exact"])
 def test_sampled_gradients_are_unbiased(backward):
     """The mean over 600 seeds approaches the dense expression, with error shrinking like 1/√seeds."""
