@@ -1,16 +1,31 @@
-"""A seeded Pathfinder generator (after Linsley et al. 2018) writing the official release layout.
+"""A seeded Pathfinder generator that re-derives the process of the original (Linsley et al. 2018,
+``drewlinsley/pathfinder``, ``snakes2``; the generator behind the LRA release) and writes the
+release layout.
 
-An image holds two target "snakes" — chains of ``contour_length`` short paddles with a gap of
-``paddle_margin`` between neighbours, each turn drawn with weight cos²(continuity·Δθ) (zero beyond
-|Δθ| = π / (2·continuity)) — plus ``20 // (contour_length // 3)`` distractor snakes of
-``contour_length // 3`` paddles, and two circular markers. Label 1 puts both markers on the ends of
-one target snake, label 0 one marker on an end of each (label drawn uniformly, each pair of
-consecutive images holding one of each, so any run of images is balanced).
+An image: two target snakes grown side by side from origins ``seed_distance`` apart, then
+``distractor_budget // distractor_length`` distractor snakes of ``contour_length // 3`` paddles, then
+two markers. A snake is a chain of paddles (short antialiased lines) with a gap between
+neighbours: each next paddle starts about ``paddle_margin`` beyond a pivot one margin past the
+previous paddle's end, its direction drawn among the free pixels on a circle around the pivot with
+weight cos²(min(continuity·Δθ, π/2)). Placement follows the original's rules: an occupancy mask
+(every committed paddle dilated by the margin) that a new paddle may overlap by at most 1.8 in sum,
+a paddle retried ``paddle_retries`` times, a distractor ``distractor_retries`` times and then left
+out, target pairs redrawn until both grow to full length; the first origin lies at least
+2·``seed_distance`` from the border. Nothing else keeps snakes apart, so, as in the original, they
+touch and cross each other and run along the border. Contrasts: target paddles at
+``paddle_contrast × snake_contrast``, distractors at ``snake_contrast``, markers at 1; the float
+image is stretched to 0–255 per image. One marker sits on the origin of a randomly chosen target
+snake, the other on the far end of the same snake (label 1) or of the other one (label 0); labels
+are uniform and independent per image.
 
-Unlike the original (which only keeps snakes ``paddle_margin`` apart), different snakes here keep a
-distance at which their drawn pixels can never touch: :func:`minimum_separation` derives it from the
-rasteriser's footprint, so whether the markers are joined by drawn pixels (8-connected, gaps up to
-the paddle margin bridged) always equals the label — checked by :func:`markers_connected`.
+Connectivity: the label says whether the markers sit on the two ends of one contour. It is not
+a statement about pixels: the snakes touch and cross, and the gaps between paddles are not inked,
+so ink connectivity agrees with neither label reliably (in the original's images either). The
+check, :func:`contour_connected`, follows the contour from the first marker through the drawn
+paddles (each visible in the image, each continuing the previous one within the gap and turn the
+process allows) to its far end, and asks whether the second marker is there. An image where that
+disagrees with the label (a label-0 image whose second marker lands near the far end of the first
+marker's snake) is redrawn, so every written image agrees.
 
 Each image draws from its own ``numpy`` generator seeded by ``(seed, image index)``, so the output
 does not depend on the number of worker processes. Layout: ``<root>/imgs/<k>/sample_<i>.png`` and
@@ -25,11 +40,13 @@ import math
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
+from lra.data import pathfinder_drawing as draw
 from lra.io import atomic_write_text
 
 DIFFICULTIES = {"baseline": 6, "contour_length_9": 9, "contour_length_14": 14}
@@ -37,18 +54,24 @@ DIFFICULTIES = {"baseline": 6, "contour_length_9": 9, "contour_length_14": 14}
 
 @dataclass(frozen=True)
 class Geometry:
-    """Drawing parameters of one Pathfinder variant, in output pixels."""
+    """One Pathfinder variant: the original's arguments, lengths in output pixels."""
 
     resolution: int = 32
     contour_length: int = 14
-    paddle_length: float = 2.0
+    paddle_length: int = 2
     paddle_thickness: float = 0.5
-    paddle_margin: float = 1.0
+    paddle_margins: Tuple[int, ...] = (1,)  # one drawn per image
     marker_radius: float = 1.5
     continuity: float = 1.0
-    seed_distance: float = 7.0
-    padding: float = 1.0
+    seed_distance: int = 7
+    padding: int = 1
     antialias_scale: int = 2
+    distractor_budget: int = 20  # distractor snakes: budget // distractor_length
+    snake_contrast: float = 2.0
+    paddle_contrast: float = 0.75
+    paddle_retries: int = 2
+    distractor_retries: int = 4
+    target_retries: int = 100_000  # the original retries target pairs without end
 
     @property
     def distractor_length(self) -> int:
@@ -56,257 +79,374 @@ class Geometry:
 
     @property
     def num_distractors(self) -> int:
-        return 20 // self.distractor_length
+        return self.distractor_budget // self.distractor_length
 
     @property
-    def link(self) -> int:
-        """Pixels this far apart (Chebyshev) count as joined: bridges the gaps between paddles."""
-        return max(1, math.ceil(self.paddle_margin))
+    def max_turn(self) -> float:
+        """The largest turn between consecutive paddles with non-zero prior weight."""
+        return math.pi / (2 * self.continuity)
+
+    def gap_limit(self, margin: int) -> float:
+        """Farthest apart the facing ends of two consecutive paddles of one snake can be: the
+        pivot steps (ceil-rounded twice) and the truncated circle point put them within 2·margin + 3."""
+        return 2 * margin + 3.0
+
+
+# The tfds builders of the LRA release list each variant's arguments (all at contour lengths 6, 9, 14).
+PRESETS = {
+    32: dict(),
+    64: dict(paddle_length=5, paddle_thickness=1.0, paddle_margins=(1,), marker_radius=2.5, continuity=1.8,
+             seed_distance=12, distractor_budget=22, snake_contrast=0.8, paddle_contrast=1.0),
+    128: dict(paddle_length=5, paddle_thickness=1.5, paddle_margins=(2, 3), marker_radius=3.0, continuity=1.8,
+              seed_distance=20, distractor_budget=35, snake_contrast=0.9, paddle_contrast=1.0),
+}
 
 
 def geometry_for(resolution: int, difficulty: str) -> Geometry:
-    """The spec's settings for pathfinder32/64/128 at a difficulty (``baseline``, ``contour_length_9|14``)."""
+    """The original's settings for pathfinder32/64/128 at a difficulty (``baseline``, ``contour_length_9|14``)."""
     if difficulty not in DIFFICULTIES:
         raise ValueError(f"unknown Pathfinder difficulty '{difficulty}'; valid: {', '.join(DIFFICULTIES)}")
-    presets = {
-        32: dict(),
-        64: dict(paddle_length=4.0, paddle_thickness=1.0, paddle_margin=2.0, marker_radius=2.5,
-                 continuity=1.8, seed_distance=12.0),
-        128: dict(paddle_length=6.0, paddle_thickness=1.5, paddle_margin=3.0, marker_radius=3.0,
-                  continuity=1.8, seed_distance=20.0),
-    }
-    if resolution not in presets:
+    if resolution not in PRESETS:
         raise ValueError(f"unsupported Pathfinder resolution {resolution}; valid: 32, 64, 128")
-    return Geometry(resolution=resolution, contour_length=DIFFICULTIES[difficulty], **presets[resolution])
+    return Geometry(resolution=resolution, contour_length=DIFFICULTIES[difficulty], **PRESETS[resolution])
 
 
 def release_folder_name(difficulty: str) -> str:
     return f"curv_{difficulty}"
 
 
-# ----------------------------------------------------------------------------- geometry
-def _point_segment_distance(p: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Distance from points ``p`` to segments ``a``–``b`` (broadcast over leading axes, last axis xy)."""
-    ab = b - a
-    length2 = np.maximum((ab * ab).sum(-1), 1e-12)
-    t = np.clip(((p - a) * ab).sum(-1) / length2, 0.0, 1.0)
-    closest = a + t[..., None] * ab
-    return np.sqrt(((p - closest) ** 2).sum(-1))
+# ----------------------------------------------------------------------------- snakes
+@dataclass
+class Paddle:
+    snake: int  # 0, 1: the targets; 2…: distractors
+    start: Tuple[float, float]  # (row, col), the end facing the snake's origin
+    end: Tuple[float, float]
+    orientation: float  # direction of travel from start to end
 
 
-def footprint_radius(shape_radius: float, scale: int) -> float:
-    """How far from a shape's centre line a pixel centre can be and still receive ink.
+@dataclass
+class Scene:
+    """One generated image and what the generator knows about it."""
 
-    A sub-sample (``scale``² per pixel) gets ink within ``shape_radius + 0.5/scale`` of the line and
-    lies within ``(1 − 1/scale)/√2`` of its pixel's centre.
-    """
-    return shape_radius + 0.5 / scale + (1.0 - 1.0 / scale) / math.sqrt(2.0)
-
-
-def minimum_separation(g: Geometry, radius_1: float, radius_2: float) -> float:
-    """Centre-line distance between shapes of different snakes at which no inked pixels link.
-
-    Inked pixel centres of the two shapes are then more than √2·link apart, so their Chebyshev
-    distance exceeds ``link``.
-    """
-    return (footprint_radius(radius_1, g.antialias_scale) + footprint_radius(radius_2, g.antialias_scale)
-            + math.sqrt(2.0) * g.link + 1e-3)
+    image: np.ndarray  # uint8 [resolution, resolution]
+    targets: np.ndarray  # bool: the pixels the target snakes and markers ink (non-zero in ``image``'s scale)
+    label: int
+    markers: np.ndarray  # [2, 2] marker centres as (x, y)
+    margin: int
+    paddles: List[Paddle]
+    marked: Tuple[Tuple[int, int], Tuple[int, int]]  # (snake, paddle index within it) under each marker
+    redraws: int = 0  # images drawn and discarded because their contour connectivity missed the label
+    target_attempts: int = 1
 
 
-CELLS_PER_PIXEL = 4  # resolution of the occupancy grid
+def free_tails(mask: np.ndarray, band: int, kernel: np.ndarray) -> np.ndarray:
+    """[k, 2] pixels where a seed paddle (dilation ``kernel``) stays clear (≤ 0.3) of the mask with
+    a border ``band`` pixels wide set occupied."""
+    lined = mask.copy()
+    lined[:band, :] = lined[-band:, :] = lined[:, :band] = lined[:, -band:] = 1.0
+    return np.argwhere(draw.dilate(lined, kernel) <= 0.3)
 
 
-def _window_distances(a: np.ndarray, b: np.ndarray, reach: np.ndarray, scale: int):
-    """For each segment ``a[i]–b[i]``, the cells (``scale`` per pixel side) of a square window
-    around it, their centres' distance to the segment → (rows, cols, distance), each [shapes, w, w]."""
-    lo = np.floor((np.minimum(a, b) - reach[:, None]) * scale).astype(int)
-    size = int(np.ceil(((np.abs(b - a) + 2 * reach[:, None]) * scale).max())) + 2
-    offsets = np.arange(size)
-    xs, ys = lo[:, 0, None] + offsets, lo[:, 1, None] + offsets
-    centres = np.stack(np.broadcast_arrays((xs[:, None, :] + 0.5) / scale, (ys[:, :, None] + 0.5) / scale), -1)
-    distance = _point_segment_distance(centres, a[:, None, None, :], b[:, None, None, :])
-    rows = np.broadcast_to(ys[:, :, None], distance.shape)
-    cols = np.broadcast_to(xs[:, None, :], distance.shape)
-    return rows, cols, distance
+@lru_cache(maxsize=4096)
+def empty_canvas_tails(g: Geometry, margin: int, band: int, orientation: float) -> np.ndarray:
+    """:func:`free_tails` on a canvas with nothing drawn (only the padding occupied)."""
+    mask = np.zeros((g.resolution, g.resolution))
+    p = g.padding
+    mask[:p, :] = mask[-p:, :] = mask[:, :p] = mask[:, -p:] = 1.0
+    kernel = seed_kernel(g.paddle_length, g.paddle_thickness, margin, g.antialias_scale, g.resolution, orientation)
+    return free_tails(mask, band, kernel)
+
+
+@lru_cache(maxsize=16)
+def disk_offsets(radius: int) -> np.ndarray:
+    """[k, 2] offsets of the pixels within ``radius`` of the centre."""
+    return np.argwhere(draw.disk(radius)) - radius
+
+
+@lru_cache(maxsize=64)
+def circle_offsets(radius: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Offsets of the pixels the original samples on a circle around a pivot (a point per pixel of
+    arc, truncated to integers; for a pivot at integer coordinates and points inside the image,
+    truncation is the floor), sorted and unique, with their directions from the pivot."""
+    step = 360.0 / (2 * radius * math.pi)
+    angles = np.arange(0, 360, step) * math.pi / 180
+    offsets = np.unique(np.floor(np.stack([radius * np.sin(angles), radius * np.cos(angles)], axis=1)).astype(int),
+                        axis=0)
+    return offsets, np.arctan2(offsets[:, 0], offsets[:, 1])
+
+
+@lru_cache(maxsize=8192)
+def seed_kernel(length: int, thickness: float, margin: int, scale: int, resolution: int,
+                orientation: float) -> Optional[np.ndarray]:
+    """The dilation kernel of a seed paddle, or None when dilating by it leaves some pixel with every
+    offset outside the image: OpenCV then returns −∞ there, and the original's free-pixel search
+    gives up on any negative value, so seeds only start in orientations whose kernel reaches back
+    over its anchor (the first target paddle and every distractor start this way)."""
+    _, occupancy = draw.paddle_patch(length, thickness, margin, scale, orientation)
+    reach, half = occupancy.shape[0] // 2, length + margin
+    size = 2 * half + 1
+    kernel = np.zeros((size, size), dtype=np.uint8)
+    (rows, cols), (prows, pcols) = draw.window((size, size), (half + 1, half + 1), reach)
+    kernel[rows, cols] = occupancy[prows, pcols] >= 1.0
+    if draw.dilate(np.zeros((resolution, resolution)), kernel).min() < 0:
+        return None
+    return kernel
 
 
 class _Canvas:
-    """The shapes drawn so far (a marker is a zero-length segment with the marker's radius) and an
-    occupancy grid that makes a paddle's placement test O(its length): ``zone`` holds, per cell,
-    the first finished snake whose separation zone covers it (else -1). Zones are widened by
-    ``slack`` (half a cell diagonal plus half the sampling step along a paddle), so a paddle that
-    passes the grid test is truly ``minimum_separation`` away from every other snake."""
+    """The state of one image being drawn: ink, the occupancy mask, and the paddles drawn."""
 
-    def __init__(self, g: Geometry):
-        self.g = g
-        self.zone = np.full((g.resolution * CELLS_PER_PIXEL,) * 2, -1, dtype=np.int16)
-        self.shapes: List[Tuple[np.ndarray, np.ndarray, float, int]] = []
-        self.paddle_radius = g.paddle_thickness / 2
-        self.slack = (math.sqrt(0.5) + 0.5) / CELLS_PER_PIXEL
-        steps = max(1, math.ceil(g.paddle_length * CELLS_PER_PIXEL))
-        self.along = np.linspace(0.0, 1.0, steps + 1)[None, :, None]
+    def __init__(self, g: Geometry, rng: np.random.Generator, margin: int):
+        self.g, self.rng, self.margin = g, rng, margin
+        size = g.resolution
+        self.ink = np.zeros((size, size))
+        # The occupancy mask lives inside a −∞ frame of the margin's width (outside pixels never count).
+        self.framed = np.full((size + 2 * margin, size + 2 * margin), -np.inf)
+        self.mask = self.framed[margin : margin + size, margin : margin + size]
+        self.mask[...] = 0.0
+        p = g.padding
+        self.mask[:p, :] = self.mask[-p:, :] = self.mask[:, :p] = self.mask[:, -p:] = 1.0
+        self.near_offsets = disk_offsets(margin)
+        self.paddles: List[Paddle] = []
 
-    def __len__(self) -> int:
-        return len(self.shapes)
-
-    def add(self, a, b, radius: float, owner: int) -> None:
-        self.shapes.append((a, b, radius, owner))
-
-    def truncate(self, count: int) -> None:
-        del self.shapes[count:]
-
-    def finish_snake(self, first: int) -> None:
-        """Mark the zones of ``shapes[first:]`` (one snake) in the grid."""
-        g, r = self.g, self.paddle_radius
-        shapes = self.shapes[first:]
-        a = np.stack([shape[0] for shape in shapes])
-        b = np.stack([shape[1] for shape in shapes])
-        zone_radius = np.array([minimum_separation(g, shape[2], r) for shape in shapes]) + self.slack
-        rows, cols, distance = _window_distances(a, b, zone_radius, CELLS_PER_PIXEL)
-        cells = self.zone.shape[0]
-        hit = (distance <= zone_radius[:, None, None]) & (rows >= 0) & (rows < cells) & (cols >= 0) & (cols < cells)
-        rows, cols = rows[hit], cols[hit]
-        free = self.zone[rows, cols] < 0
-        self.zone[rows[free], cols[free]] = shapes[0][3]
-
-    def _inside(self, points: np.ndarray, radius: float) -> np.ndarray:
-        low, high = self.g.padding + radius, self.g.resolution - self.g.padding - radius
-        return ((points >= low) & (points <= high)).all(-1)
-
-    def paddles_fit(self, a: np.ndarray, b: np.ndarray, own_points: np.ndarray) -> np.ndarray:
-        """Which candidate paddles ``a[k]–b[k]`` fit: inside the window, outside other snakes'
-        zones, and with their ends and middle ``paddle_margin`` clear of ``own_points`` (the ends and
-        middles of their own snake's earlier paddles: the snake does not cross itself)."""
-        points = a[:, None, :] + self.along * (b - a)[:, None, :]
-        cells = np.clip((points * CELLS_PER_PIXEL).astype(int), 0, self.zone.shape[0] - 1)
-        ok = (self.zone[cells[..., 1], cells[..., 0]] < 0).all(-1)
-        ok &= self._inside(a, self.paddle_radius) & self._inside(b, self.paddle_radius)
-        if len(own_points):
-            probes = points[:, :: max(1, (points.shape[1] - 1) // 2)]  # ends and middle
-            gap2 = ((probes[:, :, None, :] - own_points[None, None]) ** 2).sum(-1).min(axis=(1, 2))
-            ok &= gap2 >= (self.g.paddle_margin + 2 * self.paddle_radius) ** 2
-        return ok
-
-    def marker_fits(self, centre: np.ndarray, owner: int) -> bool:
-        """A marker needs the exact separation from every shape of another snake."""
+    def paddle(self, orientation: float):
         g = self.g
-        if not self._inside(centre, g.marker_radius):
-            return False
-        for a, b, radius, shape_owner in self.shapes:
-            if shape_owner != owner and _point_segment_distance(centre, a, b) < minimum_separation(g, g.marker_radius, radius):
-                return False
-        return True
+        return draw.paddle_patch(g.paddle_length, g.paddle_thickness, self.margin, g.antialias_scale, float(orientation))
+
+    def inside(self, point) -> bool:
+        return 0 <= point[0] < self.g.resolution and 0 <= point[1] < self.g.resolution
+
+    def seed_kernel(self, orientation: float) -> Optional[np.ndarray]:
+        """Tail offsets at which a paddle of this orientation would cover a pixel: the saturated part
+        of its occupancy, cut to the original's (2(L + m) + 1)² window one pixel off centre; None
+        where the original finds no free tail at all (see :func:`seed_kernel`)."""
+        g = self.g
+        return seed_kernel(g.paddle_length, g.paddle_thickness, self.margin, g.antialias_scale, g.resolution,
+                           float(orientation))
+
+    def record(self, snake: int, start, end, orientation: float) -> None:
+        self.paddles.append(Paddle(snake, (float(start[0]), float(start[1])), (float(end[0]), float(end[1])),
+                                   float(orientation)))
+
+    def random_orientation(self) -> float:
+        return int(self.rng.integers(-180, 180)) * math.pi / 180
+
+    def place_seed(self, snake: int, contrast: float, band: int, stop_below: Optional[float]):
+        """A snake's first paddle at a free tail: (pivot, orientation, pending mask, tail) or None.
+        The tails free of the occupancy mask widened by a border ``band``; with nothing drawn yet
+        (the first target) they depend on the orientation only and are cached."""
+        g, length = self.g, self.g.paddle_length
+        for _ in range(g.paddle_retries + 1):
+            orientation = self.random_orientation()
+            if stop_below is not None and np.mean(np.ceil(self.mask - 0.3) == 0) < stop_below:
+                return None
+            kernel = self.seed_kernel(orientation)
+            if kernel is None:
+                return None
+            if not self.paddles:
+                free = empty_canvas_tails(g, self.margin, band, float(orientation))
+            else:
+                free = free_tails(self.mask, band, kernel)
+            if len(free) == 0:
+                return None
+            tail = tuple(int(c) for c in free[self.rng.integers(len(free))])
+            head = draw.translate(tail, orientation, length)
+            pivot = draw.translate(head, draw.flipped(orientation), length + self.margin)
+            if self.inside(head) and self.inside(pivot):
+                return self.draw_seed(snake, tail, orientation, contrast), orientation
+        return None
+
+    def draw_seed(self, snake: int, tail, orientation: float, contrast: float):
+        length = self.g.paddle_length
+        ink, occupancy = self.paddle(orientation)
+        draw.stamp(self.ink, ink * contrast, tail)
+        end = (tail[0] + length * math.sin(orientation), tail[1] + length * math.cos(orientation))
+        self.record(snake, tail, end, orientation)
+        head = draw.translate(tail, orientation, length)
+        pivot = draw.translate(head, draw.flipped(orientation), length + self.margin)
+        return pivot, (occupancy, tail), tail
+
+    def extend(self, snake: int, pivot, orientation: float, pending, contrast: float):
+        """The next paddle of a snake: (pivot, orientation, pending mask, its far end) or None."""
+        g, length, margin = self.g, self.g.paddle_length, self.margin
+        new_pivot = draw.translate(pivot, orientation, length + 2 * margin)
+        candidates = self.candidates(new_pivot, orientation, length + margin)
+        if candidates is None:
+            return None
+        coords, orientations, cumulative = candidates
+        for _ in range(g.paddle_retries + 1):
+            k = int(np.searchsorted(cumulative, self.rng.random(), side="right"))  # the first cumulative above
+            k = 0 if k == len(cumulative) else k
+            head, new_orientation = tuple(int(c) for c in coords[k]), float(orientations[k])
+            back = draw.flipped(new_orientation)
+            ink, occupancy = self.paddle(back)
+            if draw.overlap_peak(self.mask, occupancy, head) < 1.8:
+                draw.stamp(self.ink, ink * contrast, head)
+                draw.stamp(self.mask, *pending)
+                start = (head[0] + length * math.sin(back), head[1] + length * math.cos(back))
+                self.record(snake, start, head, new_orientation)
+                return new_pivot, new_orientation, (occupancy, head), head
+        return None
+
+    def candidates(self, pivot, orientation: float, radius: int):
+        """Pixels on the circle of ``radius`` around ``pivot`` (one sample per pixel of arc, truncated
+        to integers, inside the image), their directions and the cumulative continuity-weighted
+        probability of each over the margin-dilated free space; None at a dead end."""
+        offsets, directions = circle_offsets(radius)
+        coords = offsets + np.asarray(pivot)
+        keep = ((coords >= 0) & (coords < self.g.resolution)).all(axis=1)
+        if not keep.any():
+            return None
+        coords, directions = coords[keep], directions[keep]
+        turn = np.abs(directions - orientation)
+        turn = np.minimum(np.minimum(turn, 2 * math.pi - turn) * self.g.continuity, math.pi / 2)
+        m = self.margin
+        occupied = self.framed[coords[:, None, 0] + self.near_offsets[None, :, 0] + m,
+                               coords[:, None, 1] + self.near_offsets[None, :, 1] + m].max(axis=1)
+        weight = (1 - occupied) * np.maximum(np.cos(turn), 0) ** 2
+        total = weight.sum()
+        if total < 1e-4:
+            return None
+        return coords, directions, np.cumsum(weight / total)
+
+    def snapshot(self):
+        return self.ink.copy(), self.mask.copy(), len(self.paddles)
+
+    def restore(self, state) -> None:
+        self.ink[...], self.mask[...] = state[0], state[1]
+        del self.paddles[state[2]:]
 
 
-def _draw_snake(canvas: _Canvas, rng: np.random.Generator, owner: int, num_paddles: int,
-                marker_at_start: bool, tries: int = 10) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-    """Add one snake (and a marker on its first end if asked); returns its two ends, or None
-    when ``tries`` attempts all ran into a dead end (the canvas is then as before)."""
-    for _ in range(tries):
-        first = len(canvas)
-        ends = _try_snake(canvas, rng, owner, num_paddles, marker_at_start)
-        if ends is not None:
-            canvas.finish_snake(first)
-            return ends
-        canvas.truncate(first)
-    return None
-
-
-def _try_snake(canvas: _Canvas, rng: np.random.Generator, owner: int, num_paddles: int,
-               marker_at_start: bool, starts: int = 16, turns: int = 48) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-    g = canvas.g
-    no_paddles = np.zeros((0, 2))
-    start = rng.uniform(g.padding, g.resolution - g.padding, size=(starts, 2))
-    heading = rng.uniform(-math.pi, math.pi, size=starts)
-    end = start + g.paddle_length * np.stack([np.cos(heading), np.sin(heading)], -1)
-    fits = canvas.paddles_fit(start, end, no_paddles)
-    for k in np.flatnonzero(fits):
-        if not marker_at_start or canvas.marker_fits(start[k], owner):
+def _target_pair(g: Geometry, rng: np.random.Generator, margin: int) -> Optional[Tuple[_Canvas, list]]:
+    """Both target snakes grown in step, or None (the original then starts the image over)."""
+    canvas = _Canvas(g, rng, margin)
+    contrast = g.paddle_contrast * g.snake_contrast
+    first = canvas.place_seed(0, contrast, 2 * g.seed_distance, None)
+    if first is None:
+        return None
+    (pivot, pending, origin), orientation = first
+    states = [(pivot, orientation, pending)]
+    origins, ends = [origin], [None, None]
+    for _ in range(g.paddle_retries + 1):
+        orientation2 = canvas.random_orientation()
+        angle = int(rng.integers(0, 360)) * math.pi / 180
+        tail = (int(np.round(origin[0] + g.seed_distance * math.sin(angle))),
+                int(np.round(origin[1] + g.seed_distance * math.cos(angle))))
+        head = draw.translate(tail, orientation2, g.paddle_length)
+        pivot2 = draw.translate(head, draw.flipped(orientation2), g.paddle_length + margin)
+        if canvas.inside(head) and canvas.inside(pivot2):
             break
     else:
         return None
-    a, b, theta = start[k], end[k], heading[k]
-    if marker_at_start:
-        canvas.add(a, a, g.marker_radius, owner)
-    canvas.add(a, b, canvas.paddle_radius, owner)
-    own_points = [a, (a + b) / 2, b]
-    # Turns on a jittered grid over |Δθ| < π/(2·continuity), chosen among the paddles that fit with
-    # weight cos²(continuity·Δθ): the original's continuity prior restricted to free directions.
-    max_turn = min(math.pi, math.pi / (2 * g.continuity))
-    grid = np.linspace(-max_turn, max_turn, turns, endpoint=False)
-    weight = np.cos(g.continuity * (grid + max_turn / turns)) ** 2
-    for _ in range(1, num_paddles):
-        delta = grid + rng.uniform(0, 2 * max_turn / turns)
-        new_theta = theta + delta
-        direction = np.stack([np.cos(new_theta), np.sin(new_theta)], -1)
-        a_next = b + g.paddle_margin * direction
-        b_next = a_next + g.paddle_length * direction
-        earlier = np.array(own_points[:-3]).reshape(-1, 2)  # all but the paddle just drawn
-        p = weight * canvas.paddles_fit(a_next, b_next, earlier)
-        cumulative = np.cumsum(p)
-        if cumulative[-1] <= 0:
-            return None
-        k = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"))
-        theta, b = new_theta[k], b_next[k]
-        canvas.add(a_next[k], b, canvas.paddle_radius, owner)
-        own_points += [a_next[k], (a_next[k] + b) / 2, b]
-    return a, b
+    pivot2, pending2, origin2 = canvas.draw_seed(1, tail, orientation2, contrast)
+    states.append((pivot2, orientation2, pending2))
+    origins.append(origin2)
+    for _ in range(g.contour_length - 1):
+        for snake in (0, 1):
+            grown = canvas.extend(snake, *states[snake], contrast)
+            if grown is None:
+                return None
+            states[snake], ends[snake] = grown[:3], grown[3]
+    draw.stamp(canvas.mask, *states[1][2])  # as the original, only the second snake's last paddle is committed
+    return canvas, list(zip(origins, ends))
 
 
-def _render(canvas: _Canvas) -> np.ndarray:
-    """Rasterise at ``antialias_scale`` sub-samples per pixel side (each shape only in a window
-    around it), combine shapes by maximum, average down to pixels, uint8 0–255."""
+def _distractor(canvas: _Canvas, snake: int) -> bool:
+    """One distractor snake (committed) or False (the canvas as before)."""
     g = canvas.g
-    s, n = g.antialias_scale, g.resolution
-    a = np.stack([shape[0] for shape in canvas.shapes])
-    b = np.stack([shape[1] for shape in canvas.shapes])
-    radius = np.array([shape[2] for shape in canvas.shapes])
-    rows, cols, distance = _window_distances(a, b, radius + 1.0 / s, s)
-    coverage = np.clip((radius[:, None, None] - distance) * s + 0.5, 0.0, 1.0)
-    keep = (coverage > 0) & (rows >= 0) & (rows < n * s) & (cols >= 0) & (cols < n * s)
-    fine = np.zeros((n * s, n * s))
-    np.maximum.at(fine, (rows[keep], cols[keep]), coverage[keep])
-    image = fine.reshape(n, s, n, s).mean(axis=(1, 3))
-    return np.rint(image * 255.0).astype(np.uint8)
-
-
-def generate_image(g: Geometry, seed: int, index: int, max_tries: int = 100) -> Tuple[np.ndarray, int, np.ndarray]:
-    """One image: (uint8 [res, res], label, marker centres [2, 2] as x, y)."""
-    rng = np.random.default_rng([seed, index])
-    # Uniform labels, exactly balanced per pair of images: a seeded coin for the pair, flipped for its second image.
-    label = int(np.random.default_rng([seed, index // 2, 1]).integers(2)) ^ (index % 2)
-    for _ in range(max_tries):
-        canvas = _Canvas(g)
-        snake_a = _draw_snake(canvas, rng, 0, g.contour_length, marker_at_start=True)
-        if snake_a is None:
-            continue
-        if label == 1:
-            marker_b, owner_b = snake_a[1], 0
+    state = canvas.snapshot()
+    seeded = canvas.place_seed(snake, g.snake_contrast, 1, stop_below=0.01)
+    if seeded is not None:
+        (pivot, pending, _), orientation = seeded
+        for _ in range(g.distractor_length - 1):
+            grown = canvas.extend(snake, pivot, orientation, pending, g.snake_contrast)
+            if grown is None:
+                break
+            pivot, orientation, pending = grown[:3]
         else:
-            snake_b = _draw_snake(canvas, rng, 1, g.contour_length, marker_at_start=True)
-            if snake_b is None:
-                continue
-            marker_b, owner_b = snake_b[0], 1
-        if np.hypot(*(snake_a[0] - marker_b)) < g.seed_distance or (label == 1 and not canvas.marker_fits(marker_b, 0)):
-            continue
-        if label == 1:
-            canvas.add(marker_b, marker_b, g.marker_radius, owner_b)
-            canvas.finish_snake(len(canvas) - 1)
-            if _draw_snake(canvas, rng, 1, g.contour_length, marker_at_start=False) is None:
-                continue
-        targets, zone = len(canvas), canvas.zone.copy()
-        for _ in range(5):  # the distractors, redrawn as a set a few times before new targets
-            if all(_draw_snake(canvas, rng, 2 + d, g.distractor_length, False) is not None
-                   for d in range(g.num_distractors)):
-                return _render(canvas), label, np.stack([snake_a[0], marker_b])
-            canvas.truncate(targets)
-            canvas.zone = zone.copy()
-    raise RuntimeError(f"could not place the snakes of image {index} in {max_tries} tries; the geometry is too crowded")
+            draw.stamp(canvas.mask, *pending)
+            return True
+    canvas.restore(state)
+    return False
 
 
-def markers_connected(image: np.ndarray, markers: np.ndarray, link: int = 1) -> bool:
+def _draw_scene(g: Geometry, rng: np.random.Generator) -> Scene:
+    label = int(rng.integers(2))
+    margin = int(g.paddle_margins[rng.integers(len(g.paddle_margins))])
+    for attempt in range(1, g.target_retries + 1):
+        drawn = _target_pair(g, rng, margin)
+        if drawn is not None:
+            break
+    else:
+        raise RuntimeError(f"no pair of target snakes fits in {g.target_retries} attempts; the geometry is too crowded")
+    canvas, tips = drawn
+    target_ink = canvas.ink.copy()
+    for index in range(g.num_distractors):
+        for _ in range(g.distractor_retries + 1):
+            if _distractor(canvas, 2 + index):
+                break
+    origin_snake = int(rng.integers(2))
+    end_snake = origin_snake if label == 1 else 1 - origin_snake
+    centres = [tips[origin_snake][0], tips[end_snake][1]]
+    image = canvas.ink
+    for centre in centres:
+        disk = draw.marker(g.resolution, centre, g.marker_radius, g.antialias_scale)
+        image, target_ink = np.maximum(image, disk), np.maximum(target_ink, disk)
+    markers = np.array([[c[1], c[0]] for c in centres], dtype=float)
+    last = sum(p.snake == end_snake for p in canvas.paddles) - 1
+    targets = draw.bytescale(np.stack([image, np.maximum(target_ink, image.min())]))[1] > 0
+    return Scene(draw.bytescale(image), targets, label, markers, margin, canvas.paddles,
+                 ((origin_snake, 0), (end_snake, last)), target_attempts=attempt)
+
+
+def contour_connected(scene: Scene, g: Geometry) -> bool:
+    """Whether the two markers sit on the two ends of one contour: the snake whose origin lies under
+    the first marker is followed paddle by paddle (each drawn in the image, each within
+    ``gap_limit`` of the previous one and turning no more than the continuity prior allows) to its
+    far end, and the second marker must lie on that end (within the marker radius). A second marker
+    neither on that end nor clear of it (more than two radii away) counts as connected too, so the
+    label-0 images it accepts are unambiguous."""
+    first, second = scene.markers[0][::-1], scene.markers[1][::-1]  # (row, col)
+    snakes = {}
+    for p in scene.paddles:
+        snakes.setdefault(p.snake, []).append(p)
+    origin = min((0, 1), key=lambda s: np.hypot(*np.subtract(snakes[s][0].start, first)))
+    chain = snakes[origin]
+    if np.hypot(*np.subtract(chain[0].start, first)) > g.marker_radius:
+        raise AssertionError("the first marker is not on a target snake's origin")
+    for a, b in zip(chain, chain[1:]):
+        turn = abs((b.orientation - a.orientation + math.pi) % (2 * math.pi) - math.pi)
+        if np.hypot(*np.subtract(b.start, a.end)) > g.gap_limit(scene.margin) or turn > g.max_turn + 1e-9:
+            raise AssertionError(f"snake {origin} is not a contour between paddles {a} and {b}")
+    for p in chain:
+        row, col = (int(np.rint((p.start[i] + p.end[i]) / 2)) for i in (0, 1))  # pixel centres at integers
+        if scene.image[min(max(row, 0), g.resolution - 1), min(max(col, 0), g.resolution - 1)] == 0:
+            raise AssertionError(f"a paddle of snake {origin} is not drawn: {p}")
+    distance = np.hypot(*np.subtract(chain[-1].end, second))
+    return bool(distance <= 2 * g.marker_radius)
+
+
+def generate_scene(g: Geometry, seed: int, index: int, max_redraws: int = 100) -> Scene:
+    """Image ``index`` of the run ``seed``: drawn until its contour connectivity agrees with its label."""
+    rng = np.random.default_rng([seed, index])
+    for redraws in range(max_redraws + 1):
+        scene = _draw_scene(g, rng)
+        if contour_connected(scene, g) == bool(scene.label):
+            scene.redraws = redraws
+            return scene
+    raise RuntimeError(f"image {index}: contour connectivity missed the label {max_redraws + 1} times")
+
+
+def generate_image(g: Geometry, seed: int, index: int) -> Tuple[np.ndarray, int, np.ndarray]:
+    """One image: (uint8 [res, res], label, marker centres [2, 2] as x, y)."""
+    scene = generate_scene(g, seed, index)
+    return scene.image, scene.label, scene.markers
+
+
+def markers_joined_by_ink(image: np.ndarray, markers: np.ndarray, link: int = 1) -> bool:
     """Whether the two marker centres lie in one component of inked pixels (value > 0), pixels up to
-    ``link`` apart (Chebyshev) counting as neighbours: a flood fill from the first marker."""
+    ``link`` apart (Chebyshev) counting as neighbours: a flood fill from the first marker. Crossing
+    and touching snakes join pixels, so this is a statistic of the images, not the label."""
     inked = image > 0
     (x1, y1), (x2, y2) = np.floor(markers).astype(int)
     if not (inked[y1, x1] and inked[y2, x2]):
@@ -340,9 +480,9 @@ class GeneratorSettings:
         return asdict(self)
 
 
-def metadata_line(g: Geometry, folder: int, index: int, label: int) -> str:
+def metadata_line(g: Geometry, folder: int, index: int, label: int, margin: int) -> str:
     return (f"imgs/{folder} sample_{index}.png {index} {label} {g.continuity} {g.contour_length} "
-            f"{g.distractor_length} {g.paddle_length} {g.paddle_thickness} {g.paddle_margin} 1")
+            f"{g.distractor_length} {g.paddle_length} {g.paddle_thickness} {margin} 1")
 
 
 def _write_folder(args) -> int:
@@ -353,12 +493,12 @@ def _write_folder(args) -> int:
     image_dir.mkdir(parents=True, exist_ok=True)
     lines = []
     for index in range(first, first + count):
-        image, label, _ = generate_image(g, seed, index)
+        scene = generate_scene(g, seed, index)
         # Atomic: a concurrent job generating the same (seeded) folder never exposes a half-written PNG.
         temporary = image_dir / f".sample_{index}.{os.getpid()}.png"
-        Image.fromarray(image).save(temporary, format="PNG")
+        Image.fromarray(scene.image).save(temporary, format="PNG")
         os.replace(temporary, image_dir / f"sample_{index}.png")
-        lines.append(metadata_line(g, folder, index, label))
+        lines.append(metadata_line(g, folder, index, scene.label, scene.margin))
     # The metadata file is written last and atomically: it marks the folder complete.
     atomic_write_text(Path(root) / "metadata" / f"{folder}.npy", "\n".join(lines) + "\n")
     return count
