@@ -46,6 +46,7 @@ def write_aclimdb(root, per_folder=3):
             folder.mkdir(parents=True)
             for i in range(per_folder):
                 text = KNOWN_REVIEW if (split, label, i) == ("train", "pos", 0) else f"{split} {label} review {i}".encode()
+                text = b" \n" + text + b"\r\n \t" if i == 0 else text  # tfds strips surrounding whitespace
                 (folder / f"{i}_7.txt").write_bytes(text)
     return root / "aclImdb"
 
@@ -116,6 +117,7 @@ def test_tfds_imdb_reviews_through_mock_data(tmp_path):
 
     with tfds.testing.mock_data(as_data_source_fn=as_data_source):
         data = prepare(tmp_path, "task=text", f"task.path={tmp_path / 'tfds'}")
+    assert data.manifest["tfds"] == {"dataset": "imdb_reviews/plain_text/1.0.0", "tensorflow_datasets": tfds.__version__}
     assert ids(data.splits["train"], 0) == [b + 1 for b in KNOWN_REVIEW]
     assert ids(data.splits["test"], 0) == [b + 1 for b in b"fine"]
     assert data.splits["train"].labels.tolist() == [1, 0]
@@ -150,15 +152,28 @@ def test_tensorflow_grayscale_arithmetic():
     assert tf_grayscale(pixels).tolist() == [100, 255, 124, 0, 0]
 
 
-def test_cifar_pickles_give_row_major_tensorflow_grayscale_and_a_90_10_split(tmp_path):
+def test_cifar_pickles_give_row_major_tensorflow_grayscale_and_the_tfds_split(tmp_path):
+    """The pickles' training images split as tfds' train[:90%] / train[90%:]: ordered by the MD5 of
+    the split name and each image's index (tfds' own hasher agrees), cut at 90%."""
     folder = write_cifar_python(tmp_path / "raw")
     data = prepare(tmp_path, "task=image", "task.source=cifar_python", f"task.path={folder.parent}")
     assert data.manifest["counts"] == {"train": 45, "val": 5, "test": 10}
-    first = ids(data.splits["train"], 0)
+    assert "tensorflow-datasets" in data.manifest["split_order"]
+    labels, pixels = [], []
+    for name in [f"data_batch_{i}" for i in range(1, 6)]:
+        with open(folder / name, "rb") as handle:
+            batch = pickle.load(handle, encoding="bytes")
+        labels += batch[b"labels"]
+        pixels += [tf_grayscale(row.reshape(3, 32, 32).transpose(1, 2, 0)).reshape(-1).tolist() for row in batch[b"data"]]
+    from tensorflow_datasets.core import hashing
+
+    hasher = hashing.Hasher("train")
+    tfds_order = sorted(range(50), key=hasher.hash_key)
+    assert tfds_order != list(range(50))
+    assert data.splits["val"].labels.tolist() == [labels[i] for i in tfds_order[45:]]
+    assert [ids(data.splits["val"], i) for i in range(5)] == [pixels[i] for i in tfds_order[45:]]
+    first = ids(data.splits["train"], tfds_order.index(0))  # data_batch_1's first image
     assert len(first) == 1024 and first[3 * 32 + 5] == 100 and first[0] == 124
-    with open(folder / "data_batch_5", "rb") as handle:
-        last = pickle.load(handle, encoding="bytes")
-    assert data.splits["val"].labels.tolist() == last[b"labels"][5:]
 
 
 def test_unreadable_pickle_is_named(tmp_path):
@@ -181,6 +196,7 @@ def test_tfds_cifar10_through_mock_data(tmp_path):
     with tfds.testing.mock_data(as_data_source_fn=as_data_source):
         data = prepare(tmp_path, "task=image")
     assert seen == ["train[:90%]", "train[90%:]", "test"]
+    assert data.manifest["tfds"]["dataset"].startswith("cifar10/") and data.manifest["tfds"]["tensorflow_datasets"]
     tokens = ids(data.splits["val"], 0)
     assert tokens[-1] == 124 and sum(tokens) == 124 and data.splits["val"].labels.tolist() == [7]
 

@@ -1,8 +1,9 @@
 """Byte-level text (LRA Text and Retrieval): each UTF-8 byte b becomes id b + 1; 0 is padding.
 
 Sources of IMDb reviews: tensorflow-datasets ``imdb_reviews`` (read through ``tfds.data_source``,
-no TensorFlow needed) or the raw ``aclImdb/{train,test}/{pos,neg}/*.txt`` folders. As in the
-original, the test split doubles as the validation split.
+no TensorFlow needed) or the raw ``aclImdb/{train,test}/{pos,neg}/*.txt`` folders, each file's
+bytes with surrounding ASCII whitespace stripped, exactly as the ``imdb_reviews`` builder stores
+them. As in the original, the test split doubles as the validation split.
 """
 
 from __future__ import annotations
@@ -42,16 +43,18 @@ def aclimdb_files(root: Path, split: str) -> List[Tuple[Path, int]]:
 
 
 def read_aclimdb(files: List[Tuple[Path, int]]) -> Iterator[Tuple[bytes, int]]:
-    """(review bytes, label) per file of :func:`aclimdb_files`."""
+    """(review bytes, label) per file of :func:`aclimdb_files`, stripped as tfds' ``imdb_reviews``."""
     for file, label in files:
         try:
-            yield file.read_bytes(), label
+            yield file.read_bytes().strip(), label
         except OSError as exc:
             raise UserError(f"cannot read {file}: {exc.strerror}") from None
 
 
-def read_tfds(name: str, split: str, data_dir: Optional[str], fields: Tuple[str, str]):
-    """A ``tfds.data_source`` over a prepared tensorflow-datasets split (prepared on first use)."""
+def read_tfds(name: str, split: str, data_dir: Optional[str], fields: Tuple[str, str], record: Optional[dict] = None):
+    """A ``tfds.data_source`` over a prepared tensorflow-datasets split (prepared on first use).
+    ``record`` (a manifest's extra fields) gets the dataset's full name with its version and the
+    tensorflow-datasets version."""
     try:
         import tensorflow_datasets as tfds
     except ImportError:
@@ -67,4 +70,6 @@ def read_tfds(name: str, split: str, data_dir: Optional[str], fields: Tuple[str,
     missing = [f for f in fields if f not in builder.info.features]
     if missing:
         raise UserError(f"tensorflow-datasets '{name}' has no feature(s) {missing}")
+    if record is not None:
+        record["tfds"] = {"dataset": builder.info.full_name, "tensorflow_datasets": tfds.__version__}
     return source

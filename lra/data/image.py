@@ -1,11 +1,15 @@
 """LRA Image: CIFAR-10 as 1024 grayscale pixels in row-major order (vocabulary 256).
 
 Sources: tensorflow-datasets ``cifar10`` (``train[:90%]``, ``train[90%:]``, ``test``) or the python
-pickles of ``cifar-10-batches-py`` (the first 45,000 training images, the last 5,000, the test batch).
+pickles of ``cifar-10-batches-py``, split into the same three sets: tensorflow-datasets keys each
+CIFAR example by its index in the pickles (data_batch_1 … 5, then test_batch) and orders a split by
+the MD5 of the split's name followed by the key (:func:`tfds_order`), so ``train[90%:]`` is the last
+5,000 training images in that order, not the last 5,000 pickled ones.
 """
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 from pathlib import Path
 from typing import Iterator, Optional, Tuple
@@ -56,16 +60,29 @@ def read_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
     return images, labels
 
 
+def tfds_order(split_name: str, count: int) -> np.ndarray:
+    """The order tensorflow-datasets stores examples keyed 0 … count − 1 in: by the 128-bit MD5 of
+    the split name (the salt) followed by the key's decimal digits, ascending."""
+    salted = hashlib.md5(split_name.encode("utf-8"))
+
+    def digest(key: int) -> int:
+        md5 = salted.copy()
+        md5.update(str(key).encode("utf-8"))
+        return int(md5.hexdigest(), 16)
+
+    return np.array(sorted(range(count), key=digest), dtype=np.int64)
+
+
 def read_cifar_python(root: Path) -> Iterator[Tuple[str, np.ndarray, int]]:
-    """(split, RGB image, label), one batch file in memory at a time: train = the first 90% of the
-    50,000 training images, val the rest."""
-    total = sum(len(read_batch(root / name)[1]) for name in TRAIN_BATCHES)  # 50,000 in the official files
-    cut, index = int(round(TRAIN_FRACTION * total)), 0
-    for name in TRAIN_BATCHES:
-        images, labels = read_batch(root / name)
-        for rgb, label in zip(images, labels):
-            yield ("train" if index < cut else "val"), rgb, int(label)
-            index += 1
+    """(split, RGB image, label) in tensorflow-datasets' order: train = ``train[:90%]``, val =
+    ``train[90%:]`` of the 50,000 training images, test = the test batch."""
+    batches = [read_batch(root / name) for name in TRAIN_BATCHES]
+    images = np.concatenate([b[0] for b in batches])
+    labels = np.concatenate([b[1] for b in batches])
+    order = tfds_order("train", len(labels))
+    cut = int(round(TRAIN_FRACTION * len(labels)))
+    for position, index in enumerate(order):
+        yield ("train" if position < cut else "val"), images[index], int(labels[index])
     images, labels = read_batch(root / TEST_BATCH)
-    for rgb, label in zip(images, labels):
-        yield "test", rgb, int(label)
+    for index in tfds_order("test", len(labels)):
+        yield "test", images[index], int(labels[index])

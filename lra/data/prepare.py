@@ -184,7 +184,8 @@ def _find_listops_release(path: Optional[str]) -> Path:
 # ----------------------------------------------------------------------------- Text
 def _text(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
     limit = task.document_bytes
-    settings = {"encoding": "utf-8 bytes + 1", "document_bytes": limit, "val": "the test split (as the original)"}
+    settings = {"encoding": "utf-8 bytes + 1", "document_bytes": limit, "val": "the test split (as the original)",
+                "review": "file bytes, surrounding whitespace stripped (as tfds imdb_reviews)"}
 
     def build(builder: CacheBuilder, announce) -> None:
         builder.extra["aliases"] = {"val": "test"}
@@ -194,7 +195,7 @@ def _text(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
                 files = byte_text.aclimdb_files(byte_text.find_aclimdb(task.path), split)
                 rows, total = byte_text.read_aclimdb(files), len(files)
             else:
-                source = byte_text.read_tfds("imdb_reviews", split, task.path, ("text", "label"))
+                source = byte_text.read_tfds("imdb_reviews", split, task.path, ("text", "label"), builder.extra)
                 rows, total = ((item["text"], int(item["label"])) for item in source), len(source)
             for text, label in _progress(rows, total, f"encoding {split}"):
                 writer.add([byte_text.encode_bytes(text, limit)], label)
@@ -224,11 +225,11 @@ def _retrieval(task, data_dir, train_subset, eval_subset, announce) -> Conversio
 # ----------------------------------------------------------------------------- Image
 def _image(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
     settings = {"pixels": "tf.image.rgb_to_grayscale, row-major",
-                "splits": "train[:90%], train[90%:], test"}
+                "splits": "tfds cifar10 train[:90%], train[90%:], test (tfds order: md5 of split name and index)"}
 
     def build(builder: CacheBuilder, announce) -> None:
         writers = {split: builder.split(split, num_documents=1, dtype=np.uint8) for split in SPLITS}
-        for split, rgb, label in _image_rows(task):
+        for split, rgb, label in _image_rows(task, builder.extra):
             writers[split].add([image.tf_grayscale(rgb).reshape(-1)], label)
 
     def locate() -> Optional[str]:
@@ -237,13 +238,14 @@ def _image(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
     return Conversion(settings, build, automatic=False, locate=locate)
 
 
-def _image_rows(task) -> Iterable[Tuple[str, np.ndarray, int]]:
+def _image_rows(task, record: dict) -> Iterable[Tuple[str, np.ndarray, int]]:
     if task.source == "cifar_python":
         root = image.find_cifar_python(task.path)
+        record["split_order"] = "tensorflow-datasets cifar10 (md5 of the split name and the example index)"
         yield from _progress(image.read_cifar_python(root), 60_000, "converting CIFAR-10")
         return
     for split, tfds_split in (("train", "train[:90%]"), ("val", "train[90%:]"), ("test", "test")):
-        source = byte_text.read_tfds("cifar10", tfds_split, task.path, ("image", "label"))
+        source = byte_text.read_tfds("cifar10", tfds_split, task.path, ("image", "label"), record)
         for item in _progress(source, len(source), f"converting {split}"):
             yield split, np.asarray(item["image"], dtype=np.uint8), int(item["label"])
 
