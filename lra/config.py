@@ -39,6 +39,17 @@ class PaddingMask(enum.Enum):
     nonzero_ids = "nonzero_ids"  # the reference models' quirk: every token id 0 is padding (black pixels too)
 
 
+class PositionEmbedding(enum.Enum):
+    learned = "learned"  # a learned table, N(0, 0.02) at initialization (the YOSO/Nyströmformer reference)
+    sinusoidal = "sinusoidal"  # fixed sines and cosines (the LRA models' default)
+
+
+class LRSchedule(enum.Enum):
+    linear = "linear"  # linear warm-up from lr·lr_start_factor, then linear decay to lr·lr_end_factor (OneCycle-like)
+    rsqrt = "rsqrt"  # LRA "constant * linear_warmup * rsqrt_decay": lr · min(1, t/w) / √max(t, w)
+    cosine = "cosine"  # LRA "constant * linear_warmup * cosine_decay": lr · min(1, t/w) · ½(1 + cos(π (t − w)/T))
+
+
 class Precision(enum.Enum):
     auto = "auto"  # bf16 autocast on CUDA when supported, else fp16; fp32 on CPU
     fp32 = "fp32"
@@ -96,6 +107,7 @@ class ModelConfig:
     dropout: float = 0.1
     pooling: Pooling = Pooling.mean
     padding_mask: PaddingMask = PaddingMask.lengths
+    position_embedding: PositionEmbedding = PositionEmbedding.learned
     classifier_dim: int = 128
     embedding_init_std: float = 0.02
     attention_fp32: bool = True  # compute attention in fp32 under mixed precision, as the reference
@@ -116,8 +128,9 @@ class TrainerConfig:
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-6
-    lr_start_factor: float = 0.04  # warm-up starts at lr/25, as the reference's OneCycleLR
-    lr_end_factor: float = 0.0
+    lr_schedule: LRSchedule = LRSchedule.linear
+    lr_start_factor: float = 0.04  # linear: warm-up starts at lr/25, as the reference's OneCycleLR
+    lr_end_factor: float = 0.0  # linear: the factor at max_steps
     grad_clip: Optional[float] = None
     precision: Precision = Precision.auto
     device: str = "auto"  # auto | cpu | cuda | cuda:N

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import torch
 from torch import nn
 
 import attention_zoo
+
+
+def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
+    """[length, dim]: sin(p·ω_i) in the even columns, cos(p·ω_i) in the odd ones, ω_i = 10000^(−2i/dim)
+    (Vaswani et al. 2017, as the LRA models' fixed position embedding)."""
+    position = torch.arange(length, dtype=torch.float64)[:, None]
+    frequency = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency[: dim // 2])
+    return table.float()
 
 
 class MultiHeadAttention(nn.Module):
@@ -74,6 +86,10 @@ class Encoder(nn.Module):
         self.position_embedding = nn.Embedding(positions, cfg.dim)
         for table in (self.token_embedding, self.position_embedding):
             nn.init.normal_(table.weight, std=cfg.embedding_init_std)
+        kind = getattr(cfg, "position_embedding", "learned")  # runs recorded before the option: learned
+        if str(getattr(kind, "value", kind)) == "sinusoidal":
+            self.position_embedding.weight.data.copy_(sinusoidal_positions(positions, cfg.dim))
+            self.position_embedding.weight.requires_grad_(False)
         self.cls = nn.Parameter(torch.zeros(1, 1, cfg.dim)) if self.use_cls else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(

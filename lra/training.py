@@ -81,6 +81,28 @@ def linear_warmup_decay(step: int, warmup: int, total: int, start: float, end: f
     return 1.0 + (end - 1.0) * min(step - warmup, remaining) / remaining
 
 
+def rsqrt_warmup(step: int, warmup: int) -> float:
+    """LRA's ``linear_warmup * rsqrt_decay``: min(1, t / w) / √max(t, w) (the base lr multiplies it)."""
+    return min(1.0, step / max(warmup, 1)) / math.sqrt(max(step, warmup, 1))
+
+
+def cosine_warmup(step: int, warmup: int, total: int) -> float:
+    """LRA's ``linear_warmup * cosine_decay`` with one cycle of ``total`` steps after the warm-up."""
+    progress = max(0.0, (step - warmup) / max(total, 1))
+    return min(1.0, step / max(warmup, 1)) * max(0.0, 0.5 * (1.0 + math.cos(math.pi * (progress % 1.0))))
+
+
+def lr_factor(step: int, trainer) -> float:
+    """The learning-rate multiplier at ``step`` for ``trainer.lr_schedule``."""
+    schedule = str(getattr(trainer.lr_schedule, "value", trainer.lr_schedule))
+    if schedule == "rsqrt":
+        return rsqrt_warmup(step, trainer.warmup_steps)
+    if schedule == "cosine":
+        return cosine_warmup(step, trainer.warmup_steps, trainer.max_steps)
+    return linear_warmup_decay(step, trainer.warmup_steps, trainer.max_steps, trainer.lr_start_factor,
+                               trainer.lr_end_factor)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -127,11 +149,7 @@ class Trainer:
             self.model.parameters(), lr=trainer.lr, betas=(trainer.beta1, trainer.beta2), eps=trainer.eps,
             weight_decay=trainer.weight_decay,
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
-            lambda step: linear_warmup_decay(step, trainer.warmup_steps, trainer.max_steps,
-                                             trainer.lr_start_factor, trainer.lr_end_factor),
-        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: lr_factor(step, trainer))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
         self.sampler = EpochSampler(len(self.data.splits["train"]), trainer.batch_size, cfg.seed)
         self.state = TrainState()

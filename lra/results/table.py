@@ -22,7 +22,8 @@ from lra.records import METRICS
 TASK_ORDER = ["listops", "text", "retrieval", "image", "pathfinder"]
 # Rows in the order of the YOSO paper's Table 3; unknown labels follow alphabetically.
 LABEL_ORDER = ["None", "Softmax", "YOSO-E", "Nystromformer", "Longformer", "Linformer", "Reformer",
-               "Performer", "LSH", "LHA"]
+               "Performer", "YOSO-16", "YOSO-32", "YOSO-64", "YOSO-128", "YOSO-C-16", "YOSO-C-32", "*YOSO-16",
+               "*YOSO-32", "*YOSO-C-16", "LSH", "LHA"]
 MISSING, FAILED = "—", "failed"
 REFERENCES = {  # --reference NAME → the shipped CSV
     "yoso": "yoso_icml2021_table3_lra.csv",
