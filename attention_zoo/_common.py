@@ -30,19 +30,11 @@ def in_float32(forward):
     return wrapper
 
 
-def check_choice(name: str, value: str, choices) -> None:
-    """A string option must be one of ``choices``; the error names the config key."""
-    if value not in choices:
-        raise ValueError(f"attention.{name} must be one of {', '.join(choices)}, got '{value}'")
-
-
-def depthwise_sequence_conv(num_heads: int, window: int, option: str) -> Optional[torch.nn.Conv2d]:
+def depthwise_sequence_conv(num_heads: int, window: int) -> Optional[torch.nn.Conv2d]:
     """One filter of ``window`` taps per head along the sequence of [B, heads, n, d], no bias, same
     length out (the convolution skip on V of Nyströmformer and YOSO-C); None for ``window`` 0."""
     if window == 0:
         return None
-    if window < 0 or window % 2 == 0:
-        raise ValueError(f"attention.{option} must be odd (same-length output) or 0 (no convolution), got {window}")
     return torch.nn.Conv2d(num_heads, num_heads, (window, 1), padding=(window // 2, 0), groups=num_heads, bias=False)
 
 

@@ -24,6 +24,7 @@ from torch import nn
 from attention_zoo._common import NEG_INF, gather_rows, in_float32
 from attention_zoo.longformer import LongformerAttention, LongformerOptions
 from attention_zoo.performer import orthogonal_gaussian_features
+from attention_zoo.options import InvalidOption, number, whole
 from attention_zoo.registry import Attention, register
 
 
@@ -35,6 +36,12 @@ class LearnedHashOptions:
     num_random_features: int = 64  # for the attention-utility estimate
     local_heads: int = 0  # the first heads use sliding-window attention instead (the authors' LRA pairing)
     local_window: int = 128
+
+    def __post_init__(self):
+        whole(self, 1, "num_buckets", "num_random_features")
+        whole(self, 2, "local_window")
+        whole(self, 0, "hidden_dim", "local_heads")
+        number(self, "aux_loss_weight", 0.0)
 
 
 class HeadwiseScorer(nn.Module):
@@ -67,8 +74,8 @@ class LearnedHashAttention(Attention):
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        if not 0 <= options.local_heads <= num_heads:
-            raise ValueError(f"local_heads={options.local_heads} must be between 0 and num_heads={num_heads}")
+        if options.local_heads > num_heads:
+            raise InvalidOption("local_heads", options.local_heads, f"between 0 and num_heads={num_heads}")
         hashed_heads = num_heads - options.local_heads
         self.query_scorer = HeadwiseScorer(hashed_heads, head_dim, options.num_buckets, options.hidden_dim)
         self.key_scorer = HeadwiseScorer(hashed_heads, head_dim, options.num_buckets, options.hidden_dim)

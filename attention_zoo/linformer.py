@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from attention_zoo._common import in_float32, scaled
+from attention_zoo.options import whole
 from attention_zoo.registry import Attention, register
 
 
@@ -22,6 +23,9 @@ class LinformerOptions:
     proj_dim: int = 256
     share_kv: bool = False
     share_across_layers: bool = False
+
+    def __post_init__(self):
+        whole(self, 1, "proj_dim")
 
 
 @register("linformer", LinformerOptions)

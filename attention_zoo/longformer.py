@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from attention_zoo._common import NEG_INF, in_float32, pad_to_multiple, scaled
+from attention_zoo.options import whole
 from attention_zoo.registry import Attention, register
 
 
@@ -21,6 +22,10 @@ from attention_zoo.registry import Attention, register
 class LongformerOptions:
     window_size: int = 128  # the full window: window_size // 2 keys on each side
     num_global_tokens: int = 1  # the first tokens (CLS) are global
+
+    def __post_init__(self):
+        whole(self, 2, "window_size")
+        whole(self, 0, "num_global_tokens")
 
 
 @register("longformer", LongformerOptions)

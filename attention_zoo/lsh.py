@@ -17,12 +17,16 @@ from dataclasses import dataclass
 import torch
 
 from attention_zoo._common import NEG_INF, draw_rotations, gather_rows, in_float32, pad_to_multiple, random_rotation_buckets, sort_by_bucket
+from attention_zoo.options import whole
 from attention_zoo.registry import Attention, register
 
 
 @dataclass
 class LSHOptions:
     num_buckets: int = 32
+
+    def __post_init__(self):
+        whole(self, 1, "num_buckets")
 
 
 @register("lsh", LSHOptions)

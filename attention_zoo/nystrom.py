@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attention_zoo._common import NEG_INF, check_choice, depthwise_sequence_conv, in_float32
+from attention_zoo._common import NEG_INF, depthwise_sequence_conv, in_float32
+from attention_zoo.options import choice, odd_window, whole
 from attention_zoo.registry import Attention, register
 
 
@@ -36,6 +37,12 @@ class NystromOptions:
     pinv_iterations: int = 6
     pinv_init: str = "per_matrix"  # per_matrix | batch (the reference: the maximum over the batch)
     landmarks: str = "real_tokens"  # real_tokens | padded_segments (the reference)
+
+    def __post_init__(self):
+        whole(self, 1, "num_landmarks", "pinv_iterations")
+        odd_window(self, "conv_kernel_size")
+        choice(self, "pinv_init", ("per_matrix", "batch"))
+        choice(self, "landmarks", ("real_tokens", "padded_segments"))
 
 
 def iterative_pinv(a: torch.Tensor, iterations: int, per_matrix: bool = True) -> torch.Tensor:
@@ -60,12 +67,7 @@ class NystromAttention(Attention):
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        self.conv = depthwise_sequence_conv(num_heads, options.conv_kernel_size, "conv_kernel_size")
-        check_choice("pinv_init", options.pinv_init, ("per_matrix", "batch"))
-        check_choice("landmarks", options.landmarks, ("real_tokens", "padded_segments"))
-        for name in ("num_landmarks", "pinv_iterations"):
-            if getattr(options, name) < 1:
-                raise ValueError(f"attention.{name} must be at least 1, got {getattr(options, name)}")
+        self.conv = depthwise_sequence_conv(num_heads, options.conv_kernel_size)
 
     @classmethod
     def label(cls, options: NystromOptions) -> str:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from attention_zoo._common import in_float32
+from attention_zoo.options import number, whole
 from attention_zoo.registry import Attention, register
 
 
@@ -30,6 +31,12 @@ class PerformerOptions:
     redraw_interval: int = 0  # 0: draw once
     epsilon: float = 0.0  # added to the normalizer D (the reference adds none); a row with D = 0 gives 0
     feature_epsilon: float = 1e-4  # added to every feature after the stabilizer (performer-pytorch: 1e-4)
+
+    def __post_init__(self):
+        whole(self, 1, "num_features")
+        whole(self, 0, "redraw_interval")
+        number(self, "epsilon", 0.0)
+        number(self, "feature_epsilon", 0.0)
 
 
 def orthogonal_gaussian_features(num_features: int, dim: int, device=None) -> torch.Tensor:

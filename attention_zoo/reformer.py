@@ -26,7 +26,8 @@ from typing import List
 
 import torch
 
-from attention_zoo._common import NEG_INF, check_choice, draw_normal, in_float32, pad_to_multiple, sort_by_bucket
+from attention_zoo._common import NEG_INF, draw_normal, in_float32, pad_to_multiple, sort_by_bucket
+from attention_zoo.options import InvalidOption, choice, whole
 from attention_zoo.registry import Attention, register
 
 SELF_SCORE = -1e5
@@ -41,6 +42,14 @@ class ReformerOptions:
     chunks_before: int = 1  # chunks of the concatenated rounds each chunk also attends to (the reference: 1)
     chunks_after: int = 0  # the reference: 0
     score_scale: str = "none"  # none: q·k̂ (trax, HF) | sqrt_d: q·k̂/√d
+
+    def __post_init__(self):
+        whole(self, 1, "num_hashes", "chunk_size")
+        whole(self, 0, "num_buckets", "chunks_before", "chunks_after")
+        if self.num_buckets % 2 and self.num_buckets != 1:
+            raise InvalidOption("num_buckets", self.num_buckets, "even (argmax over ±rotations), 1 (no hashing) "
+                                "or 0 (automatic)")
+        choice(self, "score_scale", SCORE_SCALES)
 
 
 def chunk_neighbourhood(x: torch.Tensor, before: int, after: int) -> torch.Tensor:
@@ -61,16 +70,6 @@ class ReformerAttention(Attention):
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        check_choice("score_scale", options.score_scale, SCORE_SCALES)
-        if options.num_buckets < 0 or (options.num_buckets % 2 and options.num_buckets != 1):
-            raise ValueError("attention.num_buckets must be even (argmax over ±rotations), 1 (no hashing) or 0 "
-                             f"(automatic), got {options.num_buckets}")
-        for name in ("num_hashes", "chunk_size"):
-            if getattr(options, name) < 1:
-                raise ValueError(f"attention.{name} must be at least 1, got {getattr(options, name)}")
-        for name in ("chunks_before", "chunks_after"):
-            if getattr(options, name) < 0:
-                raise ValueError(f"attention.{name} must be 0 or more, got {getattr(options, name)}")
         self.register_buffer("rotation_seed", torch.randint(0, 2**62, ()))
 
     @classmethod

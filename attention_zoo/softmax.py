@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from attention_zoo.options import number
 from attention_zoo.registry import Attention, register
 
 
@@ -15,6 +16,9 @@ from attention_zoo.registry import Attention, register
 class SoftmaxOptions:
     dropout: float = 0.0
     """Dropout on the attention probabilities, active in training mode only."""
+
+    def __post_init__(self):
+        number(self, "dropout", 0.0, 1.0, high_open=True)
 
 
 @register("softmax", SoftmaxOptions)

@@ -34,7 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from attention_zoo import _yoso_ops as ops
-from attention_zoo._common import check_choice, depthwise_sequence_conv, in_float32
+from attention_zoo._common import depthwise_sequence_conv, in_float32
+from attention_zoo.options import InvalidOption, choice, number, odd_window, whole
 from attention_zoo.registry import Attention, register
 from attention_zoo.yoso_e import collision_probability
 
@@ -53,11 +54,24 @@ class YosoOptions:
     exact_clamp: float = 0.99  # *YOSO: |q̂·k̂| at which the derivative is evaluated at most
     workspace_mb: int = 256  # hash tables alive at once (CUDA kernels and the PyTorch path)
 
+    def __post_init__(self):
+        whole(self, 1, "num_hashes", "workspace_mb")
+        whole(self, 1, "hash_code_len", optional=True, maximum=ops.MAX_CODE_LENGTH)
+        whole(self, 1, "backward_projections", optional=True)
+        choice(self, "backward", BACKWARDS)
+        choice(self, "hashing", HASHINGS)
+        choice(self, "impl", ops.IMPLS)
+        number(self, "exact_clamp", 0.0, 1.0, low_open=True, high_open=True)
+
 
 @dataclass
 class YosoCOptions(YosoOptions):
     num_hashes: int = 16
     conv_window: int = 33  # odd; 0 disables the convolution
+
+    def __post_init__(self):
+        super().__post_init__()
+        odd_window(self, "conv_window")
 
 
 @dataclass(frozen=True)
@@ -193,20 +207,16 @@ class YosoAttention(Attention):
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        check_choice("backward", options.backward, BACKWARDS)
-        check_choice("hashing", options.hashing, HASHINGS)
-        check_choice("impl", options.impl, ops.IMPLS)
-        if not 1 <= self.tau <= ops.MAX_CODE_LENGTH:
-            raise ValueError(f"attention.hash_code_len must be in [1, {ops.MAX_CODE_LENGTH}], got {self.tau}")
-        if options.backward_projections is not None and options.backward_projections < 1:
-            raise ValueError(f"attention.backward_projections must be at least 1, got {options.backward_projections}")
-        if options.num_hashes < 1:
-            raise ValueError(f"attention.num_hashes must be at least 1, got {options.num_hashes}")
+        if not 1 <= self.tau <= ops.MAX_CODE_LENGTH:  # the default τ = log2 of the length
+            raise InvalidOption("hash_code_len", self.tau, f"between 1 and {ops.MAX_CODE_LENGTH}: set it explicitly "
+                                f"for max_seq_len={max_seq_len}")
         self.register_buffer("rotation_seed", torch.randint(0, 2**62, ()))
 
     @property
     def tau(self) -> int:
-        return self.options.hash_code_len or max(1, math.ceil(math.log2(max(2, self.max_seq_len))))
+        if self.options.hash_code_len is not None:
+            return self.options.hash_code_len
+        return max(1, math.ceil(math.log2(max(2, self.max_seq_len))))
 
     @classmethod
     def label(cls, options: YosoOptions) -> str:
@@ -243,7 +253,7 @@ class YosoAttention(Attention):
 class YosoCAttention(YosoAttention):
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        self.conv = depthwise_sequence_conv(num_heads, options.conv_window, "conv_window")
+        self.conv = depthwise_sequence_conv(num_heads, options.conv_window)
 
     @classmethod
     def label(cls, options: YosoCOptions) -> str:

@@ -21,7 +21,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from attention_zoo._common import check_choice, in_float32
+from attention_zoo._common import in_float32
+from attention_zoo.options import choice, whole
 from attention_zoo.registry import Attention, register
 
 CLAMP = 1e-6
@@ -31,6 +32,10 @@ CLAMP = 1e-6
 class YosoEOptions:
     hash_code_len: Optional[int] = None  # τ; None: ceil(log2(max_seq_len))
     backward: str = "lower_bound"  # lower_bound (the authors') | exact
+
+    def __post_init__(self):
+        whole(self, 1, "hash_code_len", optional=True, maximum=64)
+        choice(self, "backward", ("lower_bound", "exact"))
 
 
 def collision_probability(q: torch.Tensor, k: torch.Tensor, tau: int) -> torch.Tensor:
@@ -70,7 +75,9 @@ def expectation_attention(q, k, v, key_weight, tau: int, backward: str = "exact"
 class YosoEAttention(Attention):
     @property
     def tau(self) -> int:
-        return self.options.hash_code_len or max(1, math.ceil(math.log2(self.max_seq_len)))
+        if self.options.hash_code_len is not None:
+            return self.options.hash_code_len
+        return max(1, math.ceil(math.log2(max(2, self.max_seq_len))))
 
     @classmethod
     def label(cls, options: YosoEOptions) -> str:
@@ -78,7 +85,6 @@ class YosoEAttention(Attention):
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        check_choice("backward", options.backward, ("exact", "lower_bound"))
 
     @in_float32
     def forward(self, q, k, v, mask):

@@ -19,6 +19,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, OmegaConf
 
 import attention_zoo
+from attention_zoo.options import InvalidOption, choice, number, whole
 from lra.data.listops import GeneratorSettings
 from lra.data.pathfinder_generator import GeneratorSettings as PathfinderGeneratorSettings
 
@@ -57,6 +58,23 @@ class Precision(enum.Enum):
     fp16 = "fp16"
 
 
+# The embedding table must hold every token id of a task's vocabulary (pad and out-of-vocabulary ids included).
+MIN_VOCABULARY = {"listops": 17, "text": 257, "retrieval": 257, "image": 256, "pathfinder": 256}
+
+
+def known_backends(options, name: str) -> None:
+    values = getattr(options, name)
+    unknown = [b for b in values if b not in attention_zoo.names()]
+    if unknown or not values:
+        raise InvalidOption(name, list(values), f"a non-empty list of registered backends: {', '.join(attention_zoo.names())}")
+
+
+def device_name(options, name: str) -> None:
+    value = getattr(options, name)
+    if not (value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())):
+        raise InvalidOption(name, value, "auto, cpu, cuda or cuda:N")
+
+
 @dataclass
 class TaskConfig:
     """One LRA task: its data, the model's input shape, and the reference schedule."""
@@ -74,6 +92,13 @@ class TaskConfig:
     warmup_steps: int = MISSING
     eval_every: int = MISSING
 
+    def __post_init__(self):
+        choice(self, "name", MIN_VOCABULARY)
+        whole(self, 2, "num_classes")
+        whole(self, MIN_VOCABULARY[self.name], "vocab_size")  # every token id needs an embedding row
+        whole(self, 1, "max_length", "batch_size", "max_steps", "eval_every")
+        whole(self, 0, "warmup_steps")
+
 
 @dataclass
 class ListOpsTaskConfig(TaskConfig):
@@ -86,6 +111,10 @@ class ByteTaskConfig(TaskConfig):
 
     document_bytes: Optional[int] = None  # bytes kept per document when preparing (None: all)
 
+    def __post_init__(self):
+        super().__post_init__()
+        whole(self, 1, "document_bytes", optional=True)
+
 
 @dataclass
 class PathfinderTaskConfig(TaskConfig):
@@ -93,6 +122,14 @@ class PathfinderTaskConfig(TaskConfig):
     difficulty: str = "contour_length_14"  # baseline | contour_length_9 | contour_length_14
     split_seed: int = 0  # the seeded 80/10/10 split of the metadata lines
     generator: PathfinderGeneratorSettings = field(default_factory=PathfinderGeneratorSettings)
+
+    def __post_init__(self):
+        super().__post_init__()
+        choice(self, "resolution", (32, 64, 128))
+        choice(self, "difficulty", ("baseline", "contour_length_9", "contour_length_14"))
+        whole(self, 0, "split_seed")
+        if self.max_length < self.resolution**2:
+            raise InvalidOption("max_length", self.max_length, f"at least resolution² = {self.resolution**2} pixels")
 
 
 @dataclass
@@ -111,6 +148,11 @@ class ModelConfig:
     classifier_dim: int = 128
     embedding_init_std: float = 0.02
     attention_fp32: bool = True  # compute attention in fp32 under mixed precision, as the reference
+
+    def __post_init__(self):
+        whole(self, 1, "dim", "num_layers", "num_heads", "head_dim", "ff_dim", "classifier_dim")
+        number(self, "dropout", 0.0, 1.0, high_open=True)
+        number(self, "embedding_init_std", 0.0)
 
 
 @dataclass
@@ -139,6 +181,22 @@ class TrainerConfig:
     max_length: Optional[int] = None  # cap on task.max_length (smoke runs)
     progress_bar: bool = True
 
+    def __post_init__(self):
+        whole(self, 1, "batch_size", "grad_accumulation", "max_steps", "eval_every", "checkpoint_every", "log_every")
+        whole(self, 1, "eval_batch_size", "train_subset", "eval_subset", "max_length", optional=True)
+        whole(self, 0, "warmup_steps")
+        if self.batch_size % self.grad_accumulation:
+            raise InvalidOption("batch_size", self.batch_size, f"a multiple of grad_accumulation={self.grad_accumulation}")
+        number(self, "lr", 0.0, low_open=True)
+        number(self, "weight_decay", 0.0)
+        number(self, "beta1", 0.0, 1.0, high_open=True)
+        number(self, "beta2", 0.0, 1.0, high_open=True)
+        number(self, "eps", 0.0, low_open=True)
+        number(self, "lr_start_factor", 0.0)
+        number(self, "lr_end_factor", 0.0)
+        number(self, "grad_clip", 0.0, low_open=True, optional=True)  # a negative norm would flip the gradient
+        device_name(self, "device")
+
 
 @dataclass
 class LoggerConfig:
@@ -153,6 +211,10 @@ class WandbLoggerConfig(LoggerConfig):
     group: Optional[str] = None
     tags: List[str] = field(default_factory=list)
 
+    def __post_init__(self):
+        if not self.project:
+            raise InvalidOption("project", self.project, "a W&B project name")
+
 
 @dataclass
 class TrainRunConfig:
@@ -164,6 +226,9 @@ class TrainRunConfig:
     seed: int = 0
     data_dir: str = "${oc.env:LRA_DATA_DIR,data}"
     resume: Optional[str] = None  # a run directory to continue
+
+    def __post_init__(self):
+        whole(self, 0, "seed", maximum=2**32 - 1)  # numpy's seed range
 
 
 @dataclass
@@ -183,6 +248,15 @@ class ProfileConfig:
     timeout_s: int = 600  # per cell; cells over it are recorded as timed out
     fit_min_length: int = 2048  # scaling exponents are fitted over n >= this
     output_dir: str = "${hydra:runtime.output_dir}"
+
+    def __post_init__(self):
+        known_backends(self, "backends")
+        if not self.lengths or any(not isinstance(n, int) or n < 1 for n in self.lengths):
+            raise InvalidOption("lengths", self.lengths, "a non-empty list of whole numbers ≥ 1")
+        choice(self, "mode", ("fixed", "largest"))
+        whole(self, 1, "batch_size", "max_batch", "num_heads", "head_dim", "repeats", "timeout_s", "fit_min_length")
+        number(self, "memory_budget_mb", 0.0, low_open=True, optional=True)
+        device_name(self, "device")
 
 
 def _attention_schema(backend: attention_zoo.Backend, with_name: bool = True) -> type:
@@ -234,6 +308,21 @@ class FidelityConfig:
     yoso_impl: str = "auto"  # auto | cpu | cuda | torch
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     output_dir: str = "${hydra:runtime.output_dir}"
+
+    def __post_init__(self):
+        unknown = sorted(set(self.sections) - {"backends", "oracles", "yoso"})
+        if unknown or not self.sections:
+            raise InvalidOption("sections", self.sections, "a non-empty list of backends, oracles, yoso")
+        known_backends(self, "backends")
+        for name in ("lengths", "yoso_hashes", "yoso_lengths", "oracle_budgets", "seeds"):
+            values = getattr(self, name)
+            if not values or any(not isinstance(n, int) or n < (0 if name == "seeds" else 1) for n in values):
+                raise InvalidOption(name, values, "a non-empty list of whole numbers" + (" ≥ 0" if name == "seeds" else " ≥ 1"))
+        whole(self, 1, "batch_size", "num_heads", "head_dim", "examples", "oracle_queries")
+        number(self, "score_std", 0.0, low_open=True)
+        choice(self, "split", ("train", "val", "test"))
+        choice(self, "yoso_impl", ("auto", "cpu", "cuda", "torch"))
+        device_name(self, "device")
 
 
 def register_configs() -> None:

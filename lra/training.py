@@ -138,7 +138,7 @@ class Trainer:
 
         self.data = load_task_data(cfg.task, Path(cfg.data_dir), train_subset=trainer.train_subset,
                                    eval_subset=trainer.eval_subset, announce=announce)
-        self.max_length = min(cfg.task.max_length, trainer.max_length or cfg.task.max_length)
+        self.max_length = cfg.task.max_length if trainer.max_length is None else min(cfg.task.max_length, trainer.max_length)
         self._warn_truncation(self.data.splits["train"])
 
         self.model = Classifier(cfg.model, cfg.task, self.attention_name, attention_options, self.max_length).to(self.device)
@@ -234,7 +234,7 @@ class Trainer:
         total_correct, total_tokens = int(total_correct), int(total_tokens)
         if not math.isfinite(total_loss):  # before the step, so the weights stay as they were
             raise FloatingPointError(f"training loss is {total_loss} at step {self.state.step + 1}")
-        if self.cfg.trainer.grad_clip:
+        if self.cfg.trainer.grad_clip is not None:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.trainer.grad_clip)
         self.scaler.step(self.optimizer)
@@ -250,7 +250,7 @@ class Trainer:
     def evaluate(self, split_name: str) -> dict:
         self.model.eval()
         split = self.data.splits[split_name]
-        batch_size = self.cfg.trainer.eval_batch_size or self.cfg.trainer.batch_size
+        batch_size = self.cfg.trainer.batch_size if self.cfg.trainer.eval_batch_size is None else self.cfg.trainer.eval_batch_size
         loss_sum, correct = 0.0, 0
         for start in range(0, len(split), batch_size):
             indices = self.ranks.shard(np.arange(start, min(start + batch_size, len(split))))

@@ -81,9 +81,11 @@ def test_limits_are_errors_not_garbage(device):
                                ops.cumulation(codes, codes, ones, ones, v, 16, "torch"))
     with pytest.raises(RuntimeError, match="hash_code_len must be in"):
         ops.cumulation(codes, codes, ones, ones, v, 21, "kernel")
-    with pytest.raises(ValueError, match="hash_code_len must be in"):
+    with pytest.raises(ValueError, match="hash_code_len=21 is invalid: it must be a whole number between 1 and 20"):
         attention_zoo.build("yoso", num_heads=1, head_dim=8, max_seq_len=8, hash_code_len=21)
-    with pytest.raises(ValueError, match="backward must be one of"):
+    with pytest.raises(ValueError, match="hash_code_len=0 is invalid"):  # never silently the default τ
+        attention_zoo.build("yoso", num_heads=1, head_dim=8, max_seq_len=8, hash_code_len=0)
+    with pytest.raises(ValueError, match="backward='exat' is invalid: it must be one of lower_bound"):
         attention_zoo.build("yoso", num_heads=1, head_dim=8, max_seq_len=8, backward="exat")
     other = "cuda" if device == "cpu" else "cpu"
     with pytest.raises(ValueError, match=f"impl={other} but the tensors are on {device}"):

@@ -81,7 +81,7 @@ def run_app(run, valid_keys) -> None:
         run()
     except UserError as exc:  # bad input the app recognised: its message names the fix
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(exc.exit_code)
     except Exception as exc:
         message = explain(exc, valid_keys)
         if message is None:

@@ -15,6 +15,7 @@ from lra.commands import config_errors
 from lra.config import CONF_DIR, TrainRunConfig, register_configs, register_resolvers
 from lra.errors import UserError
 from lra.io import atomic_write_text
+from lra.validation import validate
 
 log = logging.getLogger("lra.train")
 RESOLVED = Path(".hydra") / "resolved.yaml"
@@ -27,18 +28,34 @@ def _announce(message: str) -> None:
     log.info(message)
 
 
+def _load_saved(run_dir: Path) -> DictConfig:
+    """The resolved config a run recorded, checked like a fresh one."""
+    path = run_dir / RESOLVED
+    try:
+        saved = OmegaConf.load(path)
+        if not isinstance(saved, DictConfig) or not saved:
+            raise ValueError("it is empty")
+        return OmegaConf.merge(OmegaConf.structured(TrainRunConfig), saved)
+    except Exception as exc:
+        raise UserError(f"cannot resume {run_dir}: its {RESOLVED} is unreadable ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else 'empty'}); start a new run with the same "
+                        "overrides instead") from None
+
+
 def _prepare_config(cfg: DictConfig, run_dir: Path) -> tuple[DictConfig, Path]:
-    """A fresh run records its resolved config; a resumed run reloads the one it recorded."""
+    """A fresh run records its resolved config; a resumed run reloads the one it recorded. Either
+    is validated before anything is written."""
     if cfg.resume:
         run_dir = Path(cfg.resume).resolve()
-        saved = OmegaConf.load(run_dir / RESOLVED)
+        cfg = _load_saved(run_dir)
         others = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
         if others:
             log.warning("resuming with the run's saved config; ignoring overrides: %s", " ".join(others))
-        cfg = OmegaConf.merge(OmegaConf.structured(TrainRunConfig), saved)
         with open_dict(cfg):
             cfg.resume = str(run_dir)
+        validate(cfg)
         return cfg, run_dir
+    validate(cfg)
     with open_dict(cfg):
         cfg.data_dir = str(Path(cfg.data_dir).expanduser().resolve())
     atomic_write_text(run_dir / RESOLVED, OmegaConf.to_yaml(cfg, resolve=True))
@@ -61,7 +78,7 @@ def run(cfg: DictConfig):
         if multirun:
             return None
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(exc.exit_code)
     except Exception:
         if multirun:  # one failed job must not end the sweep; its metrics.json says failed
             log.exception("job failed")
@@ -78,10 +95,11 @@ def _valid_keys(path: str) -> list:
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
-    choices = [a for a in sys.argv[1:] if "=" in a and "." not in a.split("=")[0] and not a.startswith(("-", "+"))]
+    groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}  # group choices change the valid keys; nothing else
+    choices = [a for a in sys.argv[1:] if a.split("=")[0] in groups and "=" in a]
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            node = compose(config_name="config", overrides=[c for c in choices if not c.startswith("hydra")])
+            node = compose(config_name="config", overrides=choices)
         node = OmegaConf.select(node, path) if path else node
         return sorted(node.keys()) if isinstance(node, DictConfig) else []
     except Exception:

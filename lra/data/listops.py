@@ -20,6 +20,12 @@ from typing import Iterator, List, Sequence, Tuple, Union
 
 import numpy as np
 
+from attention_zoo.options import number, whole
+from lra.errors import UserError
+
+# Draws in a row without a new kept tree after which the length window is taken to be exhausted.
+STALL_LIMIT = 1_000_000
+
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
 SPLITS = ("train", "val", "test")
@@ -46,6 +52,14 @@ class GeneratorSettings:
     max_depth: int = 10
     max_args: int = 10
     operator_probability: float = 0.25
+
+    def __post_init__(self):
+        whole(self, 0, "seed", "min_length")
+        whole(self, 1, "num_train", "num_val", "num_test", "max_depth")
+        whole(self, 2, "max_args")
+        # Kept trees have min_length < length < max_length; an operator node has at least 4 tokens.
+        whole(self, max(self.min_length + 2, 5), "max_length")
+        number(self, "operator_probability", 0.0, 1.0, low_open=True)
 
     def sizes(self) -> dict:
         return {"train": self.num_train, "val": self.num_val, "test": self.num_test}
@@ -125,14 +139,22 @@ def generate(settings: GeneratorSettings) -> Iterator[Tuple[str, str, int]]:
     rng = random.Random(settings.seed)
     seen: set = set()
     for split, count in settings.sizes().items():
-        produced = 0
+        produced, stalled = 0, 0
         while produced < count:
+            stalled += 1
+            if stalled > STALL_LIMIT:
+                raise UserError(
+                    f"the ListOps generator found only {len(seen):,} distinct expressions with "
+                    f"{settings.min_length} < length < {settings.max_length} in {STALL_LIMIT:,} draws in a row, but "
+                    f"{sum(settings.sizes().values()):,} are asked for; widen task.generator.min_length/max_length "
+                    "or ask for fewer examples")
             tree, length = _sample_tree(rng, 1, settings)
             if tree is None or not settings.min_length < length < settings.max_length:
                 continue
             source = to_string(tree)
             if source in seen:
                 continue
+            stalled = 0
             seen.add(source)
             produced += 1
             yield split, source, evaluate_tokens(tokenize(source))

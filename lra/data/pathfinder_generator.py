@@ -47,6 +47,7 @@ from typing import Callable, List, Optional, Tuple
 import numpy as np
 
 from lra.data import pathfinder_drawing as draw
+from attention_zoo.options import whole
 from lra.io import atomic_write_text
 
 DIFFICULTIES = {"baseline": 6, "contour_length_9": 9, "contour_length_14": 14}
@@ -475,6 +476,11 @@ class GeneratorSettings:
     seed: int = 0
     images_per_folder: int = 1000
     workers: int = 0  # processes; 0 = all CPU cores
+
+    def __post_init__(self):
+        whole(self, 10, "num_images")  # the 80/10/10 split needs at least one image per split
+        whole(self, 1, "images_per_folder")
+        whole(self, 0, "seed", "workers")
 
     def as_dict(self) -> dict:
         return asdict(self)

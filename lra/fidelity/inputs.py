@@ -70,7 +70,7 @@ def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.devi
     if found is None:
         raise UserError(f"no checkpoint in {run_dir}/checkpoints (looked for {checkpoint.BEST}, {checkpoint.LAST}); "
                         f"train it first, or resume it with: lra-train resume={run_dir}")
-    max_length = min(cfg.task.max_length, cfg.trainer.max_length or cfg.task.max_length)
+    max_length = cfg.task.max_length if cfg.trainer.max_length is None else min(cfg.task.max_length, cfg.trainer.max_length)
     model = Classifier(cfg.model, cfg.task, cfg.attention.name, _attention_options(cfg), max_length)
     model.load_state_dict(checkpoint.load(found)["model"])
     model.to(device).eval()

@@ -1,0 +1,93 @@
+"""One check of a composed config, before anything is built or written: unknown keys (Hydra's
+``+key`` appends included), then each group's own rules (the ``__post_init__`` of the dataclass
+the ConfigStore holds for it, run on the resolved values), the backend's options (its options
+dataclass), and the few rules that span groups. Every problem is one :class:`ConfigError` line
+naming the field, the value, the rule and the fix; no default is ever substituted."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+
+from omegaconf import DictConfig, OmegaConf
+
+import attention_zoo
+from attention_zoo.options import InvalidOption
+from lra.errors import ConfigError
+
+GROUPS = ("task", "model", "trainer", "logger")
+
+
+def invalid(path: str, error: InvalidOption) -> ConfigError:
+    value = error.value if not isinstance(error.value, str) else f"'{error.value}'"
+    return ConfigError(f"invalid value for {path}: {value}; it must be {error.rule}: pass {path}=<such a value>")
+
+
+def unknown_keys(node: DictConfig, path: str = "") -> None:
+    """Every key of a structured node must be a field of its dataclass."""
+    schema = OmegaConf.get_type(node)
+    if dataclasses.is_dataclass(schema):
+        fields = [f.name for f in dataclasses.fields(schema)]
+        for key in node.keys():
+            if key not in fields:
+                full = f"{path}{key}"
+                close = difflib.get_close_matches(str(key), fields, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                where = f"under {path[:-1]}" if path else "at the top level"
+                raise ConfigError(f"unknown key '{full}'{hint}; valid keys {where}: {', '.join(sorted(fields))}")
+    for key in node.keys():
+        child = node._get_node(key)
+        if isinstance(child, DictConfig):
+            unknown_keys(child, f"{path}{key}.")
+
+
+def check_group(node: DictConfig, path: str) -> None:
+    """Run the group's dataclass rules on its resolved values (nested dataclasses too)."""
+    try:
+        OmegaConf.to_object(node)
+    except InvalidOption as error:
+        # A nested settings dataclass (e.g. task.generator) reports its own field: find which holds it.
+        prefix = path
+        for key in node.keys():
+            child = node._get_node(key)
+            if isinstance(child, DictConfig) and error.field in child and key != error.field:
+                try:
+                    OmegaConf.to_object(child)
+                except InvalidOption:
+                    prefix = f"{path}.{key}"
+                    break
+        raise invalid(f"{prefix}.{error.field}", error) from None
+
+
+def attention_options(cfg: DictConfig) -> dict:
+    return {k: v for k, v in OmegaConf.to_container(cfg.attention, resolve=True).items() if k != "name"}
+
+
+def check_attention(cfg: DictConfig) -> None:
+    name = cfg.attention.name
+    if name not in attention_zoo.names():
+        raise ConfigError(f"attention '{name}' has a preset but no implementation in this version; "
+                          f"implemented: {', '.join(attention_zoo.names())}")
+    try:
+        options = attention_zoo.make_options(name, **attention_options(cfg))
+    except InvalidOption as error:
+        raise invalid(f"attention.{error.field}", error) from None
+    impl = getattr(options, "impl", None)
+    if impl == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("attention.impl=cuda but this machine has no CUDA device; use attention.impl=auto "
+                              "(the compiled kernels for the tensors' device) or attention.impl=cpu")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise :class:`ConfigError` for the first unknown key or invalid value of an lra-train config."""
+    unknown_keys(cfg)
+    for group in GROUPS:
+        check_group(cfg[group], group)
+    seed = cfg.seed
+    if not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise ConfigError(f"invalid value for seed: {seed}; it must be a whole number between 0 and 2^32 − 1: "
+                          "pass seed=<such a value>")
+    check_attention(cfg)
