@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,6 +39,34 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def exclusive(path: Path, what: str, fix: str):
+    """Hold an OS lock on ``path`` for the block, or raise UserError naming the process that holds
+    it (the OS releases the lock when its holder dies, so a killed run never blocks the next)."""
+    import fcntl
+    import socket
+
+    from lra.errors import UserError
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise UserError(f"{what} is in use by {holder}; {fix}") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})")
+        handle.flush()
+        yield
+    finally:
+        handle.close()
 
 
 def save_figure(figure, path: Path) -> None:

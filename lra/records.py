@@ -17,6 +17,7 @@ from lra.io import atomic_write_json
 
 METRICS = "metrics.json"
 HISTORY = "history.json"
+RUN_LOCK = ".lock"  # held by the process that owns a run directory
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -45,6 +46,17 @@ def peak_memory_mb(device: torch.device) -> float:
         return torch.cuda.max_memory_allocated(device) / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def read_record(run_dir: Path) -> Dict[str, Any]:
+    """A run directory's ``metrics.json`` as a dict ({} when missing or unreadable)."""
+    import json
+
+    try:
+        data = json.loads((Path(run_dir) / METRICS).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 class RunRecord:

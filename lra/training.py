@@ -4,6 +4,7 @@ of the best checkpoint, atomic checkpoints and an exact resume."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import random
@@ -24,10 +25,10 @@ from lra.data.cache import TokenSplit
 from lra.data.prepare import load_task_data
 from lra.data.sampler import EpochSampler
 from lra.errors import UserError
-from lra.io import atomic_write_json
+from lra.io import atomic_write_json, exclusive
 from lra.loggers import NullLogger, build_logger
 from lra.model import Classifier
-from lra.records import HISTORY, RunRecord, describe_device, git_commit, peak_memory_mb
+from lra.records import HISTORY, RUN_LOCK, RunRecord, describe_device, git_commit, peak_memory_mb, read_record
 
 
 @dataclass
@@ -133,7 +134,7 @@ class Trainer:
         self.record = RunRecord(
             self.run_dir, task=cfg.task.name, attention=self.attention_name, label=self.label, seed=cfg.seed,
             status="running", git_commit=git_commit(), device=describe_device(self.device), processes=ranks.world,
-            write=ranks.main,
+            write=ranks.main and not cfg.resume,  # a resume writes its record once the checkpoint is loaded
         )
 
         self.data = load_task_data(cfg.task, Path(cfg.data_dir), train_subset=trainer.train_subset,
@@ -180,8 +181,13 @@ class Trainer:
             stale.unlink()
         path = self.checkpoint_dir / checkpoint.LAST
         if not path.is_file():
+            self.record.write = self.ranks.main
             return False
-        payload = checkpoint.load(path)
+        try:
+            payload = checkpoint.load(path)
+        except Exception as exc:
+            raise UserError(f"cannot resume from {path}: the checkpoint is unreadable ({type(exc).__name__}); "
+                            "the run's metrics.json is left as it was — start a new run with the same overrides") from None
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
         self.scheduler.load_state_dict(payload["scheduler"])
@@ -190,6 +196,7 @@ class Trainer:
         self.state = TrainState(**payload["state"])
         self.best_weights = payload["best_weights"]
         checkpoint.restore_rng_states(payload["rng"])
+        self.record.write = self.ranks.main
         self.state.resumed_at_steps.append(self.state.step)
         self.record.update(resumed_at_steps=self.state.resumed_at_steps)
         self.announce(f"resumed from {path} at step {self.state.step}")
@@ -345,15 +352,35 @@ def _attention_options(cfg) -> dict:
 def train(cfg, run_dir: Path, resolved_config: dict, group: str, announce=print) -> dict:
     """Build everything from ``cfg``, resume from ``run_dir`` if it holds a checkpoint, train, test.
 
-    Any failure rewrites ``metrics.json`` with status ``failed`` and the error, then re-raises.
+    The run directory belongs to this process for the run's lifetime (an OS lock, released when
+    the process ends however it ends); a second trainer on it stops with one line naming the holder.
+    Any failure rewrites ``metrics.json`` with status ``failed`` and the error, then re-raises;
+    except that a resume writes nothing until its checkpoint is loaded, so a resume that fails
+    leaves the previous record as it was, and a completed run is reported, not resumed.
     """
+    ranks = distributed.setup()
+    owned = (exclusive(Path(run_dir) / RUN_LOCK, f"the run directory {run_dir}",
+                       "wait for that run to end (or stop it) before resuming it") if ranks.main else contextlib.nullcontext())
+    try:
+        with owned:
+            return _train(cfg, Path(run_dir), resolved_config, group, announce, ranks)
+    finally:
+        distributed.teardown()
+
+
+def _train(cfg, run_dir: Path, resolved_config: dict, group: str, announce, ranks) -> dict:
+    if cfg.resume:
+        previous = read_record(run_dir)
+        if previous.get("status") == "completed":
+            announce(f"{run_dir} already completed at step {previous.get('steps')}: nothing to resume "
+                     "(to train longer, start a new run with more trainer.max_steps)")
+            return previous
     try:  # the label up front, so that a run failing during set-up is still tabulated under it
         label = attention_zoo.label(cfg.attention.name, **_attention_options(cfg))
     except Exception:
         label = cfg.attention.name
-    ranks = distributed.setup()
-    record = RunRecord(run_dir, write=ranks.main, task=cfg.task.name, attention=cfg.attention.name, label=label,
-                       seed=cfg.seed, status="running", git_commit=git_commit())
+    record = RunRecord(run_dir, write=ranks.main and not cfg.resume, task=cfg.task.name, attention=cfg.attention.name,
+                       label=label, seed=cfg.seed, status="running", git_commit=git_commit())
     logger = None
     try:
         trainer = Trainer(cfg, run_dir, announce, ranks)
@@ -369,5 +396,3 @@ def train(cfg, run_dir: Path, resolved_config: dict, group: str, announce=print)
         if logger is not None:
             logger.finish(1)
         raise
-    finally:
-        distributed.teardown()

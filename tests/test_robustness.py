@@ -1,0 +1,154 @@
+"""Bad input and faults: every mistake is one line and a non-zero exit, no default is substituted for
+an invalid value, nothing claims a success that did not happen, and no completed result changes."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+from lra.errors import ConfigError
+from lra.validation import validate
+from test_config import compose_config
+
+# One case per kind of rule: (overrides, the field the error names, words of the rule).
+BAD_CONFIGS = [
+    (["trainer.grad_clip=-1"], "trainer.grad_clip", "(0, ∞)"),  # would flip the gradient
+    (["trainer.lr=nan"], "trainer.lr", "finite"),
+    (["trainer.beta1=1.5"], "trainer.beta1", "[0, 1)"),
+    (["trainer.eps=0"], "trainer.eps", "(0, ∞)"),
+    (["trainer.max_steps=0"], "trainer.max_steps", "≥ 1"),
+    (["trainer.batch_size=0"], "trainer.batch_size", "≥ 1"),
+    (["trainer.eval_every=0"], "trainer.eval_every", "≥ 1"),
+    (["trainer.checkpoint_every=0"], "trainer.checkpoint_every", "≥ 1"),
+    (["trainer.log_every=0"], "trainer.log_every", "≥ 1"),
+    (["trainer.grad_accumulation=0"], "trainer.grad_accumulation", "≥ 1"),
+    (["trainer.grad_accumulation=3"], "trainer.batch_size", "multiple of grad_accumulation=3"),
+    (["trainer.eval_subset=0"], "trainer.eval_subset", "≥ 1 (or null)"),
+    (["trainer.max_length=0"], "trainer.max_length", "≥ 1 (or null)"),  # was silently the task's length
+    (["trainer.eval_batch_size=0"], "trainer.eval_batch_size", "≥ 1 (or null)"),
+    (["trainer.warmup_steps=-1"], "trainer.warmup_steps", "≥ 0"),
+    (["trainer.device=gpu"], "trainer.device", "auto, cpu, cuda or cuda:N"),
+    (["seed=-1"], "seed", "between 0 and 2^32"),
+    (["model.num_heads=0"], "model.num_heads", "≥ 1"),  # trained a model without attention
+    (["model.head_dim=0"], "model.head_dim", "≥ 1"),
+    (["model.num_layers=0"], "model.num_layers", "≥ 1"),
+    (["model.dropout=1.5"], "model.dropout", "[0, 1)"),
+    (["task.num_classes=1"], "task.num_classes", "≥ 2"),
+    (["task.vocab_size=5"], "task.vocab_size", "≥ 17"),
+    (["task.generator.max_length=5"], "task.generator.max_length", "≥ 502"),  # looped forever
+    (["task.generator.num_train=0"], "task.generator.num_train", "≥ 1"),
+    (["task=pathfinder", "task.max_length=100"], "task.max_length", "resolution² = 1024"),
+    (["task=pathfinder", "task.generator.num_images=3"], "task.generator.num_images", "≥ 10"),
+    (["task=text", "task.document_bytes=0"], "task.document_bytes", "≥ 1 (or null)"),
+    (["attention=yoso", "attention.hash_code_len=0"], "attention.hash_code_len", "between 1 and 20"),  # was the default τ
+    (["attention=yoso", "attention.hash_code_len=40"], "attention.hash_code_len", "between 1 and 20"),
+    (["attention=yoso", "attention.num_hashes=0"], "attention.num_hashes", "≥ 1"),
+    (["attention=yoso", "attention.backward=exat"], "attention.backward", "one of lower_bound"),
+    (["attention=yoso_c", "attention.conv_window=4"], "attention.conv_window", "odd"),
+    (["attention=reformer", "attention.num_hashes=0"], "attention.num_hashes", "≥ 1"),
+    (["attention=reformer", "attention.num_buckets=3"], "attention.num_buckets", "even"),
+    (["attention=performer", "attention.feature_epsilon=-1"], "attention.feature_epsilon", "[0, ∞)"),
+    (["attention=softmax", "attention.dropout=1.0"], "attention.dropout", "[0, 1)"),
+    (["attention=learned_hash", "attention.local_window=1"], "attention.local_window", "≥ 2"),
+    (["logger=wandb", "logger.project=''"], "logger.project", "W&B project name"),
+]
+
+
+@pytest.mark.parametrize("overrides,field,rule", BAD_CONFIGS, ids=[" ".join(c[0]) for c in BAD_CONFIGS])
+def test_every_invalid_value_is_one_line_naming_field_value_and_rule(overrides, field, rule):
+    cfg = compose_config(*overrides)
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    message = str(error.value)
+    assert message.startswith(f"invalid value for {field}: ") and rule in message and "\n" not in message
+    assert f"pass {field}=" in message
+
+
+def test_every_preset_and_default_is_valid():
+    for overrides in ([], ["task=pathfinder"], ["task=text"], ["task=retrieval"], ["task=image"],
+                      ["trainer=smoke"], ["logger=wandb"], ["experiment=quickstart"]):
+        validate(compose_config(*overrides))
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["trainer.grad_clip=-1"], "invalid value for trainer.grad_clip: -1.0"),
+    (["+trainer.max_step=10"], "unknown key 'trainer.max_step' (did you mean 'max_steps'?); valid keys under trainer: "),
+    (["seeed=1"], "unknown key 'seeed' (did you mean 'seed'?); valid keys at the top level: attention, data_dir"),
+    (["attention=yoso", "attention.impl=cuda"], "attention.impl=cuda but this machine has no CUDA device"),
+])
+def test_lra_train_refuses_bad_input_with_one_line_and_no_record(tmp_path, data_dir, args, expected):
+    if "cuda" in " ".join(args):
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA")
+    result = run_command(["lra-train", "trainer=smoke", *args], tmp_path, data_dir, check=False)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and lines[-1].startswith("error: ") and expected in lines[-1], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not run_dirs(tmp_path), "a refused config leaves no record"
+
+
+RESUMABLE = ["trainer=smoke", "trainer.max_steps=12", "trainer.eval_every=4", "trainer.checkpoint_every=4",
+             "attention=softmax", *SMALL_LISTOPS]
+
+
+def test_a_run_directory_belongs_to_one_process(tmp_path, data_dir):
+    """A trainer stopped mid-run (SIGSTOP at its second checkpoint) still owns its folder: a resume
+    of it stops with a line naming the holder and changes nothing; once the holder is gone, the
+    resume goes ahead and completes."""
+    env = {**os.environ, "LRA_DATA_DIR": str(data_dir), "WANDB_MODE": "disabled", "LRA_FAULT": "after_checkpoint:2:SIGSTOP"}
+    exe = os.path.join(os.path.dirname(sys.executable), "lra-train")
+    with open(tmp_path / "first.log", "w") as log:
+        first = subprocess.Popen([exe, *RESUMABLE], cwd=tmp_path, env=env, stdout=log, stderr=log)
+    try:
+        _, status = os.waitpid(first.pid, os.WUNTRACED)  # returns when the trainer stops itself
+        assert os.WIFSTOPPED(status), (tmp_path / "first.log").read_text()
+        (run,) = run_dirs(tmp_path)
+        before = (run / "metrics.json").read_bytes()
+        second = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False)
+        last = second.stderr.strip().splitlines()[-1]
+        assert second.returncode == 1 and f"the run directory {run} is in use by process {first.pid}" in last, second.stderr
+        assert (run / "metrics.json").read_bytes() == before
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    resumed = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert "resumed from" in resumed.stderr + resumed.stdout
+    assert read_json(run / "metrics.json")["status"] == "completed"
+
+
+def test_a_failed_resume_leaves_the_record_and_a_completed_run_is_not_resumed(tmp_path, data_dir):
+    killed = run_command(["lra-train", *RESUMABLE], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "after_checkpoint:2"}, check=False)
+    assert killed.returncode != 0
+    (run,) = run_dirs(tmp_path)
+    last = run / "checkpoints" / "last.pt"
+    good = last.read_bytes()
+    last.write_bytes(good[: len(good) // 3])  # a damaged checkpoint
+    before = (run / "metrics.json").read_bytes()
+    failed = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False)
+    lines = failed.stderr.strip().splitlines()
+    assert failed.returncode == 1 and "cannot resume from" in lines[-1] and "left as it was" in lines[-1]
+    assert (run / "metrics.json").read_bytes() == before, "a failed resume must not rewrite the record"
+    last.write_bytes(good)
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    completed = (run / "metrics.json").read_bytes()
+    assert read_json(run / "metrics.json")["status"] == "completed"
+    again = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert "already completed" in again.stderr + again.stdout
+    assert (run / "metrics.json").read_bytes() == completed, "a completed result never changes"
+
+
+@pytest.mark.parametrize("content", ["", "{{{not yaml", "- a list\n"])
+def test_resume_with_a_damaged_saved_config_is_one_line(tmp_path, data_dir, content):
+    run = tmp_path / "runs" / "x"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "resolved.yaml").write_text(content)
+    result = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1 and "cannot resume" in last and "resolved.yaml is unreadable" in last, result.stderr
+    assert not (run / "metrics.json").exists()
