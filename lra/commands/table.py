@@ -19,7 +19,8 @@ from lra.results.table import (REFERENCES, collect, collect_wandb, comparison, l
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="lra-table", description=__doc__.split("\n")[0].strip("`"))
-    parser.add_argument("directories", nargs="*", type=Path, help="run or sweep directories")
+    parser.add_argument("directories", nargs="*", type=Path,
+                        help="run or sweep directories (or metrics.json files); each run counts once")
     parser.add_argument("--wandb", metavar="ENTITY/PROJECT", help="also read the runs of a W&B project")
     parser.add_argument("--format", choices=["markdown", "latex", "csv", "json"], default="markdown")
     parser.add_argument("--metric", default="test_accuracy", help="metrics.json field to tabulate")
@@ -29,7 +30,7 @@ def main(argv=None) -> None:
                         help="add training tokens/s and peak memory of TASK's runs (default: the first task column)")
     parser.add_argument("--output", type=Path, help="write here instead of standard output")
     args = parser.parse_args(argv)
-    missing = [d for d in args.directories if not d.is_dir()]
+    missing = [d for d in args.directories if not d.exists()]
     if missing:
         parser.exit(2, f"error: no such directory: {', '.join(map(str, missing))}; pass run or sweep folders under runs/\n")
     if not args.directories and not args.wandb:
@@ -39,10 +40,20 @@ def main(argv=None) -> None:
     except (OSError, ValueError, KeyError) as exc:
         parser.exit(2, f"error: cannot read the reference table {args.reference!r} ({exc}); use one of "
                        f"{', '.join(REFERENCES)} or a CSV with a 'method' column\n")
-    frames = [collect(args.directories)] if args.directories else []
+    warn = lambda message: print(f"note: {message}", file=sys.stderr)  # noqa: E731
+    frames = [collect(args.directories, warn)] if args.directories else []
     if args.wandb:
-        frames.append(collect_wandb(args.wandb))
+        try:
+            frames.append(collect_wandb(args.wandb))
+        except Exception as exc:  # no key, no network, no such project: the W&B client's reason
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            parser.exit(1, f"error: cannot read the W&B project {args.wandb!r} ({reason}); log in with "
+                           "`wandb login` (or set WANDB_API_KEY) and check ENTITY/PROJECT\n")
     runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not runs.empty and args.metric not in runs.columns:
+        numeric = sorted(c for c in runs.columns if pd.api.types.is_numeric_dtype(runs[c]) and c != "seed")
+        parser.exit(2, f"error: no run record has the metric {args.metric!r}; choose --metric from "
+                       f"{', '.join(numeric)}\n")
     table = comparison(runs, args.metric, reference, efficiency_task=args.efficiency or None,
                        efficiency=args.efficiency is not None)
     if table.empty:

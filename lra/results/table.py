@@ -34,15 +34,60 @@ REFERENCES = {  # --reference NAME → the shipped CSV
 PAPER_NAMES = {"Softmax": ["Softmax", "Transformer"]}
 
 
-def collect(directories: Iterable[Path]) -> pd.DataFrame:
-    """One row per ``metrics.json`` found under the given run or sweep directories."""
-    rows = []
-    for directory in directories:
-        for path in sorted(Path(directory).rglob(METRICS)):
-            record = json.loads(path.read_text())
-            record["run_dir"] = str(path.parent)
-            rows.append(record)
-    return pd.DataFrame(rows)
+REQUIRED = ("label", "task", "status")  # what a record needs to sit in a table
+STATUS_RANK = {"completed": 0, "running": 1, "failed": 2}  # which duplicate of a (backend, task, seed) to keep
+
+
+def record_files(paths: Iterable[Path]) -> List[Path]:
+    """Every ``metrics.json`` under the given run or sweep directories (or given directly), each once
+    however often it is reached (overlapping arguments, symbolic links)."""
+    found = {}
+    for path in paths:
+        path = Path(path)
+        candidates = [path] if path.is_file() else sorted(path.rglob(METRICS))
+        for candidate in candidates:
+            found.setdefault(candidate.resolve(), candidate)
+    return list(found.values())
+
+
+def read_records(paths: Iterable[Path], warn=lambda message: None) -> List[dict]:
+    """The readable run records among ``paths``; each unreadable one is skipped with a ``warn``."""
+    records = []
+    for path in paths:
+        try:
+            record = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            warn(f"skipped {path}: not a readable run record ({type(exc).__name__})")
+            continue
+        if not isinstance(record, dict) or any(not isinstance(record.get(k), str) for k in REQUIRED):
+            warn(f"skipped {path}: a run record needs the fields {', '.join(REQUIRED)}")
+            continue
+        record["run_dir"] = str(Path(path).parent)
+        records.append(record)
+    return records
+
+
+def deduplicate(records: List[dict], warn=lambda message: None) -> List[dict]:
+    """One record per (backend, task, seed): completed before running before failed, then the
+    latest; each dropped duplicate is named."""
+    kept = {}
+    for record in records:
+        key = (record["label"], record["task"], record.get("seed"))
+        previous = kept.get(key)
+        if previous is None:
+            kept[key] = record
+            continue
+        rank = lambda r: (STATUS_RANK.get(r["status"], 3), -Path(r["run_dir"], METRICS).stat().st_mtime)  # noqa: E731
+        keep, drop = (record, previous) if rank(record) < rank(previous) else (previous, record)
+        kept[key] = keep
+        warn(f"dropped {drop['run_dir']}: the same {key[0]} on {key[1]} with seed {key[2]} as {keep['run_dir']}")
+    return list(kept.values())
+
+
+def collect(directories: Iterable[Path], warn=lambda message: None) -> pd.DataFrame:
+    """One row per (backend, task, seed) among the ``metrics.json`` under the given run or sweep
+    directories; unreadable records and duplicates are left out, each with a ``warn``."""
+    return pd.DataFrame(deduplicate(read_records(record_files(directories), warn), warn))
 
 
 def collect_wandb(project: str, api=None) -> pd.DataFrame:
