@@ -197,3 +197,42 @@ def test_lra_table_wandb_without_a_key_is_one_line(tmp_path, data_dir):
     result = run_command(["lra-table", "--wandb", "someone/project"], tmp_path, data_dir, env_extra=env, check=False)
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1 and "cannot read the W&B project 'someone/project'" in last and "wandb login" in last
+
+
+# ---------------------------------------------------------------------------------- lra-prepare
+@pytest.mark.parametrize("task", ["text", "retrieval", "pathfinder"])
+def test_the_printed_rebuild_command_runs_as_printed(tmp_path, task):
+    """A damaged cache is refused with the command that rebuilds it: run exactly that command, then
+    training works (the printed command has overrides after --data-dir and --force last)."""
+    import shlex
+
+    from test_data_sources import write_aan, write_aclimdb, write_pathfinder
+
+    raw, data = tmp_path / "raw", tmp_path / "data"
+    source = {"text": lambda: ["task.source=aclimdb", f"task.path={write_aclimdb(raw)}"],
+              "retrieval": lambda: [f"task.path={write_aan(raw).parent.parent}"],
+              "pathfinder": lambda: ["task.source=lra_release", f"task.path={write_pathfinder(raw, count=30).parent.parent}"]}[task]()
+    args = ["lra-train", f"task={task}", "trainer=smoke", "trainer.max_steps=2", "trainer.max_length=64",
+            "model.num_layers=1", *source]
+    missing = run_command(args, tmp_path, data, check=False)
+    prepare = missing.stderr.strip().splitlines()[-1].split("prepare it once with: ")[1]
+    run_command(shlex.split(prepare), tmp_path, data)
+    (tokens,) = data.rglob("train.tokens0.npy")
+    tokens.write_bytes(tokens.read_bytes()[:-3])
+    damaged = run_command(args, tmp_path, data, check=False)
+    last = damaged.stderr.strip().splitlines()[-1]
+    assert damaged.returncode == 1 and "is damaged" in last, damaged.stderr
+    rebuild = last.split("rebuild it with: ")[1]
+    assert rebuild.endswith("--force") and "--data-dir" in rebuild
+    run_command(shlex.split(rebuild), tmp_path, data)
+    run_command(args, tmp_path, data)
+
+
+def test_lra_prepare_rebuilds_a_cache_whose_manifest_is_damaged(tmp_path, data_dir):
+    small = [o for o in SMALL_LISTOPS if not o.startswith("task.max_length")]
+    first = run_command(["lra-prepare", "listops", "--data-dir", str(tmp_path / "d"), *small], tmp_path, data_dir)
+    (manifest,) = (tmp_path / "d").rglob("manifest.json")
+    manifest.write_text(manifest.read_text()[:50])
+    again = run_command(["lra-prepare", "listops", *small, "--data-dir", str(tmp_path / "d")], tmp_path, data_dir)
+    assert "is damaged (unreadable manifest.json); rebuilding it" in again.stderr + again.stdout
+    assert json.loads(again.stdout.strip().splitlines()[-1])["fingerprint"] == json.loads(first.stdout.strip().splitlines()[-1])["fingerprint"]

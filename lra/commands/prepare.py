@@ -25,7 +25,7 @@ def main(argv=None) -> None:
     parser.add_argument("--data-dir", help="the cache root (default: LRA_DATA_DIR or ./data)")
     parser.add_argument("--force", action="store_true", help="rebuild the cache even if it exists")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. task.generator.seed=1")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # overrides may come before or after the options
 
     from hydra import compose, initialize_config_dir
 

@@ -203,6 +203,8 @@ def load_cache(cache_dir: Path, rebuild_command: str) -> Tuple[Dict[str, TokenSp
         manifest = json.loads((cache_dir / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
         raise damaged(f"unreadable {MANIFEST}: {exc}") from None
+    if not isinstance(manifest, dict) or not all(isinstance(manifest.get(k), dict) for k in ("files", "num_documents", "counts")):
+        raise damaged(f"{MANIFEST} lacks its files, documents or counts")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise damaged(f"format version {manifest.get('format_version')}, expected {FORMAT_VERSION}")
     for filename, expected in manifest["files"].items():

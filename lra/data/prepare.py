@@ -81,9 +81,13 @@ def load_task_data(
     command = prepare_command(task, data_dir)
     raw_folder = None
     if prepare and (cache_dir / MANIFEST).is_file() and not rebuild:
-        recorded = json.loads((cache_dir / MANIFEST).read_text()).get("raw_folder")
+        try:
+            recorded = json.loads((cache_dir / MANIFEST).read_text())["raw_folder"]
+        except (OSError, ValueError, KeyError, TypeError):
+            announce(f"the cache {cache_dir} is damaged (unreadable {MANIFEST}); rebuilding it")
+            recorded, rebuild = None, True
         raw_folder = conversion.locate()
-        if recorded != raw_folder:
+        if not rebuild and recorded != raw_folder:
             announce(f"the cache was built from {recorded}; rebuilding it from {raw_folder}")
             rebuild = True
     if rebuild and cache_dir.exists():
