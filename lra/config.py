@@ -312,7 +312,8 @@ class FidelityConfig:
     def __post_init__(self):
         unknown = sorted(set(self.sections) - {"backends", "oracles", "yoso"})
         if unknown or not self.sections:
-            raise InvalidOption("sections", self.sections, "a non-empty list of backends, oracles, yoso")
+            raise InvalidOption("sections", list(self.sections), "a non-empty subset of [backends, oracles, yoso]"
+                                + (f" (unknown section {', '.join(unknown)})" if unknown else ""))
         known_backends(self, "backends")
         for name in ("lengths", "yoso_hashes", "yoso_lengths", "oracle_budgets", "seeds"):
             values = getattr(self, name)

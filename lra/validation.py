@@ -81,6 +81,33 @@ def check_attention(cfg: DictConfig) -> None:
                               "(the compiled kernels for the tensors' device) or attention.impl=cpu")
 
 
+def check_device(name: str, path: str) -> None:
+    if name.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{path}={name} but this machine has no CUDA device; use {path}=cpu (or auto)")
+
+
+def validate_tool(cfg: DictConfig) -> None:
+    """The same checks for lra-profile and lra-fidelity: unknown keys, the dataclass rules, each
+    backend's options (lra-fidelity's ``options.<backend>``), and CUDA asked for where there is none."""
+    unknown_keys(cfg)
+    try:
+        OmegaConf.to_object(cfg)
+    except InvalidOption as error:
+        raise invalid(error.field, error) from None
+    check_device(cfg.device, "device")
+    if "options" in cfg:
+        for name in attention_zoo.names():
+            try:
+                attention_zoo.make_options(name, **OmegaConf.to_container(cfg.options[name], resolve=True))
+            except InvalidOption as error:
+                raise invalid(f"options.{name}.{error.field}", error) from None
+    if cfg.get("yoso_impl") == "cuda":
+        check_device("cuda", "yoso_impl")
+
+
 def validate(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` for the first unknown key or invalid value of an lra-train config."""
     unknown_keys(cfg)

@@ -163,7 +163,7 @@ def test_lra_fidelity_smoke_on_a_trained_checkpoint(tmp_path, data_dir):
 
 
 def test_fidelity_input_mistakes_end_with_one_line_naming_the_fix(tmp_path):
-    for args, code, expected in ((["sections=[yoso,speed]"], 1, "unknown section speed"),
+    for args, code, expected in ((["sections=[yoso,speed]"], 2, "unknown section speed"),
                                  (["options.nystrom.num_landmark=8"], 2, "did you mean 'num_landmarks'"),
                                  (["checkpoint=nowhere"], 1, "is not an lra-train run directory"),
                                  (["yoso_hash=[8]"], 2, "did you mean 'yoso_hashes'")):

@@ -236,3 +236,41 @@ def test_lra_prepare_rebuilds_a_cache_whose_manifest_is_damaged(tmp_path, data_d
     again = run_command(["lra-prepare", "listops", *small, "--data-dir", str(tmp_path / "d")], tmp_path, data_dir)
     assert "is damaged (unreadable manifest.json); rebuilding it" in again.stderr + again.stdout
     assert json.loads(again.stdout.strip().splitlines()[-1])["fingerprint"] == json.loads(first.stdout.strip().splitlines()[-1])["fingerprint"]
+
+
+# ------------------------------------------------------------------------ lra-profile, lra-fidelity
+@pytest.mark.parametrize("command,args,expected", [
+    ("lra-profile", ["preset=smoke", "backends=[softmax,sofmax]"], "invalid value for backends: ['softmax', 'sofmax']"),
+    ("lra-profile", ["preset=smoke", "lengths=[-8]"], "invalid value for lengths: [-8]"),
+    ("lra-profile", ["preset=smoke", "mode=biggest"], "invalid value for mode: 'biggest'; it must be one of fixed, largest"),
+    ("lra-fidelity", ["preset=smoke", "options.yoso.num_hashes=0"], "invalid value for options.yoso.num_hashes: 0"),
+    ("lra-fidelity", ["preset=smoke", "seeds=[]"], "invalid value for seeds: []"),
+    ("lra-fidelity", ["preset=smoke", "score_std=0"], "invalid value for score_std: 0"),
+])
+def test_tool_config_mistakes_are_one_line(tmp_path, data_dir, command, args, expected):
+    result = run_command([command, *args, f"hydra.run.dir={tmp_path / 'out'}"], tmp_path, data_dir, check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and last.startswith("error: ") and expected in last, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command,args", [("lra-profile", ["device=cuda"]), ("lra-fidelity", ["yoso_impl=cuda"]),
+                                          ("lra-fidelity", ["device=cuda"])])
+def test_asking_for_cuda_without_a_gpu_is_one_line(tmp_path, data_dir, command, args):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = run_command([command, "preset=smoke", *args, f"hydra.run.dir={tmp_path / 'out'}"], tmp_path, data_dir, check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and "but this machine has no CUDA device" in last, result.stderr
+
+
+def test_a_profile_whose_every_cell_fails_exits_non_zero(tmp_path, data_dir):
+    """Cells that all fail (the measuring process killed) still write their report; the command says
+    so and exits 1."""
+    result = run_command(["lra-profile", "preset=smoke", "backends=[softmax]", f"hydra.run.dir={tmp_path / 'out'}"],
+                         tmp_path, data_dir, env_extra={"LRA_FAULT": "profile_cell:1"}, check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1 and "every cell failed" in last, result.stderr
+    assert (tmp_path / "out" / "profile.md").is_file()

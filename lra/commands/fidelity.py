@@ -17,18 +17,6 @@ register_resolvers()
 SECTIONS = ("backends", "oracles", "yoso")
 
 
-def _check(cfg) -> None:
-    import attention_zoo
-    from lra.errors import UserError
-
-    unknown = sorted(set(cfg.sections) - set(SECTIONS))
-    if unknown:
-        raise UserError(f"unknown section {', '.join(unknown)}; sections are a subset of [{','.join(SECTIONS)}]")
-    for name in cfg.backends:
-        if name not in attention_zoo.names():
-            raise UserError(f"unknown attention backend '{name}'; registered: {', '.join(attention_zoo.names())}")
-
-
 def measure(cfg, device) -> dict:
     """Every section's rows: random inputs at their lengths and seeds, then each captured layer."""
     from lra.fidelity import inputs as sources
@@ -65,8 +53,9 @@ def measure(cfg, device) -> dict:
 def run(cfg: DictConfig) -> None:
     from lra.fidelity import report
     from lra.training import resolve_device
+    from lra.validation import validate_tool
 
-    _check(cfg)
+    validate_tool(cfg)
     device = resolve_device(cfg.device, announce=log.info)
     out_dir = Path(cfg.output_dir)
     rows = measure(cfg, device)

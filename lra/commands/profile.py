@@ -74,8 +74,11 @@ def largest_batch(spec: dict, cfg) -> dict:
 
 @hydra.main(version_base="1.3", config_path=str(PROFILE_CONF_DIR), config_name="lra_profile")
 def run(cfg: DictConfig) -> None:
+    from lra.errors import UserError
     from lra.profiling import report
+    from lra.validation import validate_tool
 
+    validate_tool(cfg)
     device = _device(cfg.device)
     out_dir = Path(cfg.output_dir)
     rows = []
@@ -96,6 +99,10 @@ def run(cfg: DictConfig) -> None:
     OmegaConf.save(cfg, out_dir / "profile_config.yaml", resolve=True)
     print((out_dir / "profile.md").read_text())
     print(f"wrote {out_dir}/profile.{{csv,json,md,png}} and exponents.csv ({len(frame)} cells)")
+    failed = [row for row in rows if row.get("error")]
+    if rows and len(failed) == len(rows):
+        raise UserError(f"every cell failed (the first: {failed[0]['backend']} at n = {failed[0]['n']}: "
+                        f"{failed[0]['error']}); see {out_dir / 'profile.md'}")
 
 
 def main() -> None:
