@@ -139,8 +139,58 @@ def _build(kind: str) -> ModuleType:
     name = f"lra_yoso_{kind}_{_source_hash(sources, kind)}"
     build_directory = cache_dir() / name
     build_directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(build_directory, 0o755)  # a shared kernel cache stays readable by the group
     with _exclusive_build(build_directory):
+        if not any(build_directory.glob(f"{name}*.so")):
+            _compile_in_worker(kind)
         return _compile_and_import(kind, name, sources, build_directory)
+
+
+def _compile_in_worker(kind: str) -> None:
+    """Compile in a child process that leads its own process group and dies with this process
+    (PR_SET_PDEATHSIG), taking ninja and the compilers with it: a job killed mid-build leaves no
+    compiler running (a Ctrl-C here stops it too). Its output goes to this process's stderr when
+    verbose or failing; a failure raises with its tail."""
+    import signal
+    import subprocess
+
+    def tie_to_parent():  # in the child, before exec: SIGTERM when the parent dies
+        os.setpgrp()
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    worker = subprocess.Popen([sys.executable, "-m", "attention_zoo._yoso_build", "--worker", kind],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=tie_to_parent)
+    try:
+        output, _ = worker.communicate()
+    except BaseException:  # interrupted here (Ctrl-C): stop the build as its parent's death would
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, signal.SIGTERM)
+        worker.wait()
+        raise
+    if os.environ.get("LRA_KERNEL_VERBOSE") == "1" or worker.returncode:
+        sys.stderr.write(output)
+    if worker.returncode:
+        raise RuntimeError(f"the kernel build exited with status {worker.returncode}: "
+                           + " | ".join(output.strip().splitlines()[-6:]))
+
+
+def _worker(kind: str) -> None:
+    """The build process. On SIGTERM (its parent died) it passes SIGTERM to its process group, where
+    ninja runs; ninja then stops the compilers it started (each in a process group of its own)."""
+    import signal
+
+    def stop(*_):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+        os._exit(1)
+
+    signal.signal(signal.SIGTERM, stop)
+    sources = CUDA_SOURCES if kind == "cuda" else CPU_SOURCES
+    name = f"lra_yoso_{kind}_{_source_hash(sources, kind)}"
+    _compile_and_import(kind, name, sources, cache_dir() / name)
 
 
 @contextlib.contextmanager
@@ -197,7 +247,12 @@ def _compile_and_import(kind: str, name: str, sources, build_directory: Path) ->
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="Precompile the YOSO kernels into the kernel cache.")
     parser.add_argument("kinds", nargs="+", choices=["cpu", "cuda"])
-    for kind in parser.parse_args(argv).kinds:
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # see _compile_in_worker
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker(args.kinds[0])
+        return
+    for kind in args.kinds:
         if kind == "cuda" and not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
             parser.error("building the CUDA kernels without a GPU needs TORCH_CUDA_ARCH_LIST (e.g. '8.0 9.0')")
         print(f"{kind}: {load(kind).__file__}")

@@ -315,3 +315,31 @@ def test_lra_text_shapes_never_hold_every_hash_table_at_once():
     row = measure_in_subprocess("yoso", n=4096, device="cpu", heads=64, head_dim=32)
     assert row.get("peak_mb") is not None, row
     assert row["peak_mb"] < 700, row
+
+
+@needs_kernels
+def test_a_killed_kernel_build_leaves_no_compiler_running(tmp_path):
+    """The job that builds the kernels is SIGKILLed while a compiler runs: the compiler must go too.
+    A stand-in compiler announces itself on a FIFO and then waits forever holding it open; the FIFO
+    reaching end-of-file proves every process holding it is gone (a bounded select, no sleeps)."""
+    import select
+
+    fifo = tmp_path / "compiler.fifo"
+    os.mkfifo(fifo)
+    compiler = tmp_path / "slow-c++"
+    compiler.write_text(f'#!/bin/sh\ncase " $* " in *" -c "*) exec 3>"{fifo}"; echo started >&3; exec sleep 100000;; esac\n'
+                        'exec c++ "$@"\n')
+    compiler.chmod(0o755)
+    env = {**os.environ, "LRA_KERNEL_CACHE": str(tmp_path / "cache"), "CXX": str(compiler)}
+    job = subprocess.Popen([sys.executable, "-c", "from attention_zoo import _yoso_build as b; b.load('cpu')"], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with open(fifo) as reader:  # returns once the compiler has opened it
+            assert reader.readline() == "started\n"
+            job.kill()
+            job.wait()
+            ready, _, _ = select.select([reader], [], [], 120)
+            assert ready and reader.read() == "", "the compiler is still running after its job was killed"
+    finally:
+        job.kill()
+    assert not list((tmp_path / "cache").rglob("*.so"))
