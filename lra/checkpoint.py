@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 from pathlib import Path
 from typing import Any, Dict
 
 import numpy as np
 import torch
 
+from lra.faults import fault_point
 from lra.io import atomic_write
 
 LAST = "last.pt"
@@ -45,28 +44,3 @@ def save(path: Path, payload: Dict[str, Any]) -> None:
 
 def load(path: Path) -> Dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=False)
-
-
-_FAULT_COUNTS: Dict[str, int] = {}
-
-
-def fault_point(name: str) -> None:
-    """Test hook: ``LRA_FAULT=<name>:<count>[:<SIGNAL>]`` sends SIGNAL (default SIGKILL) to this
-    process the count-th time it passes ``name``, to prove that a run killed (or preempted, with
-    SIGUSR2 under submitit) there resumes exactly. With ``LRA_FAULT_ONCE=<file>`` it fires only
-    while that file does not exist, and creates it: once per sweep, not once per requeued attempt.
-    Inert unless the variable is set."""
-    spec = os.environ.get("LRA_FAULT")
-    if not spec or not spec.startswith(name + ":"):
-        return
-    _FAULT_COUNTS[name] = _FAULT_COUNTS.get(name, 0) + 1
-    _, count, *signal_name = spec.split(":")
-    if _FAULT_COUNTS[name] != int(count):
-        return
-    once = os.environ.get("LRA_FAULT_ONCE")
-    if once:
-        try:
-            os.close(os.open(once, os.O_CREAT | os.O_EXCL))
-        except FileExistsError:
-            return
-    os.kill(os.getpid(), getattr(signal, signal_name[0]) if signal_name else signal.SIGKILL)

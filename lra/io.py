@@ -41,6 +41,43 @@ def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def remove_stale(folder: Path, name_pattern: str) -> list:
+    """Remove the temporaries in ``folder`` whose names match the regular expression
+    ``name_pattern`` and whose writer is dead: the pattern's group ``pid`` is the writer's process
+    id. Files and folders of live writers (a concurrent job on this machine) are kept. Returns what
+    was removed."""
+    import re
+    import shutil
+
+    removed = []
+    folder = Path(folder)
+    if not folder.is_dir():
+        return removed
+    for path in folder.iterdir():
+        match = re.fullmatch(name_pattern, path.name)
+        if match and not pid_alive(int(match.group("pid"))):
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def readable_by_group(path: Path) -> None:
+    """Give a folder made by ``mkdtemp`` (0700) the permissions a plain ``mkdir`` would."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o777 & ~umask)
+
+
 @contextlib.contextmanager
 def exclusive(path: Path, what: str, fix: str):
     """Hold an OS lock on ``path`` for the block, or raise UserError naming the process that holds

@@ -274,3 +274,28 @@ def test_a_profile_whose_every_cell_fails_exits_non_zero(tmp_path, data_dir):
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1 and "every cell failed" in last, result.stderr
     assert (tmp_path / "out" / "profile.md").is_file()
+
+
+# ---------------------------------------------------------------- kills during long operations
+def test_a_killed_listops_generation_is_cleaned_up_and_resumed(tmp_path, data_dir):
+    data = tmp_path / "data"
+    args = ["lra-prepare", "listops", "--data-dir", str(data), *[o for o in SMALL_LISTOPS if not o.startswith("task.max_length")]]
+    killed = run_command(args, tmp_path, data_dir, env_extra={"LRA_FAULT": "listops_example:60"}, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    assert list(data.rglob(".basic_*.partial")), "the kill left its temporaries"
+    assert not list(data.rglob("basic_*.tsv")), "no official file name for a partial generation"
+    run_command(args, tmp_path, data_dir)
+    assert not list(data.rglob(".basic_*.partial")) and len(list(data.rglob("basic_*.tsv"))) == 3
+
+
+def test_a_killed_conversion_is_cleaned_up_and_the_cache_is_readable_by_the_group(tmp_path, data_dir):
+    data = tmp_path / "data"
+    args = ["lra-prepare", "listops", "--data-dir", str(data), *[o for o in SMALL_LISTOPS if not o.startswith("task.max_length")]]
+    killed = run_command(args, tmp_path, data_dir, env_extra={"LRA_FAULT": "cache_example:40"}, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    cache_root = data / "listops" / "cache"
+    assert [p for p in cache_root.iterdir() if p.name.startswith(".")], "the kill left its staging folder"
+    run_command(args, tmp_path, data_dir)
+    (cache,) = [p for p in cache_root.iterdir()]  # the staging folder is gone, the cache is in place
+    assert (cache / "manifest.json").is_file()
+    assert cache.stat().st_mode & 0o050 == 0o050, oct(cache.stat().st_mode)  # group may list and read

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from array import array
@@ -21,7 +22,8 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 
 from lra.errors import UserError
-from lra.io import atomic_write_text
+from lra.faults import fault_point
+from lra.io import atomic_write_text, readable_by_group, remove_stale
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -100,6 +102,7 @@ class SplitWriter:
     def add(self, documents: Sequence[np.ndarray], label: int) -> None:
         if len(documents) != self.num_documents:
             raise ValueError(f"expected {self.num_documents} documents per example, got {len(documents)}")
+        fault_point("cache_example")
         for handle, lengths, document in zip(self._raw, self._lengths, documents):
             handle.write(np.ascontiguousarray(document, dtype=self.dtype).tobytes())
             lengths.append(len(document))
@@ -149,7 +152,9 @@ class CacheBuilder:
 
     def __enter__(self) -> "CacheBuilder":
         self.cache_dir.parent.mkdir(parents=True, exist_ok=True)
-        self.staging = Path(tempfile.mkdtemp(prefix=f".{self.cache_dir.name}.", dir=self.cache_dir.parent))
+        remove_stale(self.cache_dir.parent, rf"\.{re.escape(self.cache_dir.name)}\.(?P<pid>\d+)\..*")  # a killed build's
+        self.staging = Path(tempfile.mkdtemp(prefix=f".{self.cache_dir.name}.{os.getpid()}.", dir=self.cache_dir.parent))
+        readable_by_group(self.staging)  # a shared data directory stays readable by the group
         return self
 
     def __exit__(self, *exc_info) -> None:

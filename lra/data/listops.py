@@ -22,6 +22,8 @@ import numpy as np
 
 from attention_zoo.options import number, whole
 from lra.errors import UserError
+from lra.faults import fault_point
+from lra.io import remove_stale
 
 # Draws in a row without a new kept tree after which the length window is taken to be exhausted.
 STALL_LIMIT = 1_000_000
@@ -167,6 +169,7 @@ def write_tsv_files(settings: GeneratorSettings, folder: Path, progress=None) ->
     leaves no partial file under an official name.
     """
     folder.mkdir(parents=True, exist_ok=True)
+    remove_stale(folder, r"\.basic_\w+\.tsv\.(?P<pid>\d+)\.partial")  # left by a killed generation
     # Per-process temporary names: concurrent jobs of a sweep may generate the same (seeded) files.
     temporary = {split: folder / f".basic_{split}.tsv.{os.getpid()}.partial" for split in SPLITS}
     handles = {split: open(path, "w", newline="") for split, path in temporary.items()}
@@ -176,6 +179,7 @@ def write_tsv_files(settings: GeneratorSettings, folder: Path, progress=None) ->
             writer.writerow(["Source", "Target"])
         for split, source, label in generate(settings):
             writers[split].writerow([source, label])
+            fault_point("listops_example")
             if progress is not None:
                 progress.update(1)
     finally:

@@ -48,7 +48,7 @@ import numpy as np
 
 from lra.data import pathfinder_drawing as draw
 from attention_zoo.options import whole
-from lra.io import atomic_write_text
+from lra.io import atomic_write_text, remove_stale
 
 DIFFICULTIES = {"baseline": 6, "contour_length_9": 9, "contour_length_14": 14}
 
@@ -497,6 +497,7 @@ def _write_folder(args) -> int:
     g, root, seed, folder, first, count = args
     image_dir = Path(root) / "imgs" / str(folder)
     image_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale(image_dir, r"\.sample_\d+\.(?P<pid>\d+)\.png")  # left by a killed generation
     lines = []
     for index in range(first, first + count):
         scene = generate_scene(g, seed, index)

@@ -139,7 +139,7 @@ def _failure(spec: Dict, exc: BaseException) -> Dict:
 def main() -> None:
     """Measure ``spec['lengths']`` in ascending order, one JSON row per line as each finishes; after an
     out-of-memory failure the longer lengths are recorded as out of memory without trying them."""
-    from lra.checkpoint import fault_point
+    from lra.faults import fault_point
 
     fault_point("profile_cell")  # test hook: a cell process that dies
     spec = json.loads(sys.argv[1])
