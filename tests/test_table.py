@@ -137,3 +137,13 @@ def test_a_sweep_with_failing_jobs_finishes_the_others_and_tables_them_as_failed
     assert table.loc["None", "text"] == "failed" and table.loc["None", "average"] == "—"
     assert table.loc["None", "listops"] == f"{runs[('listops', 'None')]['test_accuracy']:.2f} (1)"
     assert "failed" in result.stdout  # the table printed at the end of the sweep
+
+
+def test_the_papers_none_row_is_a_row_not_a_missing_value(tmp_path):
+    from lra.results.table import load_reference
+
+    write_run(tmp_path / "a", "None", "listops", 0, "completed", 20.2)
+    reference = load_reference("yoso")
+    assert reference.loc["None", "listops"] == 19.20
+    table = comparison(collect([tmp_path]), reference=reference)
+    assert "+1.00" in table.loc["None", "listops"], table.loc["None", "listops"]

@@ -122,7 +122,8 @@ def load_reference(name: str) -> pd.DataFrame:
         text = Path(name).read_text()
     from io import StringIO
 
-    table = pd.read_csv(StringIO(text), comment="#").set_index("method")
+    # keep_default_na=False: the paper's "None" row (no attention) is a name, not a missing value.
+    table = pd.read_csv(StringIO(text), comment="#", keep_default_na=False, na_values=[""]).set_index("method")
     return table.rename(columns={c: "average" for c in table.columns if c.startswith("avg")})
 
 
