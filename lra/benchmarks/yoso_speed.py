@@ -3,7 +3,8 @@
     python -m lra.benchmarks.yoso_speed [--device cpu|cuda] [--lengths 512 1024 ...]
 
 Cells (batch·heads 16, head_dim 32 by default): eager softmax (materialises n × n), PyTorch's SDPA,
-YOSO-m on the compiled kernels for m = 16, 32, 64, and YOSO-32 on the vectorized pure-PyTorch
+YOSO-m on the compiled kernels for m = 16, 32, 64 (the backward with the paper's exact per-pair
+weights), YOSO-32 with the cheaper 4-projection backward, and YOSO-32 on the vectorized pure-PyTorch
 implementation (``impl=torch``). Each cell runs in a fresh subprocess, so its peak memory is its
 own (CPU: peak resident set above the inputs; CUDA: the allocator's peak) and an out-of-memory
 cell is recorded, not fatal. Times are the best of ``--repeats`` runs after one warm-up (the
@@ -26,6 +27,7 @@ CELLS = {
     "softmax (SDPA)": ("sdpa", {}),
     "YOSO-16": ("yoso", {"num_hashes": 16}),
     "YOSO-32": ("yoso", {"num_hashes": 32}),
+    "YOSO-32 (p = 4)": ("yoso", {"num_hashes": 32, "backward_projections": 4}),
     "YOSO-64": ("yoso", {"num_hashes": 64}),
     "YOSO-32 (PyTorch)": ("yoso", {"num_hashes": 32, "impl": "torch"}),
 }
