@@ -21,6 +21,7 @@ from omegaconf import II, MISSING, OmegaConf
 import attention_zoo
 from attention_zoo.options import InvalidOption, choice, number, whole
 from lra.data.listops import GeneratorSettings
+from lra.data.prepare import SOURCES
 from lra.data.pathfinder_generator import GeneratorSettings as PathfinderGeneratorSettings
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # lra-train
@@ -94,6 +95,7 @@ class TaskConfig:
 
     def __post_init__(self):
         choice(self, "name", MIN_VOCABULARY)
+        choice(self, "source", SOURCES[self.name])
         whole(self, 2, "num_classes")
         whole(self, MIN_VOCABULARY[self.name], "vocab_size")  # every token id needs an embedding row
         whole(self, 1, "max_length", "batch_size", "max_steps", "eval_every")

@@ -38,6 +38,7 @@ BAD_CONFIGS = [
     (["model.num_layers=0"], "model.num_layers", "≥ 1"),
     (["model.dropout=1.5"], "model.dropout", "[0, 1)"),
     (["task.num_classes=1"], "task.num_classes", "≥ 2"),
+    (["task=text", "task.source=aclimdbb"], "task.source", "one of tfds, aclimdb"),
     (["task.vocab_size=5"], "task.vocab_size", "≥ 17"),
     (["task.generator.max_length=5"], "task.generator.max_length", "≥ 502"),  # looped forever
     (["task.generator.num_train=0"], "task.generator.num_train", "≥ 1"),
