@@ -106,6 +106,13 @@ class TaskConfig:
 class ListOpsTaskConfig(TaskConfig):
     generator: GeneratorSettings = field(default_factory=GeneratorSettings)
 
+    def __post_init__(self):
+        super().__post_init__()
+        if self.source == "generate":  # a run evaluates on both
+            for name in ("num_val", "num_test"):
+                if getattr(self.generator, name) < 1:
+                    raise InvalidOption(f"generator.{name}", getattr(self.generator, name), "a whole number ≥ 1")
+
 
 @dataclass
 class ByteTaskConfig(TaskConfig):

@@ -42,6 +42,7 @@ BAD_CONFIGS = [
     (["task.vocab_size=5"], "task.vocab_size", "≥ 17"),
     (["task.generator.max_length=5"], "task.generator.max_length", "≥ 502"),  # looped forever
     (["task.generator.num_train=0"], "task.generator.num_train", "≥ 1"),
+    (["task.generator.num_test=0"], "task.generator.num_test", "≥ 1"),
     (["task=pathfinder", "task.max_length=100"], "task.max_length", "resolution² = 1024"),
     (["task=pathfinder", "task.generator.num_images=3"], "task.generator.num_images", "≥ 10"),
     (["task=text", "task.document_bytes=0"], "task.document_bytes", "≥ 1 (or null)"),

@@ -56,8 +56,8 @@ class GeneratorSettings:
     operator_probability: float = 0.25
 
     def __post_init__(self):
-        whole(self, 0, "seed", "min_length")
-        whole(self, 1, "num_train", "num_val", "num_test", "max_depth")
+        whole(self, 0, "seed", "min_length", "num_val", "num_test")
+        whole(self, 1, "num_train", "max_depth")
         whole(self, 2, "max_args")
         # Kept trees have min_length < length < max_length; an operator node has at least 4 tokens.
         whole(self, max(self.min_length + 2, 5), "max_length")
