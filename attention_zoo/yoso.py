@@ -168,6 +168,8 @@ CPU_WEIGHT_BYTES = 16 * 2**20
 
 def lower_bound_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s: Setup):
     """∇Q, ∇K of eq. 4, the p projections being the cumulation's weight channels."""
+    if projections.shape[2] >= v.shape[-1]:
+        return exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s)
     batch, m, count, n = q.shape[0], codes_q.shape[1], projections.shape[2], q.shape[1]
     cpu = q.device.type == "cpu"
     budget = CPU_WEIGHT_BYTES if cpu else s.workspace_bytes // 4
@@ -190,6 +192,18 @@ def lower_bound_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projectio
                                                s.workspace_bytes)
             grad_k[elements] += ops.cumulation(ck, cq, value_r, grad_r, half_tau_q[elements], s.tau, s.impl,
                                                s.workspace_bytes)
+    return grad_q, grad_k
+
+
+def exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s: Setup):
+    """∇Q, ∇K of eq. 4 with every pair's exact weight ∇Y_i·v_j: one cumulation each whose d_v weight
+    channels are ∇Y (queries) and the masked V (keys), shared by every hash ([B, 1, d_v, n])."""
+    grad_channels = grad.transpose(1, 2).contiguous()[:, None]
+    value_channels = (v * key_weight[..., None]).transpose(1, 2).contiguous()[:, None]
+    grad_q = ops.cumulation(codes_q, codes_k, grad_channels, value_channels, k * (s.tau / 2), s.tau, s.impl,
+                            s.workspace_bytes)
+    grad_k = ops.cumulation(codes_k, codes_q, value_channels, grad_channels, q * (s.tau / 2), s.tau, s.impl,
+                            s.workspace_bytes)
     return grad_q, grad_k
 
 
