@@ -6,12 +6,12 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from lra.io import atomic_write_text
-from lra.results.table import render
-
 
 class ComparisonTableCallback(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
+        from lra.io import atomic_write_text
+        from lra.results.table import render  # pandas: imported only when a sweep has ended
+
         sweep_dir = Path(config.hydra.sweep.dir)
         text = render([sweep_dir])
         atomic_write_text(sweep_dir / "table.md", text + "\n")
