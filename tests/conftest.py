@@ -12,11 +12,29 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
+# pytest-xdist runs the suite in several workers: each gets its share of the cores for torch's
+# threads (and passes it on to the commands it runs), so the workers do not oversubscribe the CPU.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
 # Small generated ListOps for end-to-end runs: short expressions, short padded length.
 SMALL_LISTOPS = [
     "task.generator.num_train=96", "task.generator.num_val=24", "task.generator.num_test=24",
     "task.generator.min_length=20", "task.generator.max_length=200", "task.max_length=256",
 ]
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: the cores this process may use (a container's CPU share, not the host's count)."""
+    cores = len(os.sched_getaffinity(0))
+    try:  # cgroup v2 quota, e.g. "200000 100000" for 2 cores
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cores = min(cores, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
 
 
 @pytest.fixture(scope="session")

@@ -66,12 +66,12 @@ def statistics_of_generator(num_samples, seed):
 
 @pytest.fixture(scope="module")
 def generated():
-    return statistics_of_generator(1500, seed=11)
+    return statistics_of_generator(1000, seed=11)
 
 
 @pytest.fixture(scope="module")
 def simulated():
-    return simulate(1500, seed=12)
+    return simulate(1000, seed=12)
 
 
 def chi_square_two_sample(a: collections.Counter, b: collections.Counter) -> float:

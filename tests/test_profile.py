@@ -13,12 +13,18 @@ from lra.commands.profile import run_cell
 from lra.profiling import report
 
 
-def test_smoke_profile_over_every_backend_writes_csv_json_plot_and_table(tmp_path):
-    result = run_command(["lra-profile", "preset=smoke", "hydra.run.dir=out"], tmp_path, tmp_path)
+# One backend of each kind (dense, compiled kernels, sorted buckets, learned buckets): the smoke
+# preset itself covers every backend; the suite keeps its time (each backend is a process).
+PROFILED = [n for n in ("softmax", "yoso", "reformer", "learned_hash") if n in attention_zoo.names()]
+
+
+def test_smoke_profile_writes_csv_json_plot_and_table(tmp_path):
+    result = run_command(["lra-profile", "preset=smoke", f"backends=[{','.join(PROFILED)}]", "hydra.run.dir=out"],
+                         tmp_path, tmp_path)
     out = tmp_path / "out"
     frame = pd.read_csv(out / "profile.csv")
     assert list(frame.columns) == report.COLUMNS
-    assert sorted(frame["backend"].unique()) == sorted(attention_zoo.names()) and sorted(frame["n"].unique()) == [256, 512]
+    assert sorted(frame["backend"].unique()) == sorted(PROFILED) and sorted(frame["n"].unique()) == [256, 512]
     assert frame["error"].isna().all(), frame[frame["error"].notna()]
     assert (frame["step_ms"] > 0).all() and (frame["step_ms"] >= frame["forward_ms"]).all()
     assert (frame[frame["backend"] == "softmax"]["backward_cache_mb"] > 0).all()

@@ -143,7 +143,7 @@ def test_cuda_sources_compile_with_nvcc(tmp_path):
         pytest.skip("nvcc not installed: the .cu kernels were not compile-checked")
     source = _yoso_build.SOURCE_DIR / "yoso_cuda_kernels.cu"
     result = subprocess.run([nvcc, "-std=c++17", "-O3", "-c", str(source), "-o", str(tmp_path / "kernels.o"),
-                             "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90"],
+                             "-gencode", "arch=compute_90,code=sm_90"],  # one architecture (the H100's) is a compile check
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "kernels.o").stat().st_size > 0

@@ -65,6 +65,69 @@ def schema_keys(schema):
     return valid_keys
 
 
+def log_to_file(message: str) -> None:
+    """Log an error to the run's log file only: the console gets one ``error:`` line on stderr."""
+    import logging
+
+    record = logging.makeLogRecord({"name": "lra", "levelno": logging.ERROR, "levelname": "ERROR", "msg": message})
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
+def remove_hydra_leftovers(run_dir, job_name: str) -> None:
+    """A refused fresh config leaves no folder behind: remove the one Hydra made for it (its
+    ``.hydra/`` and log file, nothing else) and the folder above it if that is now empty."""
+    import contextlib
+    import shutil
+    from pathlib import Path
+
+    run_dir = Path(run_dir)
+    hydra_files = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", f"{job_name}.log"}
+    if not run_dir.is_dir() or not {p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if not p.is_dir()} <= hydra_files:
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    if run_dir.parent.resolve() != Path.cwd().resolve():
+        with contextlib.suppress(OSError):
+            run_dir.parent.rmdir()
+
+
+def exit_on_user_error(exc, fresh_folder: bool = True) -> None:
+    """End a Hydra job that met bad input: one line on stderr and the error's exit status (raising
+    would add Hydra's own "Error executing job" line); a refused config leaves no folder when Hydra
+    made it for this job (``fresh_folder``)."""
+    import sys
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from lra.errors import ConfigError
+
+    message = f"error: {exc}"
+    log_to_file(message)
+    if isinstance(exc, ConfigError) and fresh_folder:
+        hydra_cfg = HydraConfig.get()
+        remove_hydra_leftovers(hydra_cfg.runtime.output_dir, hydra_cfg.job.name)
+    print(message, file=sys.stderr)
+    sys.exit(exc.exit_code)
+
+
+def one_line_user_errors(task):
+    """Decorate a Hydra task function (under ``hydra.main``) so that its bad-input errors end the
+    process with one line (see :func:`exit_on_user_error`)."""
+    import functools
+
+    from lra.errors import UserError
+
+    @functools.wraps(task)
+    def wrapped(cfg):
+        try:
+            return task(cfg)
+        except UserError as exc:
+            exit_on_user_error(exc)
+
+    return wrapped
+
+
 def run_app(run, valid_keys) -> None:
     """Run a Hydra app's ``run`` so that a config mistake ends with one line (exit 2) naming the fix;
     other errors keep their traceback. Set HYDRA_FULL_ERROR=1 to see Hydra's own traceback."""

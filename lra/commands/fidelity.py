@@ -9,6 +9,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from lra.commands import config_errors
 from lra.config import FIDELITY_CONF_DIR, register_configs, register_resolvers
 
 log = logging.getLogger("lra.fidelity")
@@ -50,6 +51,7 @@ def measure(cfg, device) -> dict:
 
 
 @hydra.main(version_base="1.3", config_path=str(FIDELITY_CONF_DIR), config_name="lra_fidelity")
+@config_errors.one_line_user_errors
 def run(cfg: DictConfig) -> None:
     from lra.fidelity import report
     from lra.training import resolve_device
@@ -70,7 +72,6 @@ def run(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Console entry: a config mistake becomes one line naming the valid keys."""
-    from lra.commands import config_errors
     from lra.config import FidelityConfig
 
     config_errors.run_app(run, config_errors.schema_keys(FidelityConfig))

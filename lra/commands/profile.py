@@ -12,6 +12,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from lra.commands import config_errors
 from lra.config import PROFILE_CONF_DIR, register_configs, register_resolvers
 
 log = logging.getLogger("lra.profile")
@@ -73,6 +74,7 @@ def largest_batch(spec: dict, cfg) -> dict:
 
 
 @hydra.main(version_base="1.3", config_path=str(PROFILE_CONF_DIR), config_name="lra_profile")
+@config_errors.one_line_user_errors
 def run(cfg: DictConfig) -> None:
     from lra.errors import UserError
     from lra.profiling import report
@@ -107,7 +109,6 @@ def run(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Console entry: a config mistake becomes one line naming the valid keys."""
-    from lra.commands import config_errors
     from lra.config import ProfileConfig
 
     config_errors.run_app(run, config_errors.schema_keys(ProfileConfig))

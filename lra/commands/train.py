@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,13 +13,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lra.commands import config_errors
 from lra.config import CONF_DIR, TrainRunConfig, register_configs, register_resolvers
-from lra.errors import ConfigError, UserError
+from lra.errors import UserError
 from lra.io import atomic_write_text
 from lra.validation import validate
 
 log = logging.getLogger("lra.train")
 RESOLVED = Path(".hydra") / "resolved.yaml"
-HYDRA_FILES = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "train.log"}
 
 register_configs()
 register_resolvers()
@@ -29,26 +26,6 @@ register_resolvers()
 
 def _announce(message: str) -> None:
     log.info(message)
-
-
-def _log_to_file(message: str) -> None:
-    """Log ``message`` to the run's log file only: the console gets the one ``error:`` line on stderr."""
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
-
-
-def _remove_hydra_leftovers(run_dir: Path) -> None:
-    """A refused fresh config leaves no folder behind: remove the one Hydra created for it (its
-    ``.hydra/`` and log file, nothing else) and the date folder above it if that is now empty."""
-    files = {p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if not p.is_dir()}
-    if not files <= HYDRA_FILES:
-        return
-    shutil.rmtree(run_dir, ignore_errors=True)
-    if run_dir.parent.resolve() != Path.cwd().resolve():
-        with contextlib.suppress(OSError):
-            run_dir.parent.rmdir()
 
 
 def _load_saved(run_dir: Path) -> DictConfig:
@@ -100,11 +77,7 @@ def run(cfg: DictConfig):
         if multirun:  # the sweep goes on; the job's log says why it stopped
             log.error("error: %s", exc)
             return None
-        _log_to_file(f"error: {exc}")
-        if isinstance(exc, ConfigError) and not cfg.resume:
-            _remove_hydra_leftovers(Path(hydra_cfg.runtime.output_dir))
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        config_errors.exit_on_user_error(exc, fresh_folder=not cfg.resume)  # a resumed run's folder stays
     except Exception:
         if multirun:  # one failed job must not end the sweep; its metrics.json says failed
             log.exception("job failed")
