@@ -25,6 +25,7 @@ def test_every_registered_backend_trains_under_smoke(tmp_path, data_dir):
 @pytest.mark.skipif(not SUBQUADRATIC, reason="no efficient backend registered")
 def test_subquadratic_backends_use_under_a_quarter_of_eager_softmax_memory_at_8192():
     frame = table(SUBQUADRATIC, n=8192)
-    assert frame.loc[EAGER, "peak_mb"] > 1000  # the n x n scores, their softmax and gradients
+    one_score_matrix_mb = 2 * 8192**2 * 4 / 2**20  # 2 heads of n x n float32: 512 MB
+    assert frame.loc[EAGER, "peak_mb"] > 1.5 * one_score_matrix_mb  # the scores, their softmax and gradients
     ratios = frame.drop(index=EAGER)["vs_eager_softmax"]
     assert (ratios < 0.25).all(), frame.to_string()

@@ -341,3 +341,15 @@ def test_a_killed_conversion_is_cleaned_up_and_the_cache_is_readable_by_the_grou
     (cache,) = [p for p in cache_root.iterdir()]  # the staging folder is gone, the cache is in place
     assert (cache / "manifest.json").is_file()
     assert cache.stat().st_mode & 0o050 == 0o050, oct(cache.stat().st_mode)  # group may list and read
+
+
+def test_a_listops_length_window_with_no_expression_stops_the_generator_with_the_fix(monkeypatch):
+    """max_length=5 passes the settings' rules but no depth-1 tree fits 3 < length < 5: the generator
+    gives up after STALL_LIMIT draws without a new expression instead of looping forever."""
+    import lra.data.listops as listops
+    from lra.errors import UserError
+
+    monkeypatch.setattr(listops, "STALL_LIMIT", 2000)
+    settings = listops.GeneratorSettings(min_length=3, max_length=5, max_depth=1, num_train=10, num_val=1, num_test=1)
+    with pytest.raises(UserError, match="found only 0 distinct expressions .* widen task.generator.min_length/max_length"):
+        list(listops.generate(settings))
