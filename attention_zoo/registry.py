@@ -77,8 +77,8 @@ def register(name: str, options: Type[Any]) -> Callable[[Type[Attention]], Type[
 
 
 def names() -> list[str]:
-    """Every registered backend name, in registration order."""
-    return list(_REGISTRY)
+    """Every registered backend name, sorted (registration order depends on import order)."""
+    return sorted(_REGISTRY)
 
 
 def get(name: str) -> Backend:

@@ -1,8 +1,9 @@
 """Structured configs of ``lra-train``: every config group is backed by a dataclass registered in
 Hydra's ConfigStore, so a misspelled key or a value of the wrong type fails at composition.
 
-Files in ``conf/<group>/`` extend these schemas (``defaults: [/schema/<group>/<name>@_here_]``) and
-hold only what differs from them. Attention schemas are generated from the ``attention_zoo``
+Files in ``conf/<group>/`` extend these schemas (``defaults: [/schema_<group>_<name>@_here_]``:
+plain names, not groups, so that ``--help`` lists only the groups a user picks from) and hold only
+what differs from them. Attention schemas are generated from the ``attention_zoo``
 registry, so a backend's options dataclass is the single source of its keys.
 """
 
@@ -341,16 +342,16 @@ def register_configs() -> None:
     cs.store(name="train_schema", node=TrainRunConfig)
     cs.store(name="profile_schema", node=ProfileConfig)
     cs.store(name="fidelity_schema", node=FidelityConfig)
-    cs.store(group="schema/task", name="base", node=TaskConfig)
-    cs.store(group="schema/task", name="listops", node=ListOpsTaskConfig)
-    cs.store(group="schema/task", name="bytes", node=ByteTaskConfig)
-    cs.store(group="schema/task", name="pathfinder", node=PathfinderTaskConfig)
-    cs.store(group="schema/model", name="base", node=ModelConfig)
-    cs.store(group="schema/trainer", name="base", node=TrainerConfig)
-    cs.store(group="schema/logger", name="none", node=LoggerConfig)
-    cs.store(group="schema/logger", name="wandb", node=WandbLoggerConfig)
+    cs.store(name="schema_task_base", node=TaskConfig)
+    cs.store(name="schema_task_listops", node=ListOpsTaskConfig)
+    cs.store(name="schema_task_bytes", node=ByteTaskConfig)
+    cs.store(name="schema_task_pathfinder", node=PathfinderTaskConfig)
+    cs.store(name="schema_model_base", node=ModelConfig)
+    cs.store(name="schema_trainer_base", node=TrainerConfig)
+    cs.store(name="schema_logger_none", node=LoggerConfig)
+    cs.store(name="schema_logger_wandb", node=WandbLoggerConfig)
     for name in attention_zoo.names():
-        cs.store(group="schema/attention", name=name, node=_attention_schema(attention_zoo.get(name)))
+        cs.store(name=f"schema_attention_{name}", node=_attention_schema(attention_zoo.get(name)))
 
 
 def _if_resume(resume: Optional[str], otherwise: Any) -> Any:

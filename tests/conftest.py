@@ -15,6 +15,9 @@ REPO = Path(__file__).resolve().parent.parent
 # pytest-xdist runs the suite in several workers: each gets its share of the cores for torch's
 # threads (and passes it on to the commands it runs), so the workers do not oversubscribe the CPU.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+# The suite's own kernel cache (in the checkout's ignored build/ folder), never the user's: tests that
+# break builds on purpose cannot touch it, and the user's cache is never written by a test.
+os.environ["LRA_KERNEL_CACHE"] = str(REPO / "build" / "test-kernels")
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 
@@ -49,7 +52,9 @@ def run_command(args, cwd: Path, data_dir: Path, env_extra=None, check=True) -> 
     env.update(env_extra or {})
     Path(cwd).mkdir(parents=True, exist_ok=True)
     exe = Path(sys.executable).parent / args[0]
-    result = subprocess.run([str(exe), *args[1:]], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    # No timeout of its own: pytest-timeout bounds each test, and subprocess.run kills the command
+    # when the test is interrupted (a fixed limit had failed slow machines mid-run).
+    result = subprocess.run([str(exe), *args[1:]], cwd=cwd, env=env, capture_output=True, text=True)
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result

@@ -26,8 +26,9 @@ def build(name, **options):
     return attention_zoo.build(name, num_heads=2, head_dim=32, max_seq_len=64, **options).eval()
 
 
-def test_registry_has_the_baselines():
+def test_registry_has_the_baselines_and_lists_names_sorted():
     assert {"softmax", "none"} <= set(BACKENDS)
+    assert BACKENDS == sorted(BACKENDS)  # registration order depends on which module imported first
 
 
 @pytest.mark.parametrize("name", BACKENDS)

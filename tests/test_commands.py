@@ -10,8 +10,10 @@ from lra.data import listops
 def test_every_command_has_help(tmp_path, command):
     result = run_command([command, "--help"], tmp_path, tmp_path)
     assert result.returncode == 0 and f"usage: {command}" in result.stdout.lower()
+    assert "``" not in result.stdout  # docstring markup leaking into the description
     if command == "lra-train":
         assert "attention: learned_hash, linformer" in result.stdout  # the config groups and their choices
+        assert "schema" not in result.stdout.split("== Config ==")[0], "internal schemas are not choices"
 
 
 def test_prepared_release_cache_is_reused_by_training(tmp_path):

@@ -15,7 +15,7 @@ TASKS = ["listops", "text", "retrieval", "image", "pathfinder"]
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="lra-prepare", description=__doc__.split("\n")[0].strip("`"))
+    parser = argparse.ArgumentParser(prog="lra-prepare", description=__doc__.split("\n")[0].replace("``", ""))
     parser.add_argument("task", choices=TASKS)
     parser.add_argument("--source", help="where the data comes from: listops generate|lra_release; "
                         "text tfds|aclimdb; retrieval lra_release; image tfds|cifar_python; pathfinder generate|lra_release "

@@ -18,7 +18,7 @@ from lra.results.table import (REFERENCES, collect, collect_wandb, comparison, l
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="lra-table", description=__doc__.split("\n")[0].strip("`"))
+    parser = argparse.ArgumentParser(prog="lra-table", description=__doc__.split("\n")[0].replace("``", ""))
     parser.add_argument("directories", nargs="*", type=Path,
                         help="run or sweep directories (or metrics.json files); each run counts once")
     parser.add_argument("--wandb", metavar="ENTITY/PROJECT", help="also read the runs of a W&B project")
