@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import math
 import random
 import time
@@ -286,6 +287,7 @@ class Trainer:
         bar = tqdm(total=trainer.max_steps, initial=self.state.step, desc=f"{self.cfg.task.name}/{self.label}",
                    unit="step", disable=None if trainer.progress_bar and self.ranks.main else True, dynamic_ncols=True)
         window = {"loss": 0.0, "accuracy": 0.0, "count": 0}
+        first_step = self.state.step
         while self.state.step < trainer.max_steps:
             started = time.perf_counter()
             metrics = self.train_step()
@@ -300,10 +302,14 @@ class Trainer:
             bar.update(1)
             if step % trainer.log_every == 0 or step == trainer.max_steps:
                 throughput = self.state.train_tokens / self.state.train_seconds
-                bar.set_postfix(loss=f"{window['loss'] / window['count']:.3f}",
-                                acc=f"{window['accuracy'] / window['count']:.1f}", tok_s=f"{throughput:,.0f}")
+                loss, accuracy = window["loss"] / window["count"], window["accuracy"] / window["count"]
+                bar.set_postfix(loss=f"{loss:.3f}", acc=f"{accuracy:.1f}", tok_s=f"{throughput:,.0f}")
+                if bar.disable and self.ranks.main:  # no terminal (a log file, SLURM, nohup): one line instead
+                    self.announce(self._progress_line(loss, accuracy, throughput,
+                                                      time.perf_counter() - session_start, first_step))
                 logger.log(metrics | {"train/tokens_per_second": throughput}, step=step)
                 window = {"loss": 0.0, "accuracy": 0.0, "count": 0}
+                self._record_progress("running")  # metrics.json shows the current step between evaluations
             checkpoint.fault_point("step")
             if step % trainer.eval_every == 0 or step == trainer.max_steps:
                 self._validate(logger, metrics)
@@ -311,6 +317,19 @@ class Trainer:
                 self.save_checkpoint()
         bar.close()
         return self._test(logger)
+
+    def _progress_line(self, loss: float, accuracy: float, throughput: float, session_seconds: float,
+                       first_step: int) -> str:
+        """``step 40/300 (13%) loss 2.251 acc 18.8 tok/s 25,676 elapsed 0:00:31 eta 0:03:22``: the
+        elapsed time is the run's (over resumes), the ETA extrapolates this session's pace."""
+        total, step = self.cfg.trainer.max_steps, self.state.step
+        pace = session_seconds / max(step - first_step, 1)
+
+        def clock(seconds: float) -> str:
+            return str(datetime.timedelta(seconds=round(seconds)))
+
+        return (f"step {step}/{total} ({100 * step // total}%) loss {loss:.3f} acc {accuracy:.1f} "
+                f"tok/s {throughput:,.0f} elapsed {clock(self.state.wall_seconds)} eta {clock(pace * (total - step))}")
 
     def _validate(self, logger, train_metrics: dict) -> None:
         result = self.evaluate("val")

@@ -31,6 +31,13 @@ def test_smoke_run_on_a_machine_with_no_data_writes_every_contract_field(tmp_pat
     assert [h["step"] for h in history] == [10, 20]
     assert max(h["val_accuracy"] for h in history) == metrics["best_val_accuracy"]
     assert (run / ".hydra" / "resolved.yaml").is_file() and (run / "checkpoints" / "last.pt").is_file()
+    # Not on a terminal: a progress line every trainer.log_every (5) steps, on the console and in
+    # train.log, and the result line in train.log too.
+    progress = [line for line in result.stdout.splitlines() if " - step " in line]
+    assert [line.split(" - step ")[1].split("/")[0] for line in progress] == ["5", "10", "15", "20"], result.stdout
+    assert all("/20 (" in line and " eta " in line and " tok/s " in line for line in progress)
+    log = (run / "train.log").read_text()
+    assert log.count(" - step ") == 4 and "Softmax on listops: test accuracy" in log
 
 
 def final_state(run):

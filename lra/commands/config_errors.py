@@ -65,11 +65,12 @@ def schema_keys(schema):
     return valid_keys
 
 
-def log_to_file(message: str) -> None:
-    """Log an error to the run's log file only: the console gets one ``error:`` line on stderr."""
+def log_to_file(message: str, level: str = "ERROR") -> None:
+    """Log to the run's log file only, for a line the console already gets another way (an error's
+    one line on stderr, a run's result on stdout)."""
     import logging
 
-    record = logging.makeLogRecord({"name": "lra", "levelno": logging.ERROR, "levelname": "ERROR", "msg": message})
+    record = logging.makeLogRecord({"name": "lra", "levelno": getattr(logging, level), "levelname": level, "msg": message})
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)

@@ -83,8 +83,10 @@ def run(cfg: DictConfig):
             log.exception("job failed")
             return None
         raise
-    print(f"{result['label']} on {result['task']}: test accuracy {result['test_accuracy']:.2f} "
-          f"(best validation {result['best_val_accuracy']:.2f} at step {result['best_step']}); run: {run_dir}")
+    line = (f"{result['label']} on {result['task']}: test accuracy {result['test_accuracy']:.2f} "
+            f"(best validation {result['best_val_accuracy']:.2f} at step {result['best_step']}); run: {run_dir}")
+    config_errors.log_to_file(line, "INFO")
+    print(line)
     return result
 
 
