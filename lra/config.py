@@ -226,6 +226,9 @@ class WandbLoggerConfig(LoggerConfig):
             raise InvalidOption("project", self.project, "a W&B project name")
 
 
+OPTIMIZABLE_METRICS = ("best_val_accuracy", "test_accuracy", "train_tokens_per_second")
+
+
 @dataclass
 class TrainRunConfig:
     task: Any = MISSING
@@ -236,9 +239,12 @@ class TrainRunConfig:
     seed: int = 0
     data_dir: str = "${oc.env:LRA_DATA_DIR,data}"
     resume: Optional[str] = None  # a run directory to continue
+    # The value a run returns to Hydra's sweeper (Optuna maximizes it; a failed job returns NaN).
+    optimized_metric: str = "best_val_accuracy"
 
     def __post_init__(self):
         whole(self, 0, "seed", maximum=2**32 - 1)  # numpy's seed range
+        choice(self, "optimized_metric", OPTIMIZABLE_METRICS)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 import attention_zoo
 from attention_zoo.options import InvalidOption
 from lra.errors import ConfigError
+from lra.config import OPTIMIZABLE_METRICS
 
 GROUPS = ("task", "model", "trainer", "logger")
 
@@ -117,4 +118,7 @@ def validate(cfg: DictConfig) -> None:
     if not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ConfigError(f"invalid value for seed: {seed}; it must be a whole number between 0 and 2^32 − 1: "
                           "pass seed=<such a value>")
+    if cfg.optimized_metric not in OPTIMIZABLE_METRICS:
+        raise ConfigError(f"invalid value for optimized_metric: '{cfg.optimized_metric}'; it must be one of "
+                          f"{', '.join(OPTIMIZABLE_METRICS)}: pass optimized_metric=<such a value>")
     check_attention(cfg)

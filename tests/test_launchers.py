@@ -73,3 +73,22 @@ def test_two_process_gloo_run_matches_one_process_with_the_same_global_batch(tmp
         for key in ("val_loss", "train_loss", "val_accuracy"):
             assert math.isclose(a[key], b[key], rel_tol=1e-4, abs_tol=1e-6), (key, a, b)
     assert sorted(p.name for p in (two / "checkpoints").iterdir()) == ["best.pt", "last.pt"]
+
+
+def test_an_optuna_sweep_maximizes_the_runs_objective_and_still_tables_its_runs(tmp_path, data_dir):
+    """hydra/sweeper=optuna gets a float from every run (its optimized_metric, the best validation
+    accuracy by default); the best value it reports is the best of the three trials' records."""
+    import yaml
+
+    result = run_command(["lra-train", "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=3",
+                          "hydra.sweeper.direction=maximize", "hydra.sweeper.sampler.seed=0",
+                          "trainer.lr=interval(0.0001,0.01)", "trainer=smoke", "trainer.max_steps=4",
+                          "trainer.eval_every=2", *SMALL_LISTOPS], tmp_path, data_dir)
+    runs = run_dirs(tmp_path)
+    records = [read_json(run / "metrics.json") for run in runs]
+    assert len(records) == 3 and all(r["status"] == "completed" for r in records)
+    (results,) = (tmp_path / "runs").rglob("optimization_results.yaml")
+    best = yaml.safe_load(results.read_text())
+    assert best["best_value"] == max(r["best_val_accuracy"] for r in records)
+    assert set(best["best_params"]) == {"trainer.lr"}
+    assert "Test accuracy (%)" in result.stdout and "dropped" in result.stderr  # one Softmax seed 0 in the table

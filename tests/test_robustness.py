@@ -33,6 +33,7 @@ BAD_CONFIGS = [
     (["trainer.warmup_steps=-1"], "trainer.warmup_steps", "≥ 0"),
     (["trainer.device=gpu"], "trainer.device", "auto, cpu, cuda or cuda:N"),
     (["seed=-1"], "seed", "between 0 and 2^32"),
+    (["optimized_metric=accuracy"], "optimized_metric", "one of best_val_accuracy, test_accuracy"),
     (["model.num_heads=0"], "model.num_heads", "≥ 1"),  # trained a model without attention
     (["model.head_dim=0"], "model.head_dim", "≥ 1"),
     (["model.num_layers=0"], "model.num_layers", "≥ 1"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -76,18 +77,25 @@ def run(cfg: DictConfig):
     except UserError as exc:
         if multirun:  # the sweep goes on; the job's log says why it stopped
             log.error("error: %s", exc)
-            return None
+            return math.nan
         config_errors.exit_on_user_error(exc, fresh_folder=not cfg.resume)  # a resumed run's folder stays
     except Exception:
         if multirun:  # one failed job must not end the sweep; its metrics.json says failed
             log.exception("job failed")
-            return None
+            return math.nan
         raise
     line = (f"{result['label']} on {result['task']}: test accuracy {result['test_accuracy']:.2f} "
             f"(best validation {result['best_val_accuracy']:.2f} at step {result['best_step']}); run: {run_dir}")
     config_errors.log_to_file(line, "INFO")
     print(line)
-    return result
+    return _objective(result, cfg.optimized_metric)
+
+
+def _objective(result: dict, metric: str) -> float:
+    """What a Hydra sweeper optimizes (Optuna needs a float): the run's ``optimized_metric``, NaN
+    when the run has none. The record itself stays in the run's metrics.json."""
+    value = result.get(metric)
+    return math.nan if value is None else float(value)
 
 
 def _valid_keys(path: str) -> list:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -13,6 +14,8 @@ class ComparisonTableCallback(Callback):
         from lra.results.table import render  # pandas: imported only when a sweep has ended
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        text = render([sweep_dir])
+        # A sweep over other settings than the seed repeats (backend, task, seed): the table keeps one
+        # run of each and says which it dropped.
+        text = render([sweep_dir], warn=lambda message: print(f"note: {message}", file=sys.stderr))
         atomic_write_text(sweep_dir / "table.md", text + "\n")
         print(f"\nTest accuracy (%), mean ± std (seeds) — {sweep_dir}\n\n{text}\n", flush=True)

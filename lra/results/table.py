@@ -250,6 +250,6 @@ def status_counts(runs: pd.DataFrame) -> str:
     return ", ".join(f"{count} {status}" for status, count in counts.items())
 
 
-def render(directories: List[Path]) -> str:
-    runs = collect(directories)
+def render(directories: List[Path], warn=lambda message: None) -> str:
+    runs = collect(directories, warn)
     return f"{to_markdown(comparison(runs))}\n\nruns: {status_counts(runs)}"
