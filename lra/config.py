@@ -23,7 +23,7 @@ import attention_zoo
 from attention_zoo.options import InvalidOption, choice, number, whole
 from lra.data.listops import GeneratorSettings
 from lra.data.prepare import SOURCES
-from lra.data.pathfinder_generator import GeneratorSettings as PathfinderGeneratorSettings
+from lra.data.pathfinder_writer import GeneratorSettings as PathfinderGeneratorSettings
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # lra-train
 PROFILE_CONF_DIR = CONF_DIR.parent / "conf_profile"  # lra-profile (its own presets)

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from lra.config import CONF_DIR, register_configs, register_resolvers
-from lra.data import pathfinder_generator as generator
+from lra.data import pathfinder_generator as generator, pathfinder_writer as writer
 from lra.data.image import tf_grayscale
 from lra.data.prepare import load_task_data
 from lra.errors import UserError
@@ -82,7 +82,7 @@ def write_cifar_python(root, per_batch=10):
 def write_pathfinder(root, count=60, nesting="lra_release/pathfinder32/curv_contour_length_14"):
     folder = root / nesting
     g = generator.geometry_for(32, "contour_length_14")
-    generator.write_release(g, generator.GeneratorSettings(num_images=count, images_per_folder=25, workers=1), folder)
+    writer.write_release(g, writer.GeneratorSettings(num_images=count, images_per_folder=25, workers=1), folder)
     return folder
 
 
@@ -242,10 +242,10 @@ def test_pathfinder_dilation_keeps_the_original_border_rule():
 
 def test_generator_is_seeded_and_independent_of_workers(tmp_path):
     g = generator.geometry_for(32, "baseline")
-    one = generator.GeneratorSettings(num_images=12, images_per_folder=4, workers=1, seed=3)
-    two = generator.GeneratorSettings(num_images=12, images_per_folder=4, workers=2, seed=3)
-    generator.write_release(g, one, tmp_path / "a")
-    generator.write_release(g, two, tmp_path / "b")
+    one = writer.GeneratorSettings(num_images=12, images_per_folder=4, workers=1, seed=3)
+    two = writer.GeneratorSettings(num_images=12, images_per_folder=4, workers=2, seed=3)
+    writer.write_release(g, one, tmp_path / "a")
+    writer.write_release(g, two, tmp_path / "b")
     for path in sorted((tmp_path / "a").rglob("*.*")):
         assert path.read_bytes() == (tmp_path / "b" / path.relative_to(tmp_path / "a")).read_bytes()
     line = (tmp_path / "a" / "metadata" / "2.npy").read_text().splitlines()[0].split()

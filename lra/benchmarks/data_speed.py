@@ -27,7 +27,7 @@ from hydra import compose, initialize_config_dir
 
 from lra.benchmarks.throughput import measure
 from lra.config import CONF_DIR, register_configs, register_resolvers
-from lra.data import pathfinder_generator as generator
+from lra.data import pathfinder_generator as generator, pathfinder_writer as writer
 from lra.data.prepare import load_task_data
 
 
@@ -91,9 +91,9 @@ def main(argv=None) -> None:
         cases[("image", "tfds")] = ["task.source=tfds"]
 
         started = time.perf_counter()
-        settings = generator.GeneratorSettings(num_images=args.pathfinder_images, images_per_folder=250)
+        settings = writer.GeneratorSettings(num_images=args.pathfinder_images, images_per_folder=250)
         release = root / "lra_release" / "pathfinder32" / "curv_contour_length_14"
-        generator.write_release(generator.geometry_for(32, "contour_length_14"), settings, release)
+        writer.write_release(generator.geometry_for(32, "contour_length_14"), settings, release)
         rate = args.pathfinder_images / (time.perf_counter() - started)
         print(f"Pathfinder generator: {rate:.1f} images/s on {os.cpu_count()} cores "
               f"(200,000 images: {200_000 / rate / 60:.0f} min)")

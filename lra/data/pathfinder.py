@@ -1,5 +1,5 @@
 """Pathfinder from the release layout (``pathfinder<res>/curv_<difficulty>/{metadata,imgs}``), which
-the generator in :mod:`lra.data.pathfinder_generator` also writes.
+the generator in :mod:`lra.data.pathfinder_writer` also writes.
 
 ``metadata/<k>.npy`` is plain text despite its name: per image a line ``imgs/<k> sample_<i>.png <i>
 <label> ...``. The split is a seeded 80/10/10 permutation of all metadata lines (files in numeric

@@ -18,7 +18,7 @@ from typing import Callable, Dict, Iterable, Optional, Tuple
 import numpy as np
 from tqdm import tqdm
 
-from lra.data import byte_text, image, listops, pathfinder, pathfinder_generator, retrieval
+from lra.data import byte_text, image, listops, pathfinder, pathfinder_generator, pathfinder_writer, retrieval
 from lra.data.cache import MANIFEST, CacheBuilder, TokenSplit, check_writable, load_cache, settings_fingerprint
 from lra.errors import UserError
 from lra.io import atomic_write_json
@@ -264,7 +264,7 @@ def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversi
     except ValueError as exc:
         raise UserError(f"{exc} (task.resolution / task.difficulty)") from None
     if task.source == "generate":
-        settings = pathfinder_generator.GeneratorSettings(**task.generator)
+        settings = pathfinder_writer.GeneratorSettings(**task.generator)
         if train_subset is not None or eval_subset is not None:  # a smoke run: only what its subsets need
             fractions = pathfinder.SPLIT_FRACTIONS
             needed = max(train_subset / fractions["train"] if train_subset else 0,
@@ -277,7 +277,7 @@ def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversi
             _writable(data_dir)
             announce(f"Pathfinder data not found: generating {settings.num_images:,} images (seed {settings.seed}) into {root}")
             with tqdm(total=settings.num_images, desc="generating Pathfinder", unit="img", disable=None) as bar:
-                pathfinder_generator.write_release(geometry, settings, root, progress=bar.update)
+                pathfinder_writer.write_release(geometry, settings, root, progress=bar.update)
             atomic_write_json(root / "complete.json", identity)
     else:
         root = None
