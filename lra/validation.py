@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from types import SimpleNamespace
 
 from omegaconf import DictConfig, OmegaConf
 
 import attention_zoo
 from attention_zoo.options import InvalidOption
 from lra.errors import ConfigError
-from lra.config import OPTIMIZABLE_METRICS
+from lra.config import TrainRunConfig
 
 GROUPS = ("task", "model", "trainer", "logger")
 
@@ -118,7 +119,10 @@ def validate(cfg: DictConfig) -> None:
     if not isinstance(seed, int) or not 0 <= seed < 2**32:
         raise ConfigError(f"invalid value for seed: {seed}; it must be a whole number between 0 and 2^32 − 1: "
                           "pass seed=<such a value>")
-    if cfg.optimized_metric not in OPTIMIZABLE_METRICS:
-        raise ConfigError(f"invalid value for optimized_metric: '{cfg.optimized_metric}'; it must be one of "
-                          f"{', '.join(OPTIMIZABLE_METRICS)}: pass optimized_metric=<such a value>")
+    top_level = SimpleNamespace(**{f.name: cfg[f.name] for f in dataclasses.fields(TrainRunConfig)
+                                   if f.name not in (*GROUPS, "attention")})
+    try:  # the schema's own rules for its top-level scalars (the groups were checked above)
+        TrainRunConfig.__post_init__(top_level)
+    except InvalidOption as error:
+        raise invalid(error.field, error) from None
     check_attention(cfg)
