@@ -12,14 +12,27 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-# pytest-xdist runs the suite in several workers: each gets its share of the cores for torch's
-# threads (and passes it on to the commands it runs), so the workers do not oversubscribe the CPU.
-_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+def usable_cores() -> int:
+    """The cores this process may use: its affinity, capped by a container's CPU quota (cgroup v2)."""
+    cores = len(os.sched_getaffinity(0))
+    try:  # e.g. "200000 100000" for 2 cores
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cores = min(cores, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
 # The suite's own kernel cache (in the checkout's ignored build/ folder), never the user's: tests that
 # break builds on purpose cannot touch it, and the user's cache is never written by a test.
 os.environ["LRA_KERNEL_CACHE"] = str(REPO / "build" / "test-kernels")
+# pytest-xdist runs the suite in several workers: each gets its share of the cores for torch's
+# threads (and passes it on to the commands it runs), so the workers do not oversubscribe the CPU.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, usable_cores() // _WORKERS)))
 
 # Small generated ListOps for end-to-end runs: short expressions, short padded length.
 SMALL_LISTOPS = [
@@ -29,15 +42,8 @@ SMALL_LISTOPS = [
 
 
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto``: the cores this process may use (a container's CPU share, not the host's count)."""
-    cores = len(os.sched_getaffinity(0))
-    try:  # cgroup v2 quota, e.g. "200000 100000" for 2 cores
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        if quota != "max":
-            cores = min(cores, max(1, int(quota) // int(period)))
-    except (OSError, ValueError):
-        pass
-    return max(1, cores)
+    """``-n auto``: one worker per usable core (a container's share, not the host's count)."""
+    return usable_cores()
 
 
 @pytest.fixture(scope="session")
