@@ -1,12 +1,27 @@
-"""Small pieces shared by several backends."""
+"""Small pieces shared by several backends (and the resource lookup shared with ``lra``)."""
 
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import math
+from pathlib import Path
 from typing import Optional
 
 import torch
+
+def package_folder(package: str) -> Path:
+    """The folder of a resource package shipped inside the installed packages (``lra.conf`` is
+    ``conf/`` in a checkout, mapped by pyproject.toml), found through importlib.resources so that
+    a wheel install and an editable checkout look the same."""
+    folder = importlib.resources.files(package)
+    if not isinstance(folder, Path) or not folder.is_dir():
+        raise RuntimeError(
+            f"the resource package {package} is not a folder on disk ({folder!r}); "
+            "install lra-harness unzipped (pip install) rather than importing it from an archive"
+        )
+    return folder
+
 
 NEG_INF = -1e9  # finite "minus infinity": a row with no valid key stays finite (its output is ignored)
 

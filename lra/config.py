@@ -20,14 +20,15 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import II, MISSING, OmegaConf
 
 import attention_zoo
+from attention_zoo._common import package_folder
 from attention_zoo.options import InvalidOption, choice, number, whole
 from lra.data.listops import GeneratorSettings
 from lra.data.prepare import SOURCES
 from lra.data.pathfinder_writer import GeneratorSettings as PathfinderGeneratorSettings
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # lra-train
-PROFILE_CONF_DIR = CONF_DIR.parent / "conf_profile"  # lra-profile (its own presets)
-FIDELITY_CONF_DIR = CONF_DIR.parent / "conf_fidelity"  # lra-fidelity
+CONF_DIR = package_folder("lra.conf")  # lra-train (conf/ in the repository)
+PROFILE_CONF_DIR = package_folder("lra.conf_profile")  # lra-profile's own presets
+FIDELITY_CONF_DIR = package_folder("lra.conf_fidelity")  # lra-fidelity
 RUNS_DIR = "runs"
 
 
