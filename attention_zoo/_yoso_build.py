@@ -15,6 +15,8 @@ import argparse
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
+import json
 import os
 import platform
 import shutil
@@ -25,10 +27,13 @@ from typing import Dict
 
 import torch
 
-SOURCE_DIR = Path(__file__).resolve().parents[1] / "csrc" / "yoso"
+from attention_zoo._common import package_folder
+
+SOURCE_DIR = package_folder("attention_zoo.csrc") / "yoso"  # csrc/yoso in the repository
 CPU_SOURCES = ["yoso_cpu.cpp"]
 CUDA_SOURCES = ["yoso_cpu.cpp", "yoso_cuda.cpp", "yoso_cuda_kernels.cu"]
 HEADERS = ["yoso_math.h", "yoso_cuda_kernels.h"]
+COMPLETE_STAMP = "build.complete"  # written after a successful build; nothing in the folder changes after it
 
 
 class KernelUnavailable(RuntimeError):
@@ -83,8 +88,8 @@ def _cuda_arch_list() -> str:
 def _check_toolchain(kind: str) -> None:
     if not SOURCE_DIR.is_dir():
         raise KernelUnavailable(
-            f"the YOSO kernel sources are not at {SOURCE_DIR}; install the project from its source tree "
-            "(pip install -e .) or set attention.impl=torch"
+            f"the YOSO kernel sources are not at {SOURCE_DIR}: this installation of lra-harness is "
+            "incomplete; reinstall it (pip install lra-harness, or pip install . in a checkout) or set attention.impl=torch"
         )
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:
@@ -135,15 +140,44 @@ def load(kind: str) -> ModuleType:
 
 
 def _build(kind: str) -> ModuleType:
+    """A finished build (its ``build.complete`` stamp exists) is imported as it is: torch's loader
+    would run ninja again, and ninja recompiles identical sources whenever their path or mtime differs
+    from the last build's (another checkout or a reinstalled wheel sharing the cache) or ``.ninja_log``
+    is missing, rewriting a library other jobs have loaded. Importing needs no lock and no write
+    access, so a cache built by root (the Docker image) serves any user."""
     sources = CUDA_SOURCES if kind == "cuda" else CPU_SOURCES
     name = f"lra_yoso_{kind}_{_source_hash(sources, kind)}"
     build_directory = cache_dir() / name
-    build_directory.mkdir(parents=True, exist_ok=True)
-    os.chmod(build_directory, 0o755)  # a shared kernel cache stays readable by the group
-    with _exclusive_build(build_directory):
-        if not any(build_directory.glob(f"{name}*.so")):
+    if not (build_directory / COMPLETE_STAMP).exists():
+        _build_once(kind, name, sources, build_directory)
+    return _import_built(name, build_directory)
+
+
+def _build_once(kind: str, name: str, sources, build_directory: Path) -> None:
+    try:
+        build_directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(build_directory, 0o755)  # a shared kernel cache stays readable by the group
+        with _exclusive_build(build_directory):
+            if (build_directory / COMPLETE_STAMP).exists():  # built by the job we waited for
+                return
             _compile_in_worker(kind)
-        return _compile_and_import(kind, name, sources, build_directory)
+            stamp = build_directory / f".{COMPLETE_STAMP}.{os.getpid()}"
+            stamp.write_text(json.dumps({"name": name, "torch": torch.__version__, "cflags": _cpu_flags(kind),
+                                         "sources": sorted(set(sources) | set(HEADERS))}) + "\n")
+            os.replace(stamp, build_directory / COMPLETE_STAMP)
+    except PermissionError as error:
+        raise KernelUnavailable(
+            f"cannot build the YOSO {kind.upper()} kernels in {build_directory} ({error.strerror}); "
+            "set LRA_KERNEL_CACHE to a folder you can write, or attention.impl=torch"
+        ) from error
+
+
+def _import_built(name: str, build_directory: Path) -> ModuleType:
+    library = build_directory / f"{name}.so"
+    spec = importlib.util.spec_from_file_location(name, library)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _compile_in_worker(kind: str) -> None:

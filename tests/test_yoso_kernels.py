@@ -108,29 +108,65 @@ def test_missing_compiler_is_a_clear_error_and_auto_warns(monkeypatch):
 LOAD_CPU_KERNELS = "from attention_zoo import _yoso_build; print(_yoso_build.load('cpu').__name__)"
 
 
+def copied_build(cache: Path, finished: bool) -> Path:
+    """A copy of the test cache's CPU build (mtimes kept) in the kernel cache ``cache``; without its
+    ``build.complete`` stamp when not ``finished``, as a build killed before it ended leaves it."""
+    built = Path(_yoso_build.load("cpu").__file__).parent
+    copy = cache / built.name
+    shutil.copytree(built, copy)
+    if not finished:
+        (copy / _yoso_build.COMPLETE_STAMP).unlink()
+    return copy
+
+
+def load_in_subprocess(cache: Path, **popen):
+    env = {**os.environ, "LRA_KERNEL_CACHE": str(cache)}
+    return subprocess.Popen([sys.executable, "-c", LOAD_CPU_KERNELS], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+
+
 @needs_kernels
-def test_a_build_killed_midway_does_not_hang_later_jobs():
+def test_a_finished_build_is_imported_without_running_ninja_or_writing(tmp_path):
+    """Issue 17, item 9: a finished build was compiled again by later jobs, because torch's loader
+    runs ninja in the build folder and ninja recompiles identical sources when .ninja_log is missing
+    or the sources are newer than the objects (another checkout, a reinstalled wheel). Both are set
+    up here; the folder must not change at all, not even a lock file: a read-only cache built by
+    root (the Docker image) is used as it is by any user."""
+    build = copied_build(tmp_path, finished=True)
+    (build / ".ninja_log").unlink()
+    (build / "build.flock").unlink()
+    for path in build.iterdir():
+        os.utime(path, (946684800, 946684800))  # 2000-01-01: older than every source file
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns, p.stat().st_size) for p in build.iterdir()}
+    out, err = load_in_subprocess(tmp_path).communicate(timeout=300)
+    assert out.startswith("lra_yoso_cpu_"), err
+    after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns, p.stat().st_size) for p in build.iterdir()}
+    assert after == before
+
+
+@needs_kernels
+def test_a_build_killed_midway_does_not_hang_later_jobs(tmp_path):
     """torch marks a build in progress with a ``lock`` file and waits for it to vanish; a killed build
-    leaves it behind. With no live builder holding the OS lock, the next job removes it and loads."""
-    stale = Path(_yoso_build.load("cpu").__file__).parent / "lock"
-    stale.touch()
-    result = subprocess.run([sys.executable, "-c", LOAD_CPU_KERNELS], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert "left by a kernel build that was killed" in result.stderr
-    assert not stale.exists()
+    leaves it behind. With no live builder holding the OS lock, the next job removes it, finishes
+    the build and stamps it."""
+    build = copied_build(tmp_path, finished=False)
+    (build / "lock").touch()
+    out, err = load_in_subprocess(tmp_path).communicate(timeout=300)
+    assert out.startswith("lra_yoso_cpu_"), err
+    assert "left by a kernel build that was killed" in err
+    assert not (build / "lock").exists() and (build / _yoso_build.COMPLETE_STAMP).exists()
 
 
 @needs_kernels
-def test_a_job_waits_for_a_live_build_and_leaves_its_lock_alone():
-    build_directory = Path(_yoso_build.load("cpu").__file__).parent
-    with open(build_directory / "build.flock", "w") as live_builder:
+def test_a_job_waits_for_a_live_build_and_leaves_its_lock_alone(tmp_path):
+    build = copied_build(tmp_path, finished=False)
+    with open(build / "build.flock", "w") as live_builder:
         fcntl.flock(live_builder, fcntl.LOCK_EX)
-        (build_directory / "lock").touch()
-        job = subprocess.Popen([sys.executable, "-c", LOAD_CPU_KERNELS], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+        (build / "lock").touch()
+        job = load_in_subprocess(tmp_path)
         assert "waiting for another process building the YOSO kernels" in job.stderr.readline()
-        assert (build_directory / "lock").exists() and job.poll() is None
-        (build_directory / "lock").unlink()
+        assert (build / "lock").exists() and job.poll() is None
+        (build / "lock").unlink()
         fcntl.flock(live_builder, fcntl.LOCK_UN)
     out, err = job.communicate(timeout=300)
     assert job.returncode == 0, err
