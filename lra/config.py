@@ -23,7 +23,7 @@ import attention_zoo
 from attention_zoo._common import package_folder
 from attention_zoo.options import InvalidOption, choice, number, whole
 from lra.data.listops import GeneratorSettings
-from lra.data.prepare import SOURCES
+from lra.data.prepare import AUTO, SOURCES
 from lra.data.pathfinder_writer import GeneratorSettings as PathfinderGeneratorSettings
 
 CONF_DIR = package_folder("lra.conf")  # lra-train (conf/ in the repository)
@@ -83,7 +83,9 @@ class TaskConfig:
     """One LRA task: its data, the model's input shape, and the reference schedule."""
 
     name: str = MISSING
-    source: str = MISSING
+    # auto: the prepared cache when exactly one matches these settings, else the generator (ListOps,
+    # Pathfinder); or one of lra.data.prepare.SOURCES[name]
+    source: str = AUTO
     path: Optional[str] = None  # a user's raw data folder (e.g. an extracted LRA release)
     num_classes: int = MISSING
     vocab_size: int = MISSING  # embedding rows (the reference allocates more than the real vocabulary)
@@ -97,7 +99,7 @@ class TaskConfig:
 
     def __post_init__(self):
         choice(self, "name", MIN_VOCABULARY)
-        choice(self, "source", SOURCES[self.name])
+        choice(self, "source", (*SOURCES[self.name], AUTO))
         whole(self, 2, "num_classes")
         whole(self, MIN_VOCABULARY[self.name], "vocab_size")  # every token id needs an embedding row
         whole(self, 1, "max_length", "batch_size", "max_steps", "eval_every")
@@ -110,7 +112,7 @@ class ListOpsTaskConfig(TaskConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.source == "generate":  # a run evaluates on both
+        if self.source in ("generate", AUTO):  # a run evaluates on both
             for name in ("num_val", "num_test"):
                 if getattr(self.generator, name) < 1:
                     raise InvalidOption(f"generator.{name}", getattr(self.generator, name), "a whole number ≥ 1")

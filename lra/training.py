@@ -158,7 +158,8 @@ class Trainer:
         self.best_weights: Optional[Dict[str, torch.Tensor]] = None
         self.checkpoint_dir = self.run_dir / "checkpoints"
         self.record.update(num_parameters=self.num_parameters, data_fingerprint=self.data.fingerprint,
-                           data_cache=str(self.data.cache_dir), run_dir=str(self.run_dir))
+                           data_cache=str(self.data.cache_dir), data_source=self.data.source,
+                           data_raw_folder=self.data.raw_folder, run_dir=str(self.run_dir))
 
     # ---------------------------------------------------------------- state
     def _warn_truncation(self, split: TokenSplit) -> None:

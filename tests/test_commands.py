@@ -35,6 +35,10 @@ def test_lra_prepare_explains_a_bad_override(tmp_path):
     result = run_command(["lra-prepare", "listops", "task.generator.sed=1"], tmp_path, tmp_path, check=False)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("error: unknown key 'task.generator.sed'")
+    both = run_command(["lra-prepare", "listops", "--source", "generate", "task.source=lra_release"], tmp_path, tmp_path,
+                       check=False)  # two spellings of one setting, disagreeing
+    assert both.returncode == 2 and both.stderr.strip().splitlines()[-1].endswith(
+        "error: --source generate contradicts task.source=lra_release; give one of them")
 
 
 def test_wandb_offline_run_lives_in_the_run_directory_and_a_wandb_failure_is_only_a_warning(tmp_path, data_dir):

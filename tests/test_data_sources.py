@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from lra.config import CONF_DIR, register_configs, register_resolvers
-from lra.data import pathfinder_generator as generator, pathfinder_writer as writer
+from lra.data import listops, pathfinder_generator as generator, pathfinder_writer as writer
 from lra.data.image import tf_grayscale
 from lra.data.prepare import load_task_data
 from lra.errors import UserError
@@ -293,27 +293,48 @@ def test_text_without_prepared_data_names_the_command_and_a_damaged_cache_is_reb
 
 
 def test_all_five_tasks_train_on_prepared_fixtures_and_retrieval_uses_the_dual_encoder(tmp_path):
+    """Issue 17, item 2: after lra-prepare, lra-train with no source or path (task.source=auto) trains
+    on the prepared data, the release's included, and records which."""
     raw, data = tmp_path / "raw", tmp_path / "data"
+    listops.write_tsv_files(listops.GeneratorSettings(seed=4, num_train=40, num_val=8, num_test=8,
+                                                      min_length=20, max_length=200), raw / "lra_release" / "listops-1000")
+    write_pathfinder(raw, count=60)
     sources = {
         "text": ["--source", "aclimdb", "--path", str(write_aclimdb(raw, per_folder=40))],
         "retrieval": ["--source", "lra_release", "--path", str(write_aan(raw).parent.parent)],
         "image": ["--source", "cifar_python", "--path", str(write_cifar_python(raw, per_batch=20))],
+        "listops": ["--source", "lra_release", "--path", str(raw / "lra_release")],
+        "pathfinder": ["--source", "lra_release", "--path", str(raw / "lra_release")],
     }
+    parameters = {}
     for task, args in sources.items():
         run_command(["lra-prepare", task, *args], tmp_path, data)
-    overrides = {"text": ["task.source=aclimdb", f"task.path={raw / 'aclImdb'}"],
-                 "retrieval": [f"task.path={raw / 'lra_release'}"],
-                 "image": ["task.source=cifar_python", f"task.path={raw / 'cifar-10-batches-py'}"],
-                 "pathfinder": [],
-                 "listops": [o for o in SMALL_LISTOPS if not o.startswith("task.max_length")]}
-    parameters = {}
-    for task, extra in overrides.items():
-        run_command(["lra-train", f"task={task}", "attention=softmax", "trainer=smoke", "trainer.max_steps=4",
-                     "trainer.eval_every=2", "trainer.eval_subset=8", "trainer.train_subset=16", "trainer.max_length=256",
-                     "model.num_layers=1", *extra, f"hydra.run.dir=runs/{task}"], tmp_path, data)
+        trained = run_command(["lra-train", f"task={task}", "attention=softmax", "trainer=smoke", "trainer.max_steps=4",
+                               "trainer.eval_every=2", "trainer.eval_subset=8", "trainer.train_subset=16",
+                               "trainer.max_length=256", "model.num_layers=1", f"hydra.run.dir=runs/{task}"], tmp_path, data)
+        assert f"task.source=auto: the prepared {args[1]} data from " in trained.stdout + trained.stderr
         record = read_json(tmp_path / "runs" / task / "metrics.json")
         assert record["status"] == "completed" and record["task"] == task
+        assert record["data_source"] == args[1] and record["data_raw_folder"].startswith(str(raw)), record
         parameters[task] = record["num_parameters"]
     assert len(run_dirs(tmp_path)) == 5
     # Same vocabulary and length: the dual encoder differs only in its head's input, 4·dim instead of dim.
     assert parameters["retrieval"] - parameters["text"] == 3 * 64 * 128
+
+
+def test_auto_source_lists_several_candidates_narrows_by_path_and_generates_only_without_a_cache(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    for seed, folder in enumerate((first, second)):
+        listops.write_tsv_files(listops.GeneratorSettings(seed=seed, num_train=8, num_val=4, num_test=4), folder)
+        prepare(tmp_path, "task=listops", "task.source=lra_release", f"task.path={folder}")
+    data = tmp_path / "data"
+    with pytest.raises(UserError, match=f"task.source=auto found 2 prepared listops caches .*choose one: task.source="
+                                        f"lra_release task.path={first}, task.source=lra_release task.path={second}$"):
+        load_task_data(task_config("task=listops"), data, announce=lambda m: None)
+    chosen = load_task_data(task_config("task=listops", f"task.path={second}"), data, announce=lambda m: None)
+    assert chosen.source == "lra_release" and chosen.raw_folder == str(second)
+    with pytest.raises(UserError, match="no prepared retrieval data in .*sources: lra_release.*prepare it once with: "
+                                        "lra-prepare retrieval --source lra_release --data-dir "):
+        load_task_data(task_config("task=retrieval"), data, announce=lambda m: None)
+    generated = load_task_data(task_config("task=listops", *SMALL_LISTOPS), tmp_path / "empty", announce=lambda m: None)
+    assert generated.source == "generate"

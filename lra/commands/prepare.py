@@ -19,7 +19,7 @@ def main(argv=None) -> None:
     parser.add_argument("task", choices=TASKS)
     parser.add_argument("--source", help="where the data comes from: listops generate|lra_release; "
                         "text tfds|aclimdb; retrieval lra_release; image tfds|cifar_python; pathfinder generate|lra_release "
-                        "(default: the task config's)")
+                        "(default: the task's first; task.source=S is the same setting)")
     parser.add_argument("--path", help="the raw data folder: an extracted LRA release (either nesting level), "
                         "aclImdb/, cifar-10-batches-py/, or a tensorflow-datasets data_dir")
     parser.add_argument("--data-dir", help="the cache root (default: LRA_DATA_DIR or ./data)")
@@ -36,12 +36,14 @@ def main(argv=None) -> None:
     register_configs()
     register_resolvers()
     overrides = [f"task={args.task}", *args.overrides]
-    if args.source:
-        overrides.append(f"task.source={args.source}")
-    if args.path:
-        overrides.append(f"task.path={args.path}")
-    if args.data_dir:
-        overrides.append(f"data_dir={args.data_dir}")
+    # --source S and task.source=S are two spellings of one setting: either works, both must agree.
+    for option, key in (("source", "task.source"), ("path", "task.path"), ("data_dir", "data_dir")):
+        given = getattr(args, option)
+        spelled = [o.split("=", 1)[1] for o in args.overrides if o.split("=", 1)[0].lstrip("+") == key]
+        if given is not None and any(value != given for value in spelled):
+            parser.error(f"--{option.replace('_', '-')} {given} contradicts {key}={spelled[-1]}; give one of them")
+        if given is not None:
+            overrides.append(f"{key}={given}")
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)

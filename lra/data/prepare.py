@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, Optional, Tuple
 
 import numpy as np
+from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from lra.data import byte_text, image, listops, pathfinder, pathfinder_generator, pathfinder_writer, retrieval
@@ -24,7 +25,9 @@ from lra.errors import UserError
 from lra.io import atomic_write_json
 
 SPLITS = ("train", "val", "test")
-SOURCES = {
+AUTO = "auto"  # task.source=auto: see resolve_auto_source
+SOURCES = {  # the concrete sources of each task; the first is lra-prepare's default
+
     "listops": ("generate", "lra_release"),
     "text": ("tfds", "aclimdb"),
     "retrieval": ("lra_release",),
@@ -42,6 +45,14 @@ class PreparedData:
     @property
     def fingerprint(self) -> str:
         return self.manifest["fingerprint"]
+
+    @property
+    def source(self) -> str:
+        return self.manifest["settings"]["source"]
+
+    @property
+    def raw_folder(self) -> Optional[str]:
+        return self.manifest.get("raw_folder")
 
 
 @dataclass
@@ -71,13 +82,14 @@ def load_task_data(
     """
     if task.name not in SOURCES:
         raise UserError(f"unknown task '{task.name}'; valid: {', '.join(SOURCES)}")
-    if task.source not in SOURCES[task.name]:
-        raise UserError(f"unknown {task.name} source '{task.source}'; valid: {', '.join(SOURCES[task.name])} "
+    if task.source not in (*SOURCES[task.name], AUTO):
+        raise UserError(f"unknown {task.name} source '{task.source}'; valid: {', '.join(SOURCES[task.name])}, {AUTO} "
                         "(--source / task.source=...)")
     data_dir = Path(data_dir).resolve()
+    if task.source == AUTO:
+        task = with_values(task, source=SOURCES[task.name][0]) if prepare else resolve_auto_source(task, data_dir, announce)
     conversion = CONVERSIONS[task.name](task, data_dir, train_subset, eval_subset, announce)
-    settings = {"task": task.name, "source": task.source, **conversion.settings}
-    cache_dir = data_dir / task.name / "cache" / settings_fingerprint(settings)
+    cache_dir = _cache_dir(task, conversion, data_dir)
     command = prepare_command(task, data_dir)
     raw_folder = None
     if prepare and (cache_dir / MANIFEST).is_file() and not rebuild:
@@ -100,13 +112,66 @@ def load_task_data(
         with CacheBuilder(cache_dir) as builder:
             builder.extra["raw_folder"] = raw_folder or conversion.locate()
             conversion.build(builder, announce)
-            builder.commit(settings)
+            builder.commit(cache_settings(task, conversion))
     rebuild_with = f"rm -r {cache_dir} and run the same command again" if conversion.automatic else f"{command} --force"
     splits, manifest = load_cache(cache_dir, rebuild_command=rebuild_with)
     data = PreparedData(splits, manifest, cache_dir)
     subsets = {"train": train_subset, "val": eval_subset, "test": eval_subset}
     data.splits = {name: split.subset(subsets[name]) for name, split in data.splits.items()}
     return data
+
+
+def cache_settings(task, conversion: Conversion) -> dict:
+    return {"task": task.name, "source": task.source, **conversion.settings}
+
+
+def _cache_dir(task, conversion: Conversion, data_dir: Path) -> Path:
+    return data_dir / task.name / "cache" / settings_fingerprint(cache_settings(task, conversion))
+
+
+def with_values(task, **values):
+    """A copy of the task config node with some values replaced."""
+    return OmegaConf.create({**OmegaConf.to_container(task, resolve=True), **values})
+
+
+def resolve_auto_source(task, data_dir: Path, announce: Callable[[str], None]):
+    """The task config with ``source=auto`` made concrete: the prepared cache of this task's settings
+    when there is exactly one (from any source but the generator; with ``task.path``, only caches
+    built from that folder); the generator when there is none and the task has one; otherwise a
+    one-line error that lists the candidates or names the lra-prepare command."""
+    candidates = []
+    for manifest_file in sorted((data_dir / task.name / "cache").glob(f"*/{MANIFEST}")):
+        try:
+            manifest = json.loads(manifest_file.read_text())
+            source, folder = manifest["settings"]["source"], manifest.get("raw_folder")
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a damaged cache: lra-prepare --force with its source rebuilds it
+        if source == "generate" or source not in SOURCES[task.name]:
+            continue
+        candidate = with_values(task, source=source, path=task.path or folder)
+        try:
+            conversion = CONVERSIONS[task.name](candidate, data_dir, None, None, announce)
+            if task.path and conversion.locate() != folder:
+                continue  # built from another folder than task.path
+        except UserError:
+            continue  # its raw folder is gone (an explicit task.source says so) or task.path is not of this source
+        if _cache_dir(candidate, conversion, data_dir) == manifest_file.parent:
+            candidates.append(candidate)
+    if len(candidates) == 1:
+        chosen = candidates[0]
+        announce(f"task.source=auto: the prepared {chosen.source} data"
+                 + (f" from {chosen.path}" if chosen.path else "") + f" in {data_dir}")
+        return chosen
+    if len(candidates) > 1:
+        listed = ", ".join(sorted(f"task.source={c.source}" + (f" task.path={c.path}" if c.path else "") for c in candidates))
+        raise UserError(f"task.source=auto found {len(candidates)} prepared {task.name} caches for these settings in "
+                        f"{data_dir}; choose one: {listed}")
+    if "generate" in SOURCES[task.name] and not task.path:
+        return with_values(task, source="generate")
+    default = with_values(task, source=SOURCES[task.name][0])
+    raise UserError(f"no prepared {task.name} data" + (f" from {_resolved(task.path)}" if task.path else "")
+                    + f" in {data_dir} (sources: {', '.join(SOURCES[task.name])}; see lra-prepare --help); "
+                    f"prepare it once with: {prepare_command(default, data_dir)}")
 
 
 def prepare_command(task, data_dir: Path) -> str:
@@ -168,7 +233,8 @@ def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
         "tokenisation": "original: ']' -> 'X', parentheses removed, whitespace split",
         "vocabulary": list(listops.VOCABULARY),
     }
-    return Conversion(settings, build, automatic=True)
+    released = task.source == "lra_release"
+    return Conversion(settings, build, automatic=True, locate=lambda: str(raw_dir) if released else None)
 
 
 def _find_listops_release(path: Optional[str]) -> Path:
