@@ -4,6 +4,7 @@ evaluation and at the end) and facts about where a run ran."""
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import resource
 import subprocess
@@ -23,15 +24,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 @functools.lru_cache(maxsize=None)  # HEAD does not move during a run: ask git once
 def git_commit() -> str:
-    """HEAD of the checkout this package runs from, with ``-dirty`` if tracked files changed."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return head + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    """HEAD of the checkout this package runs from, with ``-dirty`` if tracked files changed. An
+    installed package (a wheel, the Docker image) is no checkout, even inside one (a venv in a
+    project): it reports ``$LRA_GIT_COMMIT`` (the image sets it from its build argument) or unknown."""
+    if (REPO_ROOT / "pyproject.toml").is_file():
+        try:
+            head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                                  text=True, check=True).stdout.strip()
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                                   capture_output=True, text=True, check=True).stdout.strip()
+            return head + ("-dirty" if dirty else "")
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    return os.environ.get("LRA_GIT_COMMIT") or "unknown"
 
 
 def describe_device(device: torch.device) -> str:

@@ -53,7 +53,9 @@ def test_a_wheel_installed_in_a_fresh_venv_trains_yoso_with_its_kernels_outside_
 
     elsewhere = tmp_path / "elsewhere"
     run_command([str(venv / "bin" / "lra-train"), "task=listops", "attention=yoso", "attention.impl=cpu",
-                 "trainer=smoke", "trainer.max_steps=4", *SMALL_LISTOPS], elsewhere, data_dir)
+                 "trainer=smoke", "trainer.max_steps=4", *SMALL_LISTOPS], elsewhere, data_dir,
+                env_extra={"LRA_GIT_COMMIT": "0123abc"})  # as the Docker image sets it from its build argument
     record, = (read_json(run / "metrics.json") for run in run_dirs(elsewhere))
     # impl=cpu runs the compiled kernels or stops with an error, never the PyTorch fallback.
     assert record["status"] == "completed" and record["steps"] == 4 and record["label"] == "YOSO-32", record
+    assert record["git_commit"] == "0123abc"  # an installed package is no checkout, wherever it lives
