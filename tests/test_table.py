@@ -147,3 +147,35 @@ def test_the_papers_none_row_is_a_row_not_a_missing_value(tmp_path):
     assert reference.loc["None", "listops"] == 19.20
     table = comparison(collect([tmp_path]), reference=reference)
     assert "+1.00" in table.loc["None", "listops"], table.loc["None", "listops"]
+
+
+def test_lra_chart_points_are_relative_to_softmax_and_the_paper_layer_comes_from_its_two_tables(tmp_path, capsys):
+    """Issue 17, item 6: the LRA Figure 3 chart from the same records (lra-table --plot)."""
+    from PIL import Image
+
+    from lra.results import chart
+
+    runs = {"Softmax": (37.0, 20_000, 800), "YOSO-32": (36.0, 50_000, 100), "None": (19.0, 80_000, 60)}
+    for task in ("listops", "text"):
+        for seed in (0, 1):
+            for label, (accuracy, speed, memory) in runs.items():
+                folder = tmp_path / f"{task}-{label}-{seed}"
+                write_run(folder, label, task, seed, "completed", accuracy + seed + (task == "text") * 20)
+                record = read_json(folder / "metrics.json")
+                record.update(train_tokens_per_second=speed * (1 + seed), peak_memory_mb=memory)
+                (folder / "metrics.json").write_text(json.dumps(record))
+    write_run(tmp_path / "failed", "Linformer", "listops", 0, "failed")
+    table_main([str(tmp_path), "--plot", str(tmp_path / "lra.png")])
+    assert "not in the chart (no completed run on every task it needs): Linformer" in capsys.readouterr().err
+    with Image.open(tmp_path / "lra.png") as image:
+        assert image.size == (1125, 825)
+
+    points = chart.our_points(comparison(collect([tmp_path])).attrs["numbers"], None)
+    assert chart.relative(points)
+    assert points.loc["YOSO-32", "accuracy"] == (36.5 + 56.5) / 2  # the average over both tasks
+    assert points.loc["YOSO-32", "speed"] == 2.5 and points.loc["None", "memory"] == 60 / 800  # on listops
+    paper = chart.paper_points("listops")
+    # YOSO paper, Table 4 at n = 4096: Softmax 21.2 + 29.73 ms, YOSO-32 6.31 + 9.89 ms, peaks 3918 / 355 MB.
+    assert abs(paper.loc["YOSO-32", "speed"] - (21.2 + 29.73) / (6.31 + 9.89)) < 1e-12
+    assert abs(paper.loc["YOSO-32", "memory"] - 355 / 3918) < 1e-12 and paper.loc["YOSO-32", "accuracy"] == 37.25
+    assert set(paper.index) == {"Softmax", "YOSO-32", "Longformer", "Reformer"}  # Linformer: -128 or -256, not drawn

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lra.results import chart
 from lra.results.table import (REFERENCES, collect, collect_wandb, comparison, load_reference, numbers,
                                status_counts, to_latex, to_markdown)
 
@@ -29,6 +30,11 @@ def main(argv=None) -> None:
     parser.add_argument("--efficiency", nargs="?", const="", metavar="TASK",
                         help="add training tokens/s and peak memory of TASK's runs (default: the first task column)")
     parser.add_argument("--output", type=Path, help="write here instead of standard output")
+    parser.add_argument("--plot", type=Path, metavar="FILE.png",
+                        help="also draw the LRA paper's Figure 3: accuracy against training speed, bubble area = peak "
+                        "memory (both relative to Softmax), the YOSO paper's points faint behind")
+    parser.add_argument("--plot-task", metavar="TASK", help="the chart's accuracy: this task (default: the only task, "
+                        "else the average over every task, speed and memory from the first)")
     args = parser.parse_args(argv)
     missing = [d for d in args.directories if not d.exists()]
     if missing:
@@ -66,6 +72,15 @@ def main(argv=None) -> None:
         records = numbers(table, reference)
         text = (records.to_csv(index=False) if args.format == "csv"
                 else records.astype(object).where(records.notna(), None).to_json(orient="records", indent=2))
+    if args.plot and not table.empty:
+        tasks = set(runs["task"])
+        chart_task = args.plot_task or (next(iter(tasks)) if len(tasks) == 1 else None)
+        if chart_task is not None and chart_task not in tasks:
+            parser.exit(2, f"error: no runs of task {chart_task!r} to plot; --plot-task is one of {', '.join(sorted(tasks))}\n")
+        try:
+            chart.plot(table.attrs["numbers"], args.plot, chart_task, warn)
+        except ValueError as exc:
+            parser.exit(1, f"error: cannot draw {args.plot}: {exc}\n")
     if args.output:
         args.output.write_text(text.rstrip("\n") + "\n")
     else:

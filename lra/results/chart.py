@@ -1,0 +1,172 @@
+"""The LRA paper's Figure 3 from run records: accuracy against training speed, bubble area = peak
+memory, one bubble per backend; the YOSO paper's numbers (its Table 3 accuracy with its Table 4
+attention-module cost) as a faint layer behind them.
+
+Speed and memory are relative to Softmax (× its training tokens/s, × its peak memory) so that
+our runs and the paper's, measured on different machines, share the axes; without a Softmax run
+they are absolute and the paper layer is left out.
+"""
+
+from __future__ import annotations
+
+import math
+from importlib import resources
+from io import StringIO
+from pathlib import Path
+from typing import Callable, List, Optional
+
+import pandas as pd
+
+from lra.results.table import load_reference
+
+PAPER_EFFICIENCY = "yoso_iclr_table4_attention_efficiency.csv"
+PAPER_SEQ_LEN = 4096  # the LRA figure's speed and memory are at 4K tokens
+BASELINE = "Softmax"
+
+
+def our_points(summary: pd.DataFrame, task: Optional[str]) -> pd.DataFrame:
+    """One row per backend: accuracy (the task's mean, or the average over every task when ``task`` is
+    None, only for backends with all of them), tokens/s and peak MB on ``speed_task``."""
+    tasks = sorted(set(summary["task"]))
+    done = summary[summary["seeds"] > 0]
+    accuracy = done.pivot(index="backend", columns="task", values="mean")
+    if task is None:
+        accuracy = accuracy.reindex(columns=tasks).dropna().mean(axis=1)
+        speed_task = tasks[0]
+    else:
+        accuracy = accuracy[task].dropna() if task in accuracy.columns else pd.Series(dtype=float)
+        speed_task = task
+    cost = done[done["task"] == speed_task].set_index("backend")[["tokens_per_s", "peak_memory_mb"]]
+    points = pd.DataFrame({"accuracy": accuracy}).join(cost, how="inner").dropna()
+    points.attrs["speed_task"] = speed_task
+    return points
+
+
+def relative(points: pd.DataFrame) -> bool:
+    """Divide speed and memory by Softmax's, in place; False (left absolute) without a Softmax row."""
+    if BASELINE not in points.index:
+        return False
+    base = points.loc[BASELINE]
+    points["speed"] = points["tokens_per_s"] / base["tokens_per_s"]
+    points["memory"] = points["peak_memory_mb"] / base["peak_memory_mb"]
+    return True
+
+
+def paper_points(task: Optional[str]) -> pd.DataFrame:
+    """The YOSO paper's backends with both an accuracy (Table 3, the task's column or the average) and
+    an attention-module cost at 4K tokens (Table 4): speed = Softmax's forward+backward time ÷ the
+    backend's, memory = its training peak ÷ Softmax's. A Table 3 name matches the Table 4 row of the
+    same name, or the only row named ``<name>-<parameter>`` (Reformer → Reformer-2)."""
+    accuracy = load_reference("yoso")
+    column = "average" if task is None else task
+    if column not in accuracy.columns:
+        return pd.DataFrame(columns=["accuracy", "speed", "memory"])
+    text = resources.files("lra.results").joinpath("paper_numbers", PAPER_EFFICIENCY).read_text()
+    cost = pd.read_csv(StringIO(text), comment="#")
+    cost = cost[cost["seq_len"] == PAPER_SEQ_LEN].set_index("method")
+    seconds = cost["forward_ms"] + cost["backward_ms"]
+    rows = {}
+    for name, value in accuracy[column].items():
+        matches = [m for m in cost.index if m == name] or [m for m in cost.index if m.startswith(f"{name}-")]
+        if len(matches) == 1 and not math.isnan(value):
+            row = matches[0]
+            rows[name] = {"accuracy": value, "speed": seconds[BASELINE] / seconds[row],
+                          "memory": cost.loc[row, "training_peak_mb"] / cost.loc[BASELINE, "training_peak_mb"]}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def plot(summary: pd.DataFrame, output: Path, task: Optional[str] = None,
+         warn: Callable[[str], None] = lambda message: None) -> pd.DataFrame:
+    """Write the chart to ``output`` (any format matplotlib knows by its suffix); returns our points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = our_points(summary, task)
+    left_out = sorted(set(summary["backend"]) - set(points.index))
+    if left_out:
+        warn(f"not in the chart (no completed run on every task it needs): {', '.join(left_out)}")
+    if points.empty:
+        raise ValueError("no backend has completed runs to plot" + (f" on {task}" if task else " on every task"))
+    is_relative = relative(points)
+    if not is_relative:
+        points["speed"], points["memory"] = points["tokens_per_s"], points["peak_memory_mb"]
+        warn(f"no {BASELINE} run on {points.attrs['speed_task']}: speed and memory are absolute and the paper's "
+             "points are left out")
+    paper = paper_points(task) if is_relative else pd.DataFrame()
+    scale = 900 / max([*points["memory"], *paper.get("memory", [])])  # the largest bubble: 900 pt²
+
+    figure, axes = plt.subplots(figsize=(7.5, 5.5), dpi=150)
+    labels = []  # (name, x, y, bubble area, style): placed after every bubble is drawn
+    for name, row in paper.iterrows():
+        axes.scatter(row["speed"], row["accuracy"], s=row["memory"] * scale, color="0.6", alpha=0.25,
+                     edgecolors="0.5", linewidths=0.8, zorder=1)
+        labels.append((name, row["speed"], row["accuracy"], row["memory"] * scale,
+                       {"fontsize": 7, "color": "0.45", "style": "italic"}))
+    colours = plt.get_cmap("tab10")(range(len(points)))
+    for colour, (name, row) in zip(colours, points.sort_values("memory", ascending=False).iterrows()):
+        axes.scatter(row["speed"], row["accuracy"], s=row["memory"] * scale, color=colour, alpha=0.75,
+                     edgecolors="black", linewidths=0.6, zorder=2)
+        labels.append((name, row["speed"], row["accuracy"], row["memory"] * scale, {"fontsize": 8}))
+    axes.margins(0.15)
+    where = "LRA average" if task is None else task
+    axes.set_ylabel(f"test accuracy (%), {where}")
+    speed_task = points.attrs["speed_task"]
+    axes.set_xlabel(f"training speed on {speed_task}, × {BASELINE}" if is_relative
+                    else f"training tokens/s on {speed_task}")
+    memory = f"× {BASELINE}'s" if is_relative else "MB"
+    title = f"Accuracy, speed and peak memory (bubble area, {memory})"
+    if not paper.empty:
+        title += f"\ngrey: the YOSO paper (Table 3 accuracy; Table 4 attention cost at n = {PAPER_SEQ_LEN:,})"
+    axes.set_title(title, fontsize=9)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    axes.set_xlim(axes.get_xlim())  # fixed before the labels are placed in display coordinates
+    axes.set_ylim(axes.get_ylim())
+    figure.canvas.draw()
+    _place_labels(figure, axes, labels)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(output)
+    plt.close(figure)
+    return points
+
+
+def _place_labels(figure, axes, labels) -> None:
+    """Each label beside its bubble (right, left, above, below, then farther out), at the first place
+    where it covers no other bubble and no label already placed."""
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    renderer = figure.canvas.get_renderer()
+    points_to_pixels = figure.dpi / 72
+    bubbles = []
+    for _, x, y, area, _ in labels:
+        cx, cy = axes.transData.transform((x, y))
+        r = math.sqrt(area / math.pi) * points_to_pixels
+        bubbles.append(Bbox([[cx - r, cy - r], [cx + r, cy + r]]))
+    placed = []
+    # A thin line from each label to its bubble's centre (marked with a dot): bubbles may nest.
+    leader = {"arrowstyle": "-", "color": "0.55", "linewidth": 0.5, "shrinkA": 1, "shrinkB": 0}
+    for index, (name, x, y, area, style) in enumerate(labels):
+        axes.scatter([x], [y], s=3, color=style.get("color", "black"), zorder=3)
+        obstacles = placed + [b for i, b in enumerate(bubbles) if i != index]
+        gap = math.sqrt(area / math.pi) + 3  # the bubble's radius in points, plus a little
+        offsets = [(gap, 0, "left", "center"), (-gap, 0, "right", "center"), (0, gap, "center", "bottom"),
+                   (0, -gap, "center", "top")]
+        offsets += [(dx + math.copysign(12, dx) if dx else 0, dy + math.copysign(12, dy) if dy else 0, ha, va)
+                    for dx, dy, ha, va in offsets]
+        for dx, dy, ha, va in offsets:
+            text = axes.annotate(name, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                                 zorder=3, arrowprops=leader, **style)
+            text.update_positions(renderer)
+            box = Text.get_window_extent(text, renderer)  # the words only, not the leader line
+            if not any(box.overlaps(other) for other in obstacles):
+                break
+            text.remove()
+        else:  # nowhere free: the first place, as it was
+            dx, dy, ha, va = offsets[0]
+            text = axes.annotate(name, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                                 zorder=3, arrowprops=leader, **style)
+        text.update_positions(renderer)
+        placed.append(Text.get_window_extent(text, renderer))
