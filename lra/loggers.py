@@ -73,6 +73,25 @@ def _run_id(run_dir: Path) -> str:
     return hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:16]
 
 
+def sweep_group(sweep_dir: Path) -> str:
+    """A sweep's W&B group: its command-line overrides (from the multirun.yaml Hydra writes before any
+    job starts) and its folder, e.g. ``attention=softmax,yoso seed=0,1 · 2026-11-23/10-31-07``;
+    at most 128 characters, W&B's limit."""
+    sweep_dir = Path(sweep_dir)
+    when = f"{sweep_dir.parent.name}/{sweep_dir.name}"
+    try:
+        from omegaconf import OmegaConf
+
+        overrides = [str(o) for o in OmegaConf.load(sweep_dir / "multirun.yaml").hydra.overrides.task]
+    except Exception:  # no multirun.yaml (a custom launcher): the folder alone
+        overrides = []
+    described = " ".join(overrides)
+    suffix = f" · {when}"
+    if len(described) + len(suffix) > 128:
+        described = described[: 128 - len(suffix) - 1] + "…"
+    return f"{described}{suffix}" if described else when
+
+
 def build_logger(cfg, run_dir: Path, resolved_config: dict, name: str, group: str, job_type: str):
     if cfg.name == "none":
         return NullLogger()

@@ -105,5 +105,5 @@ def test_entrypoint_execs_the_command_and_names_the_choices_for_an_unknown_one()
                              text=True, env=env)
     assert unknown.returncode == 1
     assert unknown.stderr.strip() == ("error: no command 'lra-trian' in this image; run lra-train, lra-prepare, "
-                                      "lra-table, lra-profile or lra-fidelity, or pass lra-train's key=value "
-                                      "overrides alone")
+                                      "lra-table, lra-profile, lra-fidelity or lra-sync, or pass lra-train's "
+                                      "key=value overrides alone")

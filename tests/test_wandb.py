@@ -68,3 +68,33 @@ def test_offline_run_holds_config_history_and_summary(tmp_path, data_dir):
     metrics = read_json(run_dir / "metrics.json")
     assert summary["test/accuracy"] == metrics["test_accuracy"] and summary["run_dir"] == str(run_dir)
     assert by_kind["exit"][0].exit.exit_code == 0
+
+
+def test_a_sweeps_group_names_its_overrides_and_folder(tmp_path):
+    from lra.loggers import sweep_group
+
+    sweep = tmp_path / "runs" / "multirun" / "2026-11-23" / "10-31-07"
+    sweep.mkdir(parents=True)
+    assert sweep_group(sweep) == "2026-11-23/10-31-07"  # no multirun.yaml: the folder alone
+    (sweep / "multirun.yaml").write_text("hydra:\n  overrides:\n    task:\n    - attention=softmax,yoso\n    - seed=0,1\n")
+    assert sweep_group(sweep) == "attention=softmax,yoso seed=0,1 · 2026-11-23/10-31-07"
+    (sweep / "multirun.yaml").write_text("hydra:\n  overrides:\n    task:\n    - seed=" + ",".join(map(str, range(60))) + "\n")
+    long = sweep_group(sweep)
+    assert len(long) == 128 and long.endswith("… · 2026-11-23/10-31-07") and long.startswith("seed=0,1,2")
+
+
+def test_lra_sync_finds_every_offline_run_of_a_sweep(tmp_path, capsys):
+    import pytest
+
+    from lra.commands.sync import main as sync_main
+
+    sweep = tmp_path / "sweep"
+    runs = [sweep / job / "wandb" / f"offline-run-2026112{job}_000000-abc{job}" for job in "01"]
+    for run in runs:
+        run.mkdir(parents=True)
+    (sweep / "0" / "wandb" / "latest-run").mkdir()  # not a run folder
+    sync_main([str(sweep), "--dry-run", "--project", "lra"])
+    assert capsys.readouterr().out.strip() == f"2 offline run(s): wandb sync --project lra {runs[0]} {runs[1]}"
+    with pytest.raises(SystemExit) as stopped:
+        sync_main([str(tmp_path / "sweep" / "0" / "wandb" / "latest-run")])
+    assert stopped.value.code == 1 and "no offline W&B runs" in capsys.readouterr().err

@@ -27,7 +27,7 @@ def main(argv=None) -> None:
     command = command_line(sys.argv[1:] if argv is None else argv)
     if shutil.which(command[0]) is None:
         sys.exit(f"error: no command '{command[0]}' in this image; run lra-train, lra-prepare, lra-table, "
-                 f"lra-profile or lra-fidelity, or pass lra-train's key=value overrides alone")
+                 f"lra-profile, lra-fidelity or lra-sync, or pass lra-train's key=value overrides alone")
     os.execvp(command[0], command)
 
 

@@ -16,6 +16,7 @@ from lra.commands import config_errors
 from lra.config import CONF_DIR, TrainRunConfig, register_configs, register_resolvers
 from lra.errors import UserError
 from lra.io import atomic_write_text
+from lra.loggers import sweep_group
 from lra.validation import validate
 
 log = logging.getLogger("lra.train")
@@ -69,7 +70,7 @@ def run(cfg: DictConfig):
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    group = Path(hydra_cfg.sweep.dir).name if multirun else None
+    group = sweep_group(Path(hydra_cfg.sweep.dir)) if multirun else None
     try:
         cfg, run_dir = _prepare_config(cfg, Path(hydra_cfg.runtime.output_dir))
         resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
