@@ -106,10 +106,11 @@ def exclusive(path: Path, what: str, fix: str):
         handle.close()
 
 
-def save_figure(figure, path: Path) -> None:
-    """Lay out a matplotlib figure, write it as PNG atomically, and close it."""
+def save_figure(figure, path: Path, rect=(0, 0, 1, 1)) -> None:
+    """Lay out a matplotlib figure (its axes within ``rect``, figure fractions), write it as PNG
+    atomically, and close it."""
     import matplotlib.pyplot as plt
 
-    figure.tight_layout()
+    figure.tight_layout(rect=rect)
     atomic_write(path, lambda handle: figure.savefig(handle, dpi=110, format="png"), mode="wb")
     plt.close(figure)

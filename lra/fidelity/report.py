@@ -146,25 +146,35 @@ def plot(tables: Dict[str, pd.DataFrame], out_dir: Path) -> None:
         sparse = (tables["backends"].dropna(subset=["keys_per_query"]).assign(setting=lambda f: _setting(f))
                   if "backends" in tables else pd.DataFrame(columns=["setting"]))
         floor = 1e-3  # errors below it (the exact limits, ~1e-15) are drawn on the floor
+        # The oracles in black and grey; each backend one colour and marker in every panel, named in
+        # one legend (annotations collided where backends keep similar numbers of keys).
+        names = sorted(set(sparse["label"]))
+        styles = {name: {"color": plt.get_cmap("tab10")(i % 10), "marker": "xv^<>DPs*"[i % 9]}
+                  for i, name in enumerate(names)}
         for axis, setting in zip(axes.flat, settings):
             here = oracles[oracles["setting"] == setting]
             curve = here[here["oracle"] == "v-oblivious"].groupby("r")["relative_error"].mean()
-            axis.plot(curve.index, curve.clip(lower=floor), marker="o", label="optimal-v-oblivious-r")
+            axis.plot(curve.index, curve.clip(lower=floor), marker="o", color="black", markersize=4,
+                      label="optimal-v-oblivious-r")
             aware = here[here["oracle"] == "v-aware"].groupby("r")["relative_error"].mean()
-            axis.plot(aware.index, aware.clip(lower=floor), marker="s", linestyle="none",
+            axis.plot(aware.index, aware.clip(lower=floor), marker="s", linestyle="none", color="0.55",
                       label=f"optimal-v-aware-r, r = 1 and r = d + 1 (< {floor:g} drawn at {floor:g})")
             points = sparse[sparse["setting"] == setting].groupby("label")[["keys_per_query", "relative_error"]].mean()
             for label, point in points.iterrows():
-                axis.scatter(point["keys_per_query"], point["relative_error"], marker="x", zorder=3)
-                axis.annotate(label, (point["keys_per_query"], point["relative_error"]), fontsize=7,
-                              xytext=(3, 3), textcoords="offset points")
+                axis.scatter(point["keys_per_query"], point["relative_error"], s=45, zorder=3, label=label,
+                             **styles[label])
             axis.set(xscale="log", yscale="log", xlabel="keys per query r", ylabel="relative error", title=setting)
             axis.set_ylim(bottom=floor / 2)
             axis.grid(alpha=0.3)
-            axis.legend(fontsize=7)
         for axis in list(axes.flat)[len(settings):]:
             axis.set_visible(False)
-        save_figure(figure, out_dir / "fidelity_oracles.png")
+        handles = {}
+        for axis in axes.flat:
+            handles.update(zip(*reversed(axis.get_legend_handles_labels())))
+        figure.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(4, len(handles)),
+                      fontsize=8, frameon=False)
+        legend_rows = math.ceil(len(handles) / 4)
+        save_figure(figure, out_dir / "fidelity_oracles.png", rect=(0, 0.045 * legend_rows / rows + 0.02, 1, 1))
 
 
 def write(rows: Dict[str, List[dict]], out_dir: Path, title: str) -> Dict[str, pd.DataFrame]:

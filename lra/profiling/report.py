@@ -72,13 +72,24 @@ def plot(frame: pd.DataFrame, fits: pd.DataFrame, path: Path, title: str) -> Non
             slope = exponent.loc[label, fit] if label in exponent.index else math.nan
             name = f"{label} (n^{slope:.2f})" if not math.isnan(slope) else label
             axis.plot(group["n"], group[column].clip(lower=1e-3), marker="o", label=name)
+    colours = {line.get_label().split(" (n^")[0]: line.get_color() for line in axes[0].get_lines()}
     for axis, ylabel in ((axes[0], "training step per instance (ms)"), (axes[1], "training peak per instance (MB)")):
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
+        # A cell that failed (out of memory, or another error) is marked at the top of the plot, in the
+        # backend's colour, where its curve stops.
+        top = axis.get_ylim()[1]
+        for _, row in frame[frame["error"].notna()].iterrows():
+            what = "OOM" if "memory" in str(row["error"]) else "error"
+            colour = colours.get(row["label"], "black")
+            axis.scatter([row["n"]], [top], marker="X", s=60, color=colour, zorder=3, clip_on=False)
+            axis.annotate(f"{row['label']}: {what}", (row["n"], top), xytext=(0, -10), textcoords="offset points",
+                          ha="center", va="top", fontsize=7, color=colour)
+        axis.set_ylim(top=top)
+        axis.legend(fontsize=7, loc="upper left")  # failure marks are at the top right, where n is largest
         axis.set_xlabel("sequence length n")
         axis.set_ylabel(ylabel)
         axis.grid(True, which="both", alpha=0.3)
-        axis.legend(fontsize=7)
     figure.suptitle(title, fontsize=10)
     save_figure(figure, path)
 
