@@ -144,6 +144,11 @@ def test_a_failed_resume_leaves_the_record_and_a_completed_run_is_not_resumed(tm
     assert read_json(run / "metrics.json")["status"] == "completed"
     again = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
     assert "already completed" in again.stderr + again.stdout
+    longer = run_command(["lra-train", f"resume={run}", "trainer.max_steps=24"], tmp_path, data_dir, check=False)
+    last = longer.stderr.strip().splitlines()[-1]
+    assert longer.returncode == 2 and last.startswith(f"error: {run} completed at step ") and last.endswith(
+        f"train a new run instead: lra-train {' '.join(o for o in RESUMABLE if 'max_steps' not in o)} "
+        "trainer.max_steps=24"), longer.stderr
     assert (run / "metrics.json").read_bytes() == completed, "a completed result never changes"
 
 
