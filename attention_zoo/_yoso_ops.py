@@ -154,6 +154,20 @@ def cumulation(codes_q, codes_k, weight_q, weight_k, values, tau: int, impl: str
     return cumulation_torch(*args, workspace_bytes)
 
 
+def collision_fraction_torch(codes_q, codes_k) -> torch.Tensor:
+    """[B, nq, nk]: the fraction of the m hashes under which query i and key j collide."""
+    counts = codes_q.new_zeros(codes_q.shape[0], codes_q.shape[2], codes_k.shape[2], dtype=torch.float32)
+    for h in range(codes_q.shape[1]):
+        counts += codes_q[:, h, :, None] == codes_k[:, h, None, :]
+    return counts / codes_q.shape[1]
+
+
+def collision_fraction(codes_q, codes_k, impl: str) -> torch.Tensor:
+    if impl == "kernel" and codes_q.device.type == "cpu":
+        return _yoso_build.load("cpu").collision_fraction(codes_q.contiguous(), codes_k.contiguous())
+    return collision_fraction_torch(codes_q, codes_k)
+
+
 # ---------------------------------------------------------------------------- pair gradient
 
 

@@ -196,14 +196,50 @@ def lower_bound_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projectio
 
 
 def exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s: Setup):
-    """∇Q, ∇K of eq. 4 with every pair's exact weight ∇Y_i·v_j: one cumulation each whose d_v weight
-    channels are ∇Y (queries) and the masked V (keys), shared by every hash ([B, 1, d_v, n])."""
+    """∇Q, ∇K of eq. 4 with every pair's exact weight ∇Y_i·v_j: by cumulations, or with the CPU
+    kernels densely while that is cheaper (short sequences); the two agree to float32 rounding."""
+    if s.impl == "kernel" and q.device.type == "cpu" and dense_is_cheaper(q.shape[1], k.shape[1], codes_q.shape[1],
+                                                                          v.shape[-1], q.shape[-1]):
+        return dense_exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s)
+    return cumulated_exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s)
+
+
+def cumulated_exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s: Setup):
+    """One cumulation each whose d_v weight channels are ∇Y (queries) and the masked V (keys), shared
+    by every hash ([B, 1, d_v, n]): O(n·m·d_v·d)."""
     grad_channels = grad.transpose(1, 2).contiguous()[:, None]
     value_channels = (v * key_weight[..., None]).transpose(1, 2).contiguous()[:, None]
     grad_q = ops.cumulation(codes_q, codes_k, grad_channels, value_channels, k * (s.tau / 2), s.tau, s.impl,
                             s.workspace_bytes)
     grad_k = ops.cumulation(codes_k, codes_q, value_channels, grad_channels, q * (s.tau / 2), s.tau, s.impl,
                             s.workspace_bytes)
+    return grad_q, grad_k
+
+
+def dense_is_cheaper(nq: int, nk: int, m: int, dv: int, d: int) -> bool:
+    """Multiply-adds of the dense form (a vectorized code comparison per hash, then three matmuls)
+    against the two cumulations' d_v·d per token, hash and side: dense wins below n ≈ 1,300 at
+    m = 32, d = d_v = 32 (the LRA reference model)."""
+    return nq * nk * (m / 8 + dv + 2 * d) < 2 * (nq + nk) * m * dv * d
+
+
+CPU_DENSE_BYTES = 32 * 2**20  # the [elements, nq, nk] pair weights of one chunk of the batch
+
+
+def dense_exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s: Setup):
+    """The same estimator and hashes as :func:`exact_weight_gradients`, with each pair's collision
+    fraction C_ij = (1/m) Σ_h [h(q_i) = h(k_j)] (the paper's sampled B of eq. 2, averaged over the m
+    hashes) held as a matrix: with M = C ⊙ (∇Y Vᵀ) ⊙ w_k, ∇Q = (τ/2) M K and ∇K = (τ/2) Mᵀ Q (eq. 4's
+    lower bound). Equal to the cumulations up to float32 rounding (tested)."""
+    batch, nq, nk = q.shape[0], q.shape[1], k.shape[1]
+    chunk = max(1, CPU_DENSE_BYTES // (nq * nk * 4))
+    grad_q, grad_k = torch.empty_like(q), torch.empty_like(k)
+    for start in range(0, batch, chunk):
+        part = slice(start, start + chunk)
+        weights = ops.collision_fraction(codes_q[part], codes_k[part], s.impl)
+        weights.mul_(grad[part] @ v[part].transpose(1, 2)).mul_(key_weight[part, None, :] * (s.tau / 2))
+        torch.bmm(weights, k[part], out=grad_q[part])
+        torch.bmm(weights.transpose(1, 2), q[part], out=grad_k[part])
     return grad_q, grad_k
 
 

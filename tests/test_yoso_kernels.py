@@ -379,3 +379,31 @@ def test_a_killed_kernel_build_leaves_no_compiler_running(tmp_path):
     finally:
         job.kill()
     assert not list((tmp_path / "cache").rglob("*.so"))
+
+
+@needs_kernels
+@pytest.mark.parametrize("batch, n, d, dv, m, tau", [(3, 37, 24, 24, 16, 6), (2, 61, 32, 40, 32, 8),
+                                                      (2, 129, 64, 64, 5, 12), (70, 24, 8, 8, 3, 4)])
+def test_dense_exact_weight_backward_equals_the_cumulations_and_a_float64_reference(batch, n, d, dv, m, tau,
+                                                                                     monkeypatch):
+    """The short-sequence CPU path (collision fractions held densely, then matmuls) computes the same
+    estimator from the same hashes as the cumulations; the last shape runs in 10 chunks of the batch."""
+    from attention_zoo import yoso
+    from attention_zoo.yoso import Setup, cumulated_exact_weight_gradients, dense_exact_weight_gradients
+
+    monkeypatch.setattr(yoso, "CPU_DENSE_BYTES", 7 * n * n * 4 if batch == 70 else yoso.CPU_DENSE_BYTES)
+
+    q, k, v, grad, mask = problem(batch, n, d, dv, seed=3)
+    draws = draw(batch, d, dv, m, tau, "hadamard", dv, torch.Generator().manual_seed(1), "cpu")
+    codes_q, codes_k = (hash_codes(x, draws, m, tau, "kernel") for x in (q, k))
+    fraction = ops.collision_fraction(codes_q, codes_k, "kernel")
+    assert torch.equal(fraction, ops.collision_fraction_torch(codes_q, codes_k))
+    setup = Setup(tau, "lower_bound", "kernel", 0.99, 2**26)
+    dense = dense_exact_weight_gradients(q, k, v, mask, grad, codes_q, codes_k, setup)
+    cumulated = cumulated_exact_weight_gradients(q, k, v, mask, grad, codes_q, codes_k, setup)
+    c, g, vv, kk, qq, w = (t.double() for t in (fraction, grad, v, k, q, mask))
+    weights = c * (g @ vv.transpose(1, 2)) * w[:, None, :] * (tau / 2)
+    reference = (weights @ kk, weights.transpose(1, 2) @ qq)
+    for ours, theirs, exact in zip(dense, cumulated, reference):
+        torch.testing.assert_close(ours.double(), exact, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(theirs.double(), exact, rtol=1e-5, atol=1e-5)
