@@ -42,7 +42,7 @@ COPY conf_profile ./conf_profile
 COPY conf_fidelity ./conf_fidelity
 # A finished kernel build is loaded without a lock or a write, so any user can use this root-built cache.
 RUN pip install --no-cache-dir . \
- && python -m attention_zoo._yoso_build cpu cuda \
+ && lra-build-kernels cpu cuda \
  && chmod -R a+rX /opt/lra-kernels \
  && mkdir -p /workspace /data \
  && chmod 1777 /workspace /data

@@ -6,7 +6,7 @@ kernels) when CUDA tensors first need it. Builds go to ``$LRA_KERNEL_CACHE`` (de
 version, so an edited kernel or a new torch rebuilds and concurrent jobs share one build.
 CUDA architectures: ``TORCH_CUDA_ARCH_LIST`` if set (the Docker image sets it), else the current
 GPU's compute capability. CPU code is compiled for ``-march=native`` (the build name includes the
-CPU's identity) unless ``LRA_KERNEL_CPU_ARCH`` names a portable target. Precompile with ``python -m attention_zoo._yoso_build cpu cuda``.
+CPU's identity) unless ``LRA_KERNEL_CPU_ARCH`` names a portable target. Precompile with ``lra-build-kernels cpu cuda``.
 """
 
 from __future__ import annotations
@@ -279,7 +279,9 @@ def _compile_and_import(kind: str, name: str, sources, build_directory: Path) ->
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description="Precompile the YOSO kernels into the kernel cache.")
+    parser = argparse.ArgumentParser(prog="lra-build-kernels",
+                                     description="Compile the YOSO kernels into the kernel cache ($LRA_KERNEL_CACHE, "
+                                     "default ~/.cache/lra-harness/kernels) ahead of the first run that needs them.")
     parser.add_argument("kinds", nargs="+", choices=["cpu", "cuda"])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # see _compile_in_worker
     args = parser.parse_args(argv)
@@ -289,7 +291,10 @@ def main(argv=None) -> None:
     for kind in args.kinds:
         if kind == "cuda" and not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
             parser.error("building the CUDA kernels without a GPU needs TORCH_CUDA_ARCH_LIST (e.g. '8.0 9.0')")
-        print(f"{kind}: {load(kind).__file__}")
+        try:
+            print(f"{kind}: {load(kind).__file__}")
+        except KernelUnavailable as error:
+            parser.exit(1, f"error: {error}\n")
 
 
 if __name__ == "__main__":

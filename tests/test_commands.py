@@ -6,7 +6,8 @@ from conftest import read_json, run_command, run_dirs
 from lra.data import listops
 
 
-@pytest.mark.parametrize("command", ["lra-train", "lra-prepare", "lra-table", "lra-profile", "lra-fidelity", "lra-sync"])
+@pytest.mark.parametrize("command", ["lra-train", "lra-prepare", "lra-table", "lra-profile", "lra-fidelity", "lra-sync",
+                                     "lra-build-kernels"])
 def test_every_command_has_help(tmp_path, command):
     result = run_command([command, "--help"], tmp_path, tmp_path)
     assert result.returncode == 0 and f"usage: {command}" in result.stdout.lower()

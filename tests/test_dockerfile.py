@@ -49,7 +49,7 @@ def test_dockerfile_parses_and_copies_existing_paths():
             for source in sources:
                 assert (ROOT / source).exists(), f"Dockerfile copies missing {source}"
     runs = " ".join(arguments for keyword, arguments in parsed if keyword == "RUN")
-    assert "attention_zoo._yoso_build cpu cuda" in runs  # kernels precompiled into the image
+    assert "lra-build-kernels cpu cuda" in runs  # kernels precompiled into the image
     assert "pip install --no-cache-dir ." in runs  # a real (non-editable) install: conf/ and csrc/ inside it
 
 
