@@ -52,14 +52,15 @@ def _prepare_config(cfg: DictConfig, run_dir: Path) -> tuple[DictConfig, Path]:
         run_dir = Path(cfg.resume).resolve()
         cfg = _load_saved(run_dir)
         others = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
-        if others and read_record(run_dir).get("status") == "completed":
+        previous = read_record(run_dir)
+        if others and previous.get("status") == "completed":
             # Extending is refused: trainer.max_steps shapes the learning-rate schedule from step 0, so
             # a longer run is a new run, not this one continued.
             saved = run_dir / ".hydra" / "overrides.yaml"
             replaced = {o.split("=")[0] for o in others}
             kept = [o for o in map(str, OmegaConf.load(saved) if saved.is_file() else []) if o.split("=")[0] not in replaced]
             command = " ".join(["lra-train", *kept, *others])
-            raise ConfigError(f"{run_dir} completed at step {read_record(run_dir).get('steps')}; a completed run is "
+            raise ConfigError(f"{run_dir} completed at step {previous.get('steps')}; a completed run is "
                               f"never changed or extended (trainer.max_steps sets the learning-rate schedule from "
                               f"step 0): train a new run instead: {command}")
         if others:

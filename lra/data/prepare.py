@@ -27,7 +27,6 @@ from lra.io import atomic_write_json
 SPLITS = ("train", "val", "test")
 AUTO = "auto"  # task.source=auto: see resolve_auto_source
 SOURCES = {  # the concrete sources of each task; the first is lra-prepare's default
-
     "listops": ("generate", "lra_release"),
     "text": ("tfds", "aclimdb"),
     "retrieval": ("lra_release",),

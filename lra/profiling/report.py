@@ -66,13 +66,15 @@ def plot(frame: pd.DataFrame, fits: pd.DataFrame, path: Path, title: str) -> Non
 
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     exponent = fits.set_index("label") if not fits.empty else pd.DataFrame()
+    colours = {}  # a backend's line colour, for its failure marks
     for label, group in frame[frame["error"].isna()].groupby("label", sort=False):
         group = group.sort_values("n")
         for axis, column, fit in ((axes[0], "step_ms", "time_exponent"), (axes[1], "training_peak_mb", "memory_exponent")):
             slope = exponent.loc[label, fit] if label in exponent.index else math.nan
             name = f"{label} (n^{slope:.2f})" if not math.isnan(slope) else label
-            axis.plot(group["n"], group[column].clip(lower=1e-3), marker="o", label=name)
-    colours = {line.get_label().split(" (n^")[0]: line.get_color() for line in axes[0].get_lines()}
+            (line,) = axis.plot(group["n"], group[column].clip(lower=1e-3), marker="o", label=name,
+                                color=colours.get(label))
+            colours[label] = line.get_color()
     for axis, ylabel in ((axes[0], "training step per instance (ms)"), (axes[1], "training peak per instance (MB)")):
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
