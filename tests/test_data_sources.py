@@ -306,15 +306,18 @@ def test_all_five_tasks_train_on_prepared_fixtures_and_retrieval_uses_the_dual_e
         "listops": ["--source", "lra_release", "--path", str(raw / "lra_release")],
         "pathfinder": ["--source", "lra_release", "--path", str(raw / "lra_release")],
     }
-    parameters = {}
     for task, args in sources.items():
         run_command(["lra-prepare", task, *args], tmp_path, data)
-        trained = run_command(["lra-train", f"task={task}", "attention=softmax", "trainer=smoke", "trainer.max_steps=4",
-                               "trainer.eval_every=2", "trainer.eval_subset=8", "trainer.train_subset=16",
-                               "trainer.max_length=256", "model.num_layers=1", f"hydra.run.dir=runs/{task}"], tmp_path, data)
-        assert f"task.source=auto: the prepared {args[1]} data from " in trained.stdout + trained.stderr
-        record = read_json(tmp_path / "runs" / task / "metrics.json")
-        assert record["status"] == "completed" and record["task"] == task
+    trained = run_command(["lra-train", "-m", f"task={','.join(sources)}", "attention=softmax", "trainer=smoke",
+                           "trainer.max_steps=4", "trainer.eval_every=2", "trainer.eval_subset=8",
+                           "trainer.train_subset=16", "trainer.max_length=256", "model.num_layers=1",
+                           "hydra.sweep.dir=runs/sweep"], tmp_path, data)
+    records = {r["task"]: r for r in (read_json(run / "metrics.json") for run in run_dirs(tmp_path))}
+    parameters = {}
+    for task, args in sources.items():
+        assert f"task.source=auto: the prepared {args[1]} data from {raw}" in trained.stdout + trained.stderr
+        record = records[task]
+        assert record["status"] == "completed"
         assert record["data_source"] == args[1] and record["data_raw_folder"].startswith(str(raw)), record
         parameters[task] = record["num_parameters"]
     assert len(run_dirs(tmp_path)) == 5

@@ -195,12 +195,11 @@ def test_cuda_sources_compile_with_nvcc(tmp_path):
     cuda_include = next(Path(r) / "include" for r in roots if r and (Path(r) / "include" / "cuda_runtime.h").is_file())
     includes = [tmp_path / "stub", *include_paths(), sysconfig.get_paths()["include"], cuda_include,
                 _yoso_build.SOURCE_DIR]
-    checks = [subprocess.Popen(["c++", "-std=c++17", "-fsyntax-only", "-DYOSO_WITH_CUDA", "-DTORCH_EXTENSION_NAME=check",
-                                *(f"-I{path}" for path in includes), str(_yoso_build.SOURCE_DIR / source)],
-                               stderr=subprocess.PIPE, text=True) for source in ("yoso_cuda.cpp", "yoso_cpu.cpp")]
-    for check in checks:
-        _, errors = check.communicate()
-        assert check.returncode == 0, errors[-3000:]
+    # (yoso_cpu.cpp with -DYOSO_WITH_CUDA adds only declarations and calls; the CPU build compiles the rest.)
+    check = subprocess.run(["c++", "-std=c++17", "-fsyntax-only", "-DYOSO_WITH_CUDA", "-DTORCH_EXTENSION_NAME=check",
+                            *(f"-I{path}" for path in includes), str(_yoso_build.SOURCE_DIR / "yoso_cuda.cpp")],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr[-3000:]
 
 
 @needs_kernels

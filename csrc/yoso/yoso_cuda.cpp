@@ -1,7 +1,10 @@
 // Torch-side wrappers of the CUDA launchers: allocate outputs and the bounded hash-table
 // workspace, pass the current stream, and turn CUDA errors into Python exceptions.
 // Compiled only into the CUDA extension (with -DYOSO_WITH_CUDA, alongside yoso_cpu.cpp).
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
