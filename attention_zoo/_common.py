@@ -6,7 +6,7 @@ import functools
 import importlib.resources
 import math
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
@@ -89,13 +89,38 @@ def draw_rotations(module, rounds: int, dim: int, buckets: int, device) -> torch
     return draw_normal(module, (rounds, dim, buckets // 2 if buckets > 1 else 0), device)
 
 
+def register_rotation_seed(module: torch.nn.Module) -> None:
+    """Give ``module`` the seed of its evaluation-time random draws: a buffer ``rotation_seed`` (saved
+    with the weights) and its value as a Python int, kept equal on load, so that a compiled graph
+    reads a constant instead of the tensor (no device-to-host copy, no graph break)."""
+    module.register_buffer("rotation_seed", torch.randint(0, 2**62, ()))
+    module.rotation_seed_value = int(module.rotation_seed)
+    module.register_load_state_dict_post_hook(_refresh_rotation_seed)
+
+
+def _refresh_rotation_seed(module: torch.nn.Module, incompatible_keys) -> None:
+    module.rotation_seed_value = int(module.rotation_seed)
+
+
+@torch.library.custom_op("attention_zoo::seeded_normal", mutates_args=())
+def seeded_normal(seed: int, shape: List[int], device: torch.device) -> torch.Tensor:
+    """Standard normal draws of ``shape`` from a CPU generator seeded with ``seed``, on ``device``: an
+    operator, so that torch.compile keeps it whole (a Generator object cannot be traced)."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(shape, generator=generator).to(device)
+
+
+@seeded_normal.register_fake
+def _(seed, shape, device):
+    return torch.empty(shape, device=device)
+
+
 def draw_normal(module, shape, device) -> torch.Tensor:
     """Standard normal draws: fresh from the global (seeded) generator in training, fixed per module
     in evaluation (from the ``rotation_seed`` the module drew at construction)."""
     if module.training:
         return torch.randn(shape, device=device)
-    generator = torch.Generator(device="cpu").manual_seed(int(module.rotation_seed))
-    return torch.randn(shape, generator=generator).to(device)
+    return seeded_normal(module.rotation_seed_value, list(shape), torch.device(device))
 
 
 def sort_by_bucket(buckets: torch.Tensor, real: torch.Tensor, num_buckets: int) -> torch.Tensor:

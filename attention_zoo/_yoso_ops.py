@@ -25,6 +25,7 @@ import warnings
 from typing import Optional
 
 import torch
+from torch import Tensor
 
 from attention_zoo import _yoso_build
 from attention_zoo._yoso_build import KernelUnavailable
@@ -41,9 +42,13 @@ class KernelFallbackWarning(UserWarning):
 
 def resolve_impl(impl: str, device: torch.device) -> str:
     """'kernel' or 'torch' for tensors on ``device``; loud about any fallback."""
+    return _resolve_impl(impl, device.type)
+
+
+@torch.compiler.assume_constant_result  # torch.compile calls it once while tracing and keeps the answer
+def _resolve_impl(impl: str, kind: str) -> str:
     if impl == "torch":
         return "torch"
-    kind = device.type
     if impl in ("cpu", "cuda"):
         if kind != impl:
             raise ValueError(f"attention.impl={impl} but the tensors are on {kind}; use impl=auto or impl={kind}")
@@ -63,7 +68,7 @@ def resolve_impl(impl: str, device: torch.device) -> str:
             f"YOSO falls back to the pure-PyTorch implementation (slower): {reason}. "
             "Set attention.impl=torch to choose it explicitly.",
             KernelFallbackWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     return "torch"
 
@@ -117,10 +122,20 @@ def gaussian_hash(x: torch.Tensor, projection: torch.Tensor, tau: int) -> torch.
 
 
 def fast_hash(x, diagonals, num_hashes: int, tau: int, impl: str) -> torch.Tensor:
-    x, diagonals = _f32(x), _f32(diagonals)
+    return fast_hash_op(_f32(x), _f32(diagonals), num_hashes, tau, impl)
+
+
+@torch.library.custom_op("attention_zoo::yoso_fast_hash", mutates_args=())
+def fast_hash_op(x: Tensor, diagonals: Tensor, num_hashes: int, tau: int, impl: str) -> Tensor:
+    """int32 codes [B, m, n] of x [B, n, d] (float32, contiguous); impl 'kernel' or 'torch'."""
     if impl == "kernel":
         return _yoso_build.load(x.device.type).fast_hash(x, diagonals, num_hashes, tau)
     return fast_hash_torch(x, diagonals, num_hashes, tau)
+
+
+@fast_hash_op.register_fake
+def _(x, diagonals, num_hashes, tau, impl):
+    return x.new_empty((x.shape[0], num_hashes, x.shape[1]), dtype=torch.int32)
 
 
 # -------------------------------------------------------------------------------- cumulation
@@ -148,10 +163,23 @@ def cumulation_torch(codes_q, codes_k, weight_q, weight_k, values, tau, workspac
 
 def cumulation(codes_q, codes_k, weight_q, weight_k, values, tau: int, impl: str,
                workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> torch.Tensor:
-    args = (codes_q.contiguous(), codes_k.contiguous(), _f32(weight_q), _f32(weight_k), _f32(values), tau)
+    return cumulation_op(codes_q.contiguous(), codes_k.contiguous(), _f32(weight_q), _f32(weight_k), _f32(values),
+                         tau, workspace_bytes, impl)
+
+
+@torch.library.custom_op("attention_zoo::yoso_cumulation", mutates_args=())
+def cumulation_op(codes_q: Tensor, codes_k: Tensor, weight_q: Tensor, weight_k: Tensor, values: Tensor, tau: int,
+                  workspace_bytes: int, impl: str) -> Tensor:
+    """[B, nq, dv] (module docstring); float32 contiguous inputs, impl 'kernel' or 'torch'."""
     if impl == "kernel":
-        return _yoso_build.load(values.device.type).cumulation(*args, workspace_bytes)
-    return cumulation_torch(*args, workspace_bytes)
+        return _yoso_build.load(values.device.type).cumulation(codes_q, codes_k, weight_q, weight_k, values, tau,
+                                                                workspace_bytes)
+    return cumulation_torch(codes_q, codes_k, weight_q, weight_k, values, tau, workspace_bytes)
+
+
+@cumulation_op.register_fake
+def _(codes_q, codes_k, weight_q, weight_k, values, tau, workspace_bytes, impl):
+    return values.new_empty((values.shape[0], codes_q.shape[2], values.shape[2]))
 
 
 def collision_fraction_torch(codes_q, codes_k) -> torch.Tensor:
@@ -163,9 +191,20 @@ def collision_fraction_torch(codes_q, codes_k) -> torch.Tensor:
 
 
 def collision_fraction(codes_q, codes_k, impl: str) -> torch.Tensor:
+    return collision_fraction_op(codes_q.contiguous(), codes_k.contiguous(), impl)
+
+
+@torch.library.custom_op("attention_zoo::yoso_collision_fraction", mutates_args=())
+def collision_fraction_op(codes_q: Tensor, codes_k: Tensor, impl: str) -> Tensor:
+    """[B, nq, nk] float32 (CPU kernel, else the PyTorch loop over hashes)."""
     if impl == "kernel" and codes_q.device.type == "cpu":
-        return _yoso_build.load("cpu").collision_fraction(codes_q.contiguous(), codes_k.contiguous())
+        return _yoso_build.load("cpu").collision_fraction(codes_q, codes_k)
     return collision_fraction_torch(codes_q, codes_k)
+
+
+@collision_fraction_op.register_fake
+def _(codes_q, codes_k, impl):
+    return codes_q.new_empty((codes_q.shape[0], codes_q.shape[2], codes_k.shape[2]), dtype=torch.float32)
 
 
 # ---------------------------------------------------------------------------- pair gradient
@@ -207,10 +246,22 @@ def pair_gradient_torch(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp, max_pa
 
 
 def pair_gradient(codes_s, codes_o, a, o, s, w, mask_o, tau: int, clamp: float, impl: str) -> torch.Tensor:
-    args = (codes_s.contiguous(), codes_o.contiguous(), _f32(a), _f32(o), _f32(s), _f32(w), _f32(mask_o), tau)
+    return pair_gradient_op(codes_s.contiguous(), codes_o.contiguous(), _f32(a), _f32(o), _f32(s), _f32(w),
+                            _f32(mask_o), tau, clamp, impl)
+
+
+@torch.library.custom_op("attention_zoo::yoso_pair_gradient", mutates_args=())
+def pair_gradient_op(codes_s: Tensor, codes_o: Tensor, a: Tensor, o: Tensor, s: Tensor, w: Tensor, mask_o: Tensor,
+                     tau: int, clamp: float, impl: str) -> Tensor:
+    """[B, ns, d] (module docstring); float32 contiguous inputs, impl 'kernel' or 'torch'."""
     if impl == "kernel":
-        return _yoso_build.load(a.device.type).pair_gradient(*args, clamp)
-    return pair_gradient_torch(*args, clamp)
+        return _yoso_build.load(a.device.type).pair_gradient(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp)
+    return pair_gradient_torch(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp)
+
+
+@pair_gradient_op.register_fake
+def _(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp, impl):
+    return a.new_empty(a.shape)
 
 
 def _f32(x: Optional[torch.Tensor]) -> torch.Tensor:

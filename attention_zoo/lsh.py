@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attention_zoo._common import NEG_INF, draw_rotations, gather_rows, in_float32, pad_to_multiple, random_rotation_buckets, sort_by_bucket
+from attention_zoo._common import (NEG_INF, draw_rotations, gather_rows, in_float32, pad_to_multiple, random_rotation_buckets,
+                                   register_rotation_seed, sort_by_bucket)
 from attention_zoo.options import whole
 from attention_zoo.registry import Attention, register
 
@@ -35,7 +36,7 @@ class LSHAttention(Attention):
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        self.register_buffer("rotation_seed", torch.randint(0, 2**62, ()))
+        register_rotation_seed(self)
 
     @classmethod
     def label(cls, options: LSHOptions) -> str:

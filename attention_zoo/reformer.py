@@ -26,7 +26,7 @@ from typing import List
 
 import torch
 
-from attention_zoo._common import NEG_INF, draw_normal, in_float32, pad_to_multiple, sort_by_bucket
+from attention_zoo._common import NEG_INF, draw_normal, in_float32, pad_to_multiple, register_rotation_seed, sort_by_bucket
 from attention_zoo.options import InvalidOption, choice, whole
 from attention_zoo.registry import Attention, register
 
@@ -70,7 +70,7 @@ class ReformerAttention(Attention):
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        self.register_buffer("rotation_seed", torch.randint(0, 2**62, ()))
+        register_rotation_seed(self)
 
     @classmethod
     def label(cls, options: ReformerOptions) -> str:

@@ -28,16 +28,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from attention_zoo import _yoso_ops as ops
-from attention_zoo._common import depthwise_sequence_conv, in_float32
+from attention_zoo._common import depthwise_sequence_conv, in_float32, register_rotation_seed
 from attention_zoo.options import InvalidOption, choice, number, odd_window, whole
 from attention_zoo.registry import Attention, register
-from attention_zoo.yoso_e import collision_probability
+from attention_zoo.yoso_e import CLAMP
 
 BACKWARDS = ("lower_bound", "exact", "expectation")
 HASHINGS = ("hadamard", "gaussian")
@@ -121,6 +122,40 @@ def draw(batch: int, head_dim: int, value_dim: int, num_hashes: int, tau: int, h
     return Draws(diagonals, projection, rows.float().to(device))
 
 
+def seeded_draws(seed: int, batch: int, head_dim: int, value_dim: int, num_hashes: int, tau: int, hashing: str,
+                 projections: int, device) -> Draws:
+    """:func:`draw` from a CPU generator seeded with ``seed`` (evaluation)."""
+    hash_draws, rows = seeded_draws_op(seed, batch, head_dim, value_dim, num_hashes, tau, hashing, projections,
+                                       torch.device(device))
+    if projections >= value_dim:  # exact weights: the identity, drawn from nothing
+        rows = value_projections(batch, num_hashes, value_dim, projections, None).to(device)
+    return Draws(hash_draws, None, rows) if hashing == "hadamard" else Draws(None, hash_draws, rows)
+
+
+@torch.library.custom_op("attention_zoo::yoso_seeded_draws", mutates_args=())
+def seeded_draws_op(seed: int, batch: int, head_dim: int, value_dim: int, num_hashes: int, tau: int, hashing: str,
+                    projections: int, device: torch.device) -> Tuple[Tensor, Tensor]:
+    """(the hash draws: diagonals or Gaussian projection, the backward's projections), an operator
+    because torch.compile cannot trace a Generator object."""
+    draws = draw(batch, head_dim, value_dim, num_hashes, tau, hashing, projections,
+                 torch.Generator().manual_seed(seed), device)
+    hash_draws = draws.diagonals if hashing == "hadamard" else draws.projection
+    rows = draws.projections.contiguous() if projections < value_dim else draws.projections.new_empty(0)
+    return hash_draws, rows
+
+
+@seeded_draws_op.register_fake
+def _(seed, batch, head_dim, value_dim, num_hashes, tau, hashing, projections, device):
+    if hashing == "hadamard":
+        hash_draws = torch.empty(batch, ops.num_products(num_hashes, head_dim, tau), 3, ops.padded_dim(head_dim),
+                                 device=device)
+    else:
+        hash_draws = torch.empty(batch, head_dim, num_hashes * tau, device=device)
+    rows = torch.empty(batch, num_hashes, projections, value_dim, device=device) if projections < value_dim else \
+        torch.empty(0, device=device)
+    return hash_draws, rows
+
+
 def hash_codes(x: torch.Tensor, draws: Draws, num_hashes: int, tau: int, impl: str) -> torch.Tensor:
     """int32 codes [B, m, n] of the unit rows of x [B, n, d]."""
     if draws.diagonals is not None:
@@ -128,24 +163,40 @@ def hash_codes(x: torch.Tensor, draws: Draws, num_hashes: int, tau: int, impl: s
     return ops.gaussian_hash(x, draws.projection, tau)
 
 
-class YosoCumulation(torch.autograd.Function):
-    """Y = (1/m) Σ_h B_h V on unit q, k [B, n, d], v [B, n, dv], key weights [B, n] (0 = padding)."""
+def yoso_cumulation(q, k, v, key_weight, codes_q, codes_k, projections, setup: Setup) -> torch.Tensor:
+    """Y = (1/m) Σ_h B_h V on unit q, k [B, n, d], v [B, n, dv], key weights [B, n] (0 = padding),
+    differentiable in q, k and v by ``setup.backward``."""
+    return sample_op(q, k, v, key_weight, codes_q, codes_k, projections, setup.tau, setup.backward, setup.impl,
+                     setup.exact_clamp, setup.workspace_bytes)
 
-    @staticmethod
-    def forward(ctx, q, k, v, key_weight, codes_q, codes_k, projections, setup: Setup):
-        ctx.save_for_backward(q, k, v, key_weight, codes_q, codes_k, projections)
-        ctx.setup = setup
-        ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
-        return ops.cumulation(codes_q, codes_k, ones, key_weight[:, None, None], v, setup.tau, setup.impl,
-                              setup.workspace_bytes)
 
-    @staticmethod
-    def backward(ctx, grad):
-        q, k, v, key_weight, codes_q, codes_k, projections = ctx.saved_tensors
-        s = ctx.setup
-        grad = grad.float().contiguous()
-        if s.backward == "expectation":
-            return (*expectation_gradients(q, k, v, key_weight, grad, s.tau), None, None, None, None, None)
+@torch.library.custom_op("attention_zoo::yoso_sample", mutates_args=())
+def sample_op(q: Tensor, k: Tensor, v: Tensor, key_weight: Tensor, codes_q: Tensor, codes_k: Tensor,
+              projections: Tensor, tau: int, backward: str, impl: str, exact_clamp: float,
+              workspace_bytes: int) -> Tensor:
+    """The forward of :func:`yoso_cumulation` (one operator, so that torch.compile keeps it whole)."""
+    ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
+    return ops.cumulation(codes_q, codes_k, ones, key_weight[:, None, None], v, tau, impl, workspace_bytes)
+
+
+@sample_op.register_fake
+def _(q, k, v, key_weight, codes_q, codes_k, projections, tau, backward, impl, exact_clamp, workspace_bytes):
+    return q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
+
+
+def _save_for_backward(ctx, inputs, output):
+    q, k, v, key_weight, codes_q, codes_k, projections, *setup = inputs
+    ctx.save_for_backward(q, k, v, key_weight, codes_q, codes_k, projections)
+    ctx.setup = Setup(*setup)
+
+
+def _sample_backward(ctx, grad):
+    q, k, v, key_weight, codes_q, codes_k, projections = ctx.saved_tensors
+    s = ctx.setup
+    grad = grad.float().contiguous()
+    if s.backward == "expectation":
+        grad_q, grad_k, grad_v = expectation_gradients(q, k, v, key_weight, grad, s.tau)
+    else:
         ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
         grad_v = ops.cumulation(codes_k, codes_q, key_weight[:, None, None], ones, grad, s.tau, s.impl,
                                 s.workspace_bytes)
@@ -156,7 +207,10 @@ class YosoCumulation(torch.autograd.Function):
             every_query = q.new_ones(q.shape[0], q.shape[1])
             grad_k = ops.pair_gradient(codes_k, codes_q, k, q, v, grad, every_query, s.tau, s.exact_clamp,
                                        s.impl) * key_weight[..., None]
-        return grad_q, grad_k, grad_v, None, None, None, None, None
+    return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None, None
+
+
+sample_op.register_autograd(_sample_backward, setup_context=_save_for_backward)
 
 
 # The per-token weights [batch elements, hashes, p, n] of one cumulation call are kept within a budget:
@@ -244,11 +298,17 @@ def dense_exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s:
 
 
 def expectation_gradients(q, k, v, key_weight, grad, tau):
-    """∇ of (E ⊙ mask) V with E = (1 − arccos(q̂·k̂)/π)^τ, densely (the YOSO-E gradient)."""
-    with torch.enable_grad():
-        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-        y = (collision_probability(q, k, tau) * key_weight[:, None, :]) @ v
-        return torch.autograd.grad(y, (q, k, v), grad)
+    """∇ of Y = (E ⊙ w) V, E = (1 − arccos(c)/π)^τ with c = q̂·k̂ clamped as YOSO-E does, densely
+    (the YOSO-E gradient): ∇V = (E ⊙ w)ᵀ∇Y; with D = (∇Y Vᵀ) ⊙ w ⊙ ∂E/∂c (zero where the clamp
+    holds), ∂E/∂c = τ (1 − arccos(c)/π)^(τ−1) / (π √(1 − c²)), ∇Q = D K and ∇K = Dᵀ Q."""
+    cosine = q @ k.transpose(-1, -2)
+    inside = (cosine >= -1 + CLAMP) & (cosine <= 1 - CLAMP)  # where torch.clamp passes the gradient
+    cosine = cosine.clamp(-1 + CLAMP, 1 - CLAMP)
+    base = 1 - torch.arccos(cosine) / math.pi
+    weights = base**tau * key_weight[:, None, :]
+    slope = tau * base ** (tau - 1) / (math.pi * torch.sqrt(1 - cosine * cosine))
+    d_cosine = (grad @ v.transpose(-1, -2)) * key_weight[:, None, :] * slope * inside
+    return d_cosine @ k, d_cosine.transpose(-1, -2) @ q, weights.transpose(-1, -2) @ grad
 
 
 @register("yoso", YosoOptions)
@@ -260,7 +320,7 @@ class YosoAttention(Attention):
         if not 1 <= self.tau <= ops.MAX_CODE_LENGTH:  # the default τ = log2 of the length
             raise InvalidOption("hash_code_len", self.tau, f"between 1 and {ops.MAX_CODE_LENGTH}: set it explicitly "
                                 f"for max_seq_len={max_seq_len}")
-        self.register_buffer("rotation_seed", torch.randint(0, 2**62, ()))
+        register_rotation_seed(self)
 
     @property
     def tau(self) -> int:
@@ -282,16 +342,17 @@ class YosoAttention(Attention):
         key_weight = mask.to(q.dtype).repeat_interleave(heads, dim=0)
         o = self.options
         impl = ops.resolve_impl(o.impl, q.device)
-        generator = None if self.training else torch.Generator().manual_seed(int(self.rotation_seed))
         projections = v.shape[-1] if o.backward_projections is None else o.backward_projections
-        draws = draw(flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing, projections, generator,
-                     q.device)
+        if self.training:
+            draws = draw(flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing, projections, None, q.device)
+        else:
+            draws = seeded_draws(self.rotation_seed_value, flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing,
+                                 projections, q.device)
         with torch.no_grad():
             codes_q = hash_codes(qn.detach(), draws, o.num_hashes, self.tau, impl)
             codes_k = hash_codes(kn.detach(), draws, o.num_hashes, self.tau, impl)
         setup = Setup(self.tau, o.backward, impl, o.exact_clamp, o.workspace_mb * 2**20)
-        return YosoCumulation.apply(qn, kn, v.reshape(flat, n, -1), key_weight, codes_q, codes_k,
-                                    draws.projections, setup)
+        return yoso_cumulation(qn, kn, v.reshape(flat, n, -1), key_weight, codes_q, codes_k, draws.projections, setup)
 
     @in_float32
     def forward(self, q, k, v, mask):

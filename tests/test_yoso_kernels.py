@@ -15,12 +15,14 @@ import torch.nn.functional as F
 
 import attention_zoo
 from attention_zoo import _yoso_build, _yoso_ops as ops
-from attention_zoo.yoso import Setup, YosoCumulation, draw, hash_codes
+from attention_zoo.yoso import Setup, draw, hash_codes, yoso_cumulation
 from attention_zoo.yoso_e import collision_probability
 
 needs_kernels = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None,
                                    reason="no C++ compiler: the compiled kernels cannot be built here")
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+# "cuda" cases carry the cuda marker (`pytest -m cuda`, lra-gpu-check) and skip without a CUDA device.
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                                  reason="no CUDA device")])]
 SHAPES = [  # batch·heads, n, head_dim, value_dim, hashes, τ
     (3, 37, 24, 24, 16, 6),
     (2, 61, 32, 40, 32, 8),
@@ -46,7 +48,7 @@ def problem(batch, n, d, dv, seed=0, device="cpu", correlation=0.0):
 def sampled_gradients(q, k, v, grad, mask, draws, tau, backward, impl, m):
     codes_q, codes_k = (hash_codes(x, draws, m, tau, impl) for x in (q, k))
     q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
-    out = YosoCumulation.apply(q, k, v, mask, codes_q, codes_k, draws.projections, Setup(tau, backward, impl, 0.99, 2**24))
+    out = yoso_cumulation(q, k, v, mask, codes_q, codes_k, draws.projections, Setup(tau, backward, impl, 0.99, 2**24))
     out.backward(grad)
     return out.detach(), q.grad, k.grad, v.grad
 
