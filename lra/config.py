@@ -168,6 +168,9 @@ class ModelConfig:
         number(self, "embedding_init_std", 0.0)
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
 @dataclass
 class TrainerConfig:
     batch_size: int = II("task.batch_size")  # examples per optimizer step
@@ -193,8 +196,12 @@ class TrainerConfig:
     eval_subset: Optional[int] = None  # evaluate on the first N validation / test examples
     max_length: Optional[int] = None  # cap on task.max_length (smoke runs)
     progress_bar: bool = True
+    deterministic: bool = True  # torch.use_deterministic_algorithms: bitwise-repeatable runs and resumes (compiled too)
+    compile: bool = False  # torch.compile the model (one graph; the first steps compile)
+    compile_mode: str = "default"  # default | reduce-overhead (CUDA graphs) | max-autotune | max-autotune-no-cudagraphs
 
     def __post_init__(self):
+        choice(self, "compile_mode", COMPILE_MODES)
         whole(self, 1, "batch_size", "grad_accumulation", "max_steps", "eval_every", "checkpoint_every", "log_every")
         whole(self, 1, "eval_batch_size", "train_subset", "eval_subset", "max_length", optional=True)
         whole(self, 0, "warmup_steps")
@@ -361,6 +368,12 @@ def register_configs() -> None:
     cs.store(name="schema_logger_wandb", node=WandbLoggerConfig)
     for name in attention_zoo.names():
         cs.store(name=f"schema_attention_{name}", node=_attention_schema(attention_zoo.get(name)))
+    from hydra.core.plugins import Plugins
+
+    from hydra_plugins.lra_launcher.local_gpus import LocalGpusLauncher, LocalGpusLauncherConf
+
+    cs.store(group="hydra/launcher", name="schema_local_gpus", node=LocalGpusLauncherConf)
+    Plugins.instance().register(LocalGpusLauncher)  # an editable install hides it from Hydra's package scan
 
 
 def _if_resume(resume: Optional[str], otherwise: Any) -> Any:

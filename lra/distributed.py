@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -42,10 +42,11 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
-def sum_across(values: List[float], ranks: Ranks, device: torch.device) -> List[float]:
-    """Element-wise sums of ``values`` over all ranks (the values themselves on one process)."""
+def sum_across(values: torch.Tensor, ranks: Ranks) -> torch.Tensor:
+    """Element-wise sums of ``values`` over all ranks (``values`` itself on one process); stays on
+    the values' device, read nothing back."""
     if ranks.world == 1:
-        return list(values)
-    tensor = torch.tensor(values, dtype=torch.float64, device=device if device.type == "cuda" else "cpu")
-    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-    return tensor.tolist()
+        return values
+    summed = values.to(torch.float64).clone()
+    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+    return summed

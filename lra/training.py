@@ -8,6 +8,7 @@ import contextlib
 import copy
 import datetime
 import math
+import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -111,6 +112,45 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def compiled(model: torch.nn.Module, trainer) -> torch.nn.Module:
+    """``torch.compile`` of ``model`` with ``trainer.compile_mode`` (``reduce-overhead``: CUDA graphs)
+    as one graph (``fullgraph``: a graph break is an error, not a silent slowdown); the weights stay
+    those of ``model``, so checkpoints and resume are unchanged."""
+    mode = None if trainer.compile_mode == "default" else trainer.compile_mode
+    return torch.compile(model, mode=mode, fullgraph=True, dynamic=False)
+
+
+class TrainWindow:
+    """Training metrics since the last read, summed on the device: reading them is the loop's only
+    device-to-host transfer between evaluations (every ``log_every`` steps and at each evaluation
+    or checkpoint, so that a resumed run reads the same windows as an uninterrupted one)."""
+
+    def __init__(self):
+        self.steps, self.examples, self.sums, self.has_aux = 0, 0, None, False
+
+    def add(self, metrics: dict) -> None:
+        aux = metrics.get("aux_loss")
+        self.has_aux = self.has_aux or aux is not None
+        values = torch.stack([metrics["loss"].double(), metrics["correct"].double(),
+                              metrics["nonfinite"].double(), (aux if aux is not None else metrics["loss"] * 0).double()])
+        self.sums = values if self.sums is None else self.sums + values
+        self.steps += 1
+        self.examples += metrics["examples"]
+
+    def read(self, ranks: distributed.Ranks, step: int) -> dict:
+        loss, correct, nonfinite, aux = distributed.sum_across(self.sums, ranks).tolist()
+        if nonfinite:
+            raise FloatingPointError(
+                f"the training loss was not finite at a step between {step - self.steps + 1} and {step} (read every "
+                "trainer.log_every steps); no checkpoint was written after it: start a new run with a lower "
+                "trainer.lr or with trainer.grad_clip set")
+        metrics = {"train/loss": loss / (self.steps * ranks.world),
+                   "train/accuracy": 100.0 * correct / (self.examples * ranks.world)}
+        if self.has_aux:
+            metrics["train/aux_loss"] = aux / (self.steps * ranks.world)
+        return metrics
+
+
 class Trainer:
     def __init__(self, cfg, run_dir: Path, announce=print, ranks: distributed.Ranks = distributed.Ranks()):
         self.cfg, self.run_dir, self.announce, self.ranks = cfg, Path(run_dir), announce, ranks
@@ -121,6 +161,10 @@ class Trainer:
                 f"{trainer.grad_accumulation} × {ranks.world} processes; choose a multiple"
             )
         self.device = resolve_device(trainer.device, announce, ranks)
+        if trainer.deterministic:  # bitwise-repeatable runs and resumes: e.g. Inductor's CPU scatter-adds use atomics
+            if self.device.type == "cuda":
+                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(trainer.deterministic, warn_only=True)
         self.amp_dtype = autocast_dtype(str(getattr(trainer.precision, "value", trainer.precision)), self.device)
         seed_everything(cfg.seed)
 
@@ -147,6 +191,9 @@ class Trainer:
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         # Training goes through DDP (gradients averaged over ranks); evaluation uses the plain module.
         self.train_model = (torch.nn.parallel.DistributedDataParallel(self.model) if ranks.world > 1 else self.model)
+        self.eval_model = self.model
+        if trainer.compile:
+            self.train_model, self.eval_model = compiled(self.train_model, trainer), compiled(self.model, trainer)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=trainer.lr, betas=(trainer.beta1, trainer.beta2), eps=trainer.eps,
             weight_decay=trainer.weight_decay,
@@ -206,69 +253,69 @@ class Trainer:
 
     # ---------------------------------------------------------------- steps
     def _to_device(self, arrays):
-        return [torch.from_numpy(a).to(self.device, non_blocking=True) for a in arrays]
+        if self.device.type == "cuda":  # pinned, so that the copy is asynchronous and the host runs ahead
+            return [torch.from_numpy(a).pin_memory().to(self.device, non_blocking=True) for a in arrays]
+        return [torch.from_numpy(a) for a in arrays]
 
     def _forward(self, split: TokenSplit, indices, model=None):
+        """(mean loss, number correct — both device tensors, nothing read back —, padded tokens)."""
         ids, masks, labels = split.gather(indices, self.max_length)
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
-            logits = (model or self.model)(self._to_device(ids), self._to_device(masks))
-        labels = torch.from_numpy(labels).to(self.device)
+            logits = (self.eval_model if model is None else model)(self._to_device(ids), self._to_device(masks))
+        (labels,) = self._to_device([labels])
         loss = F.cross_entropy(logits.float(), labels)
-        correct = (logits.argmax(-1) == labels).sum().item()
+        correct = (logits.argmax(-1) == labels).sum()
         tokens = sum(m.size for m in masks)
         return loss, correct, tokens
 
     def train_step(self) -> dict:
+        """One optimizer step. Its metrics stay on the device (``loss``, ``correct``, ``aux_loss`` sums
+        of this process, ``nonfinite`` a flag): :meth:`run` reads them every ``log_every`` steps, so
+        the host never waits for the device within a step."""
         self.model.train()
         indices = self.ranks.shard(self.sampler.next_batch())  # this process's share of the global batch
         micro_batches = np.array_split(indices, self.cfg.trainer.grad_accumulation)
         self.optimizer.zero_grad(set_to_none=True)
-        total_loss, total_correct, total_tokens, aux_total, has_aux = 0.0, 0, 0, 0.0, False
+        total_loss = total_correct = aux_total = None
+        tokens = 0
         for micro in micro_batches:
-            loss, correct, tokens = self._forward(self.data.splits["train"], micro, self.train_model)
+            loss, correct, micro_tokens = self._forward(self.data.splits["train"], micro, self.train_model)
             weight = len(micro) / len(indices)
             objective = loss * weight
             aux = self.model.aux_loss()
             if aux is not None:
-                has_aux = True
                 objective = objective + aux * weight
-                aux_total += aux.item() * weight
+                aux_total = aux.detach() * weight + (0 if aux_total is None else aux_total)
             self.scaler.scale(objective).backward()
-            total_loss += loss.item() * weight
-            total_correct += correct
-            total_tokens += tokens
-        world = self.ranks.world
-        total_loss, total_correct, total_tokens, aux_total = distributed.sum_across(
-            [total_loss / world, total_correct, total_tokens, aux_total / world], self.ranks, self.device)
-        total_correct, total_tokens = int(total_correct), int(total_tokens)
-        if not math.isfinite(total_loss):  # before the step, so the weights stay as they were
-            raise FloatingPointError(f"training loss is {total_loss} at step {self.state.step + 1}")
+            total_loss = loss.detach() * weight + (0 if total_loss is None else total_loss)
+            total_correct = correct + (0 if total_correct is None else total_correct)
+            tokens += micro_tokens
         if self.cfg.trainer.grad_clip is not None:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.trainer.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
-        metrics = {"train/loss": total_loss, "train/accuracy": 100.0 * total_correct / (len(indices) * world),
-                   "train/lr": self.scheduler.get_last_lr()[0]}
-        if has_aux:
-            metrics["train/aux_loss"] = aux_total
-        return metrics | {"tokens": total_tokens}
+        metrics = {"loss": total_loss, "correct": total_correct, "examples": len(indices),
+                   "nonfinite": ~torch.isfinite(total_loss), "tokens": tokens * self.ranks.world}
+        if aux_total is not None:
+            metrics["aux_loss"] = aux_total
+        return metrics
 
     @torch.no_grad()
     def evaluate(self, split_name: str) -> dict:
         self.model.eval()
         split = self.data.splits[split_name]
         batch_size = self.cfg.trainer.batch_size if self.cfg.trainer.eval_batch_size is None else self.cfg.trainer.eval_batch_size
-        loss_sum, correct = 0.0, 0
+        loss_sum = correct = torch.zeros((), dtype=torch.float64, device=self.device)
         for start in range(0, len(split), batch_size):
             indices = self.ranks.shard(np.arange(start, min(start + batch_size, len(split))))
             if len(indices):
                 loss, batch_correct, _ = self._forward(split, indices)
-                loss_sum += loss.item() * len(indices)
-                correct += batch_correct
+                loss_sum = loss_sum + loss * len(indices)
+                correct = correct + batch_correct
             checkpoint.fault_point("eval_batch")
-        loss_sum, correct = distributed.sum_across([loss_sum, correct], self.ranks, self.device)
+        loss_sum, correct = distributed.sum_across(torch.stack([loss_sum, correct]), self.ranks).tolist()
         return {"loss": loss_sum / len(split), "accuracy": 100.0 * correct / len(split)}
 
     # ---------------------------------------------------------------- loop
@@ -287,7 +334,7 @@ class Trainer:
         wall_before = self.state.wall_seconds
         bar = tqdm(total=trainer.max_steps, initial=self.state.step, desc=f"{self.cfg.task.name}/{self.label}",
                    unit="step", disable=None if trainer.progress_bar and self.ranks.main else True, dynamic_ncols=True)
-        window = {"loss": 0.0, "accuracy": 0.0, "count": 0}
+        window = TrainWindow()
         first_step = self.state.step
         while self.state.step < trainer.max_steps:
             started = time.perf_counter()
@@ -297,23 +344,26 @@ class Trainer:
             self.state.train_tokens += metrics.pop("tokens")
             self.state.wall_seconds = wall_before + time.perf_counter() - session_start
             step = self.state.step
-            window["loss"] += metrics["train/loss"]
-            window["accuracy"] += metrics["train/accuracy"]
-            window["count"] += 1
+            window.add(metrics)
             bar.update(1)
-            if step % trainer.log_every == 0 or step == trainer.max_steps:
+            boundary = step % trainer.eval_every == 0 or step % trainer.checkpoint_every == 0
+            if step % trainer.log_every == 0 or step == trainer.max_steps or boundary:
+                read_started = time.perf_counter()
+                train_metrics = window.read(self.ranks, step)  # the one wait for the device in these steps
+                self.state.train_seconds += time.perf_counter() - read_started
+                train_metrics["train/lr"] = self.scheduler.get_last_lr()[0]
                 throughput = self.state.train_tokens / self.state.train_seconds
-                loss, accuracy = window["loss"] / window["count"], window["accuracy"] / window["count"]
+                loss, accuracy = train_metrics["train/loss"], train_metrics["train/accuracy"]
                 bar.set_postfix(loss=f"{loss:.3f}", acc=f"{accuracy:.1f}", tok_s=f"{throughput:,.0f}")
                 if bar.disable and self.ranks.main:  # no terminal (a log file, SLURM, nohup): one line instead
                     self.announce(self._progress_line(loss, accuracy, throughput,
                                                       time.perf_counter() - session_start, first_step))
-                logger.log(metrics | {"train/tokens_per_second": throughput}, step=step)
-                window = {"loss": 0.0, "accuracy": 0.0, "count": 0}
+                logger.log(train_metrics | {"train/tokens_per_second": throughput}, step=step)
+                window = TrainWindow()
                 self._record_progress("running")  # metrics.json shows the current step between evaluations
             checkpoint.fault_point("step")
             if step % trainer.eval_every == 0 or step == trainer.max_steps:
-                self._validate(logger, metrics)
+                self._validate(logger, train_metrics)
             if step % trainer.checkpoint_every == 0 or step == trainer.max_steps:
                 self.save_checkpoint()
         bar.close()

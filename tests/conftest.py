@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,8 +28,30 @@ def usable_cores() -> int:
 
 
 # The suite's own kernel cache (in the checkout's ignored build/ folder), never the user's: tests that
-# break builds on purpose cannot touch it, and the user's cache is never written by a test.
-os.environ["LRA_KERNEL_CACHE"] = str(REPO / "build" / "test-kernels")
+# break builds on purpose cannot touch it, and the user's cache is never written by a test. Finished
+# builds there (the set-up's `lra-build-kernels cpu`) are copied in, read-only use of the user's cache,
+# so that a fresh checkout's suite does not compile the same sources again (a minute on 2 cores).
+_USER_KERNELS = Path(os.environ.get("LRA_KERNEL_CACHE") or Path.home() / ".cache" / "lra-harness" / "kernels")
+_TEST_KERNELS = REPO / "build" / "test-kernels"
+os.environ["LRA_KERNEL_CACHE"] = str(_TEST_KERNELS)
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(REPO / "build" / "test-inductor")  # torch.compile's, likewise
+
+
+def _copy_finished_builds(source: Path, target: Path) -> None:
+    for stamp in source.glob("lra_yoso_*/build.complete"):
+        if (target / stamp.parent.name).exists():
+            continue
+        staging = Path(tempfile.mkdtemp(prefix=".copy-", dir=target.mkdir(parents=True, exist_ok=True) or target))
+        shutil.copytree(stamp.parent, staging / "build")
+        try:  # atomic: a concurrent xdist worker's copy may win
+            os.rename(staging / "build", target / stamp.parent.name)
+        except OSError:
+            pass
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+if _USER_KERNELS.resolve() != _TEST_KERNELS.resolve():
+    _copy_finished_builds(_USER_KERNELS, _TEST_KERNELS)
 # pytest-xdist runs the suite in several workers: each gets its share of the cores for torch's
 # threads (and passes it on to the commands it runs), so the workers do not oversubscribe the CPU.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))

@@ -49,11 +49,28 @@ def test_gpu_claims_are_exclusive_and_released_with_their_holder(tmp_path):
     second[1].close(), third[1].close()
 
 
-def test_local_gpus_launcher_runs_a_sweep_in_worker_processes(tmp_path, data_dir):
-    run_command(["lra-train", "-m", "hydra/launcher=local_gpus", "attention=softmax,none", "trainer=smoke",
-                 "trainer.max_steps=2", "trainer.eval_every=2", *SMALL_LISTOPS], tmp_path, data_dir)
-    records = [read_json(r / "metrics.json") for r in run_dirs(tmp_path)]
-    assert sorted(r["label"] for r in records) == ["None", "Softmax"] and all(r["status"] == "completed" for r in records)
+def test_with_two_jobs_per_gpu_the_slots_fill_every_gpu_once_before_any_twice(tmp_path):
+    from lra import gpus
+
+    claims = [gpus.try_claim(2, tmp_path, slots=2) for _ in range(4)]
+    assert [c[0] for c in claims] == [0, 1, 0, 1] and gpus.try_claim(2, tmp_path, slots=2) is None
+    claims[2][1].close()  # a job on GPU 0's second slot ends
+    again = gpus.try_claim(2, tmp_path, slots=2)
+    assert again[0] == 0
+    for claim in (claims[0], claims[1], claims[3], again):
+        claim[1].close()
+
+
+def test_local_gpus_jobs_per_gpu_must_be_at_least_one(tmp_path, data_dir):
+    result = run_command(["lra-train", "-m", "hydra/launcher=local_gpus", "hydra.launcher.jobs_per_gpu=0",
+                          "attention=none", "trainer=smoke"], tmp_path, data_dir, check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        "error: invalid value for hydra.launcher.jobs_per_gpu: 0; it must be a whole number >= 1: "
+        "pass hydra.launcher.jobs_per_gpu=<such a value>"), result.stderr
+
+
+# The local_gpus sweep itself (2 jobs per GPU, in worker processes) runs in lra-gpu-check's quick test
+# (tests/test_commands.py).
 
 
 def test_two_process_gloo_run_matches_one_process_with_the_same_global_batch(tmp_path, data_dir):

@@ -18,6 +18,7 @@ SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setup
 
 def test_pyproject_lists_every_package_and_maps_every_resource_folder():
     code = set(find_packages(str(REPO), include=["lra", "lra.*", "attention_zoo", "attention_zoo.*"]))
+    code |= {f"hydra_plugins.{p}" for p in find_packages(str(REPO / "hydra_plugins"))}
     resources = {"lra.conf": "conf", "lra.conf_profile": "conf_profile", "lra.conf_fidelity": "conf_fidelity",
                  "attention_zoo.csrc": "csrc"}
     assert set(SETUPTOOLS["packages"]) == code | set(resources)
@@ -29,7 +30,7 @@ def test_a_wheel_installed_in_a_fresh_venv_trains_yoso_with_its_kernels_outside_
     source.mkdir()
     for name in ["pyproject.toml", "README.md"]:
         shutil.copy(REPO / name, source / name)
-    for folder in ["lra", "attention_zoo", "conf", "conf_profile", "conf_fidelity", "csrc"]:
+    for folder in ["lra", "attention_zoo", "hydra_plugins", "conf", "conf_profile", "conf_fidelity", "csrc"]:
         shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheel"), str(source)],

@@ -112,7 +112,7 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, data_dir):
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
         trainer = Trainer(cfg, tmp_path / f"acc{accumulation}", announce=lambda m: None)
-        losses = [trainer.train_step()["train/loss"] for _ in range(3)]
+        losses = [float(trainer.train_step()["loss"]) for _ in range(3)]
         return losses, trainer.model.state_dict()
 
     losses_one, weights_one = weights_after_steps(1)
@@ -120,3 +120,44 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, data_dir):
     assert losses_one == pytest.approx(losses_two, rel=1e-5)
     for name in weights_one:
         torch.testing.assert_close(weights_one[name], weights_two[name], rtol=1e-4, atol=1e-6)
+
+
+HOST_READS = {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero"}  # what .item(), float(), bool() dispatch to
+
+
+@pytest.mark.parametrize("attention", ["softmax", "yoso"])
+def test_training_steps_between_reads_never_read_a_value_back(tmp_path, data_dir, attention):
+    """The profiler over three steps between log points finds no scalar read (on a GPU each would make
+    the host wait for the device); the window's read at a log point is the one, and it sees the steps."""
+    from hydra import compose, initialize_config_dir
+
+    from lra.config import CONF_DIR, register_configs, register_resolvers
+    from lra.distributed import Ranks
+    from lra.training import Trainer, TrainWindow
+
+    register_configs()
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["trainer=smoke", f"attention={attention}", "trainer.grad_clip=1.0",
+                                                        f"data_dir={data_dir}", *SMALL_LISTOPS])
+    trainer = Trainer(cfg, tmp_path / "run", announce=lambda m: None)
+    window = TrainWindow()
+    trainer.train_step()  # the first step builds lazily created state
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        for _ in range(3):
+            window.add(trainer.train_step())
+    events = profile.events()
+    optimizer_steps = [e.time_range for e in events if e.name.startswith("Optimizer.step#")]
+    # AdamW reads its step counter, a CPU tensor also when the weights are on a GPU: not a device read.
+    reads = [e for e in events if e.name in HOST_READS
+             and not any(r.start <= e.time_range.start and e.time_range.end <= r.end for r in optimizer_steps)]
+    assert len(optimizer_steps) == 3 and any(e.name == "aten::addmm" for e in events)
+    assert not reads, [e.name for e in reads]
+    metrics = window.read(Ranks(), step=4)
+    assert window.steps == 3 and 0 < metrics["train/loss"] < 10 and 0 <= metrics["train/accuracy"] <= 100
+    with torch.no_grad():
+        trainer.model.head[0].weight[0, 0] = float("nan")
+    window = TrainWindow()
+    window.add(trainer.train_step())
+    with pytest.raises(FloatingPointError, match="not finite at a step between 5 and 5 .* start a new run with a lower"):
+        window.read(Ranks(), step=5)

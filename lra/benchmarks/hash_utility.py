@@ -45,7 +45,7 @@ def main(argv=None) -> None:
         cfg = compose(config_name="config", overrides=overrides)
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(cfg, Path(run_dir), announce=lambda m: None)
-        aux = [trainer.train_step()["train/aux_loss"] for _ in range(args.steps)]
+        aux = [float(trainer.train_step()["aux_loss"]) for _ in range(args.steps)]
 
         captured = {}
         layer = trainer.model.encoder.blocks[0].attention.backend

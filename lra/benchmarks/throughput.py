@@ -31,6 +31,8 @@ def measure(overrides, steps: int, loader_batches: int) -> dict:
         trainer.train_step()  # warm-up
         started = time.perf_counter()
         tokens = sum(trainer.train_step()["tokens"] for _ in range(steps))
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize()  # the loop never waits for the device; the clock must
         step_seconds = (time.perf_counter() - started) / steps
 
         split = trainer.data.splits["train"]

@@ -147,6 +147,10 @@ def run_app(run, valid_keys) -> None:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except Exception as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, UserError):  # e.g. a launcher's option, raised while Hydra instantiates it
+            print(f"error: {cause}", file=sys.stderr)
+            sys.exit(cause.exit_code)
         message = explain(exc, valid_keys)
         if message is None:
             raise

