@@ -38,8 +38,12 @@ os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(REPO / "build" / "test-inductor")  #
 
 
 def _copy_finished_builds(source: Path, target: Path) -> None:
+    sources = str(REPO / "csrc" / "yoso")
     for stamp in source.glob("lra_yoso_*/build.complete"):
         if (target / stamp.parent.name).exists():
+            continue
+        ninja_file = stamp.parent / "build.ninja"  # built from this checkout's sources: else ninja would
+        if not ninja_file.is_file() or sources not in ninja_file.read_text():  # rebuild any unstamped copy
             continue
         staging = Path(tempfile.mkdtemp(prefix=".copy-", dir=target.mkdir(parents=True, exist_ok=True) or target))
         shutil.copytree(stamp.parent, staging / "build")
