@@ -6,7 +6,8 @@
 
 Steps, each a real command with a time limit (a failed or timed-out step is recorded and the
 check goes on): the kernel build (build.log), ``pytest -m cuda`` from the checkout (pytest.log),
-the YOSO kernel benchmark against eager softmax and SDPA (kernels.md), ``lra-profile`` of every
+the YOSO kernel benchmark against eager softmax and SDPA (kernels.md; kernels_bert.md at the
+BERT-base attention shape, 12 heads of 64), ``lra-profile`` of every
 backend (profile.csv, profile.png), a short concurrent ListOps sweep of every backend, several jobs
 per GPU (sweep.md); summary.md says what ran, how long, and what failed. ``--reference`` instead
 sweeps ``experiment=yoso_table3 task=listops`` (every row, 5,000 steps, n = 2048) into reference.md.
@@ -29,8 +30,8 @@ from typing import List, Optional
 import attention_zoo
 from lra.records import REPO_ROOT, git_commit
 
-OUTPUTS = ("summary.md", "build.log", "pytest.log", "kernels.md", "profile.csv", "profile.png", "sweep.md",
-           "reference.md")
+OUTPUTS = ("summary.md", "build.log", "pytest.log", "kernels.md", "kernels_bert.md", "profile.csv", "profile.png",
+           "sweep.md", "reference.md")
 
 
 @dataclass
@@ -59,13 +60,13 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
                  "task.generator.num_val=16", "task.generator.num_test=16", "task.generator.min_length=20",
                  "task.generator.max_length=120",
                  "task.max_length=128"]
-        limits = {"build": 300, "pytest": 240, "kernels": 120, "profile": 240, "sweep": 240}
+        limits = {"build": 300, "pytest": 240, "kernels": 120, "bert": 0, "profile": 240, "sweep": 240}
     else:
         lengths = ["512", "1024", "2048", "4096", "8192", "16384", "32768"]
         cells, sweep_backends = None, backends
         profile = [f"backends=[{','.join(backends)}]"]
-        sweep = ["task=listops", "trainer.max_steps=300", "trainer.eval_every=100"]
-        limits = {"build": 150, "pytest": 120, "kernels": 90, "profile": 90, "sweep": 60}
+        sweep = ["task=listops", "trainer.max_steps=100", "trainer.eval_every=50"]  # n = 2048, batch 32
+        limits = {"build": 120, "pytest": 120, "kernels": 75, "bert": 45, "profile": 75, "sweep": 60}
     bench = [sys.executable, "-m", "lra.benchmarks.yoso_speed", "--device", device, "--lengths", *lengths]
     if cells:
         bench += ["--cells", *cells, "--repeats", "1"]
@@ -76,6 +77,9 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
                                                if quick else [str(tests)])], limits["pytest"], "pytest.log", cwd=REPO_ROOT)
         if tests.is_dir() else Step("CUDA tests", [], 0, "pytest.log", notes=["tests/ not found: run from a checkout"]),
         Step("kernel benchmark", bench, limits["kernels"], "kernels.md"),
+        *([] if quick else [Step("kernel benchmark, BERT-base attention shape",  # 12 heads of 64, one sequence
+                                 [*bench[:bench.index("--lengths")], "--lengths", "512", "1024", "2048", "4096",
+                                  "--batch-heads", "12", "--head-dim", "64"], limits["bert"], "kernels_bert.md")]),
         Step("profile", [_tool("lra-profile"), f"device={device}", *profile, f"hydra.run.dir={scratch / 'profile'}"],
              limits["profile"]),
         Step("sweep", [_tool("lra-train"), "-m", "hydra/launcher=local_gpus", f"hydra.launcher.jobs_per_gpu={jobs_per_gpu}",
