@@ -161,9 +161,9 @@ class Trainer:
                 f"{trainer.grad_accumulation} × {ranks.world} processes; choose a multiple"
             )
         self.device = resolve_device(trainer.device, announce, ranks)
-        if trainer.deterministic:  # bitwise-repeatable runs and resumes: e.g. Inductor's CPU scatter-adds use atomics
-            if self.device.type == "cuda":
-                os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        if trainer.deterministic and self.device.type == "cuda":  # cuBLAS needs it for repeatable matmuls
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        # Bitwise-repeatable runs and resumes (e.g. Inductor's CPU scatter-adds use atomics otherwise).
         torch.use_deterministic_algorithms(trainer.deterministic, warn_only=True)
         self.amp_dtype = autocast_dtype(str(getattr(trainer.precision, "value", trainer.precision)), self.device)
         seed_everything(cfg.seed)
@@ -276,8 +276,8 @@ class Trainer:
         indices = self.ranks.shard(self.sampler.next_batch())  # this process's share of the global batch
         micro_batches = np.array_split(indices, self.cfg.trainer.grad_accumulation)
         self.optimizer.zero_grad(set_to_none=True)
-        total_loss = total_correct = aux_total = None
-        tokens = 0
+        total_loss = total_correct = torch.zeros((), device=self.device)
+        aux_total, tokens = None, 0
         for micro in micro_batches:
             loss, correct, micro_tokens = self._forward(self.data.splits["train"], micro, self.train_model)
             weight = len(micro) / len(indices)
@@ -287,8 +287,8 @@ class Trainer:
                 objective = objective + aux * weight
                 aux_total = aux.detach() * weight + (0 if aux_total is None else aux_total)
             self.scaler.scale(objective).backward()
-            total_loss = loss.detach() * weight + (0 if total_loss is None else total_loss)
-            total_correct = correct + (0 if total_correct is None else total_correct)
+            total_loss = total_loss + loss.detach() * weight
+            total_correct = total_correct + correct
             tokens += micro_tokens
         if self.cfg.trainer.grad_clip is not None:
             self.scaler.unscale_(self.optimizer)
