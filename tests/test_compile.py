@@ -78,6 +78,19 @@ def forward_backward(model, ids, mask):
                              if p.grad is not None}
 
 
+def test_the_kernel_choice_is_marked_constant_for_compile_without_importing_dynamo_at_start_up():
+    """_yoso_ops marks _resolve_impl as torch.compiler.assume_constant_result does, without its import of
+    torch._dynamo; the public decorator must still mark a function that way, and a command must start
+    without torch._dynamo (the backends' fullgraph compile below checks the mark works)."""
+    import subprocess
+    import sys
+
+    assert torch.compiler.assume_constant_result(lambda: 0)._dynamo_marked_constant
+    assert ops._resolve_impl._dynamo_marked_constant
+    probe = "import sys, lra.commands.train; print('torch._dynamo' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "False"
+
+
 @pytest.mark.parametrize("name", attention_zoo.names())
 def test_every_backend_compiles_as_one_graph_and_matches_eager(name):
     """fullgraph=True: any graph break fails. AOTAutograd traces forward and backward (the custom
