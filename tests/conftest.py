@@ -79,16 +79,51 @@ def data_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("lra-data")
 
 
+class _CommandServer:
+    """tests/command_server.py, one per xdist worker: forks each harness command from a process that has
+    imported torch and the harness once, instead of paying ~5 s of start-up per command (about 150 in
+    the suite). LRA_TEST_FORK=0 runs every command as a plain subprocess instead."""
+
+    process = None
+    commands: frozenset = frozenset()
+
+    @classmethod
+    def run(cls, args, cwd, env) -> "subprocess.CompletedProcess | None":
+        if os.environ.get("LRA_TEST_FORK") == "0":
+            return None
+        if cls.process is None:
+            cls.process = subprocess.Popen([sys.executable, str(REPO / "tests" / "command_server.py")],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                           env={**os.environ, "PYTHONHASHSEED": "0"})
+            cls.commands = frozenset(json.loads(cls.process.stdout.readline())["ready"])
+        if args[0] not in cls.commands or env.get("PYTHONHASHSEED") != "0":
+            return None
+        with tempfile.TemporaryDirectory() as folder:
+            out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+            request = {"command": args[0], "args": list(args[1:]), "cwd": str(cwd), "env": env,
+                       "stdout": str(out), "stderr": str(err)}
+            cls.process.stdin.write(json.dumps(request) + "\n")
+            cls.process.stdin.flush()
+            reply = cls.process.stdout.readline()
+            if not reply:
+                raise RuntimeError("tests/command_server.py died; rerun with LRA_TEST_FORK=0 to see the command alone")
+            code = json.loads(reply)["returncode"]
+            return subprocess.CompletedProcess(list(args), code, out.read_text(errors="replace"),
+                                               err.read_text(errors="replace"))
+
+
 def run_command(args, cwd: Path, data_dir: Path, env_extra=None, check=True) -> subprocess.CompletedProcess:
     """Run a console script as a user would, with W&B off and the given data directory."""
     env = {**os.environ, "LRA_DATA_DIR": str(data_dir), "WANDB_MODE": "disabled", "PYTHONHASHSEED": "0"}
     env.pop("HYDRA_FULL_ERROR", None)
     env.update(env_extra or {})
     Path(cwd).mkdir(parents=True, exist_ok=True)
-    exe = Path(sys.executable).parent / args[0]
-    # No timeout of its own: pytest-timeout bounds each test, and subprocess.run kills the command
-    # when the test is interrupted (a fixed limit had failed slow machines mid-run).
-    result = subprocess.run([str(exe), *args[1:]], cwd=cwd, env=env, capture_output=True, text=True)
+    result = _CommandServer.run(args, cwd, env)
+    if result is None:
+        exe = Path(sys.executable).parent / args[0]
+        # No timeout of its own: pytest-timeout bounds each test, and subprocess.run kills the command
+        # when the test is interrupted (a fixed limit had failed slow machines mid-run).
+        result = subprocess.run([str(exe), *args[1:]], cwd=cwd, env=env, capture_output=True, text=True)
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
