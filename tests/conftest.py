@@ -82,15 +82,15 @@ def data_dir(tmp_path_factory) -> Path:
 class _CommandServer:
     """tests/command_server.py, one per xdist worker: forks each harness command from a process that has
     imported torch and the harness once, instead of paying ~5 s of start-up per command (about 150 in
-    the suite). LRA_TEST_FORK=0 runs every command as a plain subprocess instead."""
+    the suite), on Linux. LRA_TEST_FORK=0 runs every command as a plain subprocess instead."""
 
     process = None
     commands: frozenset = frozenset()
 
     @classmethod
     def run(cls, args, cwd, env) -> "subprocess.CompletedProcess | None":
-        if os.environ.get("LRA_TEST_FORK") == "0":
-            return None
+        if os.environ.get("LRA_TEST_FORK") == "0" or not sys.platform.startswith("linux"):
+            return None  # macOS forbids fork after some of torch's imports; Windows has no fork
         if cls.process is None:
             cls.process = subprocess.Popen([sys.executable, str(REPO / "tests" / "command_server.py")],
                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
