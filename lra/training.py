@@ -346,8 +346,9 @@ class Trainer:
             step = self.state.step
             window.add(metrics)
             bar.update(1)
-            boundary = step % trainer.eval_every == 0 or step % trainer.checkpoint_every == 0
-            if step % trainer.log_every == 0 or step == trainer.max_steps or boundary:
+            evaluate_now = step % trainer.eval_every == 0 or step == trainer.max_steps
+            checkpoint_now = step % trainer.checkpoint_every == 0 or step == trainer.max_steps
+            if step % trainer.log_every == 0 or evaluate_now or checkpoint_now:
                 read_started = time.perf_counter()
                 train_metrics = window.read(self.ranks, step)  # the one wait for the device in these steps
                 self.state.train_seconds += time.perf_counter() - read_started
@@ -362,9 +363,9 @@ class Trainer:
                 window = TrainWindow()
                 self._record_progress("running")  # metrics.json shows the current step between evaluations
             checkpoint.fault_point("step")
-            if step % trainer.eval_every == 0 or step == trainer.max_steps:
+            if evaluate_now:
                 self._validate(logger, train_metrics)
-            if step % trainer.checkpoint_every == 0 or step == trainer.max_steps:
+            if checkpoint_now:
                 self.save_checkpoint()
         bar.close()
         return self._test(logger)

@@ -20,23 +20,25 @@ import os
 import sys
 
 
-def _entry_points() -> dict:
-    return {ep.name: ep for ep in importlib.metadata.entry_points(group="console_scripts")
+def _load_commands() -> dict:
+    """The harness's console scripts, name → entry function (importing them is the start-up saved)."""
+    return {ep.name: ep.load() for ep in importlib.metadata.entry_points(group="console_scripts")
             if ep.value.split(".")[0] in ("lra", "attention_zoo")}
 
 
-def _run_child(request: dict, entry, replies_fd: int) -> None:
-    """In the forked child: become the command's process, run it, never return."""
+def _run_child(request: dict, main, replies_fd: int) -> None:
+    """In the forked child: become the command's process, run it as its console script would
+    (``sys.exit(main())``), never return."""
     code = 1
     try:
         os.close(replies_fd)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        stdin = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(stdin, 0)
-        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        for fd, path, flags in ((0, os.devnull, os.O_RDONLY),
+                                (1, request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                (2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+            target = os.open(path, flags, 0o644)
             os.dup2(target, fd)
             os.close(target)
         sys.stdin = os.fdopen(0, "r", closefd=False)
@@ -47,16 +49,15 @@ def _run_child(request: dict, entry, replies_fd: int) -> None:
             import torch
             torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
         try:
-            result = entry.load()()
-            code = 0 if result is None else result if isinstance(result, int) else 1
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-            if stop.code is not None and not isinstance(stop.code, int):
+            raise SystemExit(main())
+        except SystemExit as stop:  # as the interpreter ends: None is 0, a non-int is printed and is 1
+            if stop.code is None or isinstance(stop.code, int):
+                code = stop.code or 0
+            else:
                 print(stop.code, file=sys.stderr)
-        except BaseException:  # as the interpreter would: the traceback on stderr, exit status 1
+        except BaseException:  # the traceback on stderr, exit status 1
             import traceback
             traceback.print_exc()
-            code = 1
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -65,19 +66,17 @@ def _run_child(request: dict, entry, replies_fd: int) -> None:
 
 
 def serve() -> None:
-    entries = _entry_points()
-    for entry in entries.values():  # the imports every command would pay for
-        entry.load()
+    commands = _load_commands()
     import torch._dynamo  # noqa: F401  (every training run imports it: torch.optim's first param group)
 
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stray prints must not corrupt the protocol
-    replies.write(json.dumps({"ready": sorted(entries)}) + "\n")
+    replies.write(json.dumps({"ready": sorted(commands)}) + "\n")
     for line in sys.stdin:
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            _run_child(request, entries[request["command"]], replies.fileno())
+            _run_child(request, commands[request["command"]], replies.fileno())
         _, status = os.waitpid(pid, 0)
         replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
 
