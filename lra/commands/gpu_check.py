@@ -60,14 +60,15 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
                  "task.generator.num_val=16", "task.generator.num_test=16", "task.generator.min_length=20",
                  "task.generator.max_length=120",
                  "task.max_length=128"]
-        limits = {"build": 300, "pytest": 240, "kernels": 120, "bert": 0, "profile": 240, "sweep": 240}
+        limits = {"build": 300, "pytest": 240, "kernels": 120, "profile": 240, "sweep": 240}
     else:
         lengths = ["512", "1024", "2048", "4096", "8192", "16384", "32768"]
         cells, sweep_backends = None, backends
         profile = [f"backends=[{','.join(backends)}]"]
         sweep = ["task=listops", "trainer.max_steps=100", "trainer.eval_every=50"]  # n = 2048, batch 32
         limits = {"build": 120, "pytest": 120, "kernels": 75, "bert": 45, "profile": 75, "sweep": 60}
-    bench = [sys.executable, "-m", "lra.benchmarks.yoso_speed", "--device", device, "--lengths", *lengths]
+    benchmark = [sys.executable, "-m", "lra.benchmarks.yoso_speed", "--device", device]
+    bench = [*benchmark, "--lengths", *lengths]
     if cells:
         bench += ["--cells", *cells, "--repeats", "1"]
     return [
@@ -78,7 +79,7 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
         if tests.is_dir() else Step("CUDA tests", [], 0, "pytest.log", notes=["tests/ not found: run from a checkout"]),
         Step("kernel benchmark", bench, limits["kernels"], "kernels.md"),
         *([] if quick else [Step("kernel benchmark, BERT-base attention shape",  # 12 heads of 64, one sequence
-                                 [*bench[:bench.index("--lengths")], "--lengths", "512", "1024", "2048", "4096",
+                                 [*benchmark, "--lengths", "512", "1024", "2048", "4096",
                                   "--batch-heads", "12", "--head-dim", "64"], limits["bert"], "kernels_bert.md")]),
         Step("profile", [_tool("lra-profile"), f"device={device}", *profile, f"hydra.run.dir={scratch / 'profile'}"],
              limits["profile"]),
