@@ -3,6 +3,9 @@ compiles as one graph (fullgraph) and matches eager, and a compiled run resumes 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -82,9 +85,6 @@ def test_the_kernel_choice_is_marked_constant_for_compile_without_importing_dyna
     """_yoso_ops marks _resolve_impl as torch.compiler.assume_constant_result does, without its import of
     torch._dynamo; the public decorator must still mark a function that way, and a command must start
     without torch._dynamo (the backends' fullgraph compile below checks the mark works)."""
-    import subprocess
-    import sys
-
     assert torch.compiler.assume_constant_result(lambda: 0)._dynamo_marked_constant
     assert ops._resolve_impl._dynamo_marked_constant
     probe = "import sys, lra.commands.train; print('torch._dynamo' in sys.modules)"
