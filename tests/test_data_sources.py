@@ -221,6 +221,10 @@ def test_generated_pathfinder_has_the_original_statistics_and_contour_labels():
     assert 0.5 <= stats["label 0 joined by ink"] <= 0.9, stats  # snakes touch and cross, as in the original
     assert 0.36 <= stats["label 1 share"] <= 0.64 and 0.3 <= stats["marker distance AUC"] <= 0.7, stats
     assert all(s.image.max() == 255 and s.image.min() == 0 for s in scenes)  # stretched per image
+    # Labels balanced by construction: each image's label is its generator's first draw, kept through
+    # the redraws its contour check forces (a fresh label per redraw tilts labels towards 1).
+    assert sum(s.redraws > 0 for s in scenes) >= 1
+    assert all(s.label == int(np.random.default_rng([11, index]).integers(2)) for index, s in enumerate(scenes))
 
 
 def test_pathfinder_dilation_keeps_the_original_border_rule():

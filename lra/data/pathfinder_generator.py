@@ -366,8 +366,7 @@ def _distractor(canvas: _Canvas, snake: int) -> bool:
     return False
 
 
-def _draw_scene(g: Geometry, rng: np.random.Generator) -> Scene:
-    label = int(rng.integers(2))
+def _draw_scene(g: Geometry, rng: np.random.Generator, label: int) -> Scene:
     margin = int(g.paddle_margins[rng.integers(len(g.paddle_margins))])
     for attempt in range(1, g.target_retries + 1):
         drawn = _target_pair(g, rng, margin)
@@ -422,11 +421,18 @@ def contour_connected(scene: Scene, g: Geometry) -> bool:
     return bool(distance <= 2 * g.marker_radius)
 
 
+# Bumped whenever the same (seed, geometry) draws other images, so generated caches are not reused:
+# 2 = the label drawn once per image (revision 1 drew a fresh label with every rejected draw).
+REVISION = 2
+
+
 def generate_scene(g: Geometry, seed: int, index: int, max_redraws: int = 100) -> Scene:
-    """Image ``index`` of the run ``seed``: drawn until its contour connectivity agrees with its label."""
+    """Image ``index`` of the run ``seed``: its label drawn once, the image drawn until its contour
+    connectivity agrees with that label."""
     rng = np.random.default_rng([seed, index])
+    label = int(rng.integers(2))  # once per image: a redraw keeps it, so labels stay balanced by construction
     for redraws in range(max_redraws + 1):
-        scene = _draw_scene(g, rng)
+        scene = _draw_scene(g, rng, label)
         if contour_connected(scene, g) == bool(scene.label):
             scene.redraws = redraws
             return scene

@@ -335,7 +335,8 @@ def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversi
             needed = max(train_subset / fractions["train"] if train_subset else 0,
                          eval_subset / fractions["val"] if eval_subset else 0)
             settings.num_images = min(settings.num_images, int(np.ceil(needed * 1.1)) + 10)
-        identity = {"generator": {**settings.as_dict(), "workers": None}, "geometry": geometry.__dict__}
+        identity = {"generator": {**settings.as_dict(), "workers": None}, "geometry": geometry.__dict__,
+                    "revision": pathfinder_generator.REVISION}
         root = (data_dir / "pathfinder" / "generated" / settings_fingerprint(identity)
                 / f"pathfinder{task.resolution}" / pathfinder_generator.release_folder_name(task.difficulty))
         if not (root / "complete.json").is_file():
