@@ -1,15 +1,22 @@
-"""Learning-to-hash attention, LHA (Sun, Yang & Yoo, ICLR 2022).
+"""Learning-to-hash attention, LHA (Sun, Yang & Yoo, ICLR 2022), as its paper and its authors' code
+(Edward-Sun/Learning-to-Hash-Attention, ``lha_attention.py`` and ``mixed_attention.py``) define it.
 
-Per head, hash scorers H_Q, H_K : R^d → R^B (a linear map, or a 2-layer MLP with ``hidden_dim``)
-read stop-gradient q and k. Bucket b takes the k = ⌊√2 · n / B⌋ highest-scoring queries and keys
-(balanced top-k, with the paper's √2 enlargement), attention runs within each bucket (q·k/√d), and a
-query's results from several buckets are merged by their log-sum-exp weights; a query in no bucket
-gets zeros.
+Per head, hash scorers read stop-gradient q and k: H_Q(q) = q · ((1 − c) W + c W_Q) and H_K(k) =
+k · ((1 − c) W + c W_K), a kernel W shared by both sides mixed with one of each side's own
+(c = ``own_kernel_share``, the authors' ``cluster_score`` 0.1), no bias. Membership: each bucket b
+takes the k = ⌊⌊n / B⌋ · √2⌋ queries (and keys) with the highest softmax-over-buckets probability
+softmax(H(x))_b, so a token that scores high everywhere joins where it is relatively best; padded
+tokens are chosen last. Attention then runs within each bucket on LayerNorm'd q and k (no scale or
+bias, ε = 1e-6), scaled by 1/√d, and a query's results from several buckets are merged by their
+log-sum-exp weights; a query no bucket selects gets zeros.
 
-The scorers learn only from ``aux_loss`` = ``aux_loss_weight`` · (KL(ψ_Q ‖ softmax H_Q) + KL(ψ_K ‖
-softmax H_K)), averaged over real tokens, where the attention utility ψ_Q(i)_b ∝ Σ_{j∈b} A_ij is
-estimated with positive random features φ as φ(q_i) · Σ_{j∈b} φ(k_j) in O(n · B) (ψ_K symmetrically).
-The authors give no weight; 1.0 is ours (the scorers see no other gradient, so it only sets their
+The scorers learn only from ``aux_loss`` = ``aux_loss_weight`` · (KL(ψ_Q ‖ softmax H_Q) +
+KL(ψ_K ‖ softmax H_K)), averaged over real tokens and heads, where the attention utility (paper
+§3.2) of bucket b is ψ_Q(i)_b ∝ Σ_{j∈K_b} A_ij for a query and ψ_K(j)_b ∝ Σ_{i∈Q_b} A_ij for a key,
+A = softmax(q̂ k̂ᵀ/√d) over real keys. Both are estimated in O(n · B · r) with r positive random
+features φ (FAVOR+, redrawn every training step from the seeded generator, as the authors redraw
+them), A_ij ≈ φ(q_i)·φ(k_j) / Ẑ_i with Ẑ_i = φ(q_i)·Σ_j φ(k_j): see :func:`utility_targets`. The
+authors give no loss weight; 1.0 is ours (the scorers see no other gradient, so it only sets their
 learning rate relative to the model's).
 """
 
@@ -19,21 +26,30 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attention_zoo._common import NEG_INF, gather_rows, in_float32
 from attention_zoo.longformer import LongformerAttention, LongformerOptions
+from attention_zoo.options import InvalidOption, choice, number, whole
 from attention_zoo.performer import orthogonal_gaussian_features
-from attention_zoo.options import InvalidOption, number, whole
 from attention_zoo.registry import Attention, register
+
+MEMBERSHIPS = ("softmax", "raw")  # rank by softmax over buckets (the authors') or by the raw score
+FEATURE_DRAWS = ("step", "fixed")  # fresh features every training step (the authors') or drawn once
+LAYER_NORM_EPS = 1e-6  # the authors' length_normalized
 
 
 @dataclass
 class LearnedHashOptions:
     num_buckets: int = 32
-    hidden_dim: int = 0  # 0: linear scorers; > 0: 2-layer MLP scorers of this width
+    hidden_dim: int = 0  # 0: the authors' linear scorers; > 0: 2-layer scorers of this width (ours)
+    own_kernel_share: float = 0.1  # c in (1 − c)·W_shared + c·W_side (the authors' cluster_score)
+    membership: str = "softmax"  # softmax (the authors') | raw
+    normalize_qk: bool = True  # LayerNorm q and k before in-bucket attention (the authors')
     aux_loss_weight: float = 1.0
-    num_random_features: int = 64  # for the attention-utility estimate
+    num_random_features: int = 256  # r of the utility estimate (the authors' nb_features)
+    feature_draws: str = "step"  # step (the authors') | fixed
     local_heads: int = 0  # the first heads use sliding-window attention instead (the authors' LRA pairing)
     local_window: int = 128
 
@@ -41,31 +57,76 @@ class LearnedHashOptions:
         whole(self, 1, "num_buckets", "num_random_features")
         whole(self, 2, "local_window")
         whole(self, 0, "hidden_dim", "local_heads")
+        number(self, "own_kernel_share", 0.0, 1.0)
         number(self, "aux_loss_weight", 0.0)
+        choice(self, "membership", MEMBERSHIPS)
+        choice(self, "feature_draws", FEATURE_DRAWS)
+        if not isinstance(self.normalize_qk, bool):
+            raise InvalidOption("normalize_qk", self.normalize_qk, "true or false")
 
 
-class HeadwiseScorer(nn.Module):
-    """Independent scorers per head: [B, H, n, d] → [B, H, n, buckets]."""
+def lecun_kernel(heads: int, fan: int, width: int) -> nn.Parameter:
+    """A [heads, fan, width] kernel initialised as the authors' (Flax's default: truncated-normal LeCun,
+    fan-in heads · fan as JAX counts a 3-d kernel; the 0.8796 restores the variance the 2σ cut removes)."""
+    std = 1.0 / math.sqrt(heads * fan) / 0.87962566103423978
+    return nn.Parameter(nn.init.trunc_normal_(torch.empty(heads, fan, width), std=std, a=-2 * std, b=2 * std))
 
-    def __init__(self, heads: int, dim: int, buckets: int, hidden: int):
-        heads = max(heads, 1)
+
+class BucketScorers(nn.Module):
+    """H_Q and H_K per head, [B, H, n, d] → [B, H, n, buckets]: every layer's kernel is a mix of one
+    shared by both sides and one of the side's own; ReLU between layers (``hidden`` > 0)."""
+
+    def __init__(self, heads: int, dim: int, buckets: int, hidden: int, own_share: float):
         super().__init__()
+        heads = max(heads, 1)
         widths = [dim, hidden, buckets] if hidden else [dim, buckets]
-        self.weights = nn.ParameterList(
-            nn.Parameter(torch.randn(heads, a, b) / math.sqrt(a)) for a, b in zip(widths, widths[1:]))
-        self.biases = nn.ParameterList(nn.Parameter(torch.zeros(heads, 1, b)) for b in widths[1:])
+        self.own_share = own_share
+        self.shared, self.query, self.key = (
+            nn.ParameterList(lecun_kernel(heads, a, b) for a, b in zip(widths, widths[1:])) for _ in range(3))
 
-    def forward(self, x):
-        for i, (w, b) in enumerate(zip(self.weights, self.biases)):
-            x = torch.einsum("bhnd,hdk->bhnk", x, w) + b
-            if i < len(self.weights) - 1:
+    def _score(self, x, own):
+        for i, (shared, side) in enumerate(zip(self.shared, own)):
+            x = torch.einsum("bhnd,hdk->bhnk", x, (1 - self.own_share) * shared + self.own_share * side)
+            if i < len(own) - 1:
                 x = torch.relu(x)
         return x
+
+    def forward(self, q, k):
+        return self._score(q, self.query), self._score(k, self.key)
 
 
 def one_hot_members(index: torch.Tensor, n: int) -> torch.Tensor:
     """Bucket members [B, H, buckets, size] (token indices) → a 0/1 matrix [B, H, buckets, n]."""
     return torch.zeros(*index.shape[:3], n, device=index.device).scatter_(-1, index, 1.0)
+
+
+def positive_features(x, features, real, shared: bool):
+    """FAVOR+ features exp(w·x̃ − ‖x̃‖²/2 − c), x̃ = x / d^{1/4}, zero on padded tokens. The stabiliser c
+    is one constant per (batch, head) over real tokens and features (``shared``), or each token's own
+    maximum over features."""
+    x = x * x.shape[-1] ** -0.25
+    logits = (x @ features.T - 0.5 * x.square().sum(-1, keepdim=True)).masked_fill(~real, float("-inf"))
+    shift = logits.amax(dim=(-2, -1) if shared else -1, keepdim=True).nan_to_num(neginf=0.0)
+    return torch.exp(logits - shift)
+
+
+def utility_targets(q, k, mask, query_member, key_member, features):
+    """The attention utility of every bucket for every query and key, normalised over buckets:
+    (ψ_Q, ψ_K), each [B, H, n, buckets], estimated with positive random features ``features`` [r, d].
+
+    ψ_Q(i)_b ∝ φ(q_i) · Σ_{j∈K_b} φ(k_j) and ψ_K(j)_b ∝ Σ_{i∈Q_b} φ(q_i)·φ(k_j) / Ẑ_i, Ẑ_i =
+    φ(q_i) · Σ_j φ(k_j) over real keys: A_ij estimated consistently (→ the exact utility as r → ∞).
+    A per-query factor cancels in both (so each query keeps its own stabiliser), but a per-key one
+    would weight keys arbitrarily, so all keys share one. ``query_member``/``key_member`` are
+    [B, H, buckets, n] 0/1; padded tokens must not be members (their targets are all zero).
+    """
+    real = mask[:, None, :, None]
+    phi_q = positive_features(q, features, real, shared=False)
+    phi_k = positive_features(k, features, real, shared=True)
+    z = (phi_q @ phi_k.sum(-2, keepdim=True).transpose(-1, -2)).clamp(min=1e-30)  # [B, H, n, 1]
+    utility_q = phi_q @ (key_member @ phi_k).transpose(-1, -2)
+    utility_k = phi_k @ (query_member @ (phi_q / z)).transpose(-1, -2)
+    return tuple(u / u.sum(-1, keepdim=True).clamp(min=1e-30) for u in (utility_q, utility_k))
 
 
 @register("learned_hash", LearnedHashOptions)
@@ -77,8 +138,8 @@ class LearnedHashAttention(Attention):
         if options.local_heads > num_heads:
             raise InvalidOption("local_heads", options.local_heads, f"between 0 and num_heads={num_heads}")
         hashed_heads = num_heads - options.local_heads
-        self.query_scorer = HeadwiseScorer(hashed_heads, head_dim, options.num_buckets, options.hidden_dim)
-        self.key_scorer = HeadwiseScorer(hashed_heads, head_dim, options.num_buckets, options.hidden_dim)
+        self.scorers = BucketScorers(hashed_heads, head_dim, options.num_buckets, options.hidden_dim,
+                                     options.own_kernel_share)
         self.register_buffer("features", orthogonal_gaussian_features(options.num_random_features, head_dim))
         self.local = (LongformerAttention(options.local_heads, head_dim, max_seq_len,
                                           LongformerOptions(window_size=options.local_window, num_global_tokens=0))
@@ -89,17 +150,33 @@ class LearnedHashAttention(Attention):
         return "LHA"
 
     def bucket_size(self, n: int) -> int:
-        return max(1, min(n, int(math.sqrt(2) * n / self.options.num_buckets)))
+        """The authors' ⌊⌊n / B⌋ · √2⌋ (at least 1, at most n)."""
+        return max(1, min(n, int((n // self.options.num_buckets) * math.sqrt(2))))
+
+    def _normalised(self, q, k):
+        if not self.options.normalize_qk:
+            return q, k
+        return tuple(F.layer_norm(x, x.shape[-1:], eps=LAYER_NORM_EPS) for x in (q, k))
+
+    def scored_qk(self, q, k):
+        """The q and k whose softmax each head computes within its buckets or window: LayerNorm'd on
+        the hashed heads (``normalize_qk``), as given on the local heads (for analysis)."""
+        split = self.options.local_heads
+        hashed_q, hashed_k = self._normalised(q[:, split:], k[:, split:])
+        return torch.cat([q[:, :split], hashed_q], dim=1), torch.cat([k[:, :split], hashed_k], dim=1)
 
     def memberships(self, q, k, mask):
-        """Scores and top-k members per bucket: (score_q, score_k, query_index, key_index) with
-        indices [B, H, buckets, size]; padded tokens are chosen last."""
-        score_q, score_k = self.query_scorer(q.detach()), self.key_scorer(k.detach())
+        """Scores and members per bucket: (score_q, score_k, query_index, key_index), indices
+        [B, H, buckets, size]; each bucket takes the tokens ranked highest by ``membership``."""
+        score_q, score_k = self.scorers(q.detach(), k.detach())
         padded = ~mask[:, None, :, None]
         size = self.bucket_size(q.shape[2])
-        query_index = score_q.masked_fill(padded, float("-inf")).transpose(-1, -2).topk(size, dim=-1).indices
-        key_index = score_k.masked_fill(padded, float("-inf")).transpose(-1, -2).topk(size, dim=-1).indices
-        return score_q, score_k, query_index, key_index
+
+        def members(score):
+            rank = score.softmax(-1) if self.options.membership == "softmax" else score
+            return rank.masked_fill(padded, float("-inf")).transpose(-1, -2).topk(size, dim=-1).indices
+
+        return score_q, score_k, members(score_q), members(score_k)
 
     def attended_keys(self, q, k, mask):
         """Dense [B, H, n, n] bool: keys sharing a bucket with each query, or the window of a local
@@ -116,12 +193,13 @@ class LearnedHashAttention(Attention):
         """Real queries and keys per bucket of the hashed heads, each token in the bucket its scorer
         ranks highest (the learned hash before the balanced top-k): two [B, H_hashed, 1, buckets]."""
         split = self.options.local_heads
+        score_q, score_k = self.scorers(q[:, split:].float(), k[:, split:].float())
 
-        def counts(scorer, x):
-            one_hot = torch.nn.functional.one_hot(scorer(x[:, split:].float()).argmax(-1), self.options.num_buckets)
+        def counts(score):
+            one_hot = F.one_hot(score.argmax(-1), self.options.num_buckets)
             return (one_hot * mask[:, None, :, None]).sum(-2, keepdim=True)
 
-        return counts(self.query_scorer, q), counts(self.key_scorer, k)
+        return counts(score_q), counts(score_k)
 
     def forward(self, q, k, v, mask=None):
         if self.local is None:
@@ -135,6 +213,7 @@ class LearnedHashAttention(Attention):
     def _hashed(self, q, k, v, mask):
         batch, heads, n, d = q.shape
         score_q, score_k, query_index, key_index = self.memberships(q, k, mask)
+        q, k = self._normalised(q, k)
         buckets, size = query_index.shape[2], query_index.shape[3]
         flat_q, flat_k = query_index.flatten(2), key_index.flatten(2)
         bq = gather_rows(q, flat_q).view(batch, heads, buckets, size, d)
@@ -155,26 +234,25 @@ class LearnedHashAttention(Attention):
                          if torch.is_grad_enabled() else None)
         return result
 
-    def _positive_features(self, x, per_row: bool):
-        x = x.detach() * x.shape[-1] ** -0.25
-        logits = x @ self.features.T - 0.5 * x.square().sum(-1, keepdim=True)
-        shift = logits.amax(dim=-1, keepdim=True) if per_row else logits.amax(dim=(-2, -1), keepdim=True)
-        return torch.exp(logits - shift)
+    def utility_features(self, device) -> torch.Tensor:
+        """The random features of this step's utility estimate: fresh in training (``feature_draws=step``,
+        from the global seeded generator), else the ones drawn at construction."""
+        if self.training and self.options.feature_draws == "step":
+            return orthogonal_gaussian_features(self.options.num_random_features, self.head_dim, device=device)
+        return self.features
 
     def utility_loss(self, q, k, mask, score_q, score_k, query_index, key_index):
-        """KL(ψ ‖ softmax(H(x))) for queries and keys, ψ estimated with positive random features."""
+        """KL(ψ ‖ softmax(H(x))) for queries and keys, averaged over real tokens and heads; q and k are
+        the ones in-bucket attention scored (LayerNorm'd by default)."""
         n = q.shape[2]
-        real = mask[:, None, :, None].to(q.dtype)
-        phi_q, phi_k = self._positive_features(q, True) * real, self._positive_features(k, True) * real
-        key_member = one_hot_members(key_index, n) * real.transpose(-1, -2)
-        query_member = one_hot_members(query_index, n) * real.transpose(-1, -2)
-        utility_q = phi_q @ (phi_k.transpose(-1, -2) @ key_member.transpose(-1, -2))  # [B, H, n, buckets]
-        utility_k = phi_k @ (phi_q.transpose(-1, -2) @ query_member.transpose(-1, -2))
+        real = mask[:, None, :].to(q.dtype)
+        query_member = one_hot_members(query_index, n) * real[:, :, None, :]
+        key_member = one_hot_members(key_index, n) * real[:, :, None, :]
+        target_q, target_k = utility_targets(q.detach(), k.detach(), mask, query_member, key_member,
+                                             self.utility_features(q.device))
 
-        def kl(utility, scores):
-            target = utility / utility.sum(-1, keepdim=True).clamp(min=1e-30)
-            log_target = torch.log(target.clamp(min=1e-30))
-            per_token = (target * (log_target - torch.log_softmax(scores, dim=-1))).sum(-1)
-            return (per_token * real[..., 0]).sum() / real.sum().clamp(min=1) / q.shape[1]
+        def kl(target, scores):
+            per_token = (target * (torch.log(target.clamp(min=1e-30)) - torch.log_softmax(scores, dim=-1))).sum(-1)
+            return (per_token * real).sum() / real.sum().clamp(min=1) / q.shape[1]
 
-        return kl(utility_q, score_q) + kl(utility_k, score_k)
+        return kl(target_q, score_q) + kl(target_k, score_k)

@@ -85,7 +85,11 @@ def test_utility_and_bucket_balance_closed_forms():
     attention = torch.tensor([[[[0.5, 0.3, 0.2], [0.1, 0.1, 0.8], [1 / 3, 1 / 3, 1 / 3]]]], dtype=torch.float64)
     attended = torch.tensor([[[[1, 1, 0], [0, 0, 1], [1, 0, 0]]]], dtype=torch.bool)
     mask = torch.tensor([[True, True, False]])  # the third query is padding
-    assert measures.attention_utility(attention, attended, mask) == pytest.approx({"utility": 0.8, "keys_per_query": 1.5})
+    assert measures.attention_utility(attention, attended, mask) == pytest.approx(
+        {"utility": 0.8, "keys_per_query": 1.5, "uncovered_queries": 0.0})
+    attended[0, 0, 1] = False  # the second (real) query now attends to nothing
+    assert measures.attention_utility(attention, attended, mask) == pytest.approx(
+        {"utility": 0.4, "keys_per_query": 1.0, "uncovered_queries": 0.5})
     balance = measures.bucket_balance(torch.tensor([[6, 2, 0, 0]]), torch.tensor([[2, 2, 4, 0]]))
     assert balance == pytest.approx({"query_max_over_mean": 3.0, "key_max_over_mean": 2.0, "skewed_bucket_share": 2 / 3})
 

@@ -4,8 +4,9 @@ buckets with plain LSH's on the trained layer's own queries and keys (a benchmar
     python -m lra.benchmarks.hash_utility [--steps 200] [--buckets 8] [override ...]
 
 Attention utility (LHA paper): for each real query, the exact softmax attention mass on the keys
-its buckets let it see, averaged over queries. Also reported: the auxiliary (utility KL) loss at the
-start and end of training, and the mean number of keys each query sees.
+its buckets let it see, averaged over queries (LHA's attention is on its LayerNorm'd q and k). Also
+reported: the auxiliary (utility KL) loss at the start and end of training, the mean number of keys
+each query sees, and the share of real queries no bucket selects.
 """
 
 from __future__ import annotations
@@ -24,11 +25,17 @@ from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.training import Trainer
 
 
-def utility(q, k, mask, attended) -> tuple[float, float]:
-    scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+def utility(q, k, mask, backend) -> dict:
+    """Attention utility of ``backend``'s buckets against the attention it approximates (LHA: on its
+    LayerNorm'd q, k), keys per query, and the share of real queries in no bucket."""
+    own_q, own_k = backend.scored_qk(q, k) if hasattr(backend, "scored_qk") else (q, k)
+    scores = (own_q @ own_k.transpose(-1, -2)) / q.shape[-1] ** 0.5
     attention = torch.softmax(scores.masked_fill(~mask[:, None, None, :], float("-inf")), dim=-1)
+    attended = backend.attended_keys(q, k, mask)
     real = mask[:, None, :].expand(attention.shape[:3])
-    return (attention * attended).sum(-1)[real].mean().item(), attended.sum(-1).float()[real].mean().item()
+    return {"attention utility": (attention * attended).sum(-1)[real].mean().item(),
+            "keys per query": attended.sum(-1).float()[real].mean().item(),
+            "queries in no bucket": (~attended.any(-1))[real].float().mean().item()}
 
 
 def main(argv=None) -> None:
@@ -63,16 +70,13 @@ def main(argv=None) -> None:
     rows = []
     with torch.no_grad():
         for name, backend in [("LHA (trained)", layer), ("LHA (untrained scorers)", untrained), ("LSH", lsh)]:
-            value, keys = utility(q, k, mask, backend.attended_keys(q, k, mask))
-            rows.append({"buckets of": name, "attention utility": value, "keys per query": keys})
+            rows.append({"buckets of": name, **utility(q, k, mask, backend)})
         # LSH with as many keys per query as the trained LHA layer, for a fair comparison.
         real_length = mask.sum(-1).float().mean().item()
         matched = max(1, round(real_length / rows[0]["keys per query"]))
         lsh_matched = attention_zoo.build("lsh", num_heads=q.shape[1], head_dim=q.shape[-1], max_seq_len=q.shape[2],
                                           num_buckets=matched).eval()
-        value, keys = utility(q, k, mask, lsh_matched.attended_keys(q, k, mask))
-        rows.append({"buckets of": f"LSH, {matched} buckets (matched budget)", "attention utility": value,
-                     "keys per query": keys})
+        rows.append({"buckets of": f"LSH, {matched} buckets (matched budget)", **utility(q, k, mask, lsh_matched)})
     window = max(1, args.steps // 10)
     print(f"learned_hash, {args.buckets} buckets, {args.steps} steps on quickstart ListOps (n = {q.shape[2]}); "
           f"aux loss: first {window} steps {np.mean(aux[:window]):.4f} -> last {window} steps {np.mean(aux[-window:]):.4f}")

@@ -108,10 +108,12 @@ def caratheodory(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 
 
 def attention_utility(attention: torch.Tensor, attended: torch.Tensor, mask) -> Dict[str, float]:
-    """LHA paper: the mean over real queries of Σ_{j ∈ S_i} A_ij, and the mean |S_i| (keys per query)."""
+    """LHA paper: the mean over real queries of Σ_{j ∈ S_i} A_ij, the mean |S_i| (keys per query) and
+    the share of real queries with no key at all (S_i empty: LHA's queries no bucket selects)."""
     real = mask[:, None, :].expand(attention.shape[:3])
     return {"utility": float((attention * attended).sum(-1)[real].mean()),
-            "keys_per_query": float(attended.sum(-1).double()[real].mean())}
+            "keys_per_query": float(attended.sum(-1).double()[real].mean()),
+            "uncovered_queries": float((~attended.any(-1))[real].double().mean())}
 
 
 def bucket_balance(query_counts: torch.Tensor, key_counts: torch.Tensor) -> Dict[str, float]:

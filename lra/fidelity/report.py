@@ -14,8 +14,8 @@ import pandas as pd
 from lra.io import atomic_write_text, save_figure
 
 COLUMNS = {
-    "backends": ["input", "n", "seed", "backend", "label", "relative_error", "mean_angle", "keys_per_query", "utility",
-                 "utility_ceiling", "oblivious_error_at_budget", "query_max_over_mean", "key_max_over_mean",
+    "backends": ["input", "n", "seed", "backend", "label", "relative_error", "mean_angle", "keys_per_query",
+                 "uncovered_queries", "utility", "utility_ceiling", "oblivious_error_at_budget", "query_max_over_mean", "key_max_over_mean",
                  "skewed_bucket_share"],
     "oracles": ["input", "n", "seed", "oracle", "r", "relative_error", "mean_angle", "max_support"],
     "yoso": ["input", "n", "seed", "m", "tau", "relative_error", "mean_angle"],
@@ -74,14 +74,16 @@ def markdown(tables: Dict[str, pd.DataFrame], title: str) -> str:
                      + "\n\n**relative error ‖Ô − O‖_F / ‖O‖_F**\n\n" + _pivot(backends, "label", "relative_error").to_markdown())
         sparse = backends.dropna(subset=["keys_per_query"]).assign(setting=lambda f: _setting(f))
         if not sparse.empty:
-            columns = ["keys_per_query", "utility", "utility_ceiling", "relative_error", "oblivious_error_at_budget",
+            columns = ["keys_per_query", "uncovered_queries", "utility", "utility_ceiling", "relative_error", "oblivious_error_at_budget",
                        "query_max_over_mean", "key_max_over_mean", "skewed_bucket_share"]
             summary = sparse.groupby(["setting", "label"], sort=False)[columns].mean().round(3).reset_index()
             parts.append("## Sparse backends: budget, attention utility, the value-oblivious floor, bucket balance\n\n"
-                         "keys per query is the budget r; utility = mean attention mass on the attended keys, "
+                         "keys per query is the budget r; uncovered = share of real queries with no key; "
+                         "utility = mean attention mass on the attended keys, "
                          "ceiling = that of the top-r keys; oblivious error = optimal-v-oblivious-r's relative "
                          "error; bucket counts per bucket, max/mean, and the share of buckets whose query:key "
-                         "ratio is beyond 2:1 (means over seeds). Reformer's utility is of its own shared-QK attention.\n\n"
+                         "ratio is beyond 2:1 (means over seeds). Reformer's utility is of its own shared-QK attention, "
+                         "LHA's of its attention on LayerNorm'd q and k.\n\n"
                          + summary.rename(columns={"setting": "inputs", "label": "backend"}).to_markdown(index=False))
     if "oracles" in tables:
         oracles = tables["oracles"].assign(oracle=lambda f: np.where(

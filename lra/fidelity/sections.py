@@ -43,9 +43,15 @@ def shared_qk_attention(q, v, mask) -> torch.Tensor:
 
 def _sparse_analysis(backend, inputs: AttentionInputs, attention, exact) -> dict:
     """Budget (keys per query), utility and its ceiling (each query's own budget of its largest
-    weights), and the optimal-v-oblivious error at the per-query budgets."""
+    weights), and the optimal-v-oblivious error at the per-query budgets. Utility is measured against
+    the attention the backend itself approximates (Reformer's shared-QK, LHA's on LayerNorm'd q, k)."""
     q, k, mask = inputs.q, inputs.k, inputs.mask
-    own = shared_qk_attention(q, inputs.v, mask) if getattr(backend, "shared_qk", False) else attention
+    if getattr(backend, "shared_qk", False):
+        own = shared_qk_attention(q, inputs.v, mask)
+    elif hasattr(backend, "scored_qk"):  # LHA scores LayerNorm'd q and k
+        own = measures.exact_attention(*backend.scored_qk(q, k), inputs.v, mask)[1]
+    else:
+        own = attention
     attended = backend.attended_keys(q, k, mask)
     row = measures.attention_utility(own, attended, mask)
     budgets = attended.sum(-1)
