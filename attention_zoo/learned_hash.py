@@ -133,10 +133,13 @@ def utility_targets(q, k, mask, query_member, key_member, features):
 class LearnedHashAttention(Attention):
     subquadratic = True
 
-    def __init__(self, num_heads, head_dim, max_seq_len, options):
-        super().__init__(num_heads, head_dim, max_seq_len, options)
+    @classmethod
+    def check_shape(cls, options: LearnedHashOptions, num_heads, head_dim, max_seq_len) -> None:
         if options.local_heads > num_heads:
             raise InvalidOption("local_heads", options.local_heads, f"between 0 and num_heads={num_heads}")
+
+    def __init__(self, num_heads, head_dim, max_seq_len, options):
+        super().__init__(num_heads, head_dim, max_seq_len, options)
         hashed_heads = num_heads - options.local_heads
         self.scorers = BucketScorers(hashed_heads, head_dim, options.num_buckets, options.hidden_dim,
                                      options.own_kernel_share)

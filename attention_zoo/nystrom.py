@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from attention_zoo._common import NEG_INF, depthwise_sequence_conv, in_float32
-from attention_zoo.options import choice, odd_window, whole
+from attention_zoo.options import InvalidOption, choice, odd_window, whole
 from attention_zoo.registry import Attention, register
 
 
@@ -72,6 +72,16 @@ class NystromAttention(Attention):
     @classmethod
     def label(cls, options: NystromOptions) -> str:
         return "Nystromformer"
+
+    @classmethod
+    def check_shape(cls, options: NystromOptions, num_heads, head_dim, max_seq_len) -> None:
+        if options.num_landmarks > max_seq_len:  # an n × n pseudo-inverse and more: slower than softmax
+            raise InvalidOption("num_landmarks", options.num_landmarks,
+                                f"at most the input length {max_seq_len} (= {max_seq_len}: exact softmax)")
+        if options.landmarks == "padded_segments" and max_seq_len % options.num_landmarks:
+            raise InvalidOption("num_landmarks", options.num_landmarks,
+                                f"a divisor of the input length {max_seq_len} with landmarks=padded_segments "
+                                "(or use landmarks=real_tokens)")
 
     @in_float32
     def forward(self, q, k, v, mask):

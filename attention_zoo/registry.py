@@ -42,6 +42,12 @@ class Attention(nn.Module):
         """The display name as the papers write it (e.g. "Softmax", "YOSO-32")."""
         return cls.name
 
+    @classmethod
+    def check_shape(cls, options: Any, num_heads: int, head_dim: int, max_seq_len: int) -> None:
+        """Raise :class:`~attention_zoo.options.InvalidOption` if ``options`` cannot serve inputs of
+        this shape (e.g. more Nyström landmarks than tokens), so a harness can refuse the config
+        before anything is built. Default: every shape is served."""
+
     def share_parameters_with(self, first: "Attention") -> None:
         """Called on layers 2… of a model with layer 1's backend; a backend whose options ask for
         cross-layer sharing adopts ``first``'s parameters here. Default: share nothing."""
@@ -108,9 +114,11 @@ def make_options(name: str, **options: Any) -> Any:
 
 
 def build(name: str, *, num_heads: int, head_dim: int, max_seq_len: int, **options: Any) -> Attention:
-    """Instantiate backend ``name`` with its options given as keywords."""
+    """Instantiate backend ``name`` with its options given as keywords (checked against the shape)."""
     backend = get(name)
-    return backend.cls(num_heads, head_dim, max_seq_len, make_options(name, **options))
+    made = make_options(name, **options)
+    backend.cls.check_shape(made, num_heads, head_dim, max_seq_len)
+    return backend.cls(num_heads, head_dim, max_seq_len, made)
 
 
 def label(name: str, **options: Any) -> str:

@@ -14,6 +14,7 @@ from lra.io import atomic_write
 
 LAST = "last.pt"
 BEST = "best.pt"
+TRAINING_KEYS = ("model", "optimizer", "scheduler", "scaler", "sampler", "rng", "state", "best_weights")
 
 
 def rng_states() -> Dict[str, Any]:

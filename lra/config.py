@@ -207,6 +207,14 @@ class TrainerConfig:
         whole(self, 0, "warmup_steps")
         if self.batch_size % self.grad_accumulation:
             raise InvalidOption("batch_size", self.batch_size, f"a multiple of grad_accumulation={self.grad_accumulation}")
+        if self.train_subset is not None and self.train_subset < self.batch_size:
+            raise InvalidOption("train_subset", self.train_subset, f"at least one batch (batch_size={self.batch_size})")
+        schedule = LRSchedule(getattr(self.lr_schedule, "value", self.lr_schedule))
+        if schedule in (LRSchedule.linear, LRSchedule.cosine) and self.warmup_steps > self.max_steps:
+            # the rate would never reach trainer.lr nor decay (rsqrt has no end: LRA's Retrieval warms up
+            # for 8,000 of its 5,000 steps, and that is allowed)
+            raise InvalidOption("warmup_steps", self.warmup_steps, f"at most max_steps={self.max_steps} with "
+                                f"lr_schedule={schedule.value}")
         number(self, "lr", 0.0, low_open=True)
         number(self, "weight_decay", 0.0)
         number(self, "beta1", 0.0, 1.0, high_open=True)
@@ -396,7 +404,7 @@ def _run_stamp() -> str:
     import os
     from datetime import datetime
 
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and os.environ.get("TORCHELASTIC_RUN_ID"):
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "0", "1") and os.environ.get("TORCHELASTIC_RUN_ID"):
         return "ddp-" + os.environ["TORCHELASTIC_RUN_ID"]
     return datetime.now().strftime("%H-%M-%S-%f")
 

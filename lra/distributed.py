@@ -11,6 +11,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from lra.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Ranks:
@@ -27,10 +29,25 @@ class Ranks:
         return np.asarray(indices)[self.rank :: self.world]
 
 
+def world_size() -> int:
+    """The number of processes torchrun started (1 without torchrun); a leftover or malformed
+    ``WORLD_SIZE`` is a :class:`ConfigError` naming the fix, found before anything is written."""
+    value = os.environ.get("WORLD_SIZE", "1")
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"WORLD_SIZE={value!r} in the environment is not a process count: unset it (one process), "
+                          "or start the run with torchrun")
+    world = int(value)
+    missing = [name for name in ("RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if world > 1 and missing:
+        raise ConfigError(f"WORLD_SIZE={world} is set but {', '.join(missing)} not, so this is no torchrun launch "
+                          "(a variable left over in the shell?): unset WORLD_SIZE for one process, or start the run "
+                          "with torchrun")
+    return world
+
+
 def setup() -> Ranks:
     """Join the process group torchrun describes (``WORLD_SIZE`` > 1): NCCL on GPUs, gloo on CPU."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
+    if world_size() == 1:
         return Ranks()
     if not dist.is_initialized():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")

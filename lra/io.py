@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from lra.faults import fault_point
 
 
 def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> None:
@@ -22,6 +23,7 @@ def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> N
     try:
         with os.fdopen(fd, mode) as handle:
             write(handle)
+            fault_point("write", path)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -76,34 +78,6 @@ def readable_by_group(path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, 0o777 & ~umask)
-
-
-@contextlib.contextmanager
-def exclusive(path: Path, what: str, fix: str):
-    """Hold an OS lock on ``path`` for the block, or raise UserError naming the process that holds
-    it (the OS releases the lock when its holder dies, so a killed run never blocks the next)."""
-    import fcntl
-    import socket
-
-    from lra.errors import UserError
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+")
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise UserError(f"{what} is in use by {holder}; {fix}") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"process {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})")
-        handle.flush()
-        yield
-    finally:
-        handle.close()
 
 
 def save_figure(figure, path: Path, rect=(0, 0, 1, 1)) -> None:

@@ -22,6 +22,17 @@ def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
     return table.float()
 
 
+def input_length(task_max_length: int, cap: Optional[int]) -> int:
+    """Tokens per document the model reads: the task's padded length, or ``trainer.max_length`` when
+    that is smaller (longer documents are truncated)."""
+    return task_max_length if cap is None else min(task_max_length, cap)
+
+
+def attention_length(pooling, tokens: int) -> int:
+    """Positions the attention sees for ``tokens`` input tokens: one more with a CLS token."""
+    return tokens + int(str(getattr(pooling, "value", pooling)) == "cls")
+
+
 class MultiHeadAttention(nn.Module):
     """Separate Q, K, V projections (with bias) to heads × head_dim, a backend, an output projection."""
 
@@ -81,7 +92,7 @@ class Encoder(nn.Module):
         padding_mask = getattr(cfg, "padding_mask", "lengths")  # runs recorded before the option: lengths
         self.mask_zero_ids = str(getattr(padding_mask, "value", padding_mask)) == "nonzero_ids"
         self.use_cls = self.pooling == "cls"
-        positions = max_length + int(self.use_cls)
+        positions = attention_length(self.pooling, max_length)
         self.token_embedding = nn.Embedding(vocab_size, cfg.dim)
         self.position_embedding = nn.Embedding(positions, cfg.dim)
         for table in (self.token_embedding, self.position_embedding):

@@ -18,7 +18,6 @@ from lra.io import atomic_write_json
 
 METRICS = "metrics.json"
 HISTORY = "history.json"
-RUN_LOCK = ".lock"  # held by the process that owns a run directory
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -65,22 +64,32 @@ def read_record(run_dir: Path) -> Dict[str, Any]:
 
 
 class RunRecord:
-    """Writes ``metrics.json`` in a run directory; unknown values stay ``null``."""
+    """Writes ``metrics.json`` in a run directory; unknown values stay ``null``.
+
+    ``write`` is False on the ranks other than 0 of a multi-process run: they never write. A
+    ``provisional`` record (a resume before its checkpoint has loaded) keeps its updates in memory
+    until :meth:`confirm`, so a resume that fails leaves the previous record as it was."""
 
     FIELDS = ("task", "attention", "label", "seed", "status", "error", "steps", "best_step",
               "best_val_accuracy", "test_accuracy", "train_tokens_per_second", "wall_time_seconds",
               "peak_memory_mb", "num_parameters", "git_commit", "device")
 
-    def __init__(self, run_dir: Path, write: bool = True, **fields: Any):
+    def __init__(self, run_dir: Path, write: bool = True, provisional: bool = False, **fields: Any):
         self.path = Path(run_dir) / METRICS
-        self.write = write  # False on the non-zero ranks of a multi-process run
+        self.write = write
+        self.provisional = provisional
         self.data: Dict[str, Any] = {name: None for name in self.FIELDS}
         self.data.update(fields)
 
     def update(self, **fields: Any) -> None:
         self.data.update(fields)
-        if self.write:
+        if self.write and not self.provisional:
             atomic_write_json(self.path, self.data)
+
+    def confirm(self) -> None:
+        """The run is this folder's from now on (a resume's checkpoint has loaded): write from here."""
+        self.provisional = False
+        self.update()
 
     def fail(self, error: BaseException | str, **fields: Any) -> None:
         message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"

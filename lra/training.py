@@ -4,7 +4,6 @@ of the best checkpoint, atomic checkpoints and an exact resume."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import datetime
 import math
@@ -27,10 +26,12 @@ from lra.data.cache import TokenSplit
 from lra.data.prepare import load_task_data
 from lra.data.sampler import EpochSampler
 from lra.errors import UserError
-from lra.io import atomic_write_json, exclusive
+from lra.io import atomic_write_json
 from lra.loggers import NullLogger, build_logger
-from lra.model import Classifier
-from lra.records import HISTORY, RUN_LOCK, RunRecord, describe_device, git_commit, peak_memory_mb, read_record
+from lra.model import Classifier, input_length
+from lra.records import HISTORY, RunRecord, describe_device, git_commit, peak_memory_mb
+from lra.run import RunDirectory
+from lra.validation import attention_options
 
 
 @dataclass
@@ -152,7 +153,10 @@ class TrainWindow:
 
 
 class Trainer:
-    def __init__(self, cfg, run_dir: Path, announce=print, ranks: distributed.Ranks = distributed.Ranks()):
+    def __init__(self, cfg, run_dir: Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),
+                 record: Optional[RunRecord] = None):
+        """``record``: the run's record (``lra.run.RunDirectory.new_record``); without one (benchmarks,
+        tests) a record that never writes."""
         self.cfg, self.run_dir, self.announce, self.ranks = cfg, Path(run_dir), announce, ranks
         trainer = cfg.trainer
         if trainer.batch_size % (trainer.grad_accumulation * ranks.world):
@@ -168,26 +172,25 @@ class Trainer:
         self.amp_dtype = autocast_dtype(str(getattr(trainer.precision, "value", trainer.precision)), self.device)
         seed_everything(cfg.seed)
 
-        attention_options = _attention_options(cfg)
+        options = attention_options(cfg)
         self.attention_name = cfg.attention.name
         if self.attention_name not in attention_zoo.names():
             raise UserError(
                 f"attention '{self.attention_name}' has a preset but no implementation in this version; "
                 f"implemented: {', '.join(attention_zoo.names())}"
             )
-        self.label = attention_zoo.label(self.attention_name, **attention_options)
-        self.record = RunRecord(
-            self.run_dir, task=cfg.task.name, attention=self.attention_name, label=self.label, seed=cfg.seed,
-            status="running", git_commit=git_commit(), device=describe_device(self.device), processes=ranks.world,
-            write=ranks.main and not cfg.resume,  # a resume writes its record once the checkpoint is loaded
-        )
+        self.label = attention_zoo.label(self.attention_name, **options)
+        self.record = record if record is not None else RunRecord(
+            self.run_dir, write=False, task=cfg.task.name, attention=self.attention_name, label=self.label,
+            seed=cfg.seed, status="running", git_commit=git_commit())
+        self.record.update(device=describe_device(self.device), processes=ranks.world)
 
         self.data = load_task_data(cfg.task, Path(cfg.data_dir), train_subset=trainer.train_subset,
                                    eval_subset=trainer.eval_subset, announce=announce)
-        self.max_length = cfg.task.max_length if trainer.max_length is None else min(cfg.task.max_length, trainer.max_length)
+        self.max_length = input_length(cfg.task.max_length, trainer.max_length)
         self._warn_truncation(self.data.splits["train"])
 
-        self.model = Classifier(cfg.model, cfg.task, self.attention_name, attention_options, self.max_length).to(self.device)
+        self.model = Classifier(cfg.model, cfg.task, self.attention_name, options, self.max_length).to(self.device)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         # Training goes through DDP (gradients averaged over ranks); evaluation uses the plain module.
         self.train_model = (torch.nn.parallel.DistributedDataParallel(self.model) if ranks.world > 1 else self.model)
@@ -230,22 +233,30 @@ class Trainer:
             stale.unlink()
         path = self.checkpoint_dir / checkpoint.LAST
         if not path.is_file():
-            self.record.write = self.ranks.main
+            self.record.confirm()
             return False
+        kept = "the run's metrics.json is left as it was — start a new run with the same overrides"
         try:
             payload = checkpoint.load(path)
         except Exception as exc:
-            raise UserError(f"cannot resume from {path}: the checkpoint is unreadable ({type(exc).__name__}); "
-                            "the run's metrics.json is left as it was — start a new run with the same overrides") from None
-        self.model.load_state_dict(payload["model"])
-        self.optimizer.load_state_dict(payload["optimizer"])
-        self.scheduler.load_state_dict(payload["scheduler"])
-        self.scaler.load_state_dict(payload["scaler"])
-        self.sampler.load_state_dict(payload["sampler"])
-        self.state = TrainState(**payload["state"])
-        self.best_weights = payload["best_weights"]
-        checkpoint.restore_rng_states(payload["rng"])
-        self.record.write = self.ranks.main
+            raise UserError(f"cannot resume from {path}: the checkpoint is unreadable ({type(exc).__name__}); {kept}") from None
+        missing = [k for k in checkpoint.TRAINING_KEYS if k not in payload] if isinstance(payload, dict) else ["all"]
+        if missing:
+            raise UserError(f"cannot resume from {path}: it is not a training checkpoint (no {', '.join(missing)}; "
+                            f"a {checkpoint.BEST} holds only weights); {kept}")
+        try:
+            self.model.load_state_dict(payload["model"])
+            self.optimizer.load_state_dict(payload["optimizer"])
+            self.scheduler.load_state_dict(payload["scheduler"])
+            self.scaler.load_state_dict(payload["scaler"])
+            self.sampler.load_state_dict(payload["sampler"])
+            self.state = TrainState(**payload["state"])
+            self.best_weights = payload["best_weights"]
+            checkpoint.restore_rng_states(payload["rng"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+            reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"cannot resume from {path}: it is not this run's checkpoint ({reason}); {kept}") from None
+        self.record.confirm()
         self.state.resumed_at_steps.append(self.state.step)
         self.record.update(resumed_at_steps=self.state.resumed_at_steps)
         self.announce(f"resumed from {path} at step {self.state.step}")
@@ -416,54 +427,39 @@ class Trainer:
         return self.record.data
 
 
-def _attention_options(cfg) -> dict:
-    return {k: v for k, v in OmegaConf.to_container(cfg.attention, resolve=True).items() if k != "name"}
+def train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], announce=print) -> dict:
+    """Build everything from ``cfg`` (validated), resume from the run directory if it holds a
+    checkpoint, train, test. ``run`` is owned by this process (:meth:`RunDirectory.claim`).
 
-
-def train(cfg, run_dir: Path, resolved_config: dict, group: str, announce=print) -> dict:
-    """Build everything from ``cfg``, resume from ``run_dir`` if it holds a checkpoint, train, test.
-
-    The run directory belongs to this process for the run's lifetime (an OS lock, released when
-    the process ends however it ends); a second trainer on it stops with one line naming the holder.
     Any failure rewrites ``metrics.json`` with status ``failed`` and the error, then re-raises;
     except that a resume writes nothing until its checkpoint is loaded, so a resume that fails
-    leaves the previous record as it was, and a completed run is reported, not resumed.
+    leaves the previous record as it was.
     """
     ranks = distributed.setup()
-    owned = (exclusive(Path(run_dir) / RUN_LOCK, f"the run directory {run_dir}",
-                       "wait for that run to end (or stop it) before resuming it") if ranks.main else contextlib.nullcontext())
     try:
-        with owned:
-            return _train(cfg, Path(run_dir), resolved_config, group, announce, ranks)
+        return _train(cfg, run, resolved_config, group, announce, ranks)
     finally:
         distributed.teardown()
 
 
-def _train(cfg, run_dir: Path, resolved_config: dict, group: str, announce, ranks) -> dict:
-    if cfg.resume:
-        previous = read_record(run_dir)
-        if previous.get("status") == "completed":
-            announce(f"{run_dir} already completed at step {previous.get('steps')}: nothing to resume "
-                     "(to train longer, start a new run with more trainer.max_steps)")
-            return previous
-    try:  # the label up front, so that a run failing during set-up is still tabulated under it
-        label = attention_zoo.label(cfg.attention.name, **_attention_options(cfg))
-    except Exception:
-        label = cfg.attention.name
-    record = RunRecord(run_dir, write=ranks.main and not cfg.resume, task=cfg.task.name, attention=cfg.attention.name,
-                       label=label, seed=cfg.seed, status="running", git_commit=git_commit())
+def _train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], announce, ranks) -> dict:
+    label = attention_zoo.label(cfg.attention.name, **attention_options(cfg))  # validated options
+    record = run.new_record(provisional=bool(cfg.resume), task=cfg.task.name, attention=cfg.attention.name,
+                            label=label, seed=cfg.seed, status="running", git_commit=git_commit())
     logger = None
     try:
-        trainer = Trainer(cfg, run_dir, announce, ranks)
-        record = trainer.record
+        trainer = Trainer(cfg, run.path, announce, ranks, record=record)
         trainer.try_resume()
-        logger = build_logger(cfg.logger, Path(run_dir), resolved_config, name=trainer.label, group=group,
+        logger = build_logger(cfg.logger, run.path, resolved_config, name=trainer.label, group=group,
                               job_type=cfg.task.name) if ranks.main else NullLogger()
         result = trainer.run(logger)
         logger.finish(0)
         return result
     except BaseException as exc:
-        record.fail(exc if not isinstance(exc, KeyboardInterrupt) else "interrupted (KeyboardInterrupt)")
+        try:
+            record.fail(exc if not isinstance(exc, KeyboardInterrupt) else "interrupted (KeyboardInterrupt)")
+        except OSError:  # e.g. the disk is full: the last record written stays as it was
+            pass
         if logger is not None:
             logger.finish(1)
         raise

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import attention_zoo
 from attention_zoo.options import InvalidOption
+from lra import distributed
 from lra.errors import ConfigError
 from lra.config import TrainRunConfig
 
@@ -83,6 +84,44 @@ def check_attention(cfg: DictConfig) -> None:
                               "(the compiled kernels for the tensors' device) or attention.impl=cpu")
 
 
+def check_shape(cfg: DictConfig) -> None:
+    """The backend's options against the shape the model gives it (e.g. no more Nyström landmarks
+    than positions), before anything is built."""
+    from lra.model import attention_length, input_length
+
+    name = cfg.attention.name
+    options = attention_zoo.make_options(name, **attention_options(cfg))
+    positions = attention_length(cfg.model.pooling, input_length(cfg.task.max_length, cfg.trainer.max_length))
+    try:
+        attention_zoo.get(name).cls.check_shape(options, cfg.model.num_heads, cfg.model.head_dim, positions)
+    except InvalidOption as error:
+        raise invalid(f"attention.{error.field}", error) from None
+
+
+def check_device_and_precision(cfg: DictConfig) -> None:
+    """CUDA asked for where there is none, and mixed precision where it cannot run (CPU)."""
+    import torch
+
+    device = cfg.trainer.device
+    check_device(device, "trainer.device")
+    precision = str(getattr(cfg.trainer.precision, "value", cfg.trainer.precision))
+    on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    if precision in ("bf16", "fp16") and not on_cuda:
+        raise ConfigError(f"invalid value for trainer.precision: '{precision}'; it needs a CUDA device and this run "
+                          "is on the CPU: pass trainer.precision=fp32 (or auto)")
+
+
+def check_groups_present(cfg: DictConfig) -> None:
+    """Every config group has a choice (``~model`` deletes one)."""
+    from lra.config import CONF_DIR
+
+    for group in (*GROUPS, "attention"):
+        if OmegaConf.is_missing(cfg, group) or OmegaConf.select(cfg, group) is None:
+            choices = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+            raise ConfigError(f"the config has no {group} (was it deleted with ~{group}?); every run needs one: "
+                              f"pass {group}=<{'|'.join(choices)}>")
+
+
 def check_device(name: str, path: str) -> None:
     if name.startswith("cuda"):
         import torch
@@ -112,6 +151,7 @@ def validate_tool(cfg: DictConfig) -> None:
 
 def validate(cfg: DictConfig) -> None:
     """Raise :class:`ConfigError` for the first unknown key or invalid value of an lra-train config."""
+    check_groups_present(cfg)
     unknown_keys(cfg)
     for group in GROUPS:
         check_group(cfg[group], group)
@@ -126,3 +166,6 @@ def validate(cfg: DictConfig) -> None:
     except InvalidOption as error:
         raise invalid(error.field, error) from None
     check_attention(cfg)
+    check_shape(cfg)
+    check_device_and_precision(cfg)
+    distributed.world_size()  # a leftover WORLD_SIZE outside torchrun

@@ -164,6 +164,13 @@ def test_lra_fidelity_smoke_on_a_trained_checkpoint(tmp_path, data_dir):
     for name in ("fidelity_backends.png", "fidelity_oracles.png", "fidelity_yoso.png"):
         assert (out / name).stat().st_size > 10_000
     assert "Mean angle falls as m grows at every n: **yes**" in result.stdout
+    best = tmp_path / "run" / "checkpoints" / "best.pt"
+    best.write_bytes(best.read_bytes()[:100])  # a damaged checkpoint: one line, not a traceback
+    damaged = run_command(["lra-fidelity", "preset=smoke", "checkpoint=run", "hydra.run.dir=out2"], tmp_path, data_dir,
+                          check=False)
+    last = damaged.stderr.strip().splitlines()[-1]
+    assert damaged.returncode == 1 and last.startswith("error: cannot read the weights in run/checkpoints/best.pt"), last
+    assert "Traceback" not in damaged.stderr and "lra-train resume=" in last
 
 
 def test_fidelity_input_mistakes_end_with_one_line_naming_the_fix(tmp_path):

@@ -13,7 +13,7 @@ from lra.results.table import collect, comparison
 
 def test_submitit_local_sweep_requeues_a_preempted_job_which_resumes_from_its_checkpoint(tmp_path, data_dir):
     common = ["trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=2", "trainer.checkpoint_every=2", *SMALL_LISTOPS]
-    run_command(["lra-train", *common, "trainer.max_steps=1", "hydra.run.dir=warm-up"], tmp_path, data_dir)  # data once
+    run_command(["lra-train", *common, "trainer.max_steps=1", "trainer.warmup_steps=0", "hydra.run.dir=warm-up"], tmp_path, data_dir)  # data once
     marker = tmp_path / "preempted-once"
     result = run_command(
         ["lra-train", "-m", "hydra/launcher=submitit_local", "attention=none", "seed=0,1", "logger=wandb", *common],

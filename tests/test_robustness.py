@@ -58,6 +58,18 @@ BAD_CONFIGS = [
     (["attention=softmax", "attention.dropout=1.0"], "attention.dropout", "[0, 1)"),
     (["attention=learned_hash", "attention.local_window=1"], "attention.local_window", "≥ 2"),
     (["logger=wandb", "logger.project=''"], "logger.project", "W&B project name"),
+    # cross-field rules and the backends' shape constraints, checked before anything is built
+    (["trainer.max_steps=100", "trainer.warmup_steps=500"], "trainer.warmup_steps", "at most max_steps=100"),  # lr never peaked
+    (["trainer.lr_schedule=cosine", "trainer.max_steps=100", "trainer.warmup_steps=101"], "trainer.warmup_steps", "at most max_steps"),
+    (["trainer=smoke", "trainer.train_subset=2"], "trainer.train_subset", "at least one batch (batch_size=4)"),
+    (["attention=nystrom", "attention.num_landmarks=5000"], "attention.num_landmarks", "at most the input length 2048"),  # hung
+    (["attention=nystrom", "attention.landmarks=padded_segments", "attention.num_landmarks=3"], "attention.num_landmarks",
+     "a divisor of the input length 2048"),  # was a traceback at the first step
+    (["attention=nystrom", "attention.landmarks=padded_segments", "attention.num_landmarks=256", "task.max_length=256",
+      "model.pooling=cls"], "attention.num_landmarks", "a divisor of the input length 257"),  # the CLS token counts
+    (["attention=learned_hash", "attention.local_heads=3"], "attention.local_heads", "between 0 and num_heads=2"),
+    (["attention=learned_hash", "attention.membership=argmax"], "attention.membership", "one of softmax, raw"),
+    (["trainer.device=cpu", "trainer.precision=bf16"], "trainer.precision", "needs a CUDA device"),  # left a failed folder
 ]
 
 
@@ -82,6 +94,9 @@ def test_every_preset_and_default_is_valid():
     (["+trainer.max_step=10"], "unknown key 'trainer.max_step' (did you mean 'max_steps'?); valid keys under trainer: "),
     (["seeed=1"], "unknown key 'seeed' (did you mean 'seed'?); valid keys at the top level: attention, data_dir"),
     (["attention=yoso", "attention.impl=cuda"], "attention.impl=cuda but this machine has no CUDA device"),
+    (["trainer.device=cuda"], "trainer.device=cuda but this machine has no CUDA device"),  # left a failed run folder
+    (["trainer.device=cpu", "trainer.precision=fp16"], "invalid value for trainer.precision: 'fp16'"),  # the same
+    (["~model"], "the config has no model (was it deleted with ~model?)"),  # was a traceback
 ])
 def test_lra_train_refuses_bad_input_with_one_line_and_no_record(tmp_path, data_dir, args, expected):
     if "cuda" in " ".join(args):
@@ -192,9 +207,14 @@ def test_lra_table_counts_each_run_once_and_reads_any_file(tmp_path, data_dir):
 @pytest.mark.parametrize("args,code,expected", [
     (["--metric", "test_acc"], 2, "no run record has the metric 'test_acc'; choose --metric from "),
     (["--reference", "nowhere.csv"], 2, "cannot read the reference table 'nowhere.csv'"),
+    (["--metric", "label"], 2, "--metric label is not a number in the run records; choose --metric from "),  # a traceback
+    (["--reference", "words.csv"], 2, "its listops value for Softmax is 'high', not a number"),  # a traceback
+    (["--efficiency", "text"], 2, "no runs of task 'text' for --efficiency; choose one of listops"),  # empty columns
+    (["--plot-task", "text", "--plot", "p.png"], 2, "no runs of task 'text' to plot"),
 ])
 def test_lra_table_mistakes_are_one_line(tmp_path, data_dir, args, code, expected):
     write_record(tmp_path / "r", {"label": "Softmax", "task": "listops", "seed": 0, "status": "completed", "test_accuracy": 30.0})
+    (tmp_path / "words.csv").write_text("method,listops,avg\nSoftmax,high,1\n")
     result = run_command(["lra-table", str(tmp_path / "r"), *args], tmp_path, data_dir, check=False)
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == code and last.startswith("error: ") and expected in last, result.stderr

@@ -65,7 +65,7 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
         lengths = ["512", "1024", "2048", "4096", "8192", "16384", "32768"]
         cells, sweep_backends = None, backends
         profile = [f"backends=[{','.join(backends)}]"]
-        sweep = ["task=listops", "trainer.max_steps=100", "trainer.eval_every=50"]  # n = 2048, batch 32
+        sweep = ["task=listops", "trainer.max_steps=100", "trainer.warmup_steps=10", "trainer.eval_every=50"]  # n = 2048, batch 32
         limits = {"build": 120, "pytest": 120, "kernels": 75, "bert": 45, "profile": 75, "sweep": 60}
     benchmark = [sys.executable, "-m", "lra.benchmarks.yoso_speed", "--device", device]
     bench = [*benchmark, "--lengths", *lengths]

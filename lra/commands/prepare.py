@@ -7,13 +7,14 @@ cache is exactly the one ``lra-train`` with the same overrides would use.
 from __future__ import annotations
 
 import argparse
-import sys
 
-from lra.errors import UserError
+from lra.commands.config_errors import at_the_edge
+from lra.errors import ConfigError
 
 TASKS = ["listops", "text", "retrieval", "image", "pathfinder"]
 
 
+@at_the_edge
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="lra-prepare", description=__doc__.split("\n")[0].replace("``", ""))
     parser.add_argument("task", choices=TASKS)
@@ -47,15 +48,31 @@ def main(argv=None) -> None:
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
-        data = load_task_data(cfg.task, cfg.data_dir, prepare=True, rebuild=args.force)
-    except UserError as exc:
-        sys.exit(f"error: {exc}")
     except Exception as exc:
-        message = config_errors.explain(exc, lambda path: [])
+        message = config_errors.explain(exc, lambda path: _valid_keys(args.task, path))
         if message is None:
             raise
-        sys.exit(f"error: {message}")
+        raise ConfigError(message) from None
+    data = load_task_data(cfg.task, cfg.data_dir, prepare=True, rebuild=args.force)
     print(describe(data))
+
+
+def _valid_keys(task: str, path: str) -> list:
+    """Keys of the task's default config at a dotted path, for suggestions in error messages."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import DictConfig, OmegaConf
+
+    from lra.config import CONF_DIR
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            node = compose(config_name="config", overrides=[f"task={task}"])
+        node = OmegaConf.select(node, path) if path else node
+        return sorted(node.keys()) if isinstance(node, DictConfig) else []
+    except Exception:
+        return []
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Iterable, List
 
+from lra.commands.config_errors import at_the_edge
+
 
 def offline_runs(directories: Iterable[Path]) -> List[Path]:
     found = set()
@@ -23,6 +25,7 @@ def offline_runs(directories: Iterable[Path]) -> List[Path]:
     return sorted(found)
 
 
+@at_the_edge
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="lra-sync", description=__doc__.split("\n")[0].replace("``", ""))
     parser.add_argument("directories", nargs="+", type=Path, help="run or sweep folders (e.g. runs/multirun/<date>/<time>)")

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from lra.commands.config_errors import at_the_edge
+from lra.io import atomic_write_text
 from lra.results import chart
-from lra.results.table import (REFERENCES, collect, collect_wandb, comparison, load_reference, numbers,
-                               status_counts, to_latex, to_markdown)
+from lra.results.table import (REFERENCES, collect_wandb, comparison, deduplicate, failures, load_reference, numbers,
+                               read_records, record_files, status_counts, to_latex, to_markdown)
 
 
+@at_the_edge
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="lra-table", description=__doc__.split("\n")[0].replace("``", ""))
     parser.add_argument("directories", nargs="*", type=Path,
@@ -47,7 +50,8 @@ def main(argv=None) -> None:
         parser.exit(2, f"error: cannot read the reference table {args.reference!r} ({exc}); use one of "
                        f"{', '.join(REFERENCES)} or a CSV with a 'method' column\n")
     warn = lambda message: print(f"note: {message}", file=sys.stderr)  # noqa: E731
-    frames = [collect(args.directories, warn)] if args.directories else []
+    records = read_records(record_files(args.directories), warn) if args.directories else []
+    frames = [pd.DataFrame(deduplicate(records, warn))] if args.directories else []
     if args.wandb:
         try:
             frames.append(collect_wandb(args.wandb))
@@ -56,16 +60,24 @@ def main(argv=None) -> None:
             parser.exit(1, f"error: cannot read the W&B project {args.wandb!r} ({reason}); log in with "
                            "`wandb login` (or set WANDB_API_KEY) and check ENTITY/PROJECT\n")
     runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if not runs.empty and args.metric not in runs.columns:
+    if not runs.empty:
         numeric = sorted(c for c in runs.columns if pd.api.types.is_numeric_dtype(runs[c]) and c != "seed")
-        parser.exit(2, f"error: no run record has the metric {args.metric!r}; choose --metric from "
-                       f"{', '.join(numeric)}\n")
+        if args.metric not in runs.columns:
+            parser.exit(2, f"error: no run record has the metric {args.metric!r}; choose --metric from "
+                           f"{', '.join(numeric)}\n")
+        if args.metric not in numeric:
+            parser.exit(2, f"error: --metric {args.metric} is not a number in the run records; choose --metric "
+                           f"from {', '.join(numeric)}\n")
+        if args.efficiency and args.efficiency not in set(runs["task"]):
+            parser.exit(2, f"error: no runs of task {args.efficiency!r} for --efficiency; choose one of "
+                           f"{', '.join(sorted(set(runs['task'])))}\n")
     table = comparison(runs, args.metric, reference, efficiency_task=args.efficiency or None,
                        efficiency=args.efficiency is not None)
     if table.empty:
         text = "(no runs found)"
     elif args.format == "markdown":
-        text = to_markdown(table) + f"\n\nruns: {status_counts(runs)}"
+        failed = failures(records)
+        text = to_markdown(table) + f"\n\nruns: {status_counts(runs)}" + (f"\n\n{failed}" if failed else "")
     elif args.format == "latex":
         text = to_latex(table)
     else:
@@ -81,8 +93,15 @@ def main(argv=None) -> None:
             chart.plot(table.attrs["numbers"], args.plot, chart_task, warn)
         except ValueError as exc:
             parser.exit(1, f"error: cannot draw {args.plot}: {exc}\n")
+        except OSError as exc:
+            parser.exit(1, f"error: cannot write {args.plot} ({exc.strerror}); give --plot a path in a folder "
+                           "that exists and that you may write to\n")
     if args.output:
-        args.output.write_text(text.rstrip("\n") + "\n")
+        try:
+            atomic_write_text(args.output, text.rstrip("\n") + "\n")
+        except OSError as exc:
+            parser.exit(1, f"error: cannot write {args.output} ({exc.strerror}); give --output a path in a folder "
+                           "that exists and that you may write to\n")
     else:
         sys.stdout.write(text.rstrip("\n") + "\n")
 

@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import shlex
 import sys
 from pathlib import Path
+from typing import Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+import attention_zoo
+from lra import validation
 from lra.commands import config_errors
 from lra.config import CONF_DIR, TrainRunConfig, register_configs, register_resolvers
 from lra.errors import ConfigError, UserError
-from lra.io import atomic_write_text
 from lra.loggers import sweep_group
-from lra.records import read_record
+from lra.records import git_commit
+from lra.run import RunDirectory
 from lra.validation import validate
 
 log = logging.getLogger("lra.train")
-RESOLVED = Path(".hydra") / "resolved.yaml"
 
 register_configs()
 register_resolvers()
@@ -31,49 +35,73 @@ def _announce(message: str) -> None:
     log.info(message)
 
 
-def _load_saved(run_dir: Path) -> DictConfig:
-    """The resolved config a run recorded, checked like a fresh one."""
-    path = run_dir / RESOLVED
+def _rank_zero() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0  # torchrun's rank (the process group starts later)
+
+
+def _record_refused_job(folder: RunDirectory, cfg: DictConfig, hydra_cfg, error: UserError) -> None:
+    """A sweep job whose config is refused still leaves its record: ``failed`` with the error line."""
+    folder.claim(fresh=True)
+    folder.save_hydra_files(hydra_cfg, cfg)
+    name = OmegaConf.select(cfg, "attention.name", default=None)
     try:
-        saved = OmegaConf.load(path)
-        if not isinstance(saved, DictConfig) or not saved:
-            raise ValueError("it is empty")
-        return OmegaConf.merge(OmegaConf.structured(TrainRunConfig), saved)
-    except Exception as exc:
-        raise UserError(f"cannot resume {run_dir}: its {RESOLVED} is unreadable ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0] if str(exc) else 'empty'}); start a new run with the same "
-                        "overrides instead") from None
+        label = attention_zoo.label(name, **validation.attention_options(cfg))
+    except Exception:  # the refusal may be the attention options themselves
+        label = name
+    record = folder.new_record(task=OmegaConf.select(cfg, "task.name", default=None), attention=name,
+                               label=label, seed=OmegaConf.select(cfg, "seed", default=None), git_commit=git_commit())
+    record.fail(str(error))
 
 
-def _prepare_config(cfg: DictConfig, run_dir: Path) -> tuple[DictConfig, Path]:
-    """A fresh run records its resolved config; a resumed run reloads the one it recorded. Either
-    is validated before anything is written."""
-    if cfg.resume:
-        run_dir = Path(cfg.resume).resolve()
-        cfg = _load_saved(run_dir)
-        others = [o for o in HydraConfig.get().overrides.task if not o.startswith("resume=")]
-        previous = read_record(run_dir)
-        if others and previous.get("status") == "completed":
-            # Extending is refused: trainer.max_steps shapes the learning-rate schedule from step 0, so
-            # a longer run is a new run, not this one continued.
-            saved = run_dir / ".hydra" / "overrides.yaml"
-            replaced = {o.split("=")[0] for o in others}
-            kept = [o for o in map(str, OmegaConf.load(saved) if saved.is_file() else []) if o.split("=")[0] not in replaced]
-            command = " ".join(["lra-train", *kept, *others])
-            raise ConfigError(f"{run_dir} completed at step {previous.get('steps')}; a completed run is "
-                              f"never changed or extended (trainer.max_steps sets the learning-rate schedule from "
-                              f"step 0): train a new run instead: {command}")
-        if others:
-            log.warning("resuming with the run's saved config; ignoring overrides: %s", " ".join(others))
-        with open_dict(cfg):
-            cfg.resume = str(run_dir)
+def _start_fresh(folder: RunDirectory, cfg: DictConfig, hydra_cfg, multirun: bool) -> DictConfig:
+    """Validate, then own the folder (refusing one that holds a run), then write its config files."""
+    composed = cfg.copy()
+    try:
         validate(cfg)
-        return cfg, run_dir
-    validate(cfg)
+    except ConfigError as error:
+        if multirun:
+            _record_refused_job(folder, composed, hydra_cfg, error)
+        raise
     with open_dict(cfg):
         cfg.data_dir = str(Path(cfg.data_dir).expanduser().resolve())
-    atomic_write_text(run_dir / RESOLVED, OmegaConf.to_yaml(cfg, resolve=True))
-    return cfg, run_dir
+    if folder.holds_run() and folder.continued_by(OmegaConf.to_yaml(cfg, resolve=True)):
+        folder.claim(fresh=False)  # a requeued job (or the same command again): it resumes its own run
+        folder.attach_log()
+        log.info("continuing the unfinished run in %s: the same config (a requeued or restarted job)", folder.path)
+        with open_dict(cfg):
+            cfg.resume = str(folder.path)
+        return cfg
+    folder.claim(fresh=True)
+    folder.attach_log()
+    folder.save_hydra_files(hydra_cfg, composed)
+    folder.save_resolved(cfg)
+    return cfg
+
+
+def _start_resume(folder: RunDirectory, hydra_cfg) -> Optional[DictConfig]:
+    """Own the folder, then reload the config it recorded; None for a completed run (reported, never
+    changed or extended)."""
+    folder.claim(fresh=False)
+    cfg = folder.load_resolved(TrainRunConfig)
+    others = [o for o in hydra_cfg.overrides.task if not o.startswith("resume=")]
+    if folder.completed():
+        if others:
+            # Extending is refused: trainer.max_steps shapes the learning-rate schedule from step 0, so
+            # a longer run is a new run, not this one continued.
+            replaced = {o.split("=")[0] for o in others}
+            kept = [o for o in folder.saved_overrides() if o.split("=")[0] not in replaced]
+            command = shlex.join(["lra-train", *kept, *others])
+            raise ConfigError(f"{folder.path} completed at step {folder.read_record().get('steps')}; a completed run is "
+                              f"never changed or extended (trainer.max_steps sets the learning-rate schedule from "
+                              f"step 0): train a new run instead: {command}")
+        return None
+    if others:
+        log.warning("resuming with the run's saved config; ignoring overrides: %s", " ".join(others))
+    with open_dict(cfg):
+        cfg.resume = str(folder.path)
+    validate(cfg)
+    folder.attach_log()
+    return cfg
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -83,25 +111,35 @@ def run(cfg: DictConfig):
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     group = sweep_group(Path(hydra_cfg.sweep.dir)) if multirun else None
+    folder = RunDirectory(cfg.resume or hydra_cfg.runtime.output_dir, main=_rank_zero())
     try:
-        cfg, run_dir = _prepare_config(cfg, Path(hydra_cfg.runtime.output_dir))
-        resolved = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-        result = train(cfg, run_dir, resolved, group=group, announce=_announce)
+        started = _start_resume(folder, hydra_cfg) if cfg.resume else _start_fresh(folder, cfg, hydra_cfg, multirun)
+        if started is None:
+            previous = folder.read_record()
+            print(f"{folder.path} already completed at step {previous.get('steps')}: nothing to resume "
+                  "(to train longer, start a new run with more trainer.max_steps)")
+            return _objective(previous, OmegaConf.select(cfg, "optimized_metric", default="best_val_accuracy"))
+        resolved = OmegaConf.to_container(started, resolve=True, enum_to_str=True)
+        result = train(started, folder, resolved, group=group, announce=_announce)
+        line = (f"{result['label']} on {result['task']}: test accuracy {result['test_accuracy']:.2f} (best validation "
+                f"{result['best_val_accuracy']:.2f} at step {result['best_step']}); run: {folder.path}")
+        config_errors.log_to_file(line, "INFO")  # while train.log is still the run's
     except UserError as exc:
-        if multirun:  # the sweep goes on; the job's log says why it stopped
+        if multirun:  # the sweep goes on; the job's record (and log) says why it stopped
             log.error("error: %s", exc)
             return math.nan
-        config_errors.exit_on_user_error(exc, fresh_folder=not cfg.resume)  # a resumed run's folder stays
-    except Exception:
+        config_errors.exit_on_user_error(exc, folder)
+    except Exception as exc:
+        line = config_errors.os_error_line(exc)  # a full disk, a read-only folder, a name too long
         if multirun:  # one failed job must not end the sweep; its metrics.json says failed
-            log.exception("job failed")
+            log.error("error: %s", line) if line else log.exception("job failed")
             return math.nan
+        config_errors.exit_on_disk_error(exc)
         raise
-    line = (f"{result['label']} on {result['task']}: test accuracy {result['test_accuracy']:.2f} "
-            f"(best validation {result['best_val_accuracy']:.2f} at step {result['best_step']}); run: {run_dir}")
-    config_errors.log_to_file(line, "INFO")
+    finally:
+        folder.release()
     print(line)
-    return _objective(result, cfg.optimized_metric)
+    return _objective(result, started.optimized_metric)
 
 
 def _objective(result: dict, metric: str) -> float:

@@ -17,7 +17,7 @@ import tempfile
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -86,8 +86,8 @@ class SplitWriter:
     """Streams the examples of one split to disk: tokens are appended to raw files as they come, so
     a conversion holds one example at a time (plus 16 bytes of length and label per example)."""
 
-    def __init__(self, folder: Path, split: str, num_documents: int, dtype):
-        self.folder, self.split, self.dtype = folder, split, np.dtype(dtype)
+    def __init__(self, folder: Path, split: str, num_documents: int, dtype, num_classes: Optional[int] = None):
+        self.folder, self.split, self.dtype, self.num_classes = folder, split, np.dtype(dtype), num_classes
         self._raw = [open(folder / f".{split}.tokens{d}.raw", "wb") for d in range(num_documents)]
         self._lengths = [array("q") for _ in range(num_documents)]
         self._labels = array("q")
@@ -99,10 +99,16 @@ class SplitWriter:
     def __len__(self) -> int:
         return len(self._labels)
 
-    def add(self, documents: Sequence[np.ndarray], label: int) -> None:
+    def add(self, documents: Sequence[np.ndarray], label: int, where: str | Callable[[], str] | None = None) -> None:
+        """Append one example; a label outside 0 … num_classes − 1 raises naming ``where`` (the raw file
+        and line, or a callable giving it), before anything is cached."""
         if len(documents) != self.num_documents:
             raise ValueError(f"expected {self.num_documents} documents per example, got {len(documents)}")
-        fault_point("cache_example")
+        if self.num_classes is not None and not (isinstance(label, (int, np.integer)) and 0 <= label < self.num_classes):
+            place = (where() if callable(where) else where) or f"{self.split} example {len(self) + 1}"
+            raise UserError(f"{place}: the label is {label!r}, but this task's labels are 0 … {self.num_classes - 1}; "
+                            "the raw data is damaged or not this task's (nothing was cached)")
+        fault_point("cache_example", self.folder)
         for handle, lengths, document in zip(self._raw, self._lengths, documents):
             handle.write(np.ascontiguousarray(document, dtype=self.dtype).tobytes())
             lengths.append(len(document))
@@ -145,8 +151,9 @@ class CacheBuilder:
     ...     builder.commit(settings)
     """
 
-    def __init__(self, cache_dir: Path):
+    def __init__(self, cache_dir: Path, num_classes: Optional[int] = None):
         self.cache_dir = Path(cache_dir)
+        self.num_classes = num_classes  # labels must lie in 0 … num_classes − 1 (None: unchecked)
         self.writers: Dict[str, SplitWriter] = {}
         self.extra: dict = {}
 
@@ -164,11 +171,18 @@ class CacheBuilder:
         shutil.rmtree(self.staging, ignore_errors=True)
 
     def split(self, name: str, num_documents: int = 1, dtype=np.uint8) -> SplitWriter:
-        self.writers[name] = SplitWriter(self.staging, name, num_documents, dtype)
+        self.writers[name] = SplitWriter(self.staging, name, num_documents, dtype, self.num_classes)
         return self.writers[name]
 
     def commit(self, settings: dict) -> dict:
-        """Finish every split, write the manifest (plus ``self.extra``) and move the cache into place."""
+        """Finish every split, write the manifest (plus ``self.extra``) and move the cache into place.
+        A split without examples is refused: nothing is cached."""
+        empty = [split for split, writer in self.writers.items() if len(writer) == 0]
+        if empty:
+            raw = self.extra.get("raw_folder")
+            raise UserError(f"the {', '.join(empty)} split{'s are' if len(empty) > 1 else ' is'} empty"
+                            + (f" (raw data: {raw})" if raw else "") + "; nothing was cached: check that the raw "
+                            "files hold examples (and are the complete download)")
         files, counts = {}, {}
         for split, writer in self.writers.items():
             counts[split] = len(writer)

@@ -179,9 +179,15 @@ def write_tsv_files(settings: GeneratorSettings, folder: Path, progress=None) ->
             writer.writerow(["Source", "Target"])
         for split, source, label in generate(settings):
             writers[split].writerow([source, label])
-            fault_point("listops_example")
+            fault_point("listops_example", temporary[split])
             if progress is not None:
                 progress.update(1)
+    except BaseException:  # a full disk, ctrl-C, bad settings: no partial file stays behind
+        for handle in handles.values():
+            handle.close()
+        for path in temporary.values():
+            path.unlink(missing_ok=True)
+        raise
     finally:
         for handle in handles.values():
             handle.close()
@@ -189,14 +195,42 @@ def write_tsv_files(settings: GeneratorSettings, folder: Path, progress=None) ->
         path.replace(folder / f"basic_{split}.tsv")
 
 
+def read_tsv_rows(path: Path) -> Iterator[Tuple[int, str, int]]:
+    """Yield (line number, source, label) of an official ListOps TSV file; an empty file, a missing
+    header, a malformed row, a label that is not a whole number or bytes that are not UTF-8 raise
+    a :class:`UserError` naming the file and line."""
+
+    def decoded(handle):
+        for number, raw in enumerate(handle, start=1):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UserError(f"{path}:{number}: not UTF-8 text ({exc.reason}); the file is damaged or not a "
+                                "ListOps TSV") from None
+
+    with open(path, "rb") as handle:
+        reader = csv.reader(decoded(handle), delimiter="\t")
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise UserError(f"{path} is empty; expected the header 'Source<TAB>Target' and one row per example")
+            if header != ["Source", "Target"]:
+                raise UserError(f"{path}:1: expected the header 'Source<TAB>Target', found {header!r}")
+            for row in reader:
+                line_number = reader.line_num
+                if len(row) != 2:
+                    raise UserError(f"{path}:{line_number}: expected 2 tab-separated fields (Source, Target), "
+                                    f"found {len(row)}")
+                try:
+                    label = int(row[1])
+                except ValueError:
+                    raise UserError(f"{path}:{line_number}: the label {row[1][:20]!r} is not a whole number") from None
+                yield line_number, row[0], label
+        except csv.Error as exc:
+            raise UserError(f"{path}:{reader.line_num}: not a well-formed TSV row ({exc})") from None
+
+
 def read_tsv(path: Path) -> Iterator[Tuple[str, int]]:
-    """Yield (source, label) rows of an official ListOps TSV file."""
-    with open(path, newline="") as handle:
-        reader = csv.reader(handle, delimiter="\t")
-        header = next(reader, None)
-        if header != ["Source", "Target"]:
-            raise ValueError(f"{path}: expected the header 'Source<TAB>Target', found {header!r}")
-        for line_number, row in enumerate(reader, start=2):
-            if len(row) != 2:
-                raise ValueError(f"{path}:{line_number}: expected 2 tab-separated fields, found {len(row)}")
-            yield row[0], int(row[1])
+    """Yield (source, label) rows of an official ListOps TSV file (see :func:`read_tsv_rows`)."""
+    for _, source, label in read_tsv_rows(path):
+        yield source, label

@@ -10,6 +10,7 @@ files, Pathfinder release images — is converted once by ``lra-prepare``; witho
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,11 +109,12 @@ def load_task_data(
             raise UserError(f"no prepared {task.name} data ({task.source}) in {data_dir}; prepare it once with: {command}")
         _writable(data_dir)
         announce(f"preparing {task.name} ({task.source}) into {cache_dir}")
-        with CacheBuilder(cache_dir) as builder:
+        with CacheBuilder(cache_dir, num_classes=task.num_classes) as builder:
             builder.extra["raw_folder"] = raw_folder or conversion.locate()
             conversion.build(builder, announce)
             builder.commit(cache_settings(task, conversion))
-    rebuild_with = f"rm -r {cache_dir} and run the same command again" if conversion.automatic else f"{command} --force"
+    rebuild_with = (f"rm -r {shlex.quote(str(cache_dir))} and run the same command again" if conversion.automatic
+                    else f"{command} --force")
     splits, manifest = load_cache(cache_dir, rebuild_command=rebuild_with)
     data = PreparedData(splits, manifest, cache_dir)
     subsets = {"train": train_subset, "val": eval_subset, "test": eval_subset}
@@ -184,7 +186,7 @@ def prepare_command(task, data_dir: Path) -> str:
     for key in ("resolution", "difficulty", "split_seed"):
         if key in task:
             parts.append(f"task.{key}={task[key]}")
-    return " ".join(parts)
+    return shlex.join(parts)  # quoted for the shell: paths may hold spaces
 
 
 def _writable(data_dir: Path) -> None:
@@ -224,8 +226,9 @@ def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
     def build(builder: CacheBuilder, announce) -> None:
         for split in SPLITS:
             writer = builder.split(split, num_documents=1, dtype=np.uint8)
-            for source, label in _progress(listops.read_tsv(raw_dir / f"basic_{split}.tsv"), None, f"tokenising {split}"):
-                writer.add([listops.encode(source)], label)
+            path = raw_dir / f"basic_{split}.tsv"
+            for line, source, label in _progress(listops.read_tsv_rows(path), None, f"tokenising {split}"):
+                writer.add([listops.encode(source)], label, where=lambda: f"{path}:{line}")
 
     settings = {
         "raw": identity,
@@ -261,7 +264,11 @@ def _text(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
         for split in ("train", "test"):
             writer = builder.split(split, num_documents=1, dtype=np.uint16)
             if task.source == "aclimdb":
-                files = byte_text.aclimdb_files(byte_text.find_aclimdb(task.path), split)
+                root = byte_text.find_aclimdb(task.path)
+                files = byte_text.aclimdb_files(root, split)
+                if not files:
+                    raise UserError(f"no reviews (*.txt) in {root / split}/neg or /pos; extract the whole "
+                                    "aclImdb_v1.tar.gz there")
                 rows, total = byte_text.read_aclimdb(files), len(files)
             else:
                 source = byte_text.read_tfds("imdb_reviews", split, task.path, ("text", "label"), builder.extra)
@@ -299,7 +306,8 @@ def _image(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
     def build(builder: CacheBuilder, announce) -> None:
         writers = {split: builder.split(split, num_documents=1, dtype=np.uint8) for split in SPLITS}
         for split, rgb, label in _image_rows(task, builder.extra):
-            writers[split].add([image.tf_grayscale(rgb).reshape(-1)], label)
+            writers[split].add([image.tf_grayscale(rgb).reshape(-1)], label,
+                               where=lambda: f"{task.source} {split} image {len(writers[split]) + 1}")
 
     def locate() -> Optional[str]:
         return str(image.find_cifar_python(task.path)) if task.source == "cifar_python" else _resolved(task.path)
@@ -360,7 +368,7 @@ def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversi
             if pixels is None:
                 skipped[split] += 1
             else:
-                writers[split].add([pixels], label)
+                writers[split].add([pixels], label)  # labels checked where the metadata is read
         builder.extra["skipped_empty_images"] = skipped
         if any(skipped.values()):
             announce(f"skipped {sum(skipped.values())} empty (zero-byte) images: {skipped}")

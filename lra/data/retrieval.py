@@ -36,11 +36,13 @@ def read_pairs(path: Path) -> Iterator[Tuple[bytes, bytes, int]]:
                 raise UserError(f"{path}:{line_number}: expected 5 tab-separated fields "
                                 f"(label, id1, id2, text1, text2), found {len(fields)}")
             try:
-                label = int(float(fields[0]))
+                value = float(fields[0])
             except ValueError:
                 raise UserError(f"{path}:{line_number}: the label {fields[0][:20]!r} is not a number") from None
-            if label not in (0, 1):
-                raise UserError(f"{path}:{line_number}: the label is {label}, expected 0 or 1")
+            if value not in (0.0, 1.0):  # inf, nan and 0.5 too
+                raise UserError(f"{path}:{line_number}: the label is {fields[0][:20].decode(errors='replace')}, "
+                                "expected 0 or 1")
+            label = int(value)
             yield fields[3], fields[4], label
 
 

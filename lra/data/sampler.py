@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from lra.errors import UserError
+
 
 class EpochSampler:
     """Yields index batches of ``batch_size``; the last partial batch of an epoch is dropped."""
 
     def __init__(self, num_examples: int, batch_size: int, seed: int):
         if num_examples < batch_size:
-            raise ValueError(
-                f"the training split has {num_examples} examples, fewer than one batch of {batch_size}"
-            )
+            raise UserError(f"the training split has {num_examples} examples, fewer than one batch of {batch_size}: "
+                            f"pass trainer.batch_size={num_examples} or less (or use more training data)")
         self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
         self.epoch, self.position = 0, 0
         self._order = self._permutation(0)

@@ -10,7 +10,6 @@ from typing import List, Optional
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from lra import checkpoint
 from lra.errors import UserError
@@ -49,19 +48,20 @@ def load_run_config(run_dir: Path):
     """The resolved config an ``lra-train`` run recorded, validated against the schema."""
     from lra.config import TrainRunConfig
 
-    saved = Path(run_dir) / ".hydra" / "resolved.yaml"
-    if not saved.is_file():
-        raise UserError(f"checkpoint={run_dir} is not an lra-train run directory (no .hydra/resolved.yaml); "
+    from lra.run import RESOLVED, RunDirectory
+
+    if not (Path(run_dir) / RESOLVED).is_file():
+        raise UserError(f"checkpoint={run_dir} is not an lra-train run directory (no {RESOLVED}); "
                         "pass a run folder such as runs/<date>/<time>")
-    return OmegaConf.merge(OmegaConf.structured(TrainRunConfig), OmegaConf.load(saved))
+    return RunDirectory(run_dir).load_resolved(TrainRunConfig)
 
 
 def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.device) -> List[AttentionInputs]:
     """Every layer's attention inputs when the run's best (else last) weights read the first
     ``examples`` sequences of ``split`` (the first document of a dual-encoder pair)."""
     from lra.data.prepare import load_task_data
-    from lra.model import Classifier
-    from lra.training import _attention_options
+    from lra.model import Classifier, input_length
+    from lra.validation import attention_options
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
@@ -70,9 +70,14 @@ def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.devi
     if found is None:
         raise UserError(f"no checkpoint in {run_dir}/checkpoints (looked for {checkpoint.BEST}, {checkpoint.LAST}); "
                         f"train it first, or resume it with: lra-train resume={run_dir}")
-    max_length = cfg.task.max_length if cfg.trainer.max_length is None else min(cfg.task.max_length, cfg.trainer.max_length)
-    model = Classifier(cfg.model, cfg.task, cfg.attention.name, _attention_options(cfg), max_length)
-    model.load_state_dict(checkpoint.load(found)["model"])
+    max_length = input_length(cfg.task.max_length, cfg.trainer.max_length)
+    model = Classifier(cfg.model, cfg.task, cfg.attention.name, attention_options(cfg), max_length)
+    try:
+        model.load_state_dict(checkpoint.load(found)["model"])
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"cannot read the weights in {found} ({type(exc).__name__}: {reason}); the checkpoint is "
+                        f"damaged or not this run's: resume the run (lra-train resume={run_dir}) or train it again") from None
     model.to(device).eval()
 
     data = load_task_data(cfg.task, Path(cfg.data_dir), announce=lambda message: None)

@@ -124,7 +124,15 @@ def load_reference(name: str) -> pd.DataFrame:
 
     # keep_default_na=False: the paper's "None" row (no attention) is a name, not a missing value.
     table = pd.read_csv(StringIO(text), comment="#", keep_default_na=False, na_values=[""]).set_index("method")
-    return table.rename(columns={c: "average" for c in table.columns if c.startswith("avg")})
+    table = table.rename(columns={c: "average" for c in table.columns if c.startswith("avg")})
+    for column in table.columns:
+        numeric = pd.to_numeric(table[column], errors="coerce")
+        bad = numeric.isna() & table[column].notna()
+        if bad.any():
+            method = bad[bad].index[0]
+            raise ValueError(f"its {column} value for {method} is {table.loc[method, column]!r}, not a number")
+        table[column] = numeric
+    return table
 
 
 def _row_key(label: str):
@@ -250,6 +258,18 @@ def status_counts(runs: pd.DataFrame) -> str:
     return ", ".join(f"{count} {status}" for status, count in counts.items())
 
 
+def failures(records: Iterable[dict]) -> str:
+    """The failed runs among ``records`` (duplicates the table dropped included), one line each with
+    its error, so that no failed or refused job goes unseen; empty when none failed."""
+    failed = [r for r in records if r.get("status") == "failed"]
+    if not failed:
+        return ""
+    lines = [f"- {r['run_dir']}: {r.get('error') or 'no error recorded'}" for r in failed]
+    return f"failed runs ({len(failed)}):\n" + "\n".join(lines)
+
+
 def render(directories: List[Path], warn=lambda message: None) -> str:
-    runs = collect(directories, warn)
-    return f"{to_markdown(comparison(runs))}\n\nruns: {status_counts(runs)}"
+    records = read_records(record_files(directories), warn)
+    runs = pd.DataFrame(deduplicate(records, warn))
+    failed = failures(records)
+    return f"{to_markdown(comparison(runs))}\n\nruns: {status_counts(runs)}" + (f"\n\n{failed}" if failed else "")

@@ -1,0 +1,209 @@
+"""A run directory and its one owner.
+
+``lra-train`` makes one :class:`RunDirectory` per run and nothing else decides about the folder: it
+takes the folder's OS lock before anything is written there, refuses a fresh run in a folder that
+already holds one (a completed result is never adopted), answers "is this run completed?", saves
+the config files Hydra would have saved (Hydra itself writes nothing into a run folder:
+``hydra.output_subdir`` is null and its job log is console-only), keeps the run's log file
+(``train.log``), and makes the run's single record (``metrics.json``, written by rank 0 only). The
+lock is the OS's (``flock``): released when the process ends however it ends, so a killed run never
+blocks the next.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from lra.errors import ConfigError, UserError
+from lra.io import atomic_write_text
+from lra.records import HISTORY, METRICS, RunRecord, read_record
+
+RESOLVED = Path(".hydra") / "resolved.yaml"
+LOCK = ".lock"
+LOG = "train.log"
+CHECKPOINTS = "checkpoints"
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's job-log format
+
+
+class RunDirectory:
+    def __init__(self, path: Path | str, main: bool = True):
+        self.path = Path(path).resolve()
+        self.main = main  # rank 0 of a torchrun job (or the only process): the one that writes
+        self._lock_handle = None
+        self._log_handler: Optional[logging.Handler] = None
+
+    # ------------------------------------------------------------------ facts (no writes)
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / CHECKPOINTS
+
+    def holds_run(self) -> bool:
+        """Whether a run has been started here (its record, saved config, checkpoints or history)."""
+        return any((self.path / name).exists() for name in (METRICS, RESOLVED, CHECKPOINTS, HISTORY))
+
+    def read_record(self) -> dict:
+        return read_record(self.path)
+
+    def completed(self) -> bool:
+        """The one answer to "is this run completed?": its record says so."""
+        return self.read_record().get("status") == "completed"
+
+    def continued_by(self, resolved_yaml: str) -> bool:
+        """Whether a fresh command with this resolved config continues the run here rather than
+        starting another one: the run is unfinished and recorded exactly this config (a job that
+        submitit or SLURM requeued, or the same command started again)."""
+        try:
+            return not self.completed() and (self.path / RESOLVED).read_text() == resolved_yaml
+        except OSError:
+            return False
+
+    def describe(self) -> str:
+        record = self.read_record()
+        if not record:
+            return "a run"
+        what = f"{record.get('label') or record.get('attention')} on {record.get('task')}, seed {record.get('seed')}"
+        return f"a {record.get('status') or 'started'} run ({what})"
+
+    # ------------------------------------------------------------------ ownership
+    def claim(self, fresh: bool) -> None:
+        """Own the folder for this process's lifetime, before anything is written into it. A fresh
+        run refuses a folder that already holds a run; any run refuses a folder another process
+        holds. Ranks other than 0 share rank 0's claim and take none."""
+        if not self.main:
+            return
+        if fresh and self.holds_run():  # refused before even the lock file is made
+            raise self._occupied()
+        self.path.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path / LOCK, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            fix = ("wait for that run to end (or stop it) before resuming it" if not fresh else
+                   "train into a new folder (leave hydra.run.dir unset, or choose another)")
+            raise UserError(f"the run directory {self.path} is in use by {holder}; {fix}") from None
+        if fresh and self.holds_run():  # started by another process meanwhile
+            handle.close()
+            raise self._occupied()
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})")
+        handle.flush()
+        self._lock_handle = handle
+
+    def holder(self) -> Optional[str]:
+        """Who holds this folder's lock right now (None when nobody does), found without writing."""
+        try:
+            with open(self.path / LOCK) as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return handle.read().strip() or "another process"
+                return None  # closing the file releases the lock taken just now
+        except OSError:
+            return None
+
+    def _occupied(self) -> UserError:
+        holder = self.holder()
+        if holder is not None:
+            return UserError(f"the run directory {self.path} is in use by {holder}; train into a new folder (leave "
+                             "hydra.run.dir unset, or choose another)")
+        return ConfigError(f"{self.path} already holds {self.describe()}; a new run never adopts an existing folder: "
+                           f"resume that run with `lra-train resume={self.path}`, or train into a new folder (leave "
+                           "hydra.run.dir unset, or choose another)")
+
+    @property
+    def owned(self) -> bool:
+        return self._lock_handle is not None
+
+    def release(self) -> None:
+        self.detach_log()
+        if self._lock_handle is not None:
+            self._lock_handle.close()  # closing the descriptor releases the flock
+            self._lock_handle = None
+
+    # ------------------------------------------------------------------ files (only once owned)
+    def _check_owned(self) -> None:
+        if self.main and not self.owned:
+            raise RuntimeError(f"{self.path} is written before it is claimed")
+
+    def attach_log(self) -> None:
+        """Send the root logger's records to ``train.log`` too (appending, as a resumed run does)."""
+        self._check_owned()
+        if self.main and self._log_handler is None:
+            handler = logging.FileHandler(self.path / LOG)
+            handler.setFormatter(logging.Formatter(LOG_FORMAT))
+            logging.getLogger().addHandler(handler)
+            self._log_handler = handler
+
+    def detach_log(self) -> None:
+        if self._log_handler is not None:
+            logging.getLogger().removeHandler(self._log_handler)
+            self._log_handler.close()
+            self._log_handler = None
+
+    def save_hydra_files(self, hydra_cfg: DictConfig, task_cfg: DictConfig) -> None:
+        """``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml``, as Hydra's output_subdir would."""
+        self._check_owned()
+        if not self.main:
+            return
+        folder = self.path / ".hydra"
+        atomic_write_text(folder / "config.yaml", OmegaConf.to_yaml(task_cfg))
+        atomic_write_text(folder / "hydra.yaml", OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})))
+        atomic_write_text(folder / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.overrides.task))
+
+    def save_resolved(self, cfg: DictConfig) -> None:
+        self._check_owned()
+        if self.main:
+            atomic_write_text(self.path / RESOLVED, OmegaConf.to_yaml(cfg, resolve=True))
+
+    def saved_overrides(self) -> list:
+        path = self.path / ".hydra" / "overrides.yaml"
+        try:
+            return [str(o) for o in OmegaConf.load(path)] if path.is_file() else []
+        except Exception:
+            return []
+
+    def load_resolved(self, schema: type) -> DictConfig:
+        """The resolved config this run recorded, merged onto ``schema`` (fields added since get
+        their defaults), or a one-line error."""
+        path = self.path / RESOLVED
+        try:
+            saved = OmegaConf.load(path)
+            if not isinstance(saved, DictConfig) or not saved:
+                raise ValueError("it is empty")
+            return OmegaConf.merge(OmegaConf.structured(schema), saved)
+        except Exception as exc:
+            raise UserError(f"cannot resume {self.path}: its {RESOLVED} is unreadable ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0] if str(exc) else 'empty'}); start a new run with the same "
+                            "overrides instead") from None
+
+    def new_record(self, provisional: bool = False, **fields: Any) -> RunRecord:
+        """The run's one record, written by rank 0 alone; ``provisional`` (a resume) writes nothing
+        until :meth:`RunRecord.confirm` (its checkpoint has loaded)."""
+        self._check_owned()
+        return RunRecord(self.path, write=self.main, provisional=provisional, **fields)
+
+    def remove_if_empty(self) -> None:
+        """A refused fresh config leaves no folder: remove this one if nothing is in it (Hydra made it),
+        and the empty folders above it up to the working folder (outside it, only this one)."""
+        cwd = Path.cwd().resolve()
+        folder = self.path
+        while folder != cwd:
+            try:
+                folder.rmdir()
+            except OSError:
+                return
+            if cwd not in folder.parents:
+                return
+            folder = folder.parent

@@ -1,0 +1,107 @@
+"""A full disk, a read-only or forbidden folder and a name too long end every command with one line,
+leave no temporary or staging file behind and change nothing that was finished (the disk errors are
+injected at the write: LRA_FAULT=<point>:<count>:<errno name>)."""
+
+import pytest
+
+from conftest import SMALL_LISTOPS, read_json, run_command
+
+SHORT = ["trainer=smoke", "trainer.max_steps=4", "trainer.eval_every=2", "trainer.checkpoint_every=2", *SMALL_LISTOPS]
+GENERATE = [o for o in SMALL_LISTOPS if not o.startswith("task.max_length")]
+
+
+def one_error_line(result, code=1):
+    errors = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]
+    assert result.returncode == code and len(errors) == 1, result.stderr
+    assert "Traceback" not in result.stderr and "Error executing job" not in result.stderr, result.stderr
+    return errors[0]
+
+
+def temporaries(folder):
+    return [p for p in folder.rglob("*") if p.name.endswith(".tmp") or p.name.endswith(".partial")]
+
+
+@pytest.mark.parametrize("count", [1, 4, 7, 10], ids=["config files", "first record", "a record mid-run", "a checkpoint"])
+def test_a_full_disk_during_training_is_one_line_and_the_run_resumes_once_there_is_space(tmp_path, data_dir, count):
+    run = tmp_path / "run"
+    result = run_command(["lra-train", *SHORT, f"hydra.run.dir={run}"], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": f"write:{count}:ENOSPC"}, check=False)
+    line = one_error_line(result)
+    assert line.startswith("error: No space left on device (") and "free space on that disk" in line
+    assert temporaries(run) == []
+    if (run / ".hydra" / "resolved.yaml").is_file():  # the run had started: it resumes and completes
+        run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+        assert read_json(run / "metrics.json")["status"] == "completed"
+
+
+@pytest.mark.parametrize("point", ["listops_example:30", "cache_example:30"], ids=["generating", "converting"])
+def test_a_full_disk_during_lra_prepare_removes_its_partial_files_and_a_rerun_succeeds(tmp_path, data_dir, point):
+    data = tmp_path / "data"
+    args = ["lra-prepare", "listops", "--data-dir", str(data), *GENERATE]
+    line = one_error_line(run_command(args, tmp_path, data_dir, env_extra={"LRA_FAULT": f"{point}:ENOSPC"}, check=False))
+    assert "No space left on device" in line
+    assert [p for p in data.rglob("*") if p.name.startswith(".")] == [], "no staging folder or partial file stays"
+    assert not list(data.rglob("manifest.json"))
+    run_command(args, tmp_path, data_dir)
+    assert len(list(data.rglob("manifest.json"))) == 1
+
+
+@pytest.mark.parametrize("errno_name, words", [("EROFS", "Read-only file system"), ("EACCES", "Permission denied"),
+                                               ("ENOSPC", "No space left on device")])
+def test_lra_table_output_to_an_unwritable_place_is_one_line(tmp_path, data_dir, errno_name, words):
+    record = tmp_path / "r" / "metrics.json"
+    record.parent.mkdir()
+    record.write_text('{"label": "Softmax", "task": "listops", "seed": 0, "status": "completed", "test_accuracy": 30.0}')
+    result = run_command(["lra-table", str(tmp_path / "r"), "--output", str(tmp_path / "t.md")], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": f"write:1:{errno_name}"}, check=False)
+    line = one_error_line(result)
+    assert f"cannot write {tmp_path / 't.md'} ({words})" in line
+    assert not (tmp_path / "t.md").exists() and temporaries(tmp_path) == []
+
+
+def test_a_path_component_over_255_bytes_is_one_line(tmp_path, data_dir):
+    long = "x" * 300
+    trained = run_command(["lra-train", *SHORT, f"hydra.run.dir=runs/{long}"], tmp_path, data_dir, check=False)
+    assert "File name too long" in one_error_line(trained) and "at most 255 bytes" in trained.stderr
+    prepared = run_command(["lra-prepare", "listops", "--data-dir", str(tmp_path / long), *GENERATE], tmp_path,
+                           data_dir, check=False)
+    assert "File name too long" in one_error_line(prepared)
+
+
+def test_a_full_disk_in_lra_fidelity_is_one_line(tmp_path, data_dir):
+    result = run_command(["lra-fidelity", "preset=smoke", f"output_dir={tmp_path / 'out'}"], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "write:1:ENOSPC"}, check=False)
+    assert "No space left on device" in one_error_line(result)
+
+
+def test_ctrl_c_in_lra_prepare_is_one_line_and_removes_its_staging_folder(tmp_path, data_dir):
+    data = tmp_path / "data"
+    result = run_command(["lra-prepare", "listops", "--data-dir", str(data), *GENERATE], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "cache_example:30:SIGINT"}, check=False)
+    assert one_error_line(result, code=130).startswith("error: interrupted (ctrl-C)")
+    assert [p for p in data.rglob("*") if p.name.startswith(".")] == [] and not list(data.rglob("manifest.json"))
+
+
+def test_a_folder_with_spaces_and_parentheses_works_and_every_printed_command_runs_as_printed(tmp_path, data_dir):
+    import shlex
+    import subprocess
+
+    folder = tmp_path / "my data (copy)"
+    raw = folder / "listops-1000"
+    raw.mkdir(parents=True)
+    for split in ("train", "val", "test"):
+        (raw / f"basic_{split}.tsv").write_text("Source\tTarget\n" + "( ( [MAX 2 9 ] ) )\t9\n" * 8)
+    unquoted = run_command(["lra-train", "trainer=smoke", "task.source=lra_release", f"task.path={folder}"], tmp_path,
+                           data_dir, check=False)
+    line = one_error_line(unquoted, code=2)
+    assert "cannot parse the override" in line and "must be quoted for Hydra" in line
+    args = ["lra-train", "trainer=smoke", "trainer.max_steps=2", "task.source=lra_release", f"task.path='{folder}'",
+            "task.max_length=64", f"data_dir='{tmp_path / 'the data'}'", "hydra.run.dir=run"]
+    run_command(args, tmp_path, data_dir)
+    (tokens,) = (tmp_path / "the data").rglob("train.tokens0.npy")
+    tokens.write_bytes(tokens.read_bytes()[:-3])
+    damaged = one_error_line(run_command([*args[:-1], "hydra.run.dir=run2"], tmp_path, data_dir, check=False))
+    rebuild = damaged.split("rebuild it with: ")[1].removesuffix(" and run the same command again")
+    assert shlex.split(rebuild)[:2] == ["rm", "-r"] and shlex.split(rebuild)[2].startswith(str(tmp_path / "the data"))
+    subprocess.run(shlex.split(rebuild), cwd=tmp_path, check=True)  # the shell command, exactly as printed
+    run_command([*args[:-1], "hydra.run.dir=run3"], tmp_path, data_dir)

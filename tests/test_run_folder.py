@@ -1,0 +1,166 @@
+"""A run folder belongs to one run: a fresh run never adopts a folder that holds one, a refused
+command writes nothing into a folder it does not own, and a resume only takes the run's own
+training checkpoint."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+
+SHORT = ["trainer=smoke", "trainer.max_steps=4", "trainer.eval_every=2", "trainer.checkpoint_every=2", *SMALL_LISTOPS]
+
+
+def snapshot(folder):
+    """Every file under ``folder`` (the lock file aside) with its bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+def last_line(result):
+    return result.stderr.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def completed(tmp_path_factory, data_dir):
+    """A completed seed-1 run whose folder later commands point at."""
+    root = tmp_path_factory.mktemp("completed")
+    run_command(["lra-train", *SHORT, "seed=1", "hydra.run.dir=runs/done"], root, data_dir)
+    return root, root / "runs" / "done"
+
+
+@pytest.mark.parametrize("extra", [["seed=2"], ["attention=none"], []], ids=["another seed", "another backend", "the same"])
+def test_a_fresh_run_never_adopts_a_completed_run_folder(completed, data_dir, extra):
+    root, run = completed
+    before = snapshot(run)
+    result = run_command(["lra-train", *SHORT, *extra, f"hydra.run.dir={run}"], root, data_dir, check=False)
+    line = last_line(result)
+    assert result.returncode == 2 and line.startswith(f"error: {run} already holds a completed run (Softmax on listops, seed 1)")
+    assert f"lra-train resume={run}" in line and "new folder" in line, line
+    assert "Traceback" not in result.stderr
+    assert snapshot(run) == before, "the completed run's record, config, log and checkpoints are untouched"
+
+
+def test_a_fresh_run_refuses_a_folder_holding_only_a_failed_run_or_a_checkpoint(tmp_path, data_dir):
+    run = tmp_path / "runs" / "partial"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.pt").write_bytes(b"weights")
+    result = run_command(["lra-train", *SHORT, f"hydra.run.dir={run}"], tmp_path, data_dir, check=False)
+    assert result.returncode == 2 and "already holds a run" in last_line(result)
+    assert sorted(p.name for p in run.rglob("*")) == ["checkpoints", "last.pt"]
+
+
+def test_a_fresh_run_may_use_an_empty_folder(tmp_path, data_dir):
+    (tmp_path / "mine").mkdir()
+    run_command(["lra-train", *SHORT, f"hydra.run.dir={tmp_path / 'mine'}"], tmp_path, data_dir)
+    assert read_json(tmp_path / "mine" / "metrics.json")["status"] == "completed"
+
+
+def test_a_refused_second_command_writes_nothing_into_a_live_run(tmp_path, data_dir):
+    """A run stopped mid-training (SIGSTOP at its first checkpoint) keeps its folder: a fresh run and
+    a resume pointed at it are refused naming its process, and its config, Hydra files, log and
+    record stay byte for byte as they were; the stopped run then completes as configured."""
+    env = {**os.environ, "LRA_DATA_DIR": str(data_dir), "WANDB_MODE": "disabled",
+           "LRA_FAULT": "after_checkpoint:1:SIGSTOP"}
+    exe = os.path.join(os.path.dirname(sys.executable), "lra-train")
+    with open(tmp_path / "first.log", "w") as log:
+        first = subprocess.Popen([exe, *SHORT, "seed=1", "hydra.run.dir=runs/live"], cwd=tmp_path, env=env,
+                                 stdout=log, stderr=log)
+    run = tmp_path / "runs" / "live"
+    try:
+        _, status = os.waitpid(first.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status), (tmp_path / "first.log").read_text()
+        before = snapshot(run)
+        for args, code in ((["lra-train", *SHORT, "attention=none", "seed=7", f"hydra.run.dir={run}"], 1),
+                           (["lra-train", f"resume={run}"], 1)):
+            result = run_command(args, tmp_path, data_dir, check=False)
+            assert result.returncode == code and f"{run} is in use by process {first.pid}" in last_line(result), result.stderr
+            assert snapshot(run) == before, args
+        first.send_signal(signal.SIGCONT)
+        assert first.wait() == 0, (tmp_path / "first.log").read_text()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    record = read_json(run / "metrics.json")
+    assert (record["status"], record["label"], record["seed"]) == ("completed", "Softmax", 1)
+    assert "seed: 1" in (run / ".hydra" / "resolved.yaml").read_text()
+
+
+@pytest.mark.parametrize("replacement", ["best", "other_backend", "not_a_checkpoint"])
+def test_a_resume_takes_only_this_runs_training_checkpoint(tmp_path, data_dir, replacement):
+    killed = run_command(["lra-train", *SHORT, "trainer.max_steps=6"], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "after_checkpoint:2"}, check=False)
+    assert killed.returncode != 0
+    (run,) = run_dirs(tmp_path)
+    last = run / "checkpoints" / "last.pt"
+    if replacement == "best":
+        last.write_bytes((run / "checkpoints" / "best.pt").read_bytes())
+    elif replacement == "other_backend":
+        run_command(["lra-train", *SHORT, "attention=linformer", "hydra.run.dir=other"], tmp_path, data_dir)
+        last.write_bytes((tmp_path / "other" / "checkpoints" / "last.pt").read_bytes())
+    else:
+        import torch
+
+        torch.save([1, 2, 3], last)
+    before = (run / "metrics.json").read_bytes()
+    result = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False)
+    line = last_line(result)
+    expected = {"best": "it is not a training checkpoint (no optimizer", "other_backend": "it is not this run's checkpoint",
+                "not_a_checkpoint": "it is not a training checkpoint"}[replacement]
+    assert result.returncode == 1 and f"cannot resume from {last}" in line and expected in line, result.stderr
+    assert "Traceback" not in result.stderr
+    assert (run / "metrics.json").read_bytes() == before, "a failed resume leaves the record as it was"
+
+
+def test_ctrl_c_records_the_run_as_interrupted_and_a_resume_completes_it(tmp_path, data_dir):
+    interrupted = run_command(["lra-train", *SHORT], tmp_path, data_dir, env_extra={"LRA_FAULT": "step:3:SIGINT"},
+                              check=False)
+    assert interrupted.returncode == 130 and last_line(interrupted).startswith("error: interrupted (ctrl-C)")
+    assert "Traceback" not in interrupted.stderr
+    (run,) = run_dirs(tmp_path)
+    assert read_json(run / "metrics.json")["status"] == "failed"
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert read_json(run / "metrics.json")["status"] == "completed"
+
+
+@pytest.mark.parametrize("world", ["2", "two"])
+def test_a_leftover_world_size_is_one_line_and_leaves_no_folder(tmp_path, data_dir, world):
+    result = run_command(["lra-train", *SHORT], tmp_path, data_dir, env_extra={"WORLD_SIZE": world}, check=False)
+    assert result.returncode == 2 and "WORLD_SIZE" in last_line(result) and "torchrun" in last_line(result)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_resume_of_a_folder_that_holds_no_run_is_one_line(tmp_path, data_dir):
+    (tmp_path / "empty").mkdir()
+    result = run_command(["lra-train", f"resume={tmp_path / 'empty'}"], tmp_path, data_dir, check=False)
+    assert result.returncode == 2 and "is not an lra-train run directory" in last_line(result)
+    assert list((tmp_path / "empty").iterdir()) == []
+
+
+def test_a_training_split_smaller_than_one_batch_is_one_line(tmp_path, data_dir):
+    small = [o for o in SHORT if not o.startswith("task.generator.num_train")] + ["task.generator.num_train=3"]
+    result = run_command(["lra-train", *small, "hydra.run.dir=run"], tmp_path, data_dir, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "the training split has 3 examples, fewer than one batch of 4: pass trainer.batch_size=3" in last_line(result)
+    assert read_json(tmp_path / "run" / "metrics.json")["status"] == "failed"
+
+
+def test_the_same_command_started_again_continues_its_unfinished_run_and_another_is_refused(tmp_path, data_dir):
+    """As a requeued submitit/SLURM job does: the identical command in the folder of its killed run
+    resumes it; a command with another config (seed=2) is refused and changes nothing."""
+    args = ["lra-train", *SHORT, "trainer.max_steps=6", "hydra.run.dir=run"]
+    killed = run_command(args, tmp_path, data_dir, env_extra={"LRA_FAULT": "after_checkpoint:2"}, check=False)
+    assert killed.returncode != 0
+    run = tmp_path / "run"
+    before = snapshot(run)
+    other = run_command([*args, "seed=2"], tmp_path, data_dir, check=False)
+    assert other.returncode == 2 and "already holds a running run (Softmax on listops, seed 0)" in last_line(other)
+    assert snapshot(run) == before
+    again = run_command(args, tmp_path, data_dir)
+    assert "continuing the unfinished run" in again.stdout + again.stderr and "resumed from" in again.stdout + again.stderr
+    record = read_json(run / "metrics.json")
+    assert record["status"] == "completed" and record["resumed_at_steps"] == [2]

@@ -1,0 +1,41 @@
+"""Every job of a sweep leaves a record, and the sweep's table shows every failed or refused job."""
+
+from conftest import SMALL_LISTOPS, read_json, run_command
+
+SHORT = ["trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2", *SMALL_LISTOPS]
+
+
+def test_a_job_refused_by_validation_is_recorded_failed_and_the_table_shows_it(tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    result = run_command(["lra-train", "-m", "trainer.lr=1e-3,-1", *SHORT, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir)
+    assert "Traceback" not in result.stderr + result.stdout
+    refused = read_json(sweep / "1" / "metrics.json")
+    assert refused["status"] == "failed" and refused["error"].startswith("invalid value for trainer.lr: -1.0")
+    assert (refused["label"], refused["task"], refused["seed"]) == ("Softmax", "listops", 0)
+    assert (sweep / "1" / ".hydra" / "overrides.yaml").is_file(), "the refused job's overrides are kept"
+    assert read_json(sweep / "0" / "metrics.json")["status"] == "completed"
+    for text in (result.stdout, (sweep / "table.md").read_text(),
+                 run_command(["lra-table", str(sweep)], tmp_path, data_dir).stdout):
+        assert "failed runs (1):" in text and f"{sweep / '1'}: invalid value for trainer.lr" in text, text
+
+
+def test_a_job_refused_for_its_backend_shape_is_recorded_under_its_label(tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    run_command(["lra-train", "-m", "attention=nystrom", "attention.num_landmarks=32,5000", *SHORT,
+                 f"hydra.sweep.dir={sweep}"], tmp_path, data_dir)
+    refused = read_json(sweep / "1" / "metrics.json")
+    assert refused["label"] == "Nystromformer" and refused["status"] == "failed"
+    assert "attention.num_landmarks: 5000; it must be at most the input length 256" in refused["error"]
+    table = run_command(["lra-table", str(sweep)], tmp_path, data_dir).stdout
+    assert "Nystromformer" in table and f"failed runs (1):\n- {sweep / '1'}: invalid value for attention.num_landmarks" in table
+
+
+def test_a_sweep_run_again_into_its_own_folder_refuses_every_job_and_keeps_every_result(tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    args = ["lra-train", "-m", "seed=0,1", *SHORT, f"hydra.sweep.dir={sweep}"]
+    run_command(args, tmp_path, data_dir)
+    before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file() and p.name not in (".lock", "table.md", "multirun.yaml")}
+    again = run_command(args, tmp_path, data_dir)
+    assert again.stdout.count("already holds a completed run") + again.stderr.count("already holds a completed run") == 2
+    assert {p: p.read_bytes() for p in before} == before, "no record, config, log or checkpoint of the first sweep changed"
+    assert "Softmax" in (sweep / "table.md").read_text() and "2 completed" in (sweep / "table.md").read_text()
