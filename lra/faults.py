@@ -12,9 +12,9 @@ _FAULT_COUNTS: Dict[str, int] = {}
 
 def fault_point(name: str, path=None) -> None:
     """Test hook: ``LRA_FAULT=<name>:<count>[:<ACTION>]`` acts the count-th time this process passes
-    ``name``. ACTION is a signal (default SIGKILL) the process sends itself, to prove that a run
-    killed (or preempted, with SIGUSR2 under submitit) there resumes exactly; or an errno name
-    (ENOSPC, EROFS, EACCES, …), raised as that OSError on ``path``, to prove that a full or
+    ``name``. ACTION is a signal (default SIGKILL; SIGINT raises KeyboardInterrupt, as ctrl-C does)
+    the process sends itself, to prove that a run killed (or preempted, with SIGUSR2 under submitit)
+    there resumes exactly; or an errno name (ENOSPC, EROFS, EACCES, …), raised as that OSError on ``path``, to prove that a full or
     read-only disk is met with one line and nothing lost. With ``LRA_FAULT_ONCE=<file>`` it fires
     only while that file does not exist, and creates it: once per sweep, not once per requeued
     attempt. Inert unless the variable is set."""
@@ -34,4 +34,6 @@ def fault_point(name: str, path=None) -> None:
     if action and action[0].startswith("E") and hasattr(errno, action[0]):
         code = getattr(errno, action[0])
         raise OSError(code, os.strerror(code), None if path is None else str(path))
+    if action == ["SIGINT"]:  # what ctrl-C raises in Python, also where SIGINT is ignored (a background job)
+        raise KeyboardInterrupt
     os.kill(os.getpid(), getattr(signal, action[0]) if action else signal.SIGKILL)
