@@ -53,6 +53,33 @@ def depthwise_sequence_conv(num_heads: int, window: int) -> Optional[torch.nn.Co
     return torch.nn.Conv2d(num_heads, num_heads, (window, 1), padding=(window // 2, 0), groups=num_heads, bias=False)
 
 
+class _UnitRows(torch.autograd.Function):
+    """x / ‖x‖ along the last dimension with a fused backward: (g − y (g·y)) / ‖x‖ in four
+    element-wise passes instead of autograd's seven through F.normalize (these passes over [B·H, n, d]
+    are a visible share of a YOSO step on a CPU). Equal to F.normalize, eps included: a row whose
+    norm is below ``eps`` is divided by ``eps`` and its gradient is g / eps (tested)."""
+
+    @staticmethod
+    def forward(ctx, x, eps):
+        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+        tiny = norm < eps
+        norm = norm.clamp_min(eps)
+        y = x / norm
+        ctx.save_for_backward(y, norm, tiny)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        y, norm, tiny = ctx.saved_tensors
+        along = (grad * y).sum(-1, keepdim=True).masked_fill_(tiny, 0.0)
+        return (grad - y * along) / norm, None
+
+
+def unit_rows(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """``F.normalize(x, dim=-1)`` with a fused backward (:class:`_UnitRows`)."""
+    return _UnitRows.apply(x, eps)
+
+
 def scaled(q: torch.Tensor) -> torch.Tensor:
     return q / math.sqrt(q.shape[-1])
 
@@ -102,12 +129,30 @@ def _refresh_rotation_seed(module: torch.nn.Module, incompatible_keys) -> None:
     module.rotation_seed_value = int(module.rotation_seed)
 
 
+_KEPT_DRAWS: dict = {}  # (what, seed, shape, device) → seeded evaluation draws, kept on their device
+
+
+def kept_draws(key: tuple, make) -> tuple:
+    """Fresh copies of the tensors ``make()`` returns for ``key``, made (on the host, then copied) the
+    first time only: later calls copy on the device, so nothing crosses from the host or waits for it
+    inside what a CUDA graph captures (its warm-up makes them). Bounded for tools that evaluate many
+    shapes."""
+    if key not in _KEPT_DRAWS:
+        if len(_KEPT_DRAWS) >= 256:
+            _KEPT_DRAWS.clear()
+        _KEPT_DRAWS[key] = tuple(make())
+    return tuple(t.clone() for t in _KEPT_DRAWS[key])
+
+
 @torch.library.custom_op("attention_zoo::seeded_normal", mutates_args=())
 def seeded_normal(seed: int, shape: List[int], device: torch.device) -> torch.Tensor:
-    """Standard normal draws of ``shape`` from a CPU generator seeded with ``seed``, on ``device``: an
-    operator, so that torch.compile keeps it whole (a Generator object cannot be traced)."""
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    return torch.randn(shape, generator=generator).to(device)
+    """Standard normal draws of ``shape`` from a CPU generator seeded with ``seed``, on ``device`` (made
+    once, :func:`kept_draws`): an operator, so that torch.compile keeps it whole (a Generator object
+    cannot be traced)."""
+    def make():
+        return (torch.randn(shape, generator=torch.Generator(device="cpu").manual_seed(seed)).to(device),)
+
+    return kept_draws(("normal", seed, tuple(shape), str(device)), make)[0]
 
 
 @seeded_normal.register_fake

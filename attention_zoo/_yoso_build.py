@@ -5,7 +5,9 @@ kernels) when CUDA tensors first need it. Builds go to ``$LRA_KERNEL_CACHE`` (de
 ``~/.cache/lra-harness/kernels``) under a name that includes a hash of the sources and the torch
 version, so an edited kernel or a new torch rebuilds and concurrent jobs share one build.
 CUDA architectures: ``TORCH_CUDA_ARCH_LIST`` if set (the Docker image sets it), else the current
-GPU's compute capability. CPU code is compiled for ``-march=native`` (the build name includes the
+GPU's compute capability with ``+PTX``; the list and the nvcc release enter the build's name, the
+finished build records its architectures, and a build that does not cover the GPU it is loaded on is
+rebuilt with that GPU's architecture added (one line says why). CPU code is compiled for ``-march=native`` (the build name includes the
 CPU's identity) unless ``LRA_KERNEL_CPU_ARCH`` names a portable target. Precompile with ``lra-build-kernels cpu cuda``.
 """
 
@@ -21,6 +23,7 @@ import os
 import platform
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Dict
@@ -30,9 +33,9 @@ import torch
 from attention_zoo._common import package_folder
 
 SOURCE_DIR = package_folder("attention_zoo.csrc") / "yoso"  # csrc/yoso in the repository
-CPU_SOURCES = ["yoso_cpu.cpp"]
-CUDA_SOURCES = ["yoso_cpu.cpp", "yoso_cuda.cpp", "yoso_cuda_kernels.cu"]
-HEADERS = ["yoso_math.h", "yoso_cuda_kernels.h"]
+CPU_SOURCES = ["yoso_cpu.cpp", "yoso_cpu_gradients.cpp"]
+CUDA_SOURCES = [*CPU_SOURCES, "yoso_cuda.cpp", "yoso_cuda_kernels.cu", "yoso_cuda_gradients.cu"]
+HEADERS = ["yoso_math.h", "yoso_buckets.h", "yoso_checks.h", "yoso_cuda_kernels.h", "yoso_cuda_common.h", "yoso_simt.h"]
 COMPLETE_STAMP = "build.complete"  # written after a successful build; nothing in the folder changes after it
 
 
@@ -65,24 +68,85 @@ def cpu_arch() -> str:
 
 
 def _cpu_flags(kind: str) -> list:
-    """-fopenmp: at::parallel_for is serial in code compiled without it (the kernels would use one core)."""
-    return ["-O3", "-std=c++17", f"-march={cpu_arch()}", "-fopenmp"] + (["-DYOSO_WITH_CUDA"] if kind == "cuda" else [])
+    """-fopenmp: at::parallel_for is serial in code compiled without it (the kernels would use one core).
+    The C++ standard is torch's choice (its headers require theirs)."""
+    return ["-O3", f"-march={cpu_arch()}", "-fopenmp"] + (["-DYOSO_WITH_CUDA"] if kind == "cuda" else [])
 
 
-def _source_hash(files, kind: str) -> str:
-    digest = hashlib.sha256(torch.__version__.encode() + " ".join(_cpu_flags(kind)).encode())
-    if cpu_arch() == "native":
-        digest.update(_cpu_identity())
-    for name in sorted(set(files) | set(HEADERS)):
-        digest.update(name.encode() + (SOURCE_DIR / name).read_bytes())
-    return digest.hexdigest()[:12]
+@dataclass(frozen=True)
+class BuildPlan:
+    """What one build is: decided in the parent process and handed to the build worker, which
+    initialises no CUDA of its own."""
+
+    kind: str
+    arch_list: str  # TORCH_CUDA_ARCH_LIST of a CUDA build, "" for CPU
+    nvcc_release: str  # "" for CPU
+
+    @property
+    def sources(self) -> list:
+        return CUDA_SOURCES if self.kind == "cuda" else CPU_SOURCES
+
+    @property
+    def name(self) -> str:
+        digest = hashlib.sha256(f"{torch.__version__} {' '.join(_cpu_flags(self.kind))} {self.arch_list} "
+                                f"{self.nvcc_release}".encode())
+        if cpu_arch() == "native":
+            digest.update(_cpu_identity())
+        for source in sorted(set(self.sources) | set(HEADERS)):
+            digest.update(source.encode() + (SOURCE_DIR / source).read_bytes())
+        return f"lra_yoso_{self.kind}_{digest.hexdigest()[:12]}"
+
+    def argv(self) -> list:
+        return ["--worker", self.kind, "--arch-list", self.arch_list, "--nvcc-release", self.nvcc_release]
 
 
-def _cuda_arch_list() -> str:
-    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
-        return os.environ["TORCH_CUDA_ARCH_LIST"]
+def device_arch() -> str:
     major, minor = torch.cuda.get_device_capability()
     return f"{major}.{minor}"
+
+
+def cuda_arch_list() -> str:
+    """``TORCH_CUDA_ARCH_LIST`` if set, else the current GPU's architecture with PTX (so that a newer
+    GPU can still JIT it)."""
+    return os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{device_arch()}+PTX"
+
+
+def nvcc_release() -> str:
+    """The CUDA toolkit's release as nvcc prints it ('12.8'); the build's name includes it."""
+    import re
+    import subprocess
+
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    try:
+        printed = subprocess.run([str(Path(CUDA_HOME) / "bin" / "nvcc"), "--version"], capture_output=True,
+                                 text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError, TypeError) as error:
+        raise KernelUnavailable(f"cannot run nvcc from CUDA_HOME={CUDA_HOME} ({error}); install the CUDA toolkit "
+                                "matching torch.version.cuda and set CUDA_HOME, or set attention.impl=torch") from error
+    found = re.search(r"release (\d+\.\d+)", printed)
+    return found.group(1) if found else printed.strip().splitlines()[-1]
+
+
+def covers(arch_list: str, capability: tuple) -> bool:
+    """Whether a build for ``arch_list`` runs on a GPU of ``capability`` (major, minor): a cubin runs
+    on its own major at the same or a higher minor; PTX is JIT-compiled on its architecture or any newer."""
+    for entry in arch_list.replace(";", " ").split():
+        version, _, ptx = entry.partition("+")
+        major, minor = (int(part) for part in version.rstrip("af").split(".")[:2])
+        if ptx.upper() == "PTX" and (major, minor) <= tuple(capability):
+            return True
+        if major == capability[0] and minor <= capability[1] and not version.endswith(("a", "f")):
+            return True
+        if version.endswith(("a", "f")) and (major, minor) == tuple(capability):
+            return True
+    return False
+
+
+def plan(kind: str) -> BuildPlan:
+    if kind != "cuda":
+        return BuildPlan(kind, "", "")
+    return BuildPlan(kind, cuda_arch_list(), nvcc_release())
 
 
 def _check_toolchain(kind: str) -> None:
@@ -124,7 +188,7 @@ def load(kind: str) -> ModuleType:
         raise KernelUnavailable(_failed[kind])
     try:
         _check_toolchain(kind)
-        module = _build(kind)
+        module = _build(plan(kind))
     except KernelUnavailable as error:
         _failed[kind] = str(error)
         raise
@@ -139,35 +203,54 @@ def load(kind: str) -> ModuleType:
     return module
 
 
-def _build(kind: str) -> ModuleType:
+def _build(build: BuildPlan) -> ModuleType:
     """A finished build (its ``build.complete`` stamp exists) is imported as it is: torch's loader
     would run ninja again, and ninja recompiles identical sources whenever their path or mtime differs
     from the last build's (another checkout or a reinstalled wheel sharing the cache) or ``.ninja_log``
     is missing, rewriting a library other jobs have loaded. Importing needs no lock and no write
-    access, so a cache built by root (the Docker image) serves any user."""
-    sources = CUDA_SOURCES if kind == "cuda" else CPU_SOURCES
-    name = f"lra_yoso_{kind}_{_source_hash(sources, kind)}"
-    build_directory = cache_dir() / name
+    access, so a cache built by root (the Docker image) serves any user. A CUDA build whose recorded
+    architectures do not cover this GPU is rebuilt with the GPU's architecture added."""
+    build_directory = cache_dir() / build.name
+    built_for = _recorded_arch_list(build_directory) or build.arch_list
+    if build.kind == "cuda" and torch.cuda.is_available() and not covers(built_for, _capability()):
+        wider = BuildPlan("cuda", f"{build.arch_list} {device_arch()}+PTX", build.nvcc_release)
+        print(f"the YOSO CUDA kernels built for '{built_for}' do not run on this GPU (compute capability "
+              f"{device_arch()}): building them for TORCH_CUDA_ARCH_LIST='{wider.arch_list}'", file=sys.stderr)
+        build, build_directory = wider, cache_dir() / wider.name
     if not (build_directory / COMPLETE_STAMP).exists():
-        _build_once(kind, name, sources, build_directory)
-    return _import_built(name, build_directory)
+        _build_once(build, build_directory)
+    return _import_built(build.name, build_directory)
 
 
-def _build_once(kind: str, name: str, sources, build_directory: Path) -> None:
+def _recorded_arch_list(build_directory: Path) -> str:
+    """The CUDA architectures a finished build records ("" if none is finished there)."""
+    try:
+        return json.loads((build_directory / COMPLETE_STAMP).read_text()).get("cuda_arch_list", "")
+    except (OSError, ValueError):
+        return ""
+
+
+def _capability() -> tuple:
+    return tuple(torch.cuda.get_device_capability())
+
+
+def _build_once(build: BuildPlan, build_directory: Path) -> None:
     try:
         build_directory.mkdir(parents=True, exist_ok=True)
         os.chmod(build_directory, 0o755)  # a shared kernel cache stays readable by the group
         with _exclusive_build(build_directory):
             if (build_directory / COMPLETE_STAMP).exists():  # built by the job we waited for
                 return
-            _compile_in_worker(kind)
+            _compile_in_worker(build)
             stamp = build_directory / f".{COMPLETE_STAMP}.{os.getpid()}"
-            stamp.write_text(json.dumps({"name": name, "torch": torch.__version__, "cflags": _cpu_flags(kind),
-                                         "sources": sorted(set(sources) | set(HEADERS))}) + "\n")
+            record = {"name": build.name, "torch": torch.__version__, "cflags": _cpu_flags(build.kind),
+                      "cuda_arch_list": build.arch_list, "nvcc_release": build.nvcc_release,
+                      "sources": sorted(set(build.sources) | set(HEADERS))}
+            stamp.write_text(json.dumps(record) + "\n")
             os.replace(stamp, build_directory / COMPLETE_STAMP)
     except PermissionError as error:
         raise KernelUnavailable(
-            f"cannot build the YOSO {kind.upper()} kernels in {build_directory} ({error.strerror}); "
+            f"cannot build the YOSO {build.kind.upper()} kernels in {build_directory} ({error.strerror}); "
             "set LRA_KERNEL_CACHE to a folder you can write, or attention.impl=torch"
         ) from error
 
@@ -180,23 +263,18 @@ def _import_built(name: str, build_directory: Path) -> ModuleType:
     return module
 
 
-def _compile_in_worker(kind: str) -> None:
-    """Compile in a child process that leads its own process group and dies with this process
-    (PR_SET_PDEATHSIG), taking ninja and the compilers with it: a job killed mid-build leaves no
-    compiler running (a Ctrl-C here stops it too). Its output goes to this process's stderr when
-    verbose or failing; a failure raises with its tail."""
+def _compile_in_worker(build: BuildPlan) -> None:
+    """Compile in a child process started in a session of its own (no fork-time hook: this process
+    may hold CUDA and threads) that dies with this process (it sets PR_SET_PDEATHSIG itself), taking
+    ninja and the compilers with it: a job killed mid-build leaves no compiler running (a Ctrl-C here
+    stops it too). Its output goes to this process's stderr when verbose or failing; a failure raises
+    with its tail."""
     import signal
     import subprocess
 
-    def tie_to_parent():  # in the child, before exec: SIGTERM when the parent dies
-        os.setpgrp()
-        if sys.platform.startswith("linux"):
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-    worker = subprocess.Popen([sys.executable, "-m", "attention_zoo._yoso_build", "--worker", kind],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=tie_to_parent)
+    worker = subprocess.Popen([sys.executable, "-m", "attention_zoo._yoso_build", *build.argv(),
+                               "--parent", str(os.getpid())],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         output, _ = worker.communicate()
     except BaseException:  # interrupted here (Ctrl-C): stop the build as its parent's death would
@@ -211,8 +289,9 @@ def _compile_in_worker(kind: str) -> None:
                            + " | ".join(output.strip().splitlines()[-6:]))
 
 
-def _worker(kind: str) -> None:
-    """The build process. On SIGTERM (its parent died) it passes SIGTERM to its process group, where
+def _worker(build: BuildPlan, parent: int) -> None:
+    """The build process, leader of its own process group. It asks for SIGTERM when its parent dies
+    (and exits if that already happened); on SIGTERM it passes SIGTERM to its process group, where
     ninja runs; ninja then stops the compilers it started (each in a process group of its own)."""
     import signal
 
@@ -222,9 +301,13 @@ def _worker(kind: str) -> None:
         os._exit(1)
 
     signal.signal(signal.SIGTERM, stop)
-    sources = CUDA_SOURCES if kind == "cuda" else CPU_SOURCES
-    name = f"lra_yoso_{kind}_{_source_hash(sources, kind)}"
-    _compile_and_import(kind, name, sources, cache_dir() / name)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
+    _compile_and_import(build, cache_dir() / build.name)
 
 
 @contextlib.contextmanager
@@ -252,30 +335,22 @@ def _exclusive_build(build_directory: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _compile_and_import(kind: str, name: str, sources, build_directory: Path) -> ModuleType:
+def _compile_and_import(build: BuildPlan, build_directory: Path) -> ModuleType:
     from torch.utils.cpp_extension import load as load_extension
 
-    arch_before = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if kind == "cuda":
-        os.environ["TORCH_CUDA_ARCH_LIST"] = _cuda_arch_list()
-    try:
-        return load_extension(
-            name=name,
-            sources=[str(SOURCE_DIR / source) for source in sources],
-            extra_cflags=_cpu_flags(kind),
-            extra_ldflags=["-fopenmp"],
-            extra_cuda_cflags=["-O3", "-std=c++17"],
-            extra_include_paths=[str(SOURCE_DIR)],
-            build_directory=str(build_directory),
-            with_cuda=kind == "cuda",
-            verbose=os.environ.get("LRA_KERNEL_VERBOSE") == "1",
-        )
-    finally:
-        if kind == "cuda":
-            if arch_before is None:
-                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-            else:
-                os.environ["TORCH_CUDA_ARCH_LIST"] = arch_before
+    if build.kind == "cuda":
+        os.environ["TORCH_CUDA_ARCH_LIST"] = build.arch_list  # this worker process only
+    return load_extension(
+        name=build.name,
+        sources=[str(SOURCE_DIR / source) for source in build.sources],
+        extra_cflags=_cpu_flags(build.kind),
+        extra_ldflags=["-fopenmp"],
+        extra_cuda_cflags=["-O3"],
+        extra_include_paths=[str(SOURCE_DIR)],
+        build_directory=str(build_directory),
+        with_cuda=build.kind == "cuda",
+        verbose=os.environ.get("LRA_KERNEL_VERBOSE") == "1",
+    )
 
 
 def main(argv=None) -> None:
@@ -284,9 +359,12 @@ def main(argv=None) -> None:
                                      "default ~/.cache/lra-harness/kernels) ahead of the first run that needs them.")
     parser.add_argument("kinds", nargs="+", choices=["cpu", "cuda"])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # see _compile_in_worker
+    parser.add_argument("--arch-list", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--nvcc-release", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--parent", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        _worker(args.kinds[0])
+        _worker(BuildPlan(args.kinds[0], args.arch_list, args.nvcc_release), args.parent)
         return
     for kind in args.kinds:
         if kind == "cuda" and not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):

@@ -12,8 +12,11 @@ Shapes: B = batch·heads, m hashes, τ bits, n tokens, d head dim, dv value dim.
   (1 − θ/π)^τ (0.121 against 0.131 at θ = 1.25, τ = 4, d = 32, 40,000 draws). The dense Gaussian
   projection is an option.
 - Cumulation: (1/m) Σ_h Σ_t w^q_{h,t,i} T_h[c_h(q_i), t] with T_h[c, t] = Σ_{j: c_h(k_j)=c} w^k_{h,t,j} v_j
-  (YOSO paper, Algorithm 1, with p weight channels t; weights [B, 1 or m, p, n]). Tables are
-  2^τ × p × dv per (batch, hash); never all at once.
+  (YOSO paper, Algorithm 1, with p weight channels t; weights [B, 1 or m, p, n]). Only the codes the
+  keys have get a row (at most n per (batch, hash), whatever τ), and never all pairs' rows at once.
+- Exact-weight gradients (the default backward, eq. 4 with each colliding pair's own weight):
+  ∇Q_i = (τ/2m) Σ_h Σ_{j colliding} w_j (∇Y_i·v_j) k_j and ∇K_j symmetrically, by enumerating the
+  colliding pairs (the kernels switch a heavy bucket to its d_v × d tables).
 - Pair gradient ("*YOSO", paper eq. 3): (1/m) Σ_h Σ_{o colliding with s} mask_o (s_s·w_o) ρ(a_s·o_o) o_o
   with ρ(x) = f'(x)/f(x) = τ / ((π − arccos x) √(1 − x²)), f(x) = (1 − arccos(x)/π)^τ, x clamped.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -150,21 +153,28 @@ def _(x, diagonals, num_hashes, tau, impl):
 
 
 def cumulation_torch(codes_q, codes_k, weight_q, weight_k, values, tau, workspace_bytes=DEFAULT_WORKSPACE_BYTES):
+    """Compact tables: a key's row is the first position of its code among the pair's sorted key
+    codes (at most nk rows, whatever τ), a query reads the row of its code if a key has it; (batch,
+    hash) pairs in chunks whose tables and per-token products fit ``workspace_bytes``."""
     batch, m, nq = codes_q.shape
     nk, dv = values.shape[1:]
-    channels, rows = weight_q.shape[2], 1 << tau
+    channels = weight_q.shape[2]
     out = values.new_zeros(batch, nq, dv)
-    flat_codes_q, flat_codes_k = codes_q.reshape(batch * m, nq).long(), codes_k.reshape(batch * m, nk).long()
-    flat_wq = weight_q.expand(batch, m, channels, nq).reshape(batch * m, channels, nq)
+    flat_codes_q, flat_codes_k = codes_q.reshape(batch * m, nq), codes_k.reshape(batch * m, nk)
+    sorted_k = flat_codes_k.sort(dim=-1).values
+    key_row = torch.searchsorted(sorted_k, flat_codes_k)  # [pairs, nk] in [0, nk)
+    query_row = torch.searchsorted(sorted_k, flat_codes_q).clamp(max=max(nk - 1, 0))
+    hit = sorted_k.gather(1, query_row) == flat_codes_q if nk else torch.zeros_like(flat_codes_q, dtype=torch.bool)
+    flat_wq = weight_q.expand(batch, m, channels, nq).reshape(batch * m, channels, nq) * hit[:, None]
     flat_wk = weight_k.expand(batch, m, channels, nk).reshape(batch * m, channels, nk)
-    step = max(1, workspace_bytes // ((rows + nq + nk) * channels * dv * 4))
+    step = max(1, workspace_bytes // ((nk + nq) * channels * dv * 4 * 2))
     for start in range(0, batch * m, step):
         pairs = torch.arange(start, min(start + step, batch * m), device=values.device)
-        local = torch.arange(len(pairs), device=values.device)[:, None] * rows
-        table = values.new_zeros(len(pairs) * rows, channels, dv)
+        local = torch.arange(len(pairs), device=values.device)[:, None] * nk
+        table = values.new_zeros(len(pairs) * nk, channels, dv)
         contributions = flat_wk[pairs].transpose(1, 2)[..., None] * values[pairs // m, :, None, :]  # [P, nk, p, dv]
-        table.index_add_(0, (local + flat_codes_k[pairs]).reshape(-1), contributions.reshape(-1, channels, dv))
-        read = table[(local + flat_codes_q[pairs]).reshape(-1)].reshape(len(pairs), nq, channels, dv)
+        table.index_add_(0, (local + key_row[pairs]).reshape(-1), contributions.reshape(-1, channels, dv))
+        read = table[(local + query_row[pairs]).reshape(-1)].reshape(len(pairs), nq, channels, dv)
         out.index_add_(0, pairs // m, torch.einsum("pitl,pti->pil", read, flat_wq[pairs]))
     return out / m
 
@@ -224,33 +234,80 @@ def exact_ratio(x: torch.Tensor, tau: int, clamp: float) -> torch.Tensor:
     return tau / ((math.pi - torch.arccos(x)) * torch.sqrt(1 - x * x))
 
 
-def pair_gradient_torch(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp, max_pairs: int = 2**22):
+def colliding_pairs(codes_s, codes_o, max_pairs: int):
+    """Every (b, s, o) with code_h(s) = code_h(o), once per hash h, as index tensors in chunks of about
+    ``max_pairs`` pairs (a bucket of many pairs is enumerated as it is: the reference path)."""
     batch, m, ns = codes_s.shape
     no = codes_o.shape[2]
-    sorted_o, order = codes_o.sort(dim=-1)
+    sorted_o, order = codes_o.sort(dim=-1, stable=True)
     first = torch.searchsorted(sorted_o, codes_s, side="left").reshape(batch * m, ns)
     counts = torch.searchsorted(sorted_o, codes_s, side="right").reshape(batch * m, ns) - first
     order = order.reshape(batch * m, no)
-    out = a.new_zeros(batch, ns, a.shape[2])
-    per_pair = counts.sum(-1)
+    per_pair = counts.sum(-1).tolist()
     start = 0
     while start < batch * m:  # chunks of (batch, hash) pairs holding about max_pairs collisions
-        stop = start + 1
-        total = int(per_pair[start])
-        while stop < batch * m and total + int(per_pair[stop]) <= max_pairs:
-            total += int(per_pair[stop])
+        stop, total = start + 1, per_pair[start]
+        while stop < batch * m and total + per_pair[stop] <= max_pairs:
+            total += per_pair[stop]
             stop += 1
         chunk_counts = counts[start:stop].reshape(-1)
-        owner = torch.repeat_interleave(torch.arange(chunk_counts.numel(), device=a.device), chunk_counts)
-        offset = torch.arange(owner.numel(), device=a.device) - (chunk_counts.cumsum(0) - chunk_counts)[owner]
+        owner = torch.repeat_interleave(torch.arange(chunk_counts.numel(), device=codes_s.device), chunk_counts)
+        offset = torch.arange(owner.numel(), device=codes_s.device) - (chunk_counts.cumsum(0) - chunk_counts)[owner]
         pair, i = owner // ns + start, owner % ns
-        b = pair // m
-        j = order[pair, first[pair, i] + offset]
+        yield pair // m, i, order[pair, first[pair, i] + offset]
+        start = stop
+
+
+def pairs_per_chunk(workspace_bytes: int, width: int) -> int:
+    """Colliding pairs one chunk may hold: each costs about ``width`` floats of temporaries."""
+    return max(1024, workspace_bytes // (4 * max(width, 1) * 4))
+
+
+def pair_gradient_torch(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp, workspace_bytes=DEFAULT_WORKSPACE_BYTES):
+    out = a.new_zeros(a.shape)
+    for b, i, j in colliding_pairs(codes_s, codes_o, pairs_per_chunk(workspace_bytes, 2 * a.shape[2] + s.shape[2])):
         x = (a[b, i] * o[b, j]).sum(-1)
         coefficient = mask_o[b, j] * (s[b, i] * w[b, j]).sum(-1) * exact_ratio(x, tau, clamp)
         out.index_put_((b, i), coefficient[:, None] * o[b, j], accumulate=True)
-        start = stop
-    return out / m
+    return out / codes_s.shape[1]
+
+
+def exact_weight_backward_torch(codes_q, codes_k, q, k, v, key_weight, grad, tau,
+                                workspace_bytes=DEFAULT_WORKSPACE_BYTES):
+    """(∇Q, ∇K, ∇V) of Y = (1/m) Σ_h B_h (w ⊙ V) under the lower bound of eq. 4 with every colliding
+    pair's exact weight w_j (∇Y_i·v_j): ∇Q_i = (τ/2m) Σ_h Σ_{j colliding} w_j (∇Y_i·v_j) k_j, ∇K_j
+    symmetric in q_i, ∇V_j = (w_j/m) Σ_h Σ_{i colliding} ∇Y_i; pair by pair."""
+    grad_q, grad_k, grad_v = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    width = 2 * (q.shape[2] + v.shape[2])
+    for b, i, j in colliding_pairs(codes_q, codes_k, pairs_per_chunk(workspace_bytes, width)):
+        coefficient = key_weight[b, j] * (grad[b, i] * v[b, j]).sum(-1)
+        grad_q.index_put_((b, i), coefficient[:, None] * k[b, j], accumulate=True)
+        grad_k.index_put_((b, j), coefficient[:, None] * q[b, i], accumulate=True)
+        grad_v.index_put_((b, j), key_weight[b, j, None] * grad[b, i], accumulate=True)
+    m = codes_q.shape[1]
+    return grad_q * (tau / (2 * m)), grad_k * (tau / (2 * m)), grad_v / m
+
+
+def exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau: int, impl: str,
+                          workspace_bytes: int = DEFAULT_WORKSPACE_BYTES):
+    return exact_weight_backward_op(codes_q.contiguous(), codes_k.contiguous(), _f32(q), _f32(k), _f32(v),
+                                    _f32(key_weight), _f32(grad), tau, workspace_bytes, impl)
+
+
+@torch.library.custom_op("attention_zoo::yoso_exact_weight_backward", mutates_args=())
+def exact_weight_backward_op(codes_q: Tensor, codes_k: Tensor, q: Tensor, k: Tensor, v: Tensor, key_weight: Tensor,
+                             grad: Tensor, tau: int, workspace_bytes: int, impl: str) -> Tuple[Tensor, Tensor, Tensor]:
+    """(∇Q [B, nq, d], ∇K [B, nk, d], ∇V [B, nk, dv]) of :func:`exact_weight_backward_torch`; impl
+    'kernel' or 'torch'."""
+    if impl == "kernel":
+        return tuple(_yoso_build.load(q.device.type).exact_weight_backward(codes_q, codes_k, q, k, v, key_weight,
+                                                                           grad, tau, workspace_bytes))
+    return exact_weight_backward_torch(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes)
+
+
+@exact_weight_backward_op.register_fake
+def _(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, impl):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def pair_gradient(codes_s, codes_o, a, o, s, w, mask_o, tau: int, clamp: float, impl: str) -> torch.Tensor:

@@ -35,12 +35,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention_zoo import _yoso_ops as ops
-from attention_zoo._common import depthwise_sequence_conv, in_float32, register_rotation_seed
+from attention_zoo._common import depthwise_sequence_conv, in_float32, kept_draws, register_rotation_seed, unit_rows
 from attention_zoo.options import InvalidOption, choice, number, odd_window, whole
 from attention_zoo.registry import Attention, register
 from attention_zoo.yoso_e import CLAMP
 
 BACKWARDS = ("lower_bound", "exact", "expectation")
+# *YOSO's derivative ratio τ/((π − arccos x)·√(1 − x²)) at the clamp: 1.4e3·τ at 1 − 1e-6; nearer 1,
+# float32's 1 − x² cancels to 0 or a few ulps and a pair's gradient to inf or noise.
+MAX_EXACT_CLAMP = 1 - 1e-6
 HASHINGS = ("hadamard", "gaussian")
 
 
@@ -62,7 +65,7 @@ class YosoOptions:
         choice(self, "backward", BACKWARDS)
         choice(self, "hashing", HASHINGS)
         choice(self, "impl", ops.IMPLS)
-        number(self, "exact_clamp", 0.0, 1.0, low_open=True, high_open=True)
+        number(self, "exact_clamp", 0.0, MAX_EXACT_CLAMP, low_open=True)
 
 
 @dataclass
@@ -88,47 +91,49 @@ class Setup:
 class Draws:
     diagonals: Optional[torch.Tensor]  # [B, R, 3, P] ±1 (hadamard)
     projection: Optional[torch.Tensor]  # [B, d, m·τ] (gaussian)
-    projections: torch.Tensor  # [B, m, p, dv], the lower-bound backward's projections
+    projections: torch.Tensor  # [B, m, p, dv], the lower-bound backward's projections; empty: exact weights
 
 
 def value_projections(batch: int, num_hashes: int, value_dim: int, count: int,
-                      generator: Optional[torch.Generator]) -> torch.Tensor:
+                      generator: Optional[torch.Generator], device=None) -> torch.Tensor:
     """[B, m, p, dv] with E[Σ_t r_t r_tᵀ] = I: p rows, without replacement, of a randomly signed
     Hadamard basis of P = 2^⌈log2 dv⌉ (truncated to dv), scaled by 1/√p; so Σ_t (g·r_t)(v·r_t) is
-    unbiased for g·v, and exact for p ≥ dv (then the plain basis, no randomness)."""
+    unbiased for g·v. For p ≥ dv the weights are exact: an empty tensor, nothing drawn or stored."""
     if count >= value_dim:
-        return torch.eye(value_dim).expand(batch, num_hashes, value_dim, value_dim)
+        return torch.empty(0, device=device)
     size = 1 << math.ceil(math.log2(value_dim))
-    basis = ops.hadamard(torch.eye(size))
-    signs = torch.randint(0, 2, (batch, num_hashes, 1, size), generator=generator) * 2 - 1
-    rows = torch.rand(batch, num_hashes, size, generator=generator).argsort(-1)[..., :count]
+    basis = ops.hadamard(torch.eye(size, device=device))
+    signs = torch.randint(0, 2, (batch, num_hashes, 1, size), generator=generator, device=device) * 2 - 1
+    rows = torch.rand(batch, num_hashes, size, generator=generator, device=device).argsort(-1)[..., :count]
     return (signs * basis[rows] / math.sqrt(count))[..., :value_dim]
 
 
 def draw(batch: int, head_dim: int, value_dim: int, num_hashes: int, tau: int, hashing: str, projections: int,
          generator: Optional[torch.Generator], device) -> Draws:
-    """Every random number one YOSO call uses, from ``generator`` (None: the global generator)."""
+    """Every random number one YOSO call uses: from ``generator`` (a CPU generator, copied to
+    ``device`` once), or with None from the global generator of ``device`` itself (training: nothing
+    is drawn on the host, nothing waits for a copy)."""
+    where = "cpu" if generator is not None else device
 
     def signs(*shape):
-        return (torch.randint(0, 2, shape, generator=generator) * 2 - 1).float().to(device)
+        return (torch.randint(0, 2, shape, generator=generator, device=where) * 2 - 1).float().to(device)
 
     if hashing == "hadamard":
         diagonals = signs(batch, ops.num_products(num_hashes, head_dim, tau), 3, ops.padded_dim(head_dim))
         projection = None
     else:
         diagonals = None
-        projection = torch.randn(batch, head_dim, num_hashes * tau, generator=generator).to(device)
-    rows = value_projections(batch, num_hashes, value_dim, projections, generator)
+        projection = torch.randn(batch, head_dim, num_hashes * tau, generator=generator, device=where).to(device)
+    rows = value_projections(batch, num_hashes, value_dim, projections, generator, where)
     return Draws(diagonals, projection, rows.float().to(device))
 
 
 def seeded_draws(seed: int, batch: int, head_dim: int, value_dim: int, num_hashes: int, tau: int, hashing: str,
                  projections: int, device) -> Draws:
-    """:func:`draw` from a CPU generator seeded with ``seed`` (evaluation)."""
+    """:func:`draw` from a CPU generator seeded with ``seed`` (evaluation), made once per shape and
+    device and kept there (see :func:`seeded_draws_op`)."""
     hash_draws, rows = seeded_draws_op(seed, batch, head_dim, value_dim, num_hashes, tau, hashing, projections,
                                        torch.device(device))
-    if projections >= value_dim:  # exact weights: the identity, drawn from nothing
-        rows = value_projections(batch, num_hashes, value_dim, projections, None).to(device)
     return Draws(hash_draws, None, rows) if hashing == "hadamard" else Draws(None, hash_draws, rows)
 
 
@@ -136,12 +141,15 @@ def seeded_draws(seed: int, batch: int, head_dim: int, value_dim: int, num_hashe
 def seeded_draws_op(seed: int, batch: int, head_dim: int, value_dim: int, num_hashes: int, tau: int, hashing: str,
                     projections: int, device: torch.device) -> Tuple[Tensor, Tensor]:
     """(the hash draws: diagonals or Gaussian projection, the backward's projections), an operator
-    because torch.compile cannot trace a Generator object."""
-    draws = draw(batch, head_dim, value_dim, num_hashes, tau, hashing, projections,
-                 torch.Generator().manual_seed(seed), device)
-    hash_draws = draws.diagonals if hashing == "hadamard" else draws.projection
-    rows = draws.projections.contiguous() if projections < value_dim else draws.projections.new_empty(0)
-    return hash_draws, rows
+    because torch.compile cannot trace a Generator object; made once per (seed, shape, device) and
+    kept there (:func:`attention_zoo._common.kept_draws`)."""
+    def make():
+        draws = draw(batch, head_dim, value_dim, num_hashes, tau, hashing, projections,
+                     torch.Generator().manual_seed(seed), device)
+        return draws.diagonals if hashing == "hadamard" else draws.projection, draws.projections
+
+    key = ("yoso", seed, batch, head_dim, value_dim, num_hashes, tau, hashing, projections, str(device))
+    return kept_draws(key, make)
 
 
 @seeded_draws_op.register_fake
@@ -157,10 +165,12 @@ def _(seed, batch, head_dim, value_dim, num_hashes, tau, hashing, projections, d
 
 
 def hash_codes(x: torch.Tensor, draws: Draws, num_hashes: int, tau: int, impl: str) -> torch.Tensor:
-    """int32 codes [B, m, n] of the unit rows of x [B, n, d]."""
-    if draws.diagonals is not None:
-        return ops.fast_hash(x, draws.diagonals, num_hashes, tau, impl)
-    return ops.gaussian_hash(x, draws.projection, tau)
+    """int32 codes [B, m, n] of the unit rows of x [B, n, d], projected in float32 whatever the
+    autocast state (a sign flipped by bf16 rounding would move a token to another bucket)."""
+    with torch.autocast(x.device.type, enabled=False):
+        if draws.diagonals is not None:
+            return ops.fast_hash(x.float(), draws.diagonals, num_hashes, tau, impl)
+        return ops.gaussian_hash(x.float(), draws.projection.float(), tau)
 
 
 def yoso_cumulation(q, k, v, key_weight, codes_q, codes_k, projections, setup: Setup) -> torch.Tensor:
@@ -196,12 +206,15 @@ def _sample_backward(ctx, grad):
     grad = grad.float().contiguous()
     if s.backward == "expectation":
         grad_q, grad_k, grad_v = expectation_gradients(q, k, v, key_weight, grad, s.tau)
+    elif s.backward == "lower_bound" and projections.numel() == 0:  # the default: exact per-pair weights
+        grad_q, grad_k, grad_v = ops.exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, s.tau,
+                                                           s.impl, s.workspace_bytes)
     else:
         ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
         grad_v = ops.cumulation(codes_k, codes_q, key_weight[:, None, None], ones, grad, s.tau, s.impl,
                                 s.workspace_bytes)
         if s.backward == "lower_bound":
-            grad_q, grad_k = lower_bound_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s)
+            grad_q, grad_k = projected_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s)
         else:
             grad_q = ops.pair_gradient(codes_q, codes_k, q, k, grad, v, key_weight, s.tau, s.exact_clamp, s.impl)
             every_query = q.new_ones(q.shape[0], q.shape[1])
@@ -220,10 +233,9 @@ sample_op.register_autograd(_sample_backward, setup_context=_save_for_backward)
 CPU_WEIGHT_BYTES = 16 * 2**20
 
 
-def lower_bound_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s: Setup):
-    """∇Q, ∇K of eq. 4, the p projections being the cumulation's weight channels."""
-    if projections.shape[2] >= v.shape[-1]:
-        return exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s)
+def projected_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s: Setup):
+    """∇Q, ∇K of eq. 4 with each pair's weight ∇Y_i·v_j estimated from p random projections, the
+    cumulation's weight channels (``backward_projections``)."""
     batch, m, count, n = q.shape[0], codes_q.shape[1], projections.shape[2], q.shape[1]
     cpu = q.device.type == "cpu"
     budget = CPU_WEIGHT_BYTES if cpu else s.workspace_bytes // 4
@@ -246,54 +258,6 @@ def lower_bound_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projectio
                                                s.workspace_bytes)
             grad_k[elements] += ops.cumulation(ck, cq, value_r, grad_r, half_tau_q[elements], s.tau, s.impl,
                                                s.workspace_bytes)
-    return grad_q, grad_k
-
-
-def exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s: Setup):
-    """∇Q, ∇K of eq. 4 with every pair's exact weight ∇Y_i·v_j: by cumulations, or with the CPU
-    kernels densely while that is cheaper (short sequences); the two agree to float32 rounding."""
-    if s.impl == "kernel" and q.device.type == "cpu" and dense_is_cheaper(q.shape[1], k.shape[1], codes_q.shape[1],
-                                                                          v.shape[-1], q.shape[-1]):
-        return dense_exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s)
-    return cumulated_exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s)
-
-
-def cumulated_exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s: Setup):
-    """One cumulation each whose d_v weight channels are ∇Y (queries) and the masked V (keys), shared
-    by every hash ([B, 1, d_v, n]): O(n·m·d_v·d)."""
-    grad_channels = grad.transpose(1, 2).contiguous()[:, None]
-    value_channels = (v * key_weight[..., None]).transpose(1, 2).contiguous()[:, None]
-    grad_q = ops.cumulation(codes_q, codes_k, grad_channels, value_channels, k * (s.tau / 2), s.tau, s.impl,
-                            s.workspace_bytes)
-    grad_k = ops.cumulation(codes_k, codes_q, value_channels, grad_channels, q * (s.tau / 2), s.tau, s.impl,
-                            s.workspace_bytes)
-    return grad_q, grad_k
-
-
-def dense_is_cheaper(nq: int, nk: int, m: int, dv: int, d: int) -> bool:
-    """Multiply-adds of the dense form (a vectorized code comparison per hash, then three matmuls)
-    against the two cumulations' d_v·d per token, hash and side: dense wins below n ≈ 1,300 at
-    m = 32, d = d_v = 32 (the LRA reference model)."""
-    return nq * nk * (m / 8 + dv + 2 * d) < 2 * (nq + nk) * m * dv * d
-
-
-CPU_DENSE_BYTES = 32 * 2**20  # the [elements, nq, nk] pair weights of one chunk of the batch
-
-
-def dense_exact_weight_gradients(q, k, v, key_weight, grad, codes_q, codes_k, s: Setup):
-    """The same estimator and hashes as :func:`exact_weight_gradients`, with each pair's collision
-    fraction C_ij = (1/m) Σ_h [h(q_i) = h(k_j)] (the paper's sampled B of eq. 2, averaged over the m
-    hashes) held as a matrix: with M = C ⊙ (∇Y Vᵀ) ⊙ w_k, ∇Q = (τ/2) M K and ∇K = (τ/2) Mᵀ Q (eq. 4's
-    lower bound). Equal to the cumulations up to float32 rounding (tested)."""
-    batch, nq, nk = q.shape[0], q.shape[1], k.shape[1]
-    chunk = max(1, CPU_DENSE_BYTES // (nq * nk * 4))
-    grad_q, grad_k = torch.empty_like(q), torch.empty_like(k)
-    for start in range(0, batch, chunk):
-        part = slice(start, start + chunk)
-        weights = ops.collision_fraction(codes_q[part], codes_k[part], s.impl)
-        weights.mul_(grad[part] @ v[part].transpose(1, 2)).mul_(key_weight[part, None, :] * (s.tau / 2))
-        torch.bmm(weights, k[part], out=grad_q[part])
-        torch.bmm(weights.transpose(1, 2), q[part], out=grad_k[part])
     return grad_q, grad_k
 
 
@@ -337,8 +301,8 @@ class YosoAttention(Attention):
         """Unnormalized YOSO-m output [B·H, n, dv] of q, k, v [B, H, n, ·]."""
         batch, heads, n, d = q.shape
         flat = batch * heads
-        qn = F.normalize(q, dim=-1).reshape(flat, n, d)
-        kn = F.normalize(k, dim=-1).reshape(flat, n, d)
+        qn = unit_rows(q).reshape(flat, n, d)
+        kn = unit_rows(k).reshape(flat, n, d)
         key_weight = mask.to(q.dtype).repeat_interleave(heads, dim=0)
         o = self.options
         impl = ops.resolve_impl(o.impl, q.device)
@@ -357,7 +321,7 @@ class YosoAttention(Attention):
     @in_float32
     def forward(self, q, k, v, mask):
         y = self.sample(q, k, v, mask)
-        return F.normalize(y, dim=-1).reshape(v.shape)
+        return unit_rows(y).reshape(v.shape)
 
 
 @register("yoso_c", YosoCOptions)
@@ -373,5 +337,5 @@ class YosoCAttention(YosoAttention):
 
     @in_float32
     def forward(self, q, k, v, mask):
-        y = F.normalize(self.sample(q, k, v, mask), dim=-1).reshape(v.shape)
+        y = unit_rows(self.sample(q, k, v, mask)).reshape(v.shape)
         return y if self.conv is None else y + self.conv(v * mask[:, None, :, None].to(v.dtype))

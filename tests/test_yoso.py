@@ -78,3 +78,24 @@ def test_yoso_e_lower_bound_backward_equals_the_dense_formula():
     surrogate = (grad @ v.transpose(-1, -2)) * e * tau / 2
     for leaf, expected in zip(leaves, (surrogate @ k, surrogate.transpose(-1, -2) @ q, e.transpose(-1, -2) @ grad)):
         torch.testing.assert_close(leaf.grad, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_exact_clamp_stops_where_float32_still_resolves_the_derivative():
+    """*YOSO evaluates τ/((π − arccos x)·√(1 − x²)) at x clamped to ±exact_clamp: allowed up to
+    1 − 1e-6, where a pair of identical unit vectors still gets a finite derivative equal to the
+    float64 value at the clamp; nearer 1 the option is refused."""
+    import attention_zoo.options
+    from attention_zoo import _yoso_ops as ops
+    from attention_zoo.yoso import MAX_EXACT_CLAMP, YosoOptions
+
+    with pytest.raises(attention_zoo.options.InvalidOption, match="exact_clamp"):
+        YosoOptions(exact_clamp=1 - 1e-7)
+    YosoOptions(exact_clamp=MAX_EXACT_CLAMP)
+    x = torch.ones(1, 1, 4) / 2  # unit: q·k = 1 exactly
+    codes = torch.zeros(1, 1, 1, dtype=torch.int32)
+    ones = torch.ones(1, 1, 1)
+    gradient = ops.pair_gradient_torch(codes, codes, x, x, ones, ones, ones[0], 8, MAX_EXACT_CLAMP)
+    clamp = torch.tensor(MAX_EXACT_CLAMP, dtype=torch.float32).double()
+    expected = 8 / ((math.pi - torch.arccos(clamp)) * torch.sqrt(1 - clamp * clamp)) * 0.5
+    assert torch.isfinite(gradient).all()
+    torch.testing.assert_close(gradient.double(), expected.expand(1, 1, 4), rtol=2e-2, atol=0)

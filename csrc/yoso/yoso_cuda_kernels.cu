@@ -1,107 +1,128 @@
-// CUDA kernels of YOSO attention. Plain CUDA: no torch headers, so this file compiles with nvcc
-// on any machine (the bindings live in yoso_cuda.cpp). Shapes as in yoso_cpu.cpp.
-#include <cuda_runtime.h>
-
+// CUDA kernels of YOSO attention's forward: hashing and the LSH cumulation (yoso_cuda_kernels.h).
+// Plain CUDA through yoso_simt.h: no torch headers, so this file compiles with nvcc on any machine
+// and, with -DYOSO_SIMT_EMULATION, with a host compiler to run on the CPU under the suite's sanitizers.
 #include <algorithm>
 
+#include "yoso_cuda_common.h"
 #include "yoso_cuda_kernels.h"
 #include "yoso_math.h"
 
+namespace yoso {
 namespace {
 
-// One block per token: the vector padded to P lives in shared memory through the three
-// Hadamard rounds of every product; each product then yields P / tau codes.
-__global__ void fast_hash_kernel(const float* x, const float* diagonals, int32_t* codes, int n, int d, int R,
-                                 int P, int m, int tau) {
-  extern __shared__ float buffer[];
+constexpr int kMaxCodesPerThread = 16;  // P ≤ 4096 coordinates over ≥ 256 threads
+constexpr int kRowsPerBlock = 8;        // warps per block: one sorted position or one query each
+constexpr int kValueSlots = 4;          // value coordinates per lane kept in registers: dv ≤ 128 per pass
+
+// One block per token: x (once) and the product being computed live in shared memory; thread t
+// holds the bits of codes t, t + blockDim, … in registers and writes each code once, after its last
+// bit. Product r = g·tau + t gives bit t of hashes g·P … g·P + P − 1 (one coordinate each).
+YOSO_GLOBAL void fast_hash_kernel(const float* x, const float* diagonals, int32_t* codes, int n, int d, int R, int P,
+                                  int m, int tau) {
+  YOSO_DYNAMIC_SHARED(float, shared);
+  float* buffer = shared;      // P floats: the product
+  float* token = shared + P;   // d floats: x
   const int64_t row = blockIdx.x;
   const int64_t b = row / n, i = row % n;
+  for (int t = threadIdx.x; t < d; t += blockDim.x) token[t] = load(x + row * d + t);
+  int32_t bits[kMaxCodesPerThread];
+  for (int u = 0; u < kMaxCodesPerThread; ++u) bits[u] = 0;
+  __syncthreads();
   for (int r = 0; r < R; ++r) {
     const float* diag = diagonals + ((b * R + r) * 3) * P;
-    for (int t = threadIdx.x; t < P; t += blockDim.x) buffer[t] = (t < d ? x[row * d + t] : 0.0f) * diag[t];
+    for (int t = threadIdx.x; t < P; t += blockDim.x) buffer[t] = (t < d ? token[t] : 0.0f) * load(diag + t);
     __syncthreads();
     for (int stage = 0; stage < 3; ++stage) {
       if (stage > 0) {
-        for (int t = threadIdx.x; t < P; t += blockDim.x) buffer[t] *= diag[stage * P + t];
+        for (int t = threadIdx.x; t < P; t += blockDim.x) buffer[t] *= load(diag + stage * P + t);
         __syncthreads();
       }
       for (int half = 1; half < P; half *= 2) {
-        for (int index = threadIdx.x; index < P / 2; index += blockDim.x) yoso::hadamard_butterfly(buffer, half, index);
+        for (int index = threadIdx.x; index < P / 2; index += blockDim.x) hadamard_butterfly(buffer, half, index);
         __syncthreads();
       }
     }
-    // Product r = g·tau + t gives bit t of hashes g·P … g·P + P − 1 (one coordinate each);
-    // the codes start at zero (the launcher clears them).
     const int group = r / tau, bit = r % tau;
-    for (int c = threadIdx.x; c < P && group * P + c < m; c += blockDim.x) {
-      codes[(b * m + group * P + c) * n + i] |= (buffer[c] > 0.0f ? 1 : 0) << bit;
+    for (int u = 0; u < kMaxCodesPerThread; ++u) {
+      const int c = threadIdx.x + u * blockDim.x;
+      if (c < P) bits[u] |= (buffer[c] > 0.0f ? 1 : 0) << bit;
     }
-    __syncthreads();
+    if (bit == tau - 1 || r == R - 1) {
+      for (int u = 0; u < kMaxCodesPerThread; ++u) {
+        const int c = threadIdx.x + u * blockDim.x;
+        if (c < P && group * P + c < m) store(codes + (b * m + group * P + c) * n + i, bits[u]);
+        bits[u] = 0;
+      }
+    }
+    __syncthreads();  // the next product overwrites the buffer
   }
 }
 
-// Tables for `pairs` consecutive (batch, hash) pairs starting at `first_pair` (= b·m + h); a table
-// row holds one dv-vector per weight channel (p of them). Threads run over the p·dv cells of a row.
-__global__ void scatter_kernel(const int32_t* codes_k, const float* weight_k, int mk, int p, const float* values,
-                               float* tables, int64_t first_pair, int m, int nk, int dv, int tau) {
-  const int64_t pair = first_pair + blockIdx.y;
-  const int64_t b = pair / m, h = pair % m, j = blockIdx.x;
-  const int64_t code = codes_k[pair * nk + j];
-  const float* weights = weight_k + (b * mk + (mk == 1 ? 0 : h)) * p * nk + j;
-  float* row = tables + ((static_cast<int64_t>(blockIdx.y) << tau) + code) * p * dv;
-  const float* v = values + (b * nk + j) * dv;
-  for (int cell = threadIdx.x; cell < p * dv; cell += blockDim.x) {
-    const float weight = weights[(cell / dv) * nk];
-    if (weight != 0.0f) atomicAdd(row + cell, weight * v[cell % dv]);
+// One warp per sorted key position of a pair of the chunk: the first position of a bucket sums the
+// bucket's weighted values into its row, [p channels × dv], at that position. Lanes run over dv.
+YOSO_GLOBAL void bucket_rows_kernel(const int32_t* sorted_k, const int32_t* order_k, const float* weight_k, int mk,
+                                    int p, const float* values, float* rows, int64_t first_pair, int m, int nk,
+                                    int dv) {
+  const int64_t local = blockIdx.y, pair = first_pair + local, b = pair / m, h = pair % m;
+  const int t = blockIdx.x * kRowsPerBlock + threadIdx.y;
+  if (t >= nk) return;
+  const int32_t* sorted = sorted_k + pair * nk;
+  const int32_t code = load(sorted + t);
+  if (t > 0 && load(sorted + t - 1) == code) return;  // inside a bucket: its first position sums it
+  const int32_t* order = order_k + pair * nk;
+  const float* weight = weight_k + (b * mk + (mk == 1 ? 0 : h)) * int64_t(p) * nk;
+  float* row = rows + (local * nk + t) * int64_t(p) * dv;
+  for (int c = 0; c < p; ++c) {
+    for (int l = threadIdx.x; l < dv; l += kWarp) {
+      float sum = 0.0f;
+      for (int r = t; r < nk && load(sorted + r) == code; ++r) {
+        const int32_t j = load(order + r);
+        const float w = load(weight + int64_t(c) * nk + j);
+        if (w != 0.0f) sum += w * load(values + (b * nk + j) * dv + l);
+      }
+      store(row + int64_t(c) * dv + l, sum);
+    }
   }
 }
 
-__global__ void gather_kernel(const int32_t* codes_q, const float* weight_q, int mq, int p, const float* tables,
-                              float* out, int64_t first_pair, int m, int nq, int dv, int tau, float inv_m) {
-  const int64_t pair = first_pair + blockIdx.y;
-  const int64_t b = pair / m, h = pair % m, i = blockIdx.x;
-  const int64_t code = codes_q[pair * nq + i];
-  const float* weights = weight_q + (b * mq + (mq == 1 ? 0 : h)) * p * nq + i;
-  const float* row = tables + ((static_cast<int64_t>(blockIdx.y) << tau) + code) * p * dv;
-  float* y = out + (b * nq + i) * dv;
-  for (int l = threadIdx.x; l < dv; l += blockDim.x) {
-    float sum = 0.0f;
-    for (int t = 0; t < p; ++t) sum += weights[t * nq] * row[t * dv + l];
-    if (sum != 0.0f) atomicAdd(y + l, sum * inv_m);
-  }
-}
-
-__device__ int lower_bound(const int32_t* sorted, int count, int32_t value) {
-  int low = 0, high = count;
-  while (low < high) {
-    const int mid = (low + high) / 2;
-    if (sorted[mid] < value) low = mid + 1; else high = mid;
-  }
-  return low;
-}
-
-// One thread per (batch, hash, token s): every colliding o adds mask_o · (s_s·w_o) · ρ(a_s·o_o) · o_o / m.
-__global__ void pair_gradient_kernel(const int32_t* codes_s, const int32_t* sorted_o, const int32_t* order_o,
-                                     const float* a, const float* o, const float* s, const float* w,
-                                     const float* mask_o, float* out, int64_t total, int m, int ns, int no, int d,
-                                     int dv, int tau, float clamp, float inv_m) {
-  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index >= total) return;
-  const int64_t pair = index / ns, i = index % ns, b = pair / m;
-  const int32_t code = codes_s[index];
-  const int32_t* sorted = sorted_o + pair * no;
-  const int first = lower_bound(sorted, no, code);
-  const int last = lower_bound(sorted, no, code + 1);
-  const float* ai = a + (b * ns + i) * d;
-  const float* si = s + (b * ns + i) * dv;
-  float* gi = out + (b * ns + i) * d;
-  for (int position = first; position < last; ++position) {
-    const int64_t j = order_o[pair * no + position];
-    const float mask = mask_o[b * no + j];
-    if (mask == 0.0f) continue;
-    const float* oj = o + (b * no + j) * d;
-    const float coefficient = mask * inv_m * yoso::pair_weight(ai, oj, si, w + (b * no + j) * dv, d, dv, tau, clamp);
-    for (int l = 0; l < d; ++l) atomicAdd(gi + l, coefficient * oj[l]);
+// One warp per query of a batch element of the chunk: its rows over the chunk's hashes of that element
+// summed in registers, then added to its output once (a single writer: no atomics).
+YOSO_GLOBAL void gather_rows_kernel(const int32_t* codes_q, const int32_t* sorted_k, const float* weight_q, int mq,
+                                    int p, const float* rows, float* out, int64_t first_pair, int64_t end_pair, int m,
+                                    int nq, int nk, int dv, int tau, float inv_m) {
+  const int64_t b = first_pair / m + blockIdx.y;
+  const int i = blockIdx.x * kRowsPerBlock + threadIdx.y;
+  if (i >= nq) return;
+  const int64_t h_begin = first_pair > b * m ? first_pair - b * m : 0;
+  const int64_t h_end = end_pair < (b + 1) * m ? end_pair - b * m : m;
+  for (int tile = 0; tile < dv; tile += kWarp * kValueSlots) {
+    float sum[kValueSlots];
+    for (int s = 0; s < kValueSlots; ++s) sum[s] = 0.0f;
+    for (int64_t h = h_begin; h < h_end; ++h) {
+      const int64_t pair = b * m + h;
+      const int32_t code = load(codes_q + pair * nq + i);
+      YOSO_TRAP(code >= 0 && code < (int32_t(1) << tau));
+      const int32_t* sorted = sorted_k + pair * nk;
+      const int t = lower_bound(sorted, nk, code);
+      if (t >= nk || load(sorted + t) != code) continue;  // no key in this bucket
+      const float* row = rows + ((pair - first_pair) * nk + t) * int64_t(p) * dv;
+      const float* weight = weight_q + (b * mq + (mq == 1 ? 0 : h)) * int64_t(p) * nq + i;
+      for (int c = 0; c < p; ++c) {
+        const float w = load(weight + int64_t(c) * nq);
+        if (w == 0.0f) continue;
+        for (int s = 0; s < kValueSlots; ++s) {
+          const int l = tile + threadIdx.x + s * kWarp;
+          if (l < dv) sum[s] += w * load(row + int64_t(c) * dv + l);
+        }
+      }
+    }
+    for (int s = 0; s < kValueSlots; ++s) {
+      const int l = tile + threadIdx.x + s * kWarp;
+      if (l < dv) {
+        float* y = out + (b * nq + i) * dv + l;
+        store(y, load(y) + inv_m * sum[s]);
+      }
+    }
   }
 }
 
@@ -109,54 +130,51 @@ int threads_for(int width) { return std::min(256, std::max(32, (width + 31) / 32
 
 }  // namespace
 
-namespace yoso {
-
-cudaError_t launch_fast_hash(const float* x, const float* diagonals, int32_t* codes, int64_t B, int n, int d,
-                             int R, int P, int m, int tau, cudaStream_t stream) {
-  if (B * n == 0) return cudaSuccess;
-  const int threads = threads_for(P / 2);
-  const cudaError_t status = cudaMemsetAsync(codes, 0, B * m * n * sizeof(int32_t), stream);
-  if (status != cudaSuccess) return status;
-  fast_hash_kernel<<<static_cast<unsigned>(B * n), threads, P * sizeof(float), stream>>>(x, diagonals, codes, n, d,
-                                                                                          R, P, m, tau);
-  return cudaGetLastError();
+int64_t l2_cache_bytes() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device) != cudaSuccess ||
+      bytes <= 0) {
+    return int64_t(40) << 20;  // an A100's, if the device does not say
+  }
+  return bytes;
 }
 
-cudaError_t launch_cumulation(const int32_t* codes_q, const int32_t* codes_k, const float* weight_q, int mq,
-                              const float* weight_k, int mk, int p, const float* values, float* out, float* tables,
-                              int64_t table_pairs, int64_t B, int m, int nq, int nk, int dv, int tau,
-                              cudaStream_t stream) {
-  const int64_t total_pairs = B * m;
-  const size_t table_bytes = (static_cast<size_t>(1) << tau) * p * dv * sizeof(float);
-  for (int64_t first = 0; first < total_pairs; first += table_pairs) {
-    const int64_t pairs = std::min(table_pairs, total_pairs - first);
-    cudaError_t status = cudaMemsetAsync(tables, 0, pairs * table_bytes, stream);
+cudaError_t launch_fast_hash(const float* x, const float* diagonals, int32_t* codes, int64_t B, int n, int d, int R,
+                             int P, int m, int tau, cudaStream_t stream) {
+  if (B * n == 0) return cudaSuccess;
+  if (P > kMaxCodesPerThread * 256 || B * n > 2147483647) return cudaErrorInvalidValue;  // grid.x: one block a token
+  return YOSO_LAUNCH(fast_hash_kernel, dim3(static_cast<unsigned>(B * n)), dim3(threads_for(P / 2)),
+                     (P + d) * sizeof(float), stream, x, diagonals, codes, n, d, R, P, m, tau);
+}
+
+int64_t cumulation_workspace(int64_t B, int m, int nk, int p, int dv, int64_t workspace_bytes) {
+  const int64_t per_pair = int64_t(nk) * p * dv;
+  return pairs_per_chunk(B * m, per_pair, workspace_bytes, l2_cache_bytes()) * per_pair;
+}
+
+cudaError_t launch_cumulation(const int32_t* codes_q, const int32_t* sorted_k, const int32_t* order_k,
+                              const float* weight_q, int mq, const float* weight_k, int mk, int p, const float* values,
+                              float* out, float* workspace, int64_t workspace_floats, int64_t B, int m, int nq, int nk,
+                              int dv, int tau, cudaStream_t stream) {
+  const int64_t total = B * m, per_pair = int64_t(nk) * p * dv;
+  if (total == 0 || nq == 0 || nk == 0 || dv == 0) return cudaSuccess;
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(workspace_floats / per_pair, 65535));
+  const dim3 block(kWarp, kRowsPerBlock);
+  for (int64_t first = 0; first < total; first += chunk) {
+    const int64_t end = std::min(total, first + chunk);
+    cudaError_t status = YOSO_LAUNCH(bucket_rows_kernel,
+                                     dim3((nk + kRowsPerBlock - 1) / kRowsPerBlock, static_cast<unsigned>(end - first)),
+                                     block, 0, stream, sorted_k, order_k, weight_k, mk, p, values, workspace, first, m,
+                                     nk, dv);
     if (status != cudaSuccess) return status;
-    if (nk > 0) {
-      scatter_kernel<<<dim3(nk, static_cast<unsigned>(pairs)), threads_for(p * dv), 0, stream>>>(
-          codes_k, weight_k, mk, p, values, tables, first, m, nk, dv, tau);
-    }
-    if (nq > 0) {
-      gather_kernel<<<dim3(nq, static_cast<unsigned>(pairs)), threads_for(dv), 0, stream>>>(
-          codes_q, weight_q, mq, p, tables, out, first, m, nq, dv, tau, 1.0f / m);
-    }
-    status = cudaGetLastError();
+    const int64_t batches = (end - 1) / m - first / m + 1;
+    status = YOSO_LAUNCH(gather_rows_kernel,
+                         dim3((nq + kRowsPerBlock - 1) / kRowsPerBlock, static_cast<unsigned>(batches)), block, 0,
+                         stream, codes_q, sorted_k, weight_q, mq, p, workspace, out, first, end, m, nq, nk, dv, tau,
+                         1.0f / m);
     if (status != cudaSuccess) return status;
   }
   return cudaSuccess;
-}
-
-cudaError_t launch_pair_gradient(const int32_t* codes_s, const int32_t* sorted_o, const int32_t* order_o,
-                                 const float* a, const float* o, const float* s, const float* w,
-                                 const float* mask_o, float* out, int64_t B, int m, int ns, int no, int d, int dv,
-                                 int tau, float clamp, cudaStream_t stream) {
-  const int64_t total = B * m * ns;
-  if (total == 0) return cudaSuccess;
-  const int threads = 128;
-  const int64_t blocks = (total + threads - 1) / threads;
-  pair_gradient_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-      codes_s, sorted_o, order_o, a, o, s, w, mask_o, out, total, m, ns, no, d, dv, tau, clamp, 1.0f / m);
-  return cudaGetLastError();
 }
 
 }  // namespace yoso

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) && !defined(YOSO_SIMT_EMULATION)
 #define YOSO_HD __host__ __device__ __forceinline__
 #else
 #define YOSO_HD inline
@@ -47,5 +47,17 @@ YOSO_HD float pair_weight(const float* a_s, const float* o_o, const float* s_s, 
   for (int l = 0; l < dv; ++l) sw += s_s[l] * w_o[l];
   return sw * exact_ratio(x, tau, clamp);
 }
+
+// The backward's choice per bucket of |Q| queries and |K| keys: enumerate its pairs, |Q||K| (dv + 2d)
+// multiply-adds, or go through its dv x d tables, 2 (|Q| + |K|) dv d; so no bucket costs more than
+// linear work. Every kernel (CPU, CUDA) decides with this one rule.
+YOSO_HD bool heavy_bucket(int64_t queries, int64_t keys, int64_t d, int64_t dv) {
+  return queries * keys * (dv + 2 * d) > 2 * (queries + keys) * dv * d;
+}
+
+// The fewest tokens one side of a heavy bucket can have (its other side unbounded): keys (dv + 2d) >
+// 2 dv d. So heavy buckets start at least this many sorted positions apart, and a table slot per
+// that many positions serves them all.
+YOSO_HD int64_t heavy_side_minimum(int64_t d, int64_t dv) { return 2 * dv * d / (dv + 2 * d) + 1; }
 
 }  // namespace yoso
