@@ -25,6 +25,7 @@ from lra import checkpoint, distributed, gpus
 from lra.data.cache import TokenSplit
 from lra.data.prepare import load_task_data
 from lra.data.sampler import EpochSampler
+from lra.determinism import NondeterminismLog
 from lra.errors import UserError
 from lra.io import atomic_write_json
 from lra.loggers import NullLogger, build_logger
@@ -169,6 +170,7 @@ class Trainer:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         # Bitwise-repeatable runs and resumes (e.g. Inductor's CPU scatter-adds use atomics otherwise).
         torch.use_deterministic_algorithms(trainer.deterministic, warn_only=True)
+        self.nondeterminism = NondeterminismLog()  # the ops that alerted anyway: the record says so
         self.amp_dtype = autocast_dtype(str(getattr(trainer.precision, "value", trainer.precision)), self.device)
         seed_everything(cfg.seed)
 
@@ -336,10 +338,15 @@ class Trainer:
             status=status, steps=s.step, best_step=s.best_step, best_val_accuracy=s.best_val_accuracy,
             train_tokens_per_second=s.train_tokens / s.train_seconds if s.train_seconds else None,
             wall_time_seconds=s.wall_seconds, peak_memory_mb=peak_memory_mb(self.device),
-            resumed_at_steps=s.resumed_at_steps, **extra,
+            resumed_at_steps=s.resumed_at_steps, nondeterministic_ops=list(self.nondeterminism.ops),
+            deterministic=self.nondeterminism.repeatable(self.cfg.trainer.deterministic), **extra,
         )
 
     def run(self, logger) -> dict:
+        with self.nondeterminism:
+            return self._train_and_test(logger)
+
+    def _train_and_test(self, logger) -> dict:
         trainer = self.cfg.trainer
         session_start = time.perf_counter()
         wall_before = self.state.wall_seconds

@@ -27,6 +27,7 @@ def test_smoke_run_on_a_machine_with_no_data_writes_every_contract_field(tmp_pat
     assert metrics["train_tokens_per_second"] > 0 and metrics["wall_time_seconds"] > 0
     assert metrics["peak_memory_mb"] > 0 and metrics["num_parameters"] > 100_000
     assert metrics["git_commit"] and metrics["device"].startswith("cpu") and metrics["data_fingerprint"]
+    assert metrics["deterministic"] is True and metrics["nondeterministic_ops"] == []
     history = read_json(run / "history.json")
     assert [h["step"] for h in history] == [10, 20]
     assert max(h["val_accuracy"] for h in history) == metrics["best_val_accuracy"]
@@ -38,6 +39,24 @@ def test_smoke_run_on_a_machine_with_no_data_writes_every_contract_field(tmp_pat
     assert all("/20 (" in line and " eta " in line and " tok/s " in line for line in progress)
     log = (run / "train.log").read_text()
     assert log.count(" - step ") == 4 and "Softmax on listops: test accuracy" in log
+
+
+def test_the_record_names_ops_that_alerted_under_deterministic_algorithms(recwarn):
+    """With warn_only=True PyTorch's alert is a warning; it is still shown, and its op is kept so
+    that the run's record says the run was not bitwise repeatable (a CUDA scatter-add, say)."""
+    import warnings
+
+    from lra.determinism import NondeterminismLog
+
+    alert = ("index_add_cuda_ does not have a deterministic implementation, but you set "
+             "'torch.use_deterministic_algorithms(True, warn_only=True)'. You can file an issue ...")
+    with NondeterminismLog() as log:
+        warnings.warn("an unrelated warning")
+        for _ in range(2):
+            warnings.warn(alert)
+    assert log.ops == ["index_add_cuda_"] and not log.repeatable(True)
+    assert any("index_add_cuda_" in str(w.message) for w in recwarn)
+    assert NondeterminismLog().repeatable(True) and not NondeterminismLog().repeatable(False)
 
 
 def final_state(run):

@@ -1,0 +1,45 @@
+"""Whether a run was bitwise repeatable, decided here once and recorded with the run.
+
+``trainer.deterministic=true`` sets ``torch.use_deterministic_algorithms(True, warn_only=True)``:
+an op without a deterministic implementation (a CUDA scatter-add with float atomics, say) then
+warns instead of stopping the run. The warning alone scrolls away; :class:`NondeterminismLog`
+collects the ops it names, so that the record says which ops made the run non-repeatable. The
+YOSO kernels keep no float atomics (csrc/yoso: one writer per output), so they never alert."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import List
+
+# PyTorch's alert: "<op> does not have a deterministic implementation, but you set
+# 'torch.use_deterministic_algorithms(True, warn_only=True)'..."
+ALERT = re.compile(r"^(?P<op>\S+) does not have a deterministic implementation")
+
+
+class NondeterminismLog:
+    """Within ``with log:``, PyTorch's non-determinism alerts are shown as usual and their ops kept in
+    ``log.ops`` (in order, once each)."""
+
+    def __init__(self) -> None:
+        self.ops: List[str] = []
+        self._shown = None
+
+    def __enter__(self) -> "NondeterminismLog":
+        self._shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            found = ALERT.match(str(message))
+            if found and found["op"] not in self.ops:
+                self.ops.append(found["op"])
+            self._shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        return self
+
+    def __exit__(self, *exc) -> None:
+        warnings.showwarning = self._shown
+
+    def repeatable(self, requested: bool) -> bool:
+        """Bitwise repeatable: deterministic algorithms were asked for and no op alerted."""
+        return requested and not self.ops
