@@ -5,9 +5,10 @@
 Cells (batch·heads 16, head_dim 32 by default): eager softmax (materialises n × n), PyTorch's SDPA,
 YOSO-m on the compiled kernels for m = 16, 32, 64 (the backward with the paper's exact per-pair
 weights), YOSO-32 with the cheaper 4-projection backward, and YOSO-32 on the vectorized pure-PyTorch
-implementation (``impl=torch``). Each cell runs in a fresh subprocess, so its peak memory is its
-own (CPU: peak resident set above the inputs; CUDA: the allocator's peak) and an out-of-memory
-cell is recorded, not fatal. Times are the best of ``--repeats`` runs after one warm-up (the
+implementation (``impl=torch``). On CPU each cell runs in a fresh subprocess, so that its peak
+resident set above the inputs is its own; on CUDA all cells run in one process (the allocator's peak
+is reset per cell; no process start-up per cell). An out-of-memory cell is recorded, not fatal.
+Rows are printed as they are measured (a cut run keeps them), the tables by n at the end. Times are the best of ``--repeats`` runs after one warm-up (the
 minimum is the least disturbed by other work on a shared machine).
 """
 
@@ -99,6 +100,31 @@ def measure_in_subprocess(cell: str, n: int, device: str, batch_heads: int, head
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def measure_here(cell: str, n: int, device: str, batch_heads: int, head_dim: int, repeats: int) -> dict:
+    """A CUDA cell in this process; out of memory is a recorded row."""
+    import gc
+
+    import torch
+
+    try:
+        return measure(cell, n, device, batch_heads, head_dim, repeats)
+    except torch.cuda.OutOfMemoryError:
+        return {"cell": cell, "n": n, "error": "out of memory"}
+    finally:
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+ROW_HEADER = "| cell | n | forward (ms) | forward + backward (ms) | peak memory (MB) |\n|:--|--:|--:|--:|--:|"
+
+
+def row_line(row: dict) -> str:
+    if "error" in row:
+        return f"| {row['cell']} | {row['n']} | {row['error']} | | |"
+    return (f"| {row['cell']} | {row['n']} | {row['forward_ms']:.2f} | {row['forward_backward_ms']:.2f} | "
+            f"{row['peak_mb']:.0f} |")
+
+
 def report(rows) -> str:
     frame = pd.DataFrame(rows)
     parts = []
@@ -126,14 +152,17 @@ def main(argv=None) -> None:
         print(json.dumps(measure(args.one, args.lengths[0], args.device, args.batch_heads, args.head_dim, args.repeats)))
         return
     rows = []
+    cell_runner = measure_here if args.device == "cuda" else measure_in_subprocess
+    print(ROW_HEADER, flush=True)
     for n in args.lengths:
         for cell in args.cells:
-            rows.append(measure_in_subprocess(cell, n, args.device, args.batch_heads, args.head_dim, args.repeats))
+            rows.append(cell_runner(cell, n, args.device, args.batch_heads, args.head_dim, args.repeats))
+            print(row_line(rows[-1]), flush=True)
             print(json.dumps(rows[-1]), file=sys.stderr)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(rows, handle, indent=1)
-    print(report(rows))
+    print("\n" + report(rows))
 
 
 if __name__ == "__main__":

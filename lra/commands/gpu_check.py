@@ -1,11 +1,14 @@
 """lra-gpu-check: the whole GPU path in one command, its evidence in one flat folder.
 
     lra-gpu-check [--out DIR] [--jobs-per-gpu 4]          # on a GPU machine, <= 9 minutes
+    lra-gpu-check --plan                                   # the steps, their commands and time limits; runs nothing
     lra-gpu-check --device cpu --quick                     # the same pipeline, small, on CPU (the test suite runs it)
     lra-gpu-check --reference [--jobs-per-gpu 4]           # the long part: every backend's reference ListOps run
 
-Steps, each a real command with a time limit (a failed or timed-out step is recorded and the
-check goes on): the kernel build (build.log), ``pytest -m cuda`` from the checkout (pytest.log),
+Steps, each a real command in a process group of its own with a time limit (the whole group is
+killed when it runs over; a failed or timed-out step is recorded and the check goes on; benchmarks
+write their rows as they measure them, so a cut step keeps what it measured): the kernel build
+(build.log), the CUDA kernel, AMP, CUDA-graph and a small compile subset of the tests (pytest.log),
 the YOSO kernel benchmark against eager softmax and SDPA (kernels.md; kernels_bert.md at the
 BERT-base attention shape, 12 heads of 64), ``lra-profile`` of every
 backend (profile.csv, profile.png), a short concurrent ListOps sweep of every backend, several jobs
@@ -23,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
@@ -40,6 +45,7 @@ class Step:
     command: List[str]
     limit_s: float
     output: Optional[str] = None  # the file its standard output and error go to
+    basis: str = ""  # why this limit
     cwd: Optional[Path] = None
     seconds: float = 0.0
     status: str = "not run"
@@ -48,6 +54,34 @@ class Step:
 
 def _tool(name: str) -> str:
     return str(Path(sys.executable).parent / name)
+
+
+# Time limits on an H100 (seconds) and why; 9 minutes in all (a device command may run 10).
+LIMITS = {
+    "build": (150, "CPU extension 45 s on 2 CPU cores here; + 2 .cu files (nvcc, sm_90: 5 s each here) and the "
+                   "torch CUDA wrapper (~40 s); ninja runs them in parallel on 16 cores"),
+    "pytest": (150, "24 AMP steps and the kernel tests (seconds); 3 cold Inductor compiles and one CUDA-graph "
+                    "capture (~25 s each, as on CPU here)"),
+    "kernels": (90, "projection (lra.benchmarks.yoso_cost): every YOSO cell < 10 ms, eager 16 x 16,384^2 ~0.1 s; "
+                    "one process for all cells, best of 3"),
+    "bert": (30, "4 lengths, 7 cells, one process"),
+    "profile": (75, "12 backends x 5 lengths, one process per backend (~5 s start-up each)"),
+    "sweep": (45, "12 jobs, 4 per GPU, 3 rounds of ~10 s start-up and 100 steps at n = 2,048 (projected < 10 ms "
+                  "a step) on a 3,200-example generated set"),
+}
+COMPILE_SUBSET = ("softmax", "yoso", "lsh")  # the CUDA-test step's cold Inductor compiles
+
+
+def cuda_tests(tests: Path, quick: bool) -> List[str]:
+    """The node ids of the CUDA-test step: every AMP step, the kernel tests, the CUDA-graph replay of
+    YOSO and a small Inductor subset (each cold compile costs ~25 s; the full set is ``pytest -m cuda``)."""
+    if quick:
+        return [str(tests / "test_cuda.py"), str(tests / "test_yoso_kernels.py")]
+    compiled = [f"{tests / 'test_cuda.py'}::test_every_backend_compiles_with_inductor_on_cuda_and_matches_eager[{name}]"
+                for name in COMPILE_SUBSET]
+    return [f"{tests / 'test_cuda.py'}::test_every_backend_trains_a_step_under_autocast", *compiled,
+            f"{tests / 'test_cuda.py'}::test_sampling_backends_replay_under_cuda_graphs[yoso]",
+            str(tests / "test_yoso_kernels.py")]
 
 
 def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Step]:
@@ -65,28 +99,41 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
         lengths = ["512", "1024", "2048", "4096", "8192", "16384", "32768"]
         cells, sweep_backends = None, backends
         profile = [f"backends=[{','.join(backends)}]"]
-        sweep = ["task=listops", "trainer.max_steps=100", "trainer.warmup_steps=10", "trainer.eval_every=50"]  # n = 2048, batch 32
-        limits = {"build": 120, "pytest": 120, "kernels": 75, "bert": 45, "profile": 75, "sweep": 60}
+        sweep = ["task=listops", "trainer.max_steps=100", "trainer.warmup_steps=10", "trainer.eval_every=50",  # n = 2048
+                 "task.generator.num_train=3200", "task.generator.num_val=256", "task.generator.num_test=256"]
+        limits = {name: limit for name, (limit, _) in LIMITS.items()}
     benchmark = [sys.executable, "-m", "lra.benchmarks.yoso_speed", "--device", device]
     bench = [*benchmark, "--lengths", *lengths]
     if cells:
         bench += ["--cells", *cells, "--repeats", "1"]
+    bases = {name: basis for name, (_, basis) in LIMITS.items()} if not quick else {}
     return [
-        Step("kernel build", [_tool("lra-build-kernels"), device], limits["build"], "build.log"),
+        Step("kernel build", [_tool("lra-build-kernels"), device], limits["build"], "build.log", basis=bases.get("build", "")),
         Step("CUDA tests", [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-n", "0", "-p", "no:cacheprovider",
-                            "--durations=0", *([str(tests / "test_cuda.py"), str(tests / "test_yoso_kernels.py")]
-                                               if quick else [str(tests)])], limits["pytest"], "pytest.log", cwd=REPO_ROOT)
+                            "--durations=0", *cuda_tests(tests, quick)], limits["pytest"], "pytest.log", cwd=REPO_ROOT,
+             basis=bases.get("pytest", ""))
         if tests.is_dir() else Step("CUDA tests", [], 0, "pytest.log", notes=["tests/ not found: run from a checkout"]),
-        Step("kernel benchmark", bench, limits["kernels"], "kernels.md"),
+        Step("kernel benchmark", bench, limits["kernels"], "kernels.md", basis=bases.get("kernels", "")),
         *([] if quick else [Step("kernel benchmark, BERT-base attention shape",  # 12 heads of 64, one sequence
                                  [*benchmark, "--lengths", "512", "1024", "2048", "4096",
-                                  "--batch-heads", "12", "--head-dim", "64"], limits["bert"], "kernels_bert.md")]),
+                                  "--batch-heads", "12", "--head-dim", "64"], limits["bert"], "kernels_bert.md",
+                                 basis=bases["bert"])]),
         Step("profile", [_tool("lra-profile"), f"device={device}", *profile, f"hydra.run.dir={scratch / 'profile'}"],
-             limits["profile"]),
+             limits["profile"], basis=bases.get("profile", "")),
         Step("sweep", [_tool("lra-train"), "-m", "hydra/launcher=local_gpus", f"hydra.launcher.jobs_per_gpu={jobs_per_gpu}",
                        f"attention={','.join(sweep_backends)}", f"trainer.device={device}", "logger=none", *sweep,
-                       f"hydra.sweep.dir={scratch / 'sweep'}"], limits["sweep"]),
+                       f"hydra.sweep.dir={scratch / 'sweep'}"], limits["sweep"], basis=bases.get("sweep", "")),
     ]
+
+
+def describe(steps: List[Step]) -> str:
+    """``--plan``: each step's limit, why, and its command; the total."""
+    lines = []
+    for step in steps:
+        lines += [f"{step.name}: {step.limit_s:.0f} s" + (f" ({step.basis})" if step.basis else ""),
+                  "    $ " + " ".join(step.command)]
+    lines.append(f"in all: {sum(s.limit_s for s in steps):.0f} s at most")
+    return "\n".join(lines)
 
 
 def reference_plan(device: str, jobs_per_gpu: int, scratch: Path) -> List[Step]:
@@ -97,6 +144,8 @@ def reference_plan(device: str, jobs_per_gpu: int, scratch: Path) -> List[Step]:
 
 
 def run_step(step: Step, out: Path) -> None:
+    """Run ``step`` in a new session (its own process group): on its time limit, or when this process is
+    interrupted, the whole group is killed, so no GPU work outlives its step."""
     if not step.command:
         step.status = "skipped"
         return
@@ -105,17 +154,29 @@ def run_step(step: Step, out: Path) -> None:
     with open(target, "w") as log:
         log.write("$ " + " ".join(step.command) + "\n")
         log.flush()
+        process = subprocess.Popen(step.command, stdout=log, stderr=subprocess.STDOUT, cwd=step.cwd,
+                                   start_new_session=True)
         try:
-            code = subprocess.run(step.command, stdout=log, stderr=subprocess.STDOUT, cwd=step.cwd,
-                                  timeout=step.limit_s).returncode
+            code = process.wait(timeout=step.limit_s)
             step.status = "passed" if code == 0 else f"failed (exit {code})"
         except subprocess.TimeoutExpired:
             step.status = f"timed out after {step.limit_s:.0f} s"
+        finally:
+            _kill_group(process)
     step.seconds = time.perf_counter() - started
     if step.status != "passed":
         step.notes.append(_tail(target))
     if not step.output:
         target.unlink()
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """Kill what is left of the step's process group (the step itself, and anything it started)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -165,10 +226,17 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (the test suite's CPU run)")
     parser.add_argument("--reference", action="store_true", help="run only the long part: every backend's reference ListOps run")
     parser.add_argument("--jobs-per-gpu", type=int, default=4)
+    parser.add_argument("--plan", action="store_true", help="print the steps, their commands and limits; run nothing")
     parser.add_argument("--out", type=Path, default=None, help="default: runs/gpu-check/<date>/<time>")
     args = parser.parse_args(argv)
     if args.jobs_per_gpu < 1:
         parser.error(f"--jobs-per-gpu {args.jobs_per_gpu}: it must be >= 1")
+    if args.plan:
+        scratch = Path(tempfile.gettempdir()) / "lra-gpu-check-<scratch>"
+        steps = (reference_plan(args.device, args.jobs_per_gpu, scratch) if args.reference
+                 else plan(args.device, args.quick, args.jobs_per_gpu, scratch))
+        print(describe(steps))
+        return 0
     if args.device == "cuda":
         import torch
 

@@ -10,10 +10,12 @@ import sys
 from pathlib import Path
 
 import hydra
+import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from lra.commands import config_errors
 from lra.config import PROFILE_CONF_DIR, register_configs, register_resolvers
+from lra.io import atomic_write_text
 
 log = logging.getLogger("lra.profile")
 register_configs()
@@ -95,6 +97,8 @@ def run(cfg: DictConfig) -> None:
         for row in found:
             log.info(json.dumps(row))
         rows += found
+        out_dir.mkdir(parents=True, exist_ok=True)  # the rows so far: a profile cut short keeps them
+        atomic_write_text(out_dir / "profile.csv", pd.DataFrame(rows).to_csv(index=False))
     title = (f"attention modules on {device}: {cfg.num_heads} heads of {cfg.head_dim}, "
              f"{'largest batch that fits' if cfg.mode == 'largest' else f'batch {cfg.batch_size}'}")
     frame = report.write(rows, out_dir, cfg.fit_min_length, title)

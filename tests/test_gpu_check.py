@@ -1,0 +1,44 @@
+"""lra-gpu-check must finish inside one device window: its plan fits 9 minutes, and a step that runs
+over its limit is killed with everything it started (no GPU work left running into the next step)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from lra.commands import gpu_check
+
+
+def test_the_plan_fits_nine_minutes_and_says_why_each_limit(tmp_path):
+    steps = gpu_check.plan("cuda", quick=False, jobs_per_gpu=4, scratch=tmp_path)
+    assert sum(step.limit_s for step in steps) <= 9 * 60
+    assert all(step.basis for step in steps), [step.name for step in steps if not step.basis]
+    printed = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--plan"], capture_output=True,
+                             text=True, check=True).stdout
+    assert printed.strip().splitlines()[-1] == f"in all: {sum(step.limit_s for step in steps):.0f} s at most"
+    for step in steps:
+        assert f"{step.name}: {step.limit_s:.0f} s (" in printed
+    tests = next(step for step in steps if step.name == "CUDA tests").command
+    compiled = [arg for arg in tests if "compiles_with_inductor" in arg]
+    assert 0 < len(compiled) <= 3 and any(arg.endswith("test_yoso_kernels.py") for arg in tests)
+
+
+def test_a_step_over_its_limit_is_killed_with_everything_it_started(tmp_path):
+    """The step starts a grandchild (as pytest or a sweep starts workers) and outlives its limit: the
+    whole process group goes, the grandchild too, and the step says it timed out."""
+    marker = tmp_path / "grandchild.pid"
+    script = ("import subprocess, sys, time\n"
+              f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+              f"open({str(marker)!r}, 'w').write(str(child.pid))\n"
+              "time.sleep(600)\n")
+    step = gpu_check.Step("stuck", [sys.executable, "-c", script], limit_s=3, output="stuck.log")
+    gpu_check.run_step(step, tmp_path)
+    assert step.status == "timed out after 3 s" and step.seconds < 60
+    grandchild = int(marker.read_text())
+    try:
+        os.kill(grandchild, 0)
+        alive = open(f"/proc/{grandchild}/stat").read().split()[2] != "Z"  # a zombie is dead, only unreaped
+    except (ProcessLookupError, FileNotFoundError):
+        alive = False
+    assert not alive, "the step's grandchild survived its step"
