@@ -4,6 +4,7 @@ of the best checkpoint, atomic checkpoints and an exact resume."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime
 import math
@@ -195,7 +196,8 @@ class Trainer:
         self.model = Classifier(cfg.model, cfg.task, self.attention_name, options, self.max_length).to(self.device)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         # Training goes through DDP (gradients averaged over ranks); evaluation uses the plain module.
-        self.train_model = (torch.nn.parallel.DistributedDataParallel(self.model) if ranks.world > 1 else self.model)
+        self.ddp = torch.nn.parallel.DistributedDataParallel(self.model) if ranks.world > 1 else None
+        self.train_model = self.ddp if self.ddp is not None else self.model
         self.eval_model = self.model
         if trainer.compile:
             self.train_model, self.eval_model = compiled(self.train_model, trainer), compiled(self.model, trainer)
@@ -291,15 +293,16 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         total_loss = total_correct = torch.zeros((), device=self.device)
         aux_total, tokens = None, 0
-        for micro in micro_batches:
-            loss, correct, micro_tokens = self._forward(self.data.splits["train"], micro, self.train_model)
-            weight = len(micro) / len(indices)
-            objective = loss * weight
-            aux = self.model.aux_loss()
-            if aux is not None:
-                objective = objective + aux * weight
-                aux_total = aux.detach() * weight + (0 if aux_total is None else aux_total)
-            self.scaler.scale(objective).backward()
+        for position, micro in enumerate(micro_batches):
+            with self._gradient_sync(position == len(micro_batches) - 1):
+                loss, correct, micro_tokens = self._forward(self.data.splits["train"], micro, self.train_model)
+                weight = len(micro) / len(indices)
+                objective = loss * weight
+                aux = self.model.aux_loss()
+                if aux is not None:
+                    objective = objective + aux * weight
+                    aux_total = aux.detach() * weight + (0 if aux_total is None else aux_total)
+                self.scaler.scale(objective).backward()
             total_loss = total_loss + loss.detach() * weight
             total_correct = total_correct + correct
             tokens += micro_tokens
@@ -314,6 +317,13 @@ class Trainer:
         if aux_total is not None:
             metrics["aux_loss"] = aux_total
         return metrics
+
+    def _gradient_sync(self, last_micro_batch: bool):
+        """Under DDP, gradients are all-reduced once per step: on the last micro-batch, the earlier ones
+        accumulate locally (``no_sync``)."""
+        if self.ddp is None or last_micro_batch:
+            return contextlib.nullcontext()
+        return self.ddp.no_sync()
 
     @torch.no_grad()
     def evaluate(self, split_name: str) -> dict:

@@ -74,12 +74,14 @@ def test_local_gpus_jobs_per_gpu_must_be_at_least_one(tmp_path, data_dir):
 
 
 def test_two_process_gloo_run_matches_one_process_with_the_same_global_batch(tmp_path, data_dir):
+    """The two processes also accumulate gradients over 2 micro-batches each, all-reduced on the last
+    one only (DDP's no_sync on the first): the same global batch, the same training."""
     import math
 
     args = ["trainer=smoke", "trainer.max_steps=4", "trainer.eval_every=2", "model.dropout=0.0", *SMALL_LISTOPS]
     run_command(["lra-train", *args], tmp_path / "one", data_dir)
     run_command(["torchrun", "--standalone", "--nproc_per_node=2", str(Path(sys.executable).parent / "lra-train"),
-                 *args], tmp_path / "two", data_dir, env_extra={"OMP_NUM_THREADS": "1"})
+                 *args, "trainer.grad_accumulation=2"], tmp_path / "two", data_dir, env_extra={"OMP_NUM_THREADS": "1"})
     (one,), (two,) = run_dirs(tmp_path / "one"), run_dirs(tmp_path / "two")  # both ranks share one run directory
     single, double = read_json(one / "metrics.json"), read_json(two / "metrics.json")
     assert double["status"] == "completed" and double["processes"] == 2 and single["processes"] == 1
