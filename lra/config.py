@@ -91,7 +91,7 @@ class TaskConfig:
     vocab_size: int = MISSING  # embedding rows (the reference allocates more than the real vocabulary)
     max_length: int = MISSING  # padded tokens per document
     dual_encoder: bool = False  # retrieval: two documents through one shared encoder
-    # The reference schedule (reference-setup.md); trainer.* defaults to these.
+    # The reference schedule (docs/reference-setup.md); trainer.* defaults to these.
     batch_size: int = MISSING
     max_steps: int = MISSING
     warmup_steps: int = MISSING
@@ -147,7 +147,7 @@ class PathfinderTaskConfig(TaskConfig):
 
 @dataclass
 class ModelConfig:
-    """The reference LRA encoder (reference-setup.md, "Model")."""
+    """The reference LRA encoder (docs/reference-setup.md, "Model")."""
 
     dim: int = 64
     num_layers: int = 2

@@ -1,4 +1,4 @@
-"""The reference LRA encoder and classifier (reference-setup.md), with any attention_zoo backend."""
+"""The reference LRA encoder and classifier (docs/reference-setup.md), with any attention_zoo backend."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ def test_every_task_and_attention_preset_composes(task, attention):
 
 
 def test_task_presets_carry_the_reference_schedule():
-    expected = {  # reference-setup.md: batch, steps, warm-up, eval every, length
+    expected = {  # docs/reference-setup.md: batch, steps, warm-up, eval every, length
         "listops": (32, 5000, 1000, 50, 2048), "text": (32, 20000, 8000, 500, 4096),
         "retrieval": (32, 30000, 800, 300, 4096), "image": (256, 35000, 175, 175, 1024),
         "pathfinder": (256, 62400, 312, 312, 1024),

@@ -81,7 +81,7 @@ CITED = {
         "backward_projections": (None, "YOSO paper eq. 4: each colliding pair with its exact weight")},
     "yoso_table3/yoso_c_16": {
         "num_hashes": (16, f"{YOSO_CODE} LRA/models/yoso-v2-16/config.json num_hash_f"),
-        "conv_window": (33, "YOSO paper, efficiency study (spec reference-setup.md); no public YOSO-C LRA config")},
+        "conv_window": (33, "YOSO paper, efficiency study (docs/reference-setup.md); no public YOSO-C LRA config")},
     "yoso_table3/star_yoso_16": {
         "num_hashes": (16, "YOSO paper Table 3 row *YOSO-16"),
         "backward": ("exact", "YOSO paper Table 3: * = trained with the backward of eq. 3")},
@@ -110,7 +110,7 @@ CITED = {
         "chunks_before": (1, "HF ReformerConfig lsh_num_chunks_before"),
         "chunks_after": (0, "HF ReformerConfig lsh_num_chunks_after")},
     "yoso_table3/longformer": {
-        "window_size": (128, "the authors' configs (spec reference-setup.md)"),
+        "window_size": (128, "the authors' configs (docs/reference-setup.md)"),
         "num_global_tokens": (1, f"{YOSO_CODE} attention_longformer.py first_token_view")},
     "lra_table1/transformer": {},
     "lra_table1/linformer": {
