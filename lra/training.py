@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 import attention_zoo
 from lra import checkpoint, distributed, gpus
+from lra.chance import ChanceLevel
 from lra.data.cache import TokenSplit
 from lra.data.prepare import load_task_data
 from lra.data.sampler import EpochSampler
@@ -192,6 +193,7 @@ class Trainer:
                                    eval_subset=trainer.eval_subset, announce=announce)
         self.max_length = input_length(cfg.task.max_length, trainer.max_length)
         self._warn_truncation(self.data.splits["train"])
+        self.chance = ChanceLevel.of(self.data.splits["val"].labels)
 
         self.model = Classifier(cfg.model, cfg.task, self.attention_name, options, self.max_length).to(self.device)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
@@ -349,6 +351,7 @@ class Trainer:
             train_tokens_per_second=s.train_tokens / s.train_seconds if s.train_seconds else None,
             wall_time_seconds=s.wall_seconds, peak_memory_mb=peak_memory_mb(self.device),
             resumed_at_steps=s.resumed_at_steps, nondeterministic_ops=list(self.nondeterminism.ops),
+            chance_accuracy=self.chance.accuracy, stuck_at_chance=self.chance.stuck(s.best_val_accuracy),
             deterministic=self.nondeterminism.repeatable(self.cfg.trainer.deterministic), **extra,
         )
 

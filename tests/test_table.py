@@ -109,7 +109,9 @@ def test_a_multirun_prints_the_table_of_its_own_runs(tmp_path, data_dir):
     assert len(runs) == 4 and all(r["status"] == "completed" for r in runs)
     for label in ("Softmax", "None"):
         accuracies = [r["test_accuracy"] for r in runs if r["label"] == label]
-        mean, spread = f"{statistics.mean(accuracies):.2f}", f" ± {statistics.stdev(accuracies):.2f} (2)"
+        stuck = sum(r["stuck_at_chance"] is True for r in runs if r["label"] == label)  # 4 steps: usually all
+        note = f"; {stuck} of 2 at chance" if stuck else ""
+        mean, spread = f"{statistics.mean(accuracies):.2f}", f" ± {statistics.stdev(accuracies):.2f} (2{note})"
         assert f"| {label:<9} | {mean}{spread}" in result.stdout or f"| {label:<9} | **{mean}**{spread}" in result.stdout, \
             result.stdout
     (sweep,) = {r.parent for r in run_dirs(tmp_path)}
@@ -135,7 +137,8 @@ def test_a_sweep_with_failing_jobs_finishes_the_others_and_tables_them_as_failed
     assert "lra-prepare text" in runs[("text", "None")]["error"]
     table = comparison(collect({d.parent for d in run_dirs(tmp_path)}))
     assert table.loc["None", "text"] == "failed" and table.loc["None", "average"] == "—"
-    assert table.loc["None", "listops"] == f"{runs[('listops', 'None')]['test_accuracy']:.2f} (1)"
+    note = "; 1 of 1 at chance" if runs[("listops", "None")]["stuck_at_chance"] else ""
+    assert table.loc["None", "listops"] == f"{runs[('listops', 'None')]['test_accuracy']:.2f} (1{note})"
     assert "failed" in result.stdout  # the table printed at the end of the sweep
 
 
@@ -179,3 +182,42 @@ def test_lra_chart_points_are_relative_to_softmax_and_the_paper_layer_comes_from
     assert abs(paper.loc["YOSO-32", "speed"] - (21.2 + 29.73) / (6.31 + 9.89)) < 1e-12
     assert abs(paper.loc["YOSO-32", "memory"] - 355 / 3918) < 1e-12 and paper.loc["YOSO-32", "accuracy"] == 37.25
     assert set(paper.index) == {"Softmax", "YOSO-32", "Longformer", "Reformer"}  # Linformer: -128 or -256, not drawn
+
+
+def test_seeds_stuck_at_chance_are_counted_and_can_be_left_out(tmp_path, capsys):
+    """Issue 32: a seed whose record says stuck_at_chance stays in the mean by default, and the cell
+    says "k of n at chance"; --exclude-stuck leaves it out of the statistic and still counts it;
+    --statistic median; records written before the field existed count as not stuck."""
+    for seed, (accuracy, stuck) in enumerate([(80.0, False), (82.0, False), (50.1, True), (90.0, None)]):
+        write_run(tmp_path / str(seed), "Softmax", "pathfinder", seed, "completed", accuracy)
+        record = json.loads((tmp_path / str(seed) / "metrics.json").read_text())
+        if stuck is not None:
+            record["stuck_at_chance"] = stuck
+        (tmp_path / str(seed) / "metrics.json").write_text(json.dumps(record))
+    write_run(tmp_path / "only", "None", "pathfinder", 0, "completed", 50.0)
+    record = json.loads((tmp_path / "only" / "metrics.json").read_text())
+    (tmp_path / "only" / "metrics.json").write_text(json.dumps(record | {"stuck_at_chance": True}))
+    runs = collect([tmp_path])
+    every = [80.0, 82.0, 50.1, 90.0]
+    assert comparison(runs).loc["Softmax", "pathfinder"] == \
+        f"{statistics.mean(every):.2f} ± {statistics.stdev(every):.2f} (4; 1 of 4 at chance)"
+    learned = [80.0, 82.0, 90.0]
+    assert comparison(runs, exclude_stuck=True).loc["Softmax", "pathfinder"] == \
+        f"{statistics.mean(learned):.2f} ± {statistics.stdev(learned):.2f} (3; 1 of 4 at chance, excluded)"
+    assert comparison(runs, exclude_stuck=True).loc["None", "pathfinder"] == "stuck (1 of 1 at chance, excluded)"
+    assert comparison(runs, statistic="median").loc["Softmax", "pathfinder"].startswith(
+        f"{statistics.median(every):.2f} ± ")
+    table_main([str(tmp_path), "--exclude-stuck", "--statistic", "median"])
+    assert f"{statistics.median(learned):.2f}" in capsys.readouterr().out
+
+
+def test_the_efficiency_view_checks_the_parameter_budget_against_softmax(tmp_path):
+    """LRA's protocol keeps every model within ±10 % of the Softmax baseline's parameters."""
+    for label, parameters in (("Softmax", 1000), ("YOSO-32", 1050), ("Nystromformer", 1200)):
+        write_run(tmp_path / label, label, "listops", 0, "completed", 30.0)
+        record = json.loads((tmp_path / label / "metrics.json").read_text())
+        (tmp_path / label / "metrics.json").write_text(json.dumps(record | {"num_parameters": parameters}))
+    table = comparison(collect([tmp_path]), efficiency=True)
+    column = table["listops params vs Softmax"]
+    assert column["Softmax"] == "+0.0 %" and column["YOSO-32"] == "+5.0 %"
+    assert column["Nystromformer"] == "+20.0 % (outside ±10 %)"

@@ -28,6 +28,7 @@ def test_smoke_run_on_a_machine_with_no_data_writes_every_contract_field(tmp_pat
     assert metrics["peak_memory_mb"] > 0 and metrics["num_parameters"] > 100_000
     assert metrics["git_commit"] and metrics["device"].startswith("cpu") and metrics["data_fingerprint"]
     assert metrics["deterministic"] is True and metrics["nondeterministic_ops"] == []
+    assert 10 <= metrics["chance_accuracy"] <= 100 and isinstance(metrics["stuck_at_chance"], bool)
     history = read_json(run / "history.json")
     assert [h["step"] for h in history] == [10, 20]
     assert max(h["val_accuracy"] for h in history) == metrics["best_val_accuracy"]
@@ -57,6 +58,21 @@ def test_the_record_names_ops_that_alerted_under_deterministic_algorithms(recwar
     assert log.ops == ["index_add_cuda_"] and not log.repeatable(True)
     assert any("index_add_cuda_" in str(w.message) for w in recwarn)
     assert NondeterminismLog().repeatable(True) and not NondeterminismLog().repeatable(False)
+
+
+def test_stuck_at_chance_is_within_three_standard_errors_of_the_best_constant_guess():
+    import math
+
+    import numpy as np
+
+    from lra.chance import ChanceLevel
+
+    level = ChanceLevel.of(np.array([0] * 600 + [1] * 300 + [2] * 100))  # 60 % for always guessing class 0
+    assert level.accuracy == 60.0
+    assert math.isclose(level.threshold, 60.0 + 300 * math.sqrt(0.6 * 0.4 / 1000))
+    assert level.stuck(61.0) is True and level.stuck(65.0) is False and level.stuck(None) is None
+    balanced = ChanceLevel.of(np.array([0, 1] * 10_000))  # Pathfinder's validation set: 50 %, stuck up to 51.06
+    assert balanced.stuck(51.0) and not balanced.stuck(51.1)
 
 
 def final_state(run):

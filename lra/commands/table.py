@@ -32,6 +32,11 @@ def main(argv=None) -> None:
                         "(method,<task>...,avg)")
     parser.add_argument("--efficiency", nargs="?", const="", metavar="TASK",
                         help="add training tokens/s and peak memory of TASK's runs (default: the first task column)")
+    parser.add_argument("--statistic", choices=["mean", "median"], default="mean",
+                        help="each cell's centre over seeds (default mean; the spread is the std either way)")
+    parser.add_argument("--exclude-stuck", action="store_true",
+                        help="leave seeds stuck at chance (stuck_at_chance in their record) out of the statistic; "
+                             "each cell still says how many there were")
     parser.add_argument("--output", type=Path, help="write here instead of standard output")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="also draw the LRA paper's Figure 3: accuracy against training speed, bubble area = peak "
@@ -72,7 +77,8 @@ def main(argv=None) -> None:
             parser.exit(2, f"error: no runs of task {args.efficiency!r} for --efficiency; choose one of "
                            f"{', '.join(sorted(set(runs['task'])))}\n")
     table = comparison(runs, args.metric, reference, efficiency_task=args.efficiency or None,
-                       efficiency=args.efficiency is not None)
+                       efficiency=args.efficiency is not None, statistic=args.statistic,
+                       exclude_stuck=args.exclude_stuck)
     if table.empty:
         text = "(no runs found)"
     elif args.format == "markdown":

@@ -139,17 +139,32 @@ def _row_key(label: str):
     return (0, LABEL_ORDER.index(label), label) if label in LABEL_ORDER else (1, 0, label)
 
 
-def summarize(runs: pd.DataFrame, metric: str = "test_accuracy") -> pd.DataFrame:
-    """Numbers behind the table, one row per (backend, task): mean, std, seeds, failed."""
+def _stuck(runs: pd.DataFrame) -> pd.Series:
+    """Which runs their record calls stuck at chance (lra/chance.py); records without the field are not."""
+    if "stuck_at_chance" not in runs:
+        return pd.Series(False, index=runs.index)
+    return runs["stuck_at_chance"].map(lambda value: value is True)
+
+
+def summarize(runs: pd.DataFrame, metric: str = "test_accuracy", exclude_stuck: bool = False) -> pd.DataFrame:
+    """Numbers behind the table, one row per (backend, task): the mean, median and std of the
+    completed seeds, how many there are, how many of them are stuck at chance (left out of the
+    statistic with ``exclude_stuck``, still counted), how many failed; throughput, peak memory and
+    parameters of the completed runs."""
     rows = []
     for (label, task), group in runs.groupby(["label", "task"], sort=False):
         completed = group[group["status"] == "completed"]
-        done = completed[metric].dropna()
+        stuck = _stuck(completed)
+        counted = completed[~stuck] if exclude_stuck else completed
+        done = counted[metric].dropna()
         rows.append({"backend": label, "task": task, "mean": done.mean() if len(done) else math.nan,
                      "std": done.std(ddof=1) if len(done) > 1 else math.nan, "seeds": len(done),
                      "failed": int((group["status"] == "failed").sum()),
+                     "stuck": int(stuck.sum()), "completed": len(completed[metric].dropna()),
+                     "median": done.median() if len(done) else math.nan,
                      "tokens_per_s": completed.get("train_tokens_per_second", pd.Series()).mean(),
-                     "peak_memory_mb": completed.get("peak_memory_mb", pd.Series()).mean()})
+                     "peak_memory_mb": completed.get("peak_memory_mb", pd.Series()).mean(),
+                     "num_parameters": completed.get("num_parameters", pd.Series()).mean()})
     return pd.DataFrame(rows)
 
 
@@ -162,24 +177,35 @@ def reference_value(reference: Optional[pd.DataFrame], label: str, column: str) 
     return math.nan
 
 
+BUDGET = 0.10  # LRA's protocol: every model within ±10 % of the Softmax baseline's parameters
+
+
 def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Optional[pd.DataFrame] = None,
-               efficiency_task: Optional[str] = None, efficiency: bool = False) -> pd.DataFrame:
-    """Formatted cells ``mean ± std (seeds)``, ``[Δ ±x]`` against ``reference`` when given;
-    ``table.attrs["best"]`` marks the best mean per column, ``table.attrs["numbers"]`` the summary."""
+               efficiency_task: Optional[str] = None, efficiency: bool = False, statistic: str = "mean",
+               exclude_stuck: bool = False) -> pd.DataFrame:
+    """Formatted cells ``mean ± std (seeds)`` (the median with ``statistic="median"``), ``k of n at
+    chance`` where seeds are stuck there, ``[Δ ±x]`` against ``reference`` when given;
+    ``table.attrs["best"]`` marks the best per column, ``table.attrs["numbers"]`` the summary. The
+    efficiency view adds each row's parameters against the Softmax row of the same task (± 10 %)."""
     if runs.empty:
         return pd.DataFrame()
-    summary = summarize(runs, metric)
+    summary = summarize(runs, metric, exclude_stuck)
     tasks = [t for t in TASK_ORDER if t in set(runs["task"])] + sorted(set(runs["task"]) - set(TASK_ORDER))
     labels = sorted(set(runs["label"].dropna()), key=_row_key)
-    means = summary.pivot(index="backend", columns="task", values="mean").reindex(index=labels, columns=tasks)
+    means = summary.pivot(index="backend", columns="task", values=statistic).reindex(index=labels, columns=tasks)
     complete = means.notna().all(axis=1)
     means["average"] = means[tasks].mean(axis=1).where(complete)
     cells = pd.DataFrame(MISSING, index=labels, columns=[*tasks, "average"])
     for _, row in summary.iterrows():
+        note = f", {row['failed']} failed" if row["failed"] else ""
+        if row["stuck"]:
+            note = (f"; {row['stuck']} of {row['completed']} at chance" + (", excluded" if exclude_stuck else "")
+                    + note)
         if row["seeds"]:
             spread = f" ± {row['std']:.2f}" if row["seeds"] > 1 else ""
-            note = f", {row['failed']} failed" if row["failed"] else ""
-            text = f"{row['mean']:.2f}{spread} ({row['seeds']}{note})"
+            text = f"{row[statistic]:.2f}{spread} ({row['seeds']}{note})"
+        elif row["stuck"]:
+            text = f"stuck ({row['stuck']} of {row['completed']} at chance, excluded)"
         else:
             text = FAILED if row["failed"] else MISSING
         cells.loc[row["backend"], row["task"]] = text
@@ -200,10 +226,20 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
         rows = summary[summary["task"] == task].set_index("backend").reindex(labels)
         cells[f"{task} tokens/s"] = [MISSING if math.isnan(v) else f"{v:,.0f}" for v in rows["tokens_per_s"]]
         cells[f"{task} peak MB"] = [MISSING if math.isnan(v) else f"{v:,.0f}" for v in rows["peak_memory_mb"]]
-        best[f"{task} tokens/s"], best[f"{task} peak MB"] = False, False
+        baseline = rows["num_parameters"].get("Softmax", math.nan)
+        cells[f"{task} params vs Softmax"] = [_budget(v, baseline) for v in rows["num_parameters"]]
+        best[f"{task} tokens/s"], best[f"{task} peak MB"], best[f"{task} params vs Softmax"] = False, False, False
     cells = cells.rename_axis("backend")
     cells.attrs = {"best": best.reindex(columns=cells.columns, fill_value=False), "numbers": summary}
     return cells
+
+
+def _budget(parameters: float, baseline: float) -> str:
+    """``+3.1 %`` against the Softmax row's parameters; marked when outside LRA's ±10 % budget."""
+    if math.isnan(parameters) or math.isnan(baseline) or not baseline:
+        return MISSING
+    change = parameters / baseline - 1
+    return f"{100 * change:+.1f} %" + (" (outside ±10 %)" if abs(change) > BUDGET + 1e-12 else "")
 
 
 def numbers(table: pd.DataFrame, reference: Optional[pd.DataFrame] = None) -> pd.DataFrame:
