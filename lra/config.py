@@ -78,6 +78,9 @@ def device_name(options, name: str) -> None:
         raise InvalidOption(name, value, "auto, cpu, cuda or cuda:N")
 
 
+VALIDATIONS = ("reference", "heldout")
+
+
 @dataclass
 class TaskConfig:
     """One LRA task: its data, the model's input shape, and the reference schedule."""
@@ -91,6 +94,11 @@ class TaskConfig:
     vocab_size: int = MISSING  # embedding rows (the reference allocates more than the real vocabulary)
     max_length: int = MISSING  # padded tokens per document
     dual_encoder: bool = False  # retrieval: two documents through one shared encoder
+    # reference: the split the reference validates on (Text: its test split, as the original);
+    # heldout: a seeded split of heldout_size training examples (the same for every run and seed)
+    validation: str = "reference"
+    heldout_size: int = 2500
+    heldout_seed: int = 0
     # The reference schedule (docs/reference-setup.md); trainer.* defaults to these.
     batch_size: int = MISSING
     max_steps: int = MISSING
@@ -102,8 +110,9 @@ class TaskConfig:
         choice(self, "source", (*SOURCES[self.name], AUTO))
         whole(self, 2, "num_classes")
         whole(self, MIN_VOCABULARY[self.name], "vocab_size")  # every token id needs an embedding row
-        whole(self, 1, "max_length", "batch_size", "max_steps", "eval_every")
-        whole(self, 0, "warmup_steps")
+        whole(self, 1, "max_length", "batch_size", "max_steps", "eval_every", "heldout_size")
+        whole(self, 0, "warmup_steps", "heldout_seed")
+        choice(self, "validation", VALIDATIONS)
 
 
 @dataclass

@@ -215,7 +215,8 @@ class Trainer:
         self.checkpoint_dir = self.run_dir / "checkpoints"
         self.record.update(num_parameters=self.num_parameters, data_fingerprint=self.data.fingerprint,
                            data_cache=str(self.data.cache_dir), data_source=self.data.source,
-                           data_raw_folder=self.data.raw_folder, run_dir=str(self.run_dir))
+                           data_raw_folder=self.data.raw_folder, run_dir=str(self.run_dir),
+                           validation=self.data.validation, validation_examples=len(self.data.splits["val"]))
 
     # ---------------------------------------------------------------- state
     def _warn_truncation(self, split: TokenSplit) -> None:

@@ -17,7 +17,7 @@ from lra.commands.config_errors import at_the_edge
 from lra.io import atomic_write_text
 from lra.results import chart
 from lra.results.table import (REFERENCES, collect_wandb, comparison, deduplicate, failures, load_reference, numbers,
-                               read_records, record_files, status_counts, to_latex, to_markdown)
+                               read_records, record_files, status_counts, to_latex, to_markdown, validation_notes)
 
 
 @at_the_edge
@@ -82,8 +82,9 @@ def main(argv=None) -> None:
     if table.empty:
         text = "(no runs found)"
     elif args.format == "markdown":
-        failed = failures(records)
-        text = to_markdown(table) + f"\n\nruns: {status_counts(runs)}" + (f"\n\n{failed}" if failed else "")
+        failed, notes = failures(records), validation_notes(runs)
+        text = (to_markdown(table) + f"\n\nruns: {status_counts(runs)}" + (f"\n\n{notes}" if notes else "")
+                + (f"\n\n{failed}" if failed else ""))
     elif args.format == "latex":
         text = to_latex(table)
     else:

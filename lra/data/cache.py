@@ -47,20 +47,32 @@ class TokenSplit:
     """One split: ``documents`` ragged token sequences per example and a label per example."""
 
     tokens: List[np.ndarray]  # per document slot: all sequences concatenated
-    offsets: List[np.ndarray]  # per document slot: int64 [num_examples + 1]
+    offsets: List[np.ndarray]  # per document slot: int64 [stored examples + 1]
     labels: np.ndarray  # int64 [num_examples]
+    rows: Optional[np.ndarray] = None  # example i is stored example rows[i] (a selection); None: all, in order
 
     def __len__(self) -> int:
         return len(self.labels)
 
+    def _stored(self, index):
+        return index if self.rows is None else self.rows[index]
+
     def lengths(self, document: int = 0) -> np.ndarray:
-        return np.diff(self.offsets[document])
+        lengths = np.diff(self.offsets[document])
+        return lengths if self.rows is None else lengths[self.rows]
 
     def subset(self, count: int | None) -> "TokenSplit":
         """The first ``count`` examples (all of them when ``count`` is None)."""
         if count is None or count >= len(self):
             return self
+        if self.rows is not None:
+            return TokenSplit(self.tokens, self.offsets, self.labels[:count], self.rows[:count])
         return TokenSplit(self.tokens, [o[: count + 1] for o in self.offsets], self.labels[:count])
+
+    def select(self, indices: np.ndarray) -> "TokenSplit":
+        """The examples at ``indices`` (in that order), sharing this split's stored tokens."""
+        indices = np.asarray(indices, dtype=np.int64)
+        return TokenSplit(self.tokens, self.offsets, self.labels[indices], self._stored(indices))
 
     def gather(self, indices: Sequence[int], max_length: int) -> Tuple[List[np.ndarray], List[np.ndarray], np.ndarray]:
         """Padded ids [B, max_length] (int64, 0 = padding) and real-token masks, per document slot.
@@ -73,7 +85,8 @@ class TokenSplit:
             ids = np.zeros((len(indices), max_length), dtype=np.int64)
             lengths = np.empty(len(indices), dtype=np.int64)
             for row, index in enumerate(indices):
-                start, end = offsets[index], offsets[index + 1]
+                stored = self._stored(index)
+                start, end = offsets[stored], offsets[stored + 1]
                 length = min(end - start, max_length)
                 ids[row, :length] = tokens[start : start + length]
                 lengths[row] = length

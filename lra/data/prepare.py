@@ -41,6 +41,7 @@ class PreparedData:
     splits: Dict[str, TokenSplit]
     manifest: dict
     cache_dir: Path
+    validation: str = "the validation split"  # what the val split is (recorded with every run)
 
     @property
     def fingerprint(self) -> str:
@@ -117,9 +118,27 @@ def load_task_data(
                     else f"{command} --force")
     splits, manifest = load_cache(cache_dir, rebuild_command=rebuild_with)
     data = PreparedData(splits, manifest, cache_dir)
+    if task.validation == "heldout":
+        data.splits, data.validation = heldout(data.splits, task.heldout_size, task.heldout_seed, task.name)
+    else:
+        aliased = manifest.get("aliases", {}).get("val") == "test"
+        data.validation = "the test split (the reference's protocol)" if aliased else "the validation split"
     subsets = {"train": train_subset, "val": eval_subset, "test": eval_subset}
     data.splits = {name: split.subset(subsets[name]) for name, split in data.splits.items()}
     return data
+
+
+def heldout(splits: Dict[str, TokenSplit], size: int, seed: int, task: str):
+    """(splits, description) with ``size`` training examples, drawn with ``seed``, as the validation
+    split and the rest as the training split: validation never touches the test split."""
+    train = splits["train"]
+    if size >= len(train):
+        raise UserError(f"task.heldout_size={size} leaves no training examples ({task} has {len(train)}); "
+                        "choose a smaller task.heldout_size")
+    order = np.random.default_rng(seed).permutation(len(train))
+    chosen, rest = np.sort(order[:size]), np.sort(order[size:])
+    return ({**splits, "train": train.select(rest), "val": train.select(chosen)},
+            f"held out: {size} training examples (seed {seed})")
 
 
 def cache_settings(task, conversion: Conversion) -> dict:

@@ -294,6 +294,20 @@ def status_counts(runs: pd.DataFrame) -> str:
     return ", ".join(f"{count} {status}" for status, count in counts.items())
 
 
+def validation_notes(runs: pd.DataFrame) -> str:
+    """One line per task: what its runs validated on (``validation`` in their records), so that a
+    table mixing the reference protocol (Text: its test split) with a held-out split says so."""
+    if runs.empty or "validation" not in runs:
+        return ""
+    lines = []
+    for task, group in runs.groupby("task", sort=False):
+        kinds = group["validation"].dropna().value_counts()
+        if len(kinds):
+            listed = "; ".join(f"{kind} ({count} run{'s' if count > 1 else ''})" for kind, count in kinds.items())
+            lines.append(f"- {task}: validated on {listed}")
+    return "validation:\n" + "\n".join(lines) if lines else ""
+
+
 def failures(records: Iterable[dict]) -> str:
     """The failed runs among ``records`` (duplicates the table dropped included), one line each with
     its error, so that no failed or refused job goes unseen; empty when none failed."""
@@ -308,4 +322,6 @@ def render(directories: List[Path], warn=lambda message: None) -> str:
     records = read_records(record_files(directories), warn)
     runs = pd.DataFrame(deduplicate(records, warn))
     failed = failures(records)
-    return f"{to_markdown(comparison(runs))}\n\nruns: {status_counts(runs)}" + (f"\n\n{failed}" if failed else "")
+    notes = validation_notes(runs)
+    return (f"{to_markdown(comparison(runs))}\n\nruns: {status_counts(runs)}" + (f"\n\n{notes}" if notes else "")
+            + (f"\n\n{failed}" if failed else ""))
