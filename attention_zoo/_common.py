@@ -173,3 +173,11 @@ def sort_by_bucket(buckets: torch.Tensor, real: torch.Tensor, num_buckets: int) 
     n = buckets.shape[-1]
     keys = torch.where(real, buckets, num_buckets) * n + torch.arange(n, device=buckets.device)
     return keys.argsort(dim=-1)
+
+
+def hash_code_length(hash_code_len: Optional[int], max_seq_len: int) -> int:
+    """YOSO's τ (YOSO-m and YOSO-E alike): ``hash_code_len`` when set, else ⌈log2⌉ of the padded
+    length, as the paper's LRA runs (τ = 11 at 2,048)."""
+    if hash_code_len is not None:
+        return hash_code_len
+    return max(1, math.ceil(math.log2(max(2, max_seq_len))))

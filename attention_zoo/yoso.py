@@ -35,7 +35,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention_zoo import _yoso_ops as ops
-from attention_zoo._common import depthwise_sequence_conv, in_float32, kept_draws, register_rotation_seed, unit_rows
+from attention_zoo._common import (depthwise_sequence_conv, hash_code_length, in_float32, kept_draws,
+                                   register_rotation_seed, unit_rows)
 from attention_zoo.options import InvalidOption, choice, number, odd_window, whole
 from attention_zoo.registry import Attention, register
 from attention_zoo.yoso_e import CLAMP
@@ -288,9 +289,7 @@ class YosoAttention(Attention):
 
     @property
     def tau(self) -> int:
-        if self.options.hash_code_len is not None:
-            return self.options.hash_code_len
-        return max(1, math.ceil(math.log2(max(2, self.max_seq_len))))
+        return hash_code_length(self.options.hash_code_len, self.max_seq_len)
 
     @classmethod
     def label(cls, options: YosoOptions) -> str:

@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from attention_zoo._common import in_float32
+from attention_zoo._common import hash_code_length, in_float32
 from attention_zoo.options import choice, whole
 from attention_zoo.registry import Attention, register
 
@@ -75,9 +75,7 @@ def expectation_attention(q, k, v, key_weight, tau: int, backward: str = "exact"
 class YosoEAttention(Attention):
     @property
     def tau(self) -> int:
-        if self.options.hash_code_len is not None:
-            return self.options.hash_code_len
-        return max(1, math.ceil(math.log2(max(2, self.max_seq_len))))
+        return hash_code_length(self.options.hash_code_len, self.max_seq_len)
 
     @classmethod
     def label(cls, options: YosoEOptions) -> str:
