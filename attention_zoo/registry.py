@@ -113,14 +113,37 @@ def make_options(name: str, **options: Any) -> Any:
     return backend.options(**options)
 
 
+@dataclasses.dataclass(frozen=True)
+class AttentionSpec:
+    """One attention as a model uses it, made once from a name and options (:func:`spec`): the
+    backend's name, its validated options, its paper label, and ``build`` for each layer."""
+
+    name: str
+    options: Any  # the backend's options dataclass, validated
+
+    @property
+    def label(self) -> str:
+        return get(self.name).cls.label(self.options)
+
+    def check_shape(self, num_heads: int, head_dim: int, max_seq_len: int) -> None:
+        get(self.name).cls.check_shape(self.options, num_heads, head_dim, max_seq_len)
+
+    def build(self, num_heads: int, head_dim: int, max_seq_len: int) -> Attention:
+        """A module of this backend (its options checked against the shape first)."""
+        self.check_shape(num_heads, head_dim, max_seq_len)
+        return get(self.name).cls(num_heads, head_dim, max_seq_len, self.options)
+
+
+def spec(name: str, **options: Any) -> AttentionSpec:
+    """The :class:`AttentionSpec` of backend ``name`` with these options (validated here)."""
+    return AttentionSpec(name, make_options(name, **options))
+
+
 def build(name: str, *, num_heads: int, head_dim: int, max_seq_len: int, **options: Any) -> Attention:
     """Instantiate backend ``name`` with its options given as keywords (checked against the shape)."""
-    backend = get(name)
-    made = make_options(name, **options)
-    backend.cls.check_shape(made, num_heads, head_dim, max_seq_len)
-    return backend.cls(num_heads, head_dim, max_seq_len, made)
+    return spec(name, **options).build(num_heads, head_dim, max_seq_len)
 
 
 def label(name: str, **options: Any) -> str:
     """The display label of backend ``name`` with these options."""
-    return get(name).cls.label(make_options(name, **options))
+    return spec(name, **options).label

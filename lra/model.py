@@ -37,14 +37,12 @@ class MultiHeadAttention(nn.Module):
     """Separate Q, K, V projections (with bias) to heads × head_dim, a backend, an output projection."""
 
     def __init__(self, dim: int, num_heads: int, head_dim: int, max_seq_len: int,
-                 attention_name: str, attention_options: dict, attention_fp32: bool):
+                 attention: attention_zoo.AttentionSpec, attention_fp32: bool):
         super().__init__()
         self.num_heads, self.head_dim = num_heads, head_dim
         inner = num_heads * head_dim
         self.query, self.key, self.value = (nn.Linear(dim, inner) for _ in range(3))
-        self.backend = attention_zoo.build(
-            attention_name, num_heads=num_heads, head_dim=head_dim, max_seq_len=max_seq_len, **attention_options
-        )
+        self.backend = attention.build(num_heads, head_dim, max_seq_len)
         self.output = nn.Linear(inner, dim)
         self.attention_fp32 = attention_fp32
 
@@ -66,11 +64,11 @@ class MultiHeadAttention(nn.Module):
 class Block(nn.Module):
     """Pre-LN: x + dropout(attn(LN(x))), then x + MLP(LN(x))."""
 
-    def __init__(self, cfg, max_seq_len: int, attention_name: str, attention_options: dict):
+    def __init__(self, cfg, max_seq_len: int, attention: attention_zoo.AttentionSpec):
         super().__init__()
         self.norm1 = nn.LayerNorm(cfg.dim)
-        self.attention = MultiHeadAttention(cfg.dim, cfg.num_heads, cfg.head_dim, max_seq_len,
-                                            attention_name, attention_options, cfg.attention_fp32)
+        self.attention = MultiHeadAttention(cfg.dim, cfg.num_heads, cfg.head_dim, max_seq_len, attention,
+                                            cfg.attention_fp32)
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm2 = nn.LayerNorm(cfg.dim)
         self.mlp = nn.Sequential(
@@ -86,7 +84,7 @@ class Block(nn.Module):
 class Encoder(nn.Module):
     """Token + position embeddings, pre-LN blocks, final LayerNorm, pooling to one vector."""
 
-    def __init__(self, cfg, vocab_size: int, max_length: int, attention_name: str, attention_options: dict):
+    def __init__(self, cfg, vocab_size: int, max_length: int, attention: attention_zoo.AttentionSpec):
         super().__init__()
         self.pooling = str(getattr(cfg.pooling, "value", cfg.pooling))
         padding_mask = getattr(cfg, "padding_mask", "lengths")  # runs recorded before the option: lengths
@@ -104,7 +102,7 @@ class Encoder(nn.Module):
         self.cls = nn.Parameter(torch.zeros(1, 1, cfg.dim)) if self.use_cls else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
-            Block(cfg, positions, attention_name, attention_options) for _ in range(cfg.num_layers)
+            Block(cfg, positions, attention) for _ in range(cfg.num_layers)
         )
         self.norm = nn.LayerNorm(cfg.dim)
         for block in self.blocks[1:]:
@@ -137,9 +135,9 @@ class Classifier(nn.Module):
     ``[X1, X2, X1*X2, X1-X2]``.
     """
 
-    def __init__(self, model_cfg, task_cfg, attention_name: str, attention_options: dict, max_length: int):
+    def __init__(self, model_cfg, task_cfg, attention: attention_zoo.AttentionSpec, max_length: int):
         super().__init__()
-        self.encoder = Encoder(model_cfg, task_cfg.vocab_size, max_length, attention_name, attention_options)
+        self.encoder = Encoder(model_cfg, task_cfg.vocab_size, max_length, attention)
         self.dual_encoder = bool(task_cfg.dual_encoder)
         width = model_cfg.dim * (4 if self.dual_encoder else 1)
         self.head = nn.Sequential(

@@ -18,7 +18,6 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 from tqdm import tqdm
 
 import attention_zoo
@@ -34,7 +33,7 @@ from lra.loggers import NullLogger, build_logger
 from lra.model import Classifier, input_length
 from lra.records import HISTORY, RunRecord, describe_device, git_commit, peak_memory_mb
 from lra.run import RunDirectory
-from lra.validation import attention_options
+from lra.validation import attention_spec
 
 
 @dataclass
@@ -157,9 +156,9 @@ class TrainWindow:
 
 class Trainer:
     def __init__(self, cfg, run_dir: Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),
-                 record: Optional[RunRecord] = None):
+                 record: Optional[RunRecord] = None, attention: Optional[attention_zoo.AttentionSpec] = None):
         """``record``: the run's record (``lra.run.RunDirectory.new_record``); without one (benchmarks,
-        tests) a record that never writes."""
+        tests) a record that never writes. ``attention``: the run's spec (made from ``cfg`` if not given)."""
         self.cfg, self.run_dir, self.announce, self.ranks = cfg, Path(run_dir), announce, ranks
         trainer = cfg.trainer
         if trainer.batch_size % (trainer.grad_accumulation * ranks.world):
@@ -176,14 +175,8 @@ class Trainer:
         self.amp_dtype = autocast_dtype(str(getattr(trainer.precision, "value", trainer.precision)), self.device)
         seed_everything(cfg.seed)
 
-        options = attention_options(cfg)
-        self.attention_name = cfg.attention.name
-        if self.attention_name not in attention_zoo.names():
-            raise UserError(
-                f"attention '{self.attention_name}' has a preset but no implementation in this version; "
-                f"implemented: {', '.join(attention_zoo.names())}"
-            )
-        self.label = attention_zoo.label(self.attention_name, **options)
+        self.attention = attention if attention is not None else attention_spec(cfg)
+        self.attention_name, self.label = self.attention.name, self.attention.label
         self.record = record if record is not None else RunRecord(
             self.run_dir, write=False, task=cfg.task.name, attention=self.attention_name, label=self.label,
             seed=cfg.seed, status="running", git_commit=git_commit())
@@ -195,7 +188,7 @@ class Trainer:
         self._warn_truncation(self.data.splits["train"])
         self.chance = ChanceLevel.of(self.data.splits["val"].labels)
 
-        self.model = Classifier(cfg.model, cfg.task, self.attention_name, options, self.max_length).to(self.device)
+        self.model = Classifier(cfg.model, cfg.task, self.attention, self.max_length).to(self.device)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         # Training goes through DDP (gradients averaged over ranks); evaluation uses the plain module.
         self.ddp = torch.nn.parallel.DistributedDataParallel(self.model) if ranks.world > 1 else None
@@ -464,12 +457,12 @@ def train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], a
 
 
 def _train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], announce, ranks) -> dict:
-    label = attention_zoo.label(cfg.attention.name, **attention_options(cfg))  # validated options
-    record = run.new_record(provisional=bool(cfg.resume), task=cfg.task.name, attention=cfg.attention.name,
-                            label=label, seed=cfg.seed, status="running", git_commit=git_commit())
+    attention = attention_spec(cfg)  # validated options
+    record = run.new_record(provisional=bool(cfg.resume), task=cfg.task.name, attention=attention.name,
+                            label=attention.label, seed=cfg.seed, status="running", git_commit=git_commit())
     logger = None
     try:
-        trainer = Trainer(cfg, run.path, announce, ranks, record=record)
+        trainer = Trainer(cfg, run.path, announce, ranks, record=record, attention=attention)
         trainer.try_resume()
         logger = build_logger(cfg.logger, run.path, resolved_config, name=trainer.label, group=group,
                               job_type=cfg.task.name) if ranks.main else NullLogger()

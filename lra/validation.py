@@ -62,8 +62,10 @@ def check_group(node: DictConfig, path: str) -> None:
         raise invalid(f"{prefix}.{error.field}", error) from None
 
 
-def attention_options(cfg: DictConfig) -> dict:
-    return {k: v for k, v in OmegaConf.to_container(cfg.attention, resolve=True).items() if k != "name"}
+def attention_spec(cfg: DictConfig) -> attention_zoo.AttentionSpec:
+    """The run's attention (name, validated options, label), made from ``cfg.attention`` in this one place."""
+    options = {k: v for k, v in OmegaConf.to_container(cfg.attention, resolve=True).items() if k != "name"}
+    return attention_zoo.spec(cfg.attention.name, **options)
 
 
 def check_attention(cfg: DictConfig) -> None:
@@ -72,7 +74,7 @@ def check_attention(cfg: DictConfig) -> None:
         raise ConfigError(f"attention '{name}' has a preset but no implementation in this version; "
                           f"implemented: {', '.join(attention_zoo.names())}")
     try:
-        options = attention_zoo.make_options(name, **attention_options(cfg))
+        options = attention_spec(cfg).options
     except InvalidOption as error:
         raise invalid(f"attention.{error.field}", error) from None
     impl = getattr(options, "impl", None)
@@ -89,11 +91,9 @@ def check_shape(cfg: DictConfig) -> None:
     than positions), before anything is built."""
     from lra.model import attention_length, input_length
 
-    name = cfg.attention.name
-    options = attention_zoo.make_options(name, **attention_options(cfg))
     positions = attention_length(cfg.model.pooling, input_length(cfg.task.max_length, cfg.trainer.max_length))
     try:
-        attention_zoo.get(name).cls.check_shape(options, cfg.model.num_heads, cfg.model.head_dim, positions)
+        attention_spec(cfg).check_shape(cfg.model.num_heads, cfg.model.head_dim, positions)
     except InvalidOption as error:
         raise invalid(f"attention.{error.field}", error) from None
 

@@ -75,6 +75,18 @@ def test_options_are_a_dataclass_and_typos_are_rejected(name):
     assert attention_zoo.label(name)
 
 
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_spec_is_the_one_object_a_model_builds_its_layers_from(name):
+    """attention_zoo.spec validates the options once; its label is the registry's and each layer it
+    builds is the registered class with those very options."""
+    spec = attention_zoo.spec(name)
+    assert spec.label == attention_zoo.label(name) and spec.options == attention_zoo.make_options(name)
+    layer = spec.build(num_heads=2, head_dim=32, max_seq_len=64)
+    assert isinstance(layer, attention_zoo.get(name).cls) and layer.options is spec.options
+    with pytest.raises(TypeError, match="valid options"):
+        attention_zoo.spec(name, not_an_option=1)
+
+
 def test_softmax_equals_a_float64_reference_with_padding():
     q, k, v = random_qkv()
     mask = padding_mask()

@@ -9,7 +9,6 @@ import sys
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 import attention_zoo
 from attention_zoo import _yoso_ops as ops
@@ -20,6 +19,7 @@ from conftest import SMALL_LISTOPS
 from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.loggers import NullLogger
 from lra.model import Classifier
+from lra.validation import attention_spec
 
 
 def kernel_impls() -> list:
@@ -69,9 +69,8 @@ def compose_model(name: str, length: int, layers: int = 2) -> torch.nn.Module:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["task=listops", f"attention={name}", f"task.max_length={length}",
                                                        f"model.num_layers={layers}"])
-    options = {k: v for k, v in OmegaConf.to_container(cfg.attention, resolve=True).items() if k != "name"}
     torch.manual_seed(0)
-    return Classifier(cfg.model, cfg.task, name, options, length)
+    return Classifier(cfg.model, cfg.task, attention_spec(cfg), length)
 
 
 def forward_backward(model, ids, mask):

@@ -12,6 +12,7 @@ import attention_zoo
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.model import Classifier
+from lra.validation import attention_spec
 
 register_configs()
 register_resolvers()
@@ -43,10 +44,9 @@ def test_every_task_and_attention_preset_composes(task, attention):
     if attention not in attention_zoo.names():
         return
     # Code exists: build the model and take an optimizer step on inputs of the task's shape (smoke).
-    options = {k: v for k, v in OmegaConf.to_container(cfg.attention).items() if k != "name"}
     length = min(cfg.task.max_length, cfg.trainer.max_length)
     torch.manual_seed(0)
-    model = Classifier(cfg.model, cfg.task, attention, options, length)
+    model = Classifier(cfg.model, cfg.task, attention_spec(cfg), length)
     documents = 2 if cfg.task.dual_encoder else 1
     ids = [torch.randint(1, cfg.task.vocab_size, (2, length)) for _ in range(documents)]
     masks = [torch.arange(length)[None] < torch.tensor([[length], [length // 2]]) for _ in range(documents)]
@@ -73,7 +73,7 @@ def test_task_presets_carry_the_reference_schedule():
 def test_masked_mean_pooling_ignores_padding_and_the_reference_option_does_not():
     cfg = compose_config("attention=softmax")
     torch.manual_seed(0)
-    model = Classifier(cfg.model, cfg.task, "softmax", {}, 64).eval()
+    model = Classifier(cfg.model, cfg.task, attention_zoo.spec("softmax"), 64).eval()
     ids = torch.randint(2, 17, (1, 64))
     short, long = torch.arange(64)[None] < 20, torch.arange(64)[None] < 20
     other = ids.clone()
@@ -81,7 +81,7 @@ def test_masked_mean_pooling_ignores_padding_and_the_reference_option_does_not()
     torch.testing.assert_close(model([ids], [short]), model([other], [long]))
     cfg.model.pooling = "mean_unmasked"
     torch.manual_seed(0)
-    reference = Classifier(cfg.model, cfg.task, "softmax", {}, 64).eval()
+    reference = Classifier(cfg.model, cfg.task, attention_zoo.spec("softmax"), 64).eval()
     assert not torch.allclose(reference([ids], [short]), reference([other], [long]))
 
 
@@ -94,10 +94,10 @@ def test_the_reference_masking_quirk_treats_every_zero_id_as_padding():
     ids[1, 10:30] = 0
     lengths = torch.ones(2, 64, dtype=torch.bool)
     torch.manual_seed(0)
-    default = Classifier(cfg.model, cfg.task, "softmax", {}, 64).eval()
+    default = Classifier(cfg.model, cfg.task, attention_zoo.spec("softmax"), 64).eval()
     cfg.model.padding_mask = "nonzero_ids"
     torch.manual_seed(0)
-    quirk = Classifier(cfg.model, cfg.task, "softmax", {}, 64).eval()
+    quirk = Classifier(cfg.model, cfg.task, attention_zoo.spec("softmax"), 64).eval()
     torch.testing.assert_close(quirk([ids], [lengths]), default([ids], [ids != 0]))
     assert not torch.allclose(quirk([ids], [lengths]), default([ids], [lengths]))
 

@@ -13,6 +13,7 @@ from conftest import SMALL_LISTOPS, read_json, run_command
 from lra.config import CONF_DIR
 from lra.model import Classifier
 from lra.results.table import PAPER_NAMES, REFERENCES
+from lra.validation import attention_spec
 from test_config import compose_config
 
 PAPERS = {"yoso_table3": "yoso", "lra_table1": "lra"}
@@ -39,8 +40,7 @@ def test_every_row_is_listed_and_names_a_row_of_the_paper(experiment):
     labels = []
     for row in rows:
         cfg = compose_config(f"experiment={experiment}", f"row={row}")
-        options = {k: v for k, v in OmegaConf.to_container(cfg.attention, resolve=True).items() if k != "name"}
-        label = attention_zoo.label(cfg.attention.name, **options)
+        label = attention_spec(cfg).label
         assert {label, *PAPER_NAMES.get(label, [])} & names, f"{row}: label {label} is not a row of the paper"
         assert str(cfg.model.padding_mask.value) == "nonzero_ids", "the reference's ids != 0 mask"
         labels.append(label)
@@ -160,7 +160,7 @@ def test_every_row_is_in_the_table_of_cited_values_and_every_deviation_is_docume
 def test_lra_table1_setups_build_their_model(setup):
     cfg = compose_config("experiment=lra_table1", f"setup={setup}", "row=lra_table1/transformer")
     assert cfg.task.name == Path(setup).name
-    model = Classifier(cfg.model, cfg.task, "softmax", {}, 64)
+    model = Classifier(cfg.model, cfg.task, attention_zoo.spec("softmax"), 64)
     width = {"listops": 512, "text": 256, "retrieval": 128, "image": 32, "pathfinder": 32}[cfg.task.name]
     assert model.encoder.norm.normalized_shape == (width,)
     assert str(cfg.trainer.lr_schedule.value) in ("rsqrt", "cosine")

@@ -15,7 +15,6 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-import attention_zoo
 from lra import validation
 from lra.commands import config_errors
 from lra.config import CONF_DIR, TrainRunConfig, register_configs, register_resolvers
@@ -45,7 +44,7 @@ def _record_refused_job(folder: RunDirectory, cfg: DictConfig, hydra_cfg, error:
     folder.save_hydra_files(hydra_cfg, cfg)
     name = OmegaConf.select(cfg, "attention.name", default=None)
     try:
-        label = attention_zoo.label(name, **validation.attention_options(cfg))
+        label = validation.attention_spec(cfg).label
     except Exception:  # the refusal may be the attention options themselves
         label = name
     record = folder.new_record(task=OmegaConf.select(cfg, "task.name", default=None), attention=name,

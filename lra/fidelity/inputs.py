@@ -61,7 +61,7 @@ def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.devi
     ``examples`` sequences of ``split`` (the first document of a dual-encoder pair)."""
     from lra.data.prepare import load_task_data
     from lra.model import Classifier, input_length
-    from lra.validation import attention_options
+    from lra.validation import attention_spec
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
@@ -71,7 +71,7 @@ def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.devi
         raise UserError(f"no checkpoint in {run_dir}/checkpoints (looked for {checkpoint.BEST}, {checkpoint.LAST}); "
                         f"train it first, or resume it with: lra-train resume={run_dir}")
     max_length = input_length(cfg.task.max_length, cfg.trainer.max_length)
-    model = Classifier(cfg.model, cfg.task, cfg.attention.name, attention_options(cfg), max_length)
+    model = Classifier(cfg.model, cfg.task, attention_spec(cfg), max_length)
     try:
         model.load_state_dict(checkpoint.load(found)["model"])
     except Exception as exc:
