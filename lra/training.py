@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime
-import math
 import os
 import random
 import time
@@ -33,6 +32,7 @@ from lra.loggers import NullLogger, build_logger
 from lra.model import Classifier, input_length
 from lra.records import HISTORY, RunRecord, describe_device, git_commit, peak_memory_mb
 from lra.run import RunDirectory
+from lra.schedules import lr_factor
 from lra.validation import attention_spec
 
 
@@ -77,36 +77,6 @@ def autocast_dtype(precision: str, device: torch.device) -> Optional[torch.dtype
     if precision == "auto":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-
-
-def linear_warmup_decay(step: int, warmup: int, total: int, start: float, end: float) -> float:
-    """The learning-rate factor: ``start`` → 1 over ``warmup`` steps, then 1 → ``end`` at ``total``."""
-    if step < warmup:
-        return start + (1.0 - start) * step / warmup
-    remaining = max(total - warmup, 1)
-    return 1.0 + (end - 1.0) * min(step - warmup, remaining) / remaining
-
-
-def rsqrt_warmup(step: int, warmup: int) -> float:
-    """LRA's ``linear_warmup * rsqrt_decay``: min(1, t / w) / √max(t, w) (the base lr multiplies it)."""
-    return min(1.0, step / max(warmup, 1)) / math.sqrt(max(step, warmup, 1))
-
-
-def cosine_warmup(step: int, warmup: int, total: int) -> float:
-    """LRA's ``linear_warmup * cosine_decay`` with one cycle of ``total`` steps after the warm-up."""
-    progress = max(0.0, (step - warmup) / max(total, 1))
-    return min(1.0, step / max(warmup, 1)) * max(0.0, 0.5 * (1.0 + math.cos(math.pi * (progress % 1.0))))
-
-
-def lr_factor(step: int, trainer) -> float:
-    """The learning-rate multiplier at ``step`` for ``trainer.lr_schedule``."""
-    schedule = str(getattr(trainer.lr_schedule, "value", trainer.lr_schedule))
-    if schedule == "rsqrt":
-        return rsqrt_warmup(step, trainer.warmup_steps)
-    if schedule == "cosine":
-        return cosine_warmup(step, trainer.warmup_steps, trainer.max_steps)
-    return linear_warmup_decay(step, trainer.warmup_steps, trainer.max_steps, trainer.lr_start_factor,
-                               trainer.lr_end_factor)
 
 
 def seed_everything(seed: int) -> None:

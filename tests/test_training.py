@@ -8,7 +8,7 @@ import torch
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from lra.data.sampler import EpochSampler
 from lra.records import RunRecord
-from lra.training import linear_warmup_decay
+from lra.schedules import SCHEDULES, linear_warmup_decay
 
 RESUMABLE = ["trainer=smoke", "trainer.max_steps=16", "trainer.eval_every=5", "trainer.checkpoint_every=3",
              "trainer.train_subset=null", "trainer.eval_subset=null", "attention=softmax", "seed=7", *SMALL_LISTOPS]
@@ -119,6 +119,26 @@ def test_learning_rate_schedule_is_linear_warmup_then_linear_decay():
     assert factors[0] == pytest.approx(0.04) and factors[4] == pytest.approx(1.0) and factors[12] == 0.0
     assert factors[2] == pytest.approx(0.04 + 0.96 / 2)
     assert factors[8] == pytest.approx(0.5)
+
+
+def test_every_schedule_has_its_function_and_lras_closed_forms_hold():
+    """lra/schedules.py: one function per trainer.lr_schedule value; rsqrt is min(1, t/w)/√max(t, w)
+    and cosine min(1, t/w)·½(1 + cos(π (t − w)/T)), LRA's forms."""
+    import math
+    from types import SimpleNamespace
+
+    from lra.config import LRSchedule
+    from lra.schedules import lr_factor
+
+    assert set(SCHEDULES) == set(LRSchedule)
+    trainer = SimpleNamespace(warmup_steps=100, max_steps=1000, lr_start_factor=0.04, lr_end_factor=0.0,
+                              lr_schedule=LRSchedule.rsqrt)
+    assert lr_factor(50, trainer) == pytest.approx(0.5 / 10) and lr_factor(400, trainer) == pytest.approx(1 / 20)
+    trainer.lr_schedule = "cosine"  # a saved config's plain string works too
+    assert lr_factor(50, trainer) == pytest.approx(0.5)
+    assert lr_factor(600, trainer) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.5)))
+    trainer.lr_schedule = LRSchedule.linear
+    assert lr_factor(550, trainer) == pytest.approx(0.5)
 
 
 def test_sampler_position_round_trips_and_epochs_are_permutations():
