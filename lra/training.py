@@ -1,14 +1,12 @@
-"""The training loop: AdamW with linear warm-up and decay, optional mixed precision and gradient
-accumulation, full validation every ``eval_every`` steps, best-checkpoint selection, a final test
-of the best checkpoint, atomic checkpoints and an exact resume."""
+"""The training loop: optimizer steps with optional mixed precision and gradient accumulation, full
+validation every ``eval_every`` steps, best-checkpoint selection, a final test of the best
+checkpoint, atomic checkpoints and an exact resume. What it trains is built by :mod:`lra.build`."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
 import datetime
-import os
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,19 +18,16 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import attention_zoo
-from lra import checkpoint, distributed, gpus
+from lra import checkpoint, distributed
+from lra.build import build
 from lra.chance import ChanceLevel
 from lra.data.cache import TokenSplit
-from lra.data.prepare import load_task_data
-from lra.data.sampler import EpochSampler
 from lra.determinism import NondeterminismLog
 from lra.errors import UserError
 from lra.io import atomic_write_json
 from lra.loggers import NullLogger, build_logger
-from lra.model import Classifier, input_length
 from lra.records import HISTORY, RunRecord, describe_device, git_commit, peak_memory_mb
 from lra.run import RunDirectory
-from lra.schedules import lr_factor
 from lra.validation import attention_spec
 
 
@@ -48,49 +43,6 @@ class TrainState:
     train_tokens: int = 0
     wall_seconds: float = 0.0
     resumed_at_steps: List[int] = field(default_factory=list)  # one entry per resume (kill, preemption)
-
-
-def resolve_device(name: str, announce=print, ranks: distributed.Ranks = distributed.Ranks()) -> torch.device:
-    """``auto``: CUDA when available — under torchrun the rank's local GPU; otherwise, with several
-    GPUs, a free one claimed for this process (one job per GPU)."""
-    if ranks.world > 1 and torch.cuda.is_available() and name in ("auto", "cuda"):
-        device = torch.device("cuda", ranks.local_rank)
-        torch.cuda.set_device(device)
-        return device
-    if name == "auto":
-        if not torch.cuda.is_available():
-            return torch.device("cpu")
-        count = torch.cuda.device_count()
-        return torch.device("cuda", gpus.claim(count, announce) if count > 1 else 0)
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"trainer.device={name} but no CUDA device is available; use trainer.device=cpu")
-    return device
-
-
-def autocast_dtype(precision: str, device: torch.device) -> Optional[torch.dtype]:
-    """None means fp32 (no autocast)."""
-    if device.type != "cuda" or precision == "fp32":
-        if precision in ("bf16", "fp16") and device.type != "cuda":
-            raise UserError(f"trainer.precision={precision} needs CUDA; use trainer.precision=fp32 on CPU")
-        return None
-    if precision == "auto":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def compiled(model: torch.nn.Module, trainer) -> torch.nn.Module:
-    """``torch.compile`` of ``model`` with ``trainer.compile_mode`` (``reduce-overhead``: CUDA graphs)
-    as one graph (``fullgraph``: a graph break is an error, not a silent slowdown); the weights stay
-    those of ``model``, so checkpoints and resume are unchanged."""
-    mode = None if trainer.compile_mode == "default" else trainer.compile_mode
-    return torch.compile(model, mode=mode, fullgraph=True, dynamic=False)
 
 
 class TrainWindow:
@@ -130,64 +82,30 @@ class Trainer:
         """``record``: the run's record (``lra.run.RunDirectory.new_record``); without one (benchmarks,
         tests) a record that never writes. ``attention``: the run's spec (made from ``cfg`` if not given)."""
         self.cfg, self.run_dir, self.announce, self.ranks = cfg, Path(run_dir), announce, ranks
-        trainer = cfg.trainer
-        if trainer.batch_size % (trainer.grad_accumulation * ranks.world):
-            raise UserError(
-                f"trainer.batch_size={trainer.batch_size} is not divisible by trainer.grad_accumulation="
-                f"{trainer.grad_accumulation} × {ranks.world} processes; choose a multiple"
-            )
-        self.device = resolve_device(trainer.device, announce, ranks)
-        if trainer.deterministic and self.device.type == "cuda":  # cuBLAS needs it for repeatable matmuls
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        # Bitwise-repeatable runs and resumes (e.g. Inductor's CPU scatter-adds use atomics otherwise).
-        torch.use_deterministic_algorithms(trainer.deterministic, warn_only=True)
-        self.nondeterminism = NondeterminismLog()  # the ops that alerted anyway: the record says so
-        self.amp_dtype = autocast_dtype(str(getattr(trainer.precision, "value", trainer.precision)), self.device)
-        seed_everything(cfg.seed)
-
+        self.nondeterminism = NondeterminismLog()  # ops that alert under deterministic algorithms: recorded
         self.attention = attention if attention is not None else attention_spec(cfg)
         self.attention_name, self.label = self.attention.name, self.attention.label
-        self.record = record if record is not None else RunRecord(
-            self.run_dir, write=False, task=cfg.task.name, attention=self.attention_name, label=self.label,
-            seed=cfg.seed, status="running", git_commit=git_commit())
-        self.record.update(device=describe_device(self.device), processes=ranks.world)
-
-        self.data = load_task_data(cfg.task, Path(cfg.data_dir), train_subset=trainer.train_subset,
-                                   eval_subset=trainer.eval_subset, announce=announce)
-        self.max_length = input_length(cfg.task.max_length, trainer.max_length)
-        self._warn_truncation(self.data.splits["train"])
-        self.chance = ChanceLevel.of(self.data.splits["val"].labels)
-
-        self.model = Classifier(cfg.model, cfg.task, self.attention, self.max_length).to(self.device)
+        parts = build(cfg, self.attention, announce, ranks)
+        self.device, self.amp_dtype, self.data = parts.device, parts.amp_dtype, parts.data
+        self.max_length, self.model, self.ddp = parts.max_length, parts.model, parts.ddp
+        self.train_model, self.eval_model = parts.train_model, parts.eval_model
+        self.optimizer, self.scheduler = parts.optimizer, parts.scheduler
+        self.scaler, self.sampler = parts.scaler, parts.sampler
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
-        # Training goes through DDP (gradients averaged over ranks); evaluation uses the plain module.
-        self.ddp = torch.nn.parallel.DistributedDataParallel(self.model) if ranks.world > 1 else None
-        self.train_model = self.ddp if self.ddp is not None else self.model
-        self.eval_model = self.model
-        if trainer.compile:
-            self.train_model, self.eval_model = compiled(self.train_model, trainer), compiled(self.model, trainer)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=trainer.lr, betas=(trainer.beta1, trainer.beta2), eps=trainer.eps,
-            weight_decay=trainer.weight_decay,
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: lr_factor(step, trainer))
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
-        self.sampler = EpochSampler(len(self.data.splits["train"]), trainer.batch_size, cfg.seed)
+        self.chance = ChanceLevel.of(self.data.splits["val"].labels)
         self.state = TrainState()
         self.best_weights: Optional[Dict[str, torch.Tensor]] = None
         self.checkpoint_dir = self.run_dir / "checkpoints"
-        self.record.update(num_parameters=self.num_parameters, data_fingerprint=self.data.fingerprint,
+        self.record = record if record is not None else RunRecord(
+            self.run_dir, write=False, task=cfg.task.name, attention=self.attention_name, label=self.label,
+            seed=cfg.seed, status="running", git_commit=git_commit())
+        self.record.update(device=describe_device(self.device), processes=ranks.world,
+                           num_parameters=self.num_parameters, data_fingerprint=self.data.fingerprint,
                            data_cache=str(self.data.cache_dir), data_source=self.data.source,
                            data_raw_folder=self.data.raw_folder, run_dir=str(self.run_dir),
                            validation=self.data.validation, validation_examples=len(self.data.splits["val"]))
 
     # ---------------------------------------------------------------- state
-    def _warn_truncation(self, split: TokenSplit) -> None:
-        longer = int((split.lengths() > self.max_length).sum())
-        if longer:
-            self.announce(f"warning: {longer} of {len(split)} training sequences are longer than "
-                          f"{self.max_length} tokens and are truncated")
-
     def save_checkpoint(self) -> None:
         if not self.ranks.main:
             return

@@ -54,7 +54,7 @@ def measure(cfg, device) -> dict:
 @config_errors.one_line_user_errors
 def run(cfg: DictConfig) -> None:
     from lra.fidelity import report
-    from lra.training import resolve_device
+    from lra.build import resolve_device
     from lra.validation import validate_tool
 
     validate_tool(cfg)

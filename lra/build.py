@@ -1,0 +1,122 @@
+"""Everything a training run is made of, built from its config: the one place a run's device,
+precision, seed, data, model (DDP and compiled forms), optimizer, schedule, gradient scaler and
+sampler are made. :class:`lra.training.Trainer` receives them and only trains; benchmarks that need a
+model and its data call :func:`build` directly."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+import attention_zoo
+from lra import distributed, gpus
+from lra.data.prepare import PreparedData, load_task_data
+from lra.data.sampler import EpochSampler
+from lra.errors import UserError
+from lra.model import Classifier, input_length
+from lra.schedules import lr_factor
+
+
+@dataclass
+class Components:
+    device: torch.device
+    amp_dtype: Optional[torch.dtype]  # None: fp32, no autocast
+    data: PreparedData
+    max_length: int  # padded tokens per document the model sees
+    model: torch.nn.Module  # the plain module: checkpoints, evaluation weights
+    ddp: Optional[torch.nn.parallel.DistributedDataParallel]  # under torchrun
+    train_model: torch.nn.Module  # what training calls: DDP and/or compiled around ``model``
+    eval_model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    sampler: EpochSampler
+
+
+def build(cfg, attention: attention_zoo.AttentionSpec, announce=print,
+          ranks: distributed.Ranks = distributed.Ranks()) -> Components:
+    """The run's components, in the order their random draws must happen (seed, then the model)."""
+    trainer = cfg.trainer
+    if trainer.batch_size % (trainer.grad_accumulation * ranks.world):
+        raise UserError(
+            f"trainer.batch_size={trainer.batch_size} is not divisible by trainer.grad_accumulation="
+            f"{trainer.grad_accumulation} × {ranks.world} processes; choose a multiple"
+        )
+    device = resolve_device(trainer.device, announce, ranks)
+    if trainer.deterministic and device.type == "cuda":  # cuBLAS needs it for repeatable matmuls
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    # Bitwise-repeatable runs and resumes (e.g. Inductor's CPU scatter-adds use atomics otherwise).
+    torch.use_deterministic_algorithms(trainer.deterministic, warn_only=True)
+    amp_dtype = autocast_dtype(str(getattr(trainer.precision, "value", trainer.precision)), device)
+    seed_everything(cfg.seed)
+
+    data = load_task_data(cfg.task, Path(cfg.data_dir), train_subset=trainer.train_subset,
+                          eval_subset=trainer.eval_subset, announce=announce)
+    max_length = input_length(cfg.task.max_length, trainer.max_length)
+    longer = int((data.splits["train"].lengths() > max_length).sum())
+    if longer:
+        announce(f"warning: {longer} of {len(data.splits['train'])} training sequences are longer than "
+                 f"{max_length} tokens and are truncated")
+
+    model = Classifier(cfg.model, cfg.task, attention, max_length).to(device)
+    # Training goes through DDP (gradients averaged over ranks); evaluation uses the plain module.
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if ranks.world > 1 else None
+    train_model, eval_model = (ddp if ddp is not None else model), model
+    if trainer.compile:
+        train_model, eval_model = compiled(train_model, trainer), compiled(model, trainer)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=trainer.lr, betas=(trainer.beta1, trainer.beta2),
+                                  eps=trainer.eps, weight_decay=trainer.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, trainer))
+    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
+    sampler = EpochSampler(len(data.splits["train"]), trainer.batch_size, cfg.seed)
+    return Components(device, amp_dtype, data, max_length, model, ddp, train_model, eval_model, optimizer, scheduler,
+                      scaler, sampler)
+
+
+def resolve_device(name: str, announce=print, ranks: distributed.Ranks = distributed.Ranks()) -> torch.device:
+    """``auto``: CUDA when available — under torchrun the rank's local GPU; otherwise, with several
+    GPUs, a free one claimed for this process (one job per GPU)."""
+    if ranks.world > 1 and torch.cuda.is_available() and name in ("auto", "cuda"):
+        device = torch.device("cuda", ranks.local_rank)
+        torch.cuda.set_device(device)
+        return device
+    if name == "auto":
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        count = torch.cuda.device_count()
+        return torch.device("cuda", gpus.claim(count, announce) if count > 1 else 0)
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"trainer.device={name} but no CUDA device is available; use trainer.device=cpu")
+    return device
+
+
+def autocast_dtype(precision: str, device: torch.device) -> Optional[torch.dtype]:
+    """None means fp32 (no autocast)."""
+    if device.type != "cuda" or precision == "fp32":
+        if precision in ("bf16", "fp16") and device.type != "cuda":
+            raise UserError(f"trainer.precision={precision} needs CUDA; use trainer.precision=fp32 on CPU")
+        return None
+    if precision == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def compiled(model: torch.nn.Module, trainer) -> torch.nn.Module:
+    """``torch.compile`` of ``model`` with ``trainer.compile_mode`` (``reduce-overhead``: CUDA graphs)
+    as one graph (``fullgraph``: a graph break is an error, not a silent slowdown); the weights stay
+    those of ``model``, so checkpoints and resume are unchanged."""
+    mode = None if trainer.compile_mode == "default" else trainer.compile_mode
+    return torch.compile(model, mode=mode, fullgraph=True, dynamic=False)
