@@ -16,10 +16,9 @@ from attention_zoo._common import seeded_normal
 from attention_zoo._yoso_build import KernelUnavailable
 from attention_zoo.yoso import draw, sample_op, seeded_draws_op
 from conftest import SMALL_LISTOPS
+from helpers import compose_model, forward_backward
 from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.loggers import NullLogger
-from lra.model import Classifier
-from lra.validation import attention_spec
 
 
 def kernel_impls() -> list:
@@ -61,24 +60,6 @@ def test_every_yoso_operator_passes_opcheck(impl):
                                   2**20)))
     for op, args in cases:
         torch.library.opcheck(op, args)
-
-
-def compose_model(name: str, length: int, layers: int = 2) -> torch.nn.Module:
-    register_configs()
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["task=listops", f"attention={name}", f"task.max_length={length}",
-                                                       f"model.num_layers={layers}"])
-    torch.manual_seed(0)
-    return Classifier(cfg.model, cfg.task, attention_spec(cfg), length)
-
-
-def forward_backward(model, ids, mask):
-    model.zero_grad(set_to_none=True)
-    logits = model([ids], [mask])
-    logits.square().sum().backward()
-    return logits.detach(), {n.removeprefix("_orig_mod."): p.grad.clone() for n, p in model.named_parameters()
-                             if p.grad is not None}
 
 
 def test_the_kernel_choice_is_marked_constant_for_compile_without_importing_dynamo_at_start_up():

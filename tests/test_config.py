@@ -5,11 +5,11 @@ import itertools
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import attention_zoo
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+from helpers import compose_config
 from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.model import Classifier
 from lra.validation import attention_spec
@@ -19,11 +19,6 @@ register_resolvers()
 
 TASKS = sorted(p.stem for p in (CONF_DIR / "task").glob("*.yaml"))
 ATTENTIONS = sorted(p.stem for p in (CONF_DIR / "attention").glob("*.yaml"))
-
-
-def compose_config(*overrides):
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
 
 
 def test_the_contract_presets_exist():

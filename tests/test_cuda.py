@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import attention_zoo
-from test_compile import compose_model, forward_backward
+from helpers import compose_model, forward_backward
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 

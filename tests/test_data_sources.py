@@ -11,6 +11,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+from helpers import AAN_LINE, KNOWN_REVIEW, write_aan, write_aclimdb, write_cifar_python, write_pathfinder
 from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.data import listops, pathfinder_generator as generator, pathfinder_writer as writer
 from lra.data.image import tf_grayscale
@@ -36,56 +37,6 @@ def ids(split, index, document=0):
 
 
 # ----------------------------------------------------------------------------- fixtures
-KNOWN_REVIEW = "Café ok!".encode()  # a two-byte UTF-8 character: ids are bytes + 1
-
-
-def write_aclimdb(root, per_folder=3):
-    for split in ("train", "test"):
-        for label in ("neg", "pos"):
-            folder = root / "aclImdb" / split / label
-            folder.mkdir(parents=True)
-            for i in range(per_folder):
-                text = KNOWN_REVIEW if (split, label, i) == ("train", "pos", 0) else f"{split} {label} review {i}".encode()
-                text = b" \n" + text + b"\r\n \t" if i == 0 else text  # tfds strips surrounding whitespace
-                (folder / f"{i}_7.txt").write_bytes(text)
-    return root / "aclImdb"
-
-
-AAN_LINE = b'1.0\taan/P01\taan/P02\tsays "hi"\tx\ty'  # 6 fields: malformed
-AAN_ROWS = [(b"1.0", b'a "quoted" doc', b"second"), (b"0.0", b"other", b"text two")]
-
-
-def write_aan(root, nesting="lra_release/tsv_data", long_bytes=0):
-    folder = root / nesting
-    folder.mkdir(parents=True)
-    for name in ("train", "eval", "test"):
-        lines = [b"\t".join([label, b"id1", b"id2", t1 + b"z" * long_bytes, t2]) for label, t1, t2 in AAN_ROWS * 3]
-        (folder / f"new_aan_pairs.{name}.tsv").write_bytes(b"\n".join(lines) + b"\n")
-    return folder
-
-
-def write_cifar_python(root, per_batch=10):
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for index, name in enumerate([*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]):
-        images = rng.integers(0, 256, size=(per_batch, 32, 32, 3), dtype=np.uint8)
-        if index == 0:
-            images[0, 3, 5] = (100, 100, 100)  # row 3, column 5 → token 3·32 + 5
-            images[0, 0, 0] = (200, 100, 50)
-        data = images.transpose(0, 3, 1, 2).reshape(per_batch, 3072)  # the pickles' R, G, B planes
-        batch = {b"data": data, b"labels": [int(x) for x in rng.integers(0, 10, per_batch)], b"batch_label": b"x"}
-        (folder / name).write_bytes(pickle.dumps(batch))
-    return folder
-
-
-def write_pathfinder(root, count=60, nesting="lra_release/pathfinder32/curv_contour_length_14"):
-    folder = root / nesting
-    g = generator.geometry_for(32, "contour_length_14")
-    writer.write_release(g, writer.GeneratorSettings(num_images=count, images_per_folder=25, workers=1), folder)
-    return folder
-
-
 # ----------------------------------------------------------------------------- Text
 def test_aclimdb_review_becomes_its_bytes_plus_one_and_validation_is_the_test_split(tmp_path):
     write_aclimdb(tmp_path / "raw")

@@ -10,11 +10,11 @@ from omegaconf import OmegaConf
 
 import attention_zoo
 from conftest import SMALL_LISTOPS, read_json, run_command
+from helpers import compose_config
 from lra.config import CONF_DIR
 from lra.model import Classifier
 from lra.results.table import PAPER_NAMES, REFERENCES
 from lra.validation import attention_spec
-from test_config import compose_config
 
 PAPERS = {"yoso_table3": "yoso", "lra_table1": "lra"}
 

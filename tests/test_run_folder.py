@@ -164,3 +164,71 @@ def test_the_same_command_started_again_continues_its_unfinished_run_and_another
     assert "continuing the unfinished run" in again.stdout + again.stderr and "resumed from" in again.stdout + again.stderr
     record = read_json(run / "metrics.json")
     assert record["status"] == "completed" and record["resumed_at_steps"] == [2]
+
+
+# ------------------------------------------------ one process per run folder, and resumes that fail
+RESUMABLE = ["trainer=smoke", "trainer.max_steps=12", "trainer.eval_every=4", "trainer.checkpoint_every=4",
+             "attention=softmax", *SMALL_LISTOPS]
+
+
+def test_a_run_directory_belongs_to_one_process(tmp_path, data_dir):
+    """A trainer stopped mid-run (SIGSTOP at its second checkpoint) still owns its folder: a resume
+    of it stops with a line naming the holder and changes nothing; once the holder is gone, the
+    resume goes ahead and completes."""
+    env = {**os.environ, "LRA_DATA_DIR": str(data_dir), "WANDB_MODE": "disabled", "LRA_FAULT": "after_checkpoint:2:SIGSTOP"}
+    exe = os.path.join(os.path.dirname(sys.executable), "lra-train")
+    with open(tmp_path / "first.log", "w") as log:
+        first = subprocess.Popen([exe, *RESUMABLE], cwd=tmp_path, env=env, stdout=log, stderr=log)
+    try:
+        _, status = os.waitpid(first.pid, os.WUNTRACED)  # returns when the trainer stops itself
+        assert os.WIFSTOPPED(status), (tmp_path / "first.log").read_text()
+        (run,) = run_dirs(tmp_path)
+        before = (run / "metrics.json").read_bytes()
+        second = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False)
+        last = second.stderr.strip().splitlines()[-1]
+        assert second.returncode == 1 and f"the run directory {run} is in use by process {first.pid}" in last, second.stderr
+        assert (run / "metrics.json").read_bytes() == before
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    resumed = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert "resumed from" in resumed.stderr + resumed.stdout
+    assert read_json(run / "metrics.json")["status"] == "completed"
+
+
+def test_a_failed_resume_leaves_the_record_and_a_completed_run_is_not_resumed(tmp_path, data_dir):
+    killed = run_command(["lra-train", *RESUMABLE], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "after_checkpoint:2"}, check=False)
+    assert killed.returncode != 0
+    (run,) = run_dirs(tmp_path)
+    last = run / "checkpoints" / "last.pt"
+    good = last.read_bytes()
+    last.write_bytes(good[: len(good) // 3])  # a damaged checkpoint
+    before = (run / "metrics.json").read_bytes()
+    failed = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False)
+    lines = failed.stderr.strip().splitlines()
+    assert failed.returncode == 1 and "cannot resume from" in lines[-1] and "left as it was" in lines[-1]
+    assert (run / "metrics.json").read_bytes() == before, "a failed resume must not rewrite the record"
+    last.write_bytes(good)
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    completed = (run / "metrics.json").read_bytes()
+    assert read_json(run / "metrics.json")["status"] == "completed"
+    again = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert "already completed" in again.stderr + again.stdout
+    longer = run_command(["lra-train", f"resume={run}", "trainer.max_steps=24"], tmp_path, data_dir, check=False)
+    last = longer.stderr.strip().splitlines()[-1]
+    assert longer.returncode == 2 and last.startswith(f"error: {run} completed at step ") and last.endswith(
+        f"train a new run instead: lra-train {' '.join(o for o in RESUMABLE if 'max_steps' not in o)} "
+        "trainer.max_steps=24"), longer.stderr
+    assert (run / "metrics.json").read_bytes() == completed, "a completed result never changes"
+
+
+@pytest.mark.parametrize("content", ["", "{{{not yaml", "- a list\n"])
+def test_resume_with_a_damaged_saved_config_is_one_line(tmp_path, data_dir, content):
+    run = tmp_path / "runs" / "x"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "resolved.yaml").write_text(content)
+    result = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1 and "cannot resume" in last and "resolved.yaml is unreadable" in last, result.stderr
+    assert not (run / "metrics.json").exists()

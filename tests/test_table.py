@@ -4,6 +4,8 @@ cells never shown as numbers, and the table a real multirun prints at its end.""
 import json
 import statistics
 
+import pytest
+
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from lra.commands.table import main as table_main
 from lra.results.table import collect, comparison
@@ -221,3 +223,52 @@ def test_the_efficiency_view_checks_the_parameter_budget_against_softmax(tmp_pat
     column = table["listops params vs Softmax"]
     assert column["Softmax"] == "+0.0 %" and column["YOSO-32"] == "+5.0 %"
     assert column["Nystromformer"] == "+20.0 % (outside ±10 %)"
+
+
+# ------------------------------------------------------------------------------------ lra-table
+def write_record(folder, content):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.json").write_text(content if isinstance(content, str) else json.dumps(content))
+
+
+def test_lra_table_counts_each_run_once_and_reads_any_file(tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    write_record(sweep / "0", {"label": "Softmax", "task": "listops", "seed": 0, "status": "completed", "test_accuracy": 30.0})
+    write_record(sweep / "1", {"label": "Softmax", "task": "listops", "seed": 1, "status": "completed", "test_accuracy": 34.0})
+    write_record(sweep / "2", {"label": "Softmax", "task": "listops", "seed": 1, "status": "failed", "test_accuracy": None})
+    write_record(sweep / "3", "{ not json")
+    write_record(sweep / "4", "")
+    write_record(sweep / "5", "[1, 2]")
+    write_record(sweep / "6", {"task": "listops"})
+    result = run_command(["lra-table", str(sweep), str(sweep / "0"), str(sweep / "0" / "metrics.json"), "--format", "csv"],
+                         tmp_path, data_dir)
+    assert "Traceback" not in result.stderr
+    row = [line for line in result.stdout.splitlines() if line.startswith("Softmax,listops")][0]
+    assert ",32.0," in row and ",2,0" in row, row  # mean 32 over 2 seeds, the failed duplicate dropped
+    notes = result.stderr
+    assert "dropped" in notes and "seed 1" in notes
+    for bad in ("3", "4", "5", "6"):
+        assert f"skipped {sweep / bad / 'metrics.json'}" in notes
+
+
+@pytest.mark.parametrize("args,code,expected", [
+    (["--metric", "test_acc"], 2, "no run record has the metric 'test_acc'; choose --metric from "),
+    (["--reference", "nowhere.csv"], 2, "cannot read the reference table 'nowhere.csv'"),
+    (["--metric", "label"], 2, "--metric label is not a number in the run records; choose --metric from "),  # a traceback
+    (["--reference", "words.csv"], 2, "its listops value for Softmax is 'high', not a number"),  # a traceback
+    (["--efficiency", "text"], 2, "no runs of task 'text' for --efficiency; choose one of listops"),  # empty columns
+    (["--plot-task", "text", "--plot", "p.png"], 2, "no runs of task 'text' to plot"),
+])
+def test_lra_table_mistakes_are_one_line(tmp_path, data_dir, args, code, expected):
+    write_record(tmp_path / "r", {"label": "Softmax", "task": "listops", "seed": 0, "status": "completed", "test_accuracy": 30.0})
+    (tmp_path / "words.csv").write_text("method,listops,avg\nSoftmax,high,1\n")
+    result = run_command(["lra-table", str(tmp_path / "r"), *args], tmp_path, data_dir, check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == code and last.startswith("error: ") and expected in last, result.stderr
+
+
+def test_lra_table_wandb_without_a_key_is_one_line(tmp_path, data_dir):
+    env = {"WANDB_API_KEY": "", "HOME": str(tmp_path), "WANDB_CONFIG_DIR": str(tmp_path / "wandb")}
+    result = run_command(["lra-table", "--wandb", "someone/project"], tmp_path, data_dir, env_extra=env, check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1 and "cannot read the W&B project 'someone/project'" in last and "wandb login" in last

@@ -1,0 +1,105 @@
+"""Bad config values: every invalid value is one line naming the field, the value and the rule, a
+non-zero exit, no default substituted, and no run record claiming a success."""
+
+import pytest
+
+from conftest import run_command
+from helpers import compose_config
+from lra.errors import ConfigError
+from lra.validation import validate
+
+# One case per kind of rule: (overrides, the field the error names, words of the rule).
+BAD_CONFIGS = [
+    (["trainer.grad_clip=-1"], "trainer.grad_clip", "(0, ∞)"),  # would flip the gradient
+    (["trainer.lr=nan"], "trainer.lr", "finite"),
+    (["trainer.beta1=1.5"], "trainer.beta1", "[0, 1)"),
+    (["trainer.eps=0"], "trainer.eps", "(0, ∞)"),
+    (["trainer.max_steps=0"], "trainer.max_steps", "≥ 1"),
+    (["trainer.batch_size=0"], "trainer.batch_size", "≥ 1"),
+    (["trainer.eval_every=0"], "trainer.eval_every", "≥ 1"),
+    (["trainer.checkpoint_every=0"], "trainer.checkpoint_every", "≥ 1"),
+    (["trainer.log_every=0"], "trainer.log_every", "≥ 1"),
+    (["trainer.grad_accumulation=0"], "trainer.grad_accumulation", "≥ 1"),
+    (["trainer.grad_accumulation=3"], "trainer.batch_size", "multiple of grad_accumulation=3"),
+    (["trainer.eval_subset=0"], "trainer.eval_subset", "≥ 1 (or null)"),
+    (["trainer.max_length=0"], "trainer.max_length", "≥ 1 (or null)"),  # was silently the task's length
+    (["trainer.eval_batch_size=0"], "trainer.eval_batch_size", "≥ 1 (or null)"),
+    (["trainer.warmup_steps=-1"], "trainer.warmup_steps", "≥ 0"),
+    (["trainer.device=gpu"], "trainer.device", "auto, cpu, cuda or cuda:N"),
+    (["seed=-1"], "seed", "between 0 and 2^32"),
+    (["optimized_metric=accuracy"], "optimized_metric", "one of best_val_accuracy, test_accuracy"),
+    (["model.num_heads=0"], "model.num_heads", "≥ 1"),  # trained a model without attention
+    (["model.head_dim=0"], "model.head_dim", "≥ 1"),
+    (["model.num_layers=0"], "model.num_layers", "≥ 1"),
+    (["model.dropout=1.5"], "model.dropout", "[0, 1)"),
+    (["task.num_classes=1"], "task.num_classes", "≥ 2"),
+    (["task=text", "task.source=aclimdbb"], "task.source", "one of tfds, aclimdb"),
+    (["task.vocab_size=5"], "task.vocab_size", "≥ 17"),
+    (["task.generator.max_length=5"], "task.generator.max_length", "≥ 502"),  # looped forever
+    (["task.generator.num_train=0"], "task.generator.num_train", "≥ 1"),
+    (["task.generator.num_test=0"], "task.generator.num_test", "≥ 1"),
+    (["task=pathfinder", "task.max_length=100"], "task.max_length", "resolution² = 1024"),
+    (["task=pathfinder", "task.generator.num_images=3"], "task.generator.num_images", "≥ 10"),
+    (["task=text", "task.document_bytes=0"], "task.document_bytes", "≥ 1 (or null)"),
+    (["attention=yoso", "attention.hash_code_len=0"], "attention.hash_code_len", "between 1 and 20"),  # was the default τ
+    (["attention=yoso", "attention.hash_code_len=40"], "attention.hash_code_len", "between 1 and 20"),
+    (["attention=yoso", "attention.num_hashes=0"], "attention.num_hashes", "≥ 1"),
+    (["attention=yoso", "attention.backward=exat"], "attention.backward", "one of lower_bound"),
+    (["attention=yoso_c", "attention.conv_window=4"], "attention.conv_window", "odd"),
+    (["attention=reformer", "attention.num_hashes=0"], "attention.num_hashes", "≥ 1"),
+    (["attention=reformer", "attention.num_buckets=3"], "attention.num_buckets", "even"),
+    (["attention=performer", "attention.feature_epsilon=-1"], "attention.feature_epsilon", "[0, ∞)"),
+    (["attention=softmax", "attention.dropout=1.0"], "attention.dropout", "[0, 1)"),
+    (["attention=learned_hash", "attention.local_window=1"], "attention.local_window", "≥ 2"),
+    (["logger=wandb", "logger.project=''"], "logger.project", "W&B project name"),
+    # cross-field rules and the backends' shape constraints, checked before anything is built
+    (["trainer.max_steps=100", "trainer.warmup_steps=500"], "trainer.warmup_steps", "at most max_steps=100"),  # lr never peaked
+    (["trainer.lr_schedule=cosine", "trainer.max_steps=100", "trainer.warmup_steps=101"], "trainer.warmup_steps", "at most max_steps"),
+    (["trainer=smoke", "trainer.train_subset=2"], "trainer.train_subset", "at least one batch (batch_size=4)"),
+    (["attention=nystrom", "attention.num_landmarks=5000"], "attention.num_landmarks", "at most the input length 2048"),  # hung
+    (["attention=nystrom", "attention.landmarks=padded_segments", "attention.num_landmarks=3"], "attention.num_landmarks",
+     "a divisor of the input length 2048"),  # was a traceback at the first step
+    (["attention=nystrom", "attention.landmarks=padded_segments", "attention.num_landmarks=256", "task.max_length=256",
+      "model.pooling=cls"], "attention.num_landmarks", "a divisor of the input length 257"),  # the CLS token counts
+    (["attention=learned_hash", "attention.local_heads=3"], "attention.local_heads", "between 0 and num_heads=2"),
+    (["attention=learned_hash", "attention.membership=argmax"], "attention.membership", "one of softmax, raw"),
+    (["trainer.device=cpu", "trainer.precision=bf16"], "trainer.precision", "needs a CUDA device"),  # left a failed folder
+]
+
+
+@pytest.mark.parametrize("overrides,field,rule", BAD_CONFIGS, ids=[" ".join(c[0]) for c in BAD_CONFIGS])
+def test_every_invalid_value_is_one_line_naming_field_value_and_rule(overrides, field, rule):
+    cfg = compose_config(*overrides)
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    message = str(error.value)
+    assert message.startswith(f"invalid value for {field}: ") and rule in message and "\n" not in message
+    assert f"pass {field}=" in message
+
+
+def test_every_preset_and_default_is_valid():
+    for overrides in ([], ["task=pathfinder"], ["task=text"], ["task=retrieval"], ["task=image"],
+                      ["trainer=smoke"], ["logger=wandb"], ["experiment=quickstart"]):
+        validate(compose_config(*overrides))
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["trainer.grad_clip=-1"], "invalid value for trainer.grad_clip: -1.0"),
+    (["+trainer.max_step=10"], "unknown key 'trainer.max_step' (did you mean 'max_steps'?); valid keys under trainer: "),
+    (["seeed=1"], "unknown key 'seeed' (did you mean 'seed'?); valid keys at the top level: attention, data_dir"),
+    (["attention=yoso", "attention.impl=cuda"], "attention.impl=cuda but this machine has no CUDA device"),
+    (["trainer.device=cuda"], "trainer.device=cuda but this machine has no CUDA device"),  # left a failed run folder
+    (["trainer.device=cpu", "trainer.precision=fp16"], "invalid value for trainer.precision: 'fp16'"),  # the same
+    (["~model"], "the config has no model (was it deleted with ~model?)"),  # was a traceback
+])
+def test_lra_train_refuses_bad_input_with_one_line_and_no_record(tmp_path, data_dir, args, expected):
+    if "cuda" in " ".join(args):
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA")
+    result = run_command(["lra-train", "trainer=smoke", *args], tmp_path, data_dir, check=False)
+    (line,) = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and line.startswith("error: ") and expected in line, result.stderr
+    assert expected not in result.stdout, "the console gets the line once"
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()], "a refused config leaves no record and no folder"
