@@ -369,16 +369,37 @@ class FidelityConfig:
         device_name(self, "device")
 
 
+TASK_SCHEMAS = {"schema_task_base": TaskConfig, "schema_task_listops": ListOpsTaskConfig,
+                "schema_task_bytes": ByteTaskConfig, "schema_task_pathfinder": PathfinderTaskConfig}
+
+
+def task_schema(name: str) -> type:
+    """The dataclass the task preset ``name`` extends: the schema its ``defaults`` list names."""
+    preset = CONF_DIR / "task" / f"{name}.yaml"
+    entries = OmegaConf.load(preset).get("defaults", []) if preset.is_file() else []
+    for entry in entries:
+        schema = str(entry).lstrip("/").split("@")[0]
+        if schema in TASK_SCHEMAS:
+            return TASK_SCHEMAS[schema]
+    return TaskConfig
+
+
+def saved_run_config(saved) -> Any:
+    """A run's saved resolved config made whole against today's schemas: fields added since it was
+    written take their defaults (the task's too, whose schema depends on the task)."""
+    merged = OmegaConf.merge(OmegaConf.structured(TrainRunConfig), saved)
+    merged.task = OmegaConf.merge(OmegaConf.structured(task_schema(merged.task.name)), merged.task)
+    return merged
+
+
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent)."""
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainRunConfig)
     cs.store(name="profile_schema", node=ProfileConfig)
     cs.store(name="fidelity_schema", node=FidelityConfig)
-    cs.store(name="schema_task_base", node=TaskConfig)
-    cs.store(name="schema_task_listops", node=ListOpsTaskConfig)
-    cs.store(name="schema_task_bytes", node=ByteTaskConfig)
-    cs.store(name="schema_task_pathfinder", node=PathfinderTaskConfig)
+    for name, node in TASK_SCHEMAS.items():
+        cs.store(name=name, node=node)
     cs.store(name="schema_model_base", node=ModelConfig)
     cs.store(name="schema_trainer_base", node=TrainerConfig)
     cs.store(name="schema_logger_none", node=LoggerConfig)

@@ -87,16 +87,14 @@ class Encoder(nn.Module):
     def __init__(self, cfg, vocab_size: int, max_length: int, attention: attention_zoo.AttentionSpec):
         super().__init__()
         self.pooling = str(getattr(cfg.pooling, "value", cfg.pooling))
-        padding_mask = getattr(cfg, "padding_mask", "lengths")  # runs recorded before the option: lengths
-        self.mask_zero_ids = str(getattr(padding_mask, "value", padding_mask)) == "nonzero_ids"
+        self.mask_zero_ids = str(getattr(cfg.padding_mask, "value", cfg.padding_mask)) == "nonzero_ids"
         self.use_cls = self.pooling == "cls"
         positions = attention_length(self.pooling, max_length)
         self.token_embedding = nn.Embedding(vocab_size, cfg.dim)
         self.position_embedding = nn.Embedding(positions, cfg.dim)
         for table in (self.token_embedding, self.position_embedding):
             nn.init.normal_(table.weight, std=cfg.embedding_init_std)
-        kind = getattr(cfg, "position_embedding", "learned")  # runs recorded before the option: learned
-        if str(getattr(kind, "value", kind)) == "sinusoidal":
+        if str(getattr(cfg.position_embedding, "value", cfg.position_embedding)) == "sinusoidal":
             self.position_embedding.weight.data.copy_(sinusoidal_positions(positions, cfg.dim))
             self.position_embedding.weight.requires_grad_(False)
         self.cls = nn.Parameter(torch.zeros(1, 1, cfg.dim)) if self.use_cls else None

@@ -18,7 +18,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -174,15 +174,15 @@ class RunDirectory:
         except Exception:
             return []
 
-    def load_resolved(self, schema: type) -> DictConfig:
-        """The resolved config this run recorded, merged onto ``schema`` (fields added since get
-        their defaults), or a one-line error."""
+    def load_resolved(self, complete: Callable[[DictConfig], DictConfig]) -> DictConfig:
+        """The resolved config this run recorded, made whole by ``complete`` (fields added since get
+        their defaults: :func:`lra.config.saved_run_config`), or a one-line error."""
         path = self.path / RESOLVED
         try:
             saved = OmegaConf.load(path)
             if not isinstance(saved, DictConfig) or not saved:
                 raise ValueError("it is empty")
-            return OmegaConf.merge(OmegaConf.structured(schema), saved)
+            return complete(saved)
         except Exception as exc:
             raise UserError(f"cannot resume {self.path}: its {RESOLVED} is unreadable ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0] if str(exc) else 'empty'}); start a new run with the same "

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lra import validation
 from lra.commands import config_errors
-from lra.config import CONF_DIR, TrainRunConfig, register_configs, register_resolvers
+from lra.config import CONF_DIR, register_configs, register_resolvers, saved_run_config
 from lra.errors import ConfigError, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
@@ -81,7 +81,7 @@ def _start_resume(folder: RunDirectory, hydra_cfg) -> Optional[DictConfig]:
     """Own the folder, then reload the config it recorded; None for a completed run (reported, never
     changed or extended)."""
     folder.claim(fresh=False)
-    cfg = folder.load_resolved(TrainRunConfig)
+    cfg = folder.load_resolved(saved_run_config)
     others = [o for o in hydra_cfg.overrides.task if not o.startswith("resume=")]
     if folder.completed():
         if others:

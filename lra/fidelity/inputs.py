@@ -46,14 +46,14 @@ def random_inputs(batch: int, heads: int, n: int, head_dim: int, score_std: floa
 
 def load_run_config(run_dir: Path):
     """The resolved config an ``lra-train`` run recorded, validated against the schema."""
-    from lra.config import TrainRunConfig
+    from lra.config import saved_run_config
 
     from lra.run import RESOLVED, RunDirectory
 
     if not (Path(run_dir) / RESOLVED).is_file():
         raise UserError(f"checkpoint={run_dir} is not an lra-train run directory (no {RESOLVED}); "
                         "pass a run folder such as runs/<date>/<time>")
-    return RunDirectory(run_dir).load_resolved(TrainRunConfig)
+    return RunDirectory(run_dir).load_resolved(saved_run_config)
 
 
 def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.device) -> List[AttentionInputs]:
