@@ -310,7 +310,7 @@ def report(lengths: List[int]) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m lra.benchmarks.yoso_cost", description=__doc__.split("\n")[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384, 32768])
+    parser.add_argument("--lengths", type=_length, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384, 32768])
     parser.add_argument("--out", type=Path, default=None, help="also write the report here")
     args = parser.parse_args(argv)
     text = report(args.lengths)
@@ -318,7 +318,18 @@ def main(argv=None) -> None:
     if args.out:
         from lra.io import atomic_write_text
 
-        atomic_write_text(args.out, text)
+        try:
+            atomic_write_text(args.out, text)
+        except OSError as exc:
+            parser.exit(1, f"error: cannot write {args.out} ({exc.strerror}); give --out a path in a folder that "
+                           "exists and that you may write to\n")
+
+
+def _length(text: str) -> int:
+    value = int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{value}: a sequence length must be at least 2")
+    return value
 
 
 if __name__ == "__main__":
