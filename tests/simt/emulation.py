@@ -4,6 +4,7 @@ AddressSanitizer or ThreadSanitizer."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -26,6 +27,23 @@ FLAGS = {
 SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:halt_on_error=1",
                  "TSAN_OPTIONS": "halt_on_error=1:exitcode=66:report_signal_unsafe=0",
                  "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
+
+
+@functools.lru_cache(maxsize=None)
+def toolchain_lacks(variant: str) -> str:
+    """Why this machine's compiler cannot build ``variant`` (a sanitizer it does not ship), or ""."""
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        return f"no C++ compiler ({compiler})"
+    with tempfile.TemporaryDirectory() as folder:
+        probe = Path(folder) / "probe.cpp"
+        probe.write_text("#include <thread>\nint main() { std::thread([] {}).join(); }\n")
+        result = subprocess.run([compiler, "-std=c++20", *FLAGS[variant], str(probe), "-o", str(Path(folder) / "probe"),
+                                 "-lpthread"], capture_output=True, text=True)
+        if result.returncode:
+            return f"{compiler} cannot build with {' '.join(FLAGS[variant])}: {result.stderr.strip()[-200:]}"
+        ran = subprocess.run([str(Path(folder) / "probe")], capture_output=True, text=True)
+        return "" if ran.returncode == 0 else f"a {variant} program does not run here: {ran.stderr.strip()[-200:]}"
 
 
 def build(variant: str, sources: List[Path] = SOURCES) -> Path:
