@@ -57,6 +57,8 @@ at::Tensor cumulation_cuda(const at::Tensor& codes_q, const at::Tensor& codes_k,
   const c10::cuda::CUDAGuard guard(values.device());
   const int64_t B = values.size(0), m = codes_q.size(1), nq = codes_q.size(2), nk = values.size(1);
   const int64_t dv = values.size(2), p = weight_q.size(2);
+  TORCH_CHECK(dv <= yoso::kMaxHeadDim, "yoso: the CUDA cumulation takes value dims up to ", yoso::kMaxHeadDim,
+              ", got ", dv, "; use attention.impl=torch");
   auto out = at::zeros({B, nq, dv}, values.options());
   if (B * m == 0 || nq == 0 || nk == 0 || dv == 0) return out;
   auto [sorted_k, order_k] = sort_codes(codes_k);

@@ -12,7 +12,8 @@ namespace {
 
 constexpr int kMaxCodesPerThread = 16;  // P ≤ 4096 coordinates over ≥ 256 threads
 constexpr int kRowsPerBlock = 8;        // warps per block: one sorted position or one query each
-constexpr int kValueSlots = 4;          // value coordinates per lane kept in registers: dv ≤ 128 per pass
+constexpr int kValueSlots = 4;          // value coordinates per lane and tile kept in registers
+constexpr int kValueTiles = 2;          // tiles of 32 · 4 coordinates: dv ≤ 256
 
 // One block per token: x (once) and the product being computed live in shared memory; thread t
 // holds the bits of codes t, t + blockDim, … in registers and writes each code once, after its last
@@ -85,42 +86,64 @@ YOSO_GLOBAL void bucket_rows_kernel(const int32_t* sorted_k, const int32_t* orde
   }
 }
 
-// One warp per query of a batch element of the chunk: its rows over the chunk's hashes of that element
-// summed in registers, then added to its output once (a single writer: no atomics).
+// One warp per query of a batch element of the chunk. The warp's lanes find the query's bucket under 32
+// hashes at once (a lane per hash: its code, a binary search) and leave the positions in shared
+// memory; then every lane sums its value coordinates of the found rows, over every hash of the
+// chunk, in registers, and adds them to its output once (a single writer: no atomics). dv <= 256.
 YOSO_GLOBAL void gather_rows_kernel(const int32_t* codes_q, const int32_t* sorted_k, const float* weight_q, int mq,
                                     int p, const float* rows, float* out, int64_t first_pair, int64_t end_pair, int m,
                                     int nq, int nk, int dv, int tau, float inv_m) {
+  YOSO_DYNAMIC_SHARED(int, found);  // [kRowsPerBlock][kWarp]: a row's position under each hash of the group
+  int* position = found + threadIdx.y * kWarp;
   const int64_t b = first_pair / m + blockIdx.y;
   const int i = blockIdx.x * kRowsPerBlock + threadIdx.y;
-  if (i >= nq) return;
+  const bool valid = i < nq;  // no early return: every thread meets the block's barriers
   const int64_t h_begin = first_pair > b * m ? first_pair - b * m : 0;
   const int64_t h_end = end_pair < (b + 1) * m ? end_pair - b * m : m;
-  for (int tile = 0; tile < dv; tile += kWarp * kValueSlots) {
-    float sum[kValueSlots];
-    for (int s = 0; s < kValueSlots; ++s) sum[s] = 0.0f;
-    for (int64_t h = h_begin; h < h_end; ++h) {
+  float sum[kValueTiles][kValueSlots];
+  for (int tile = 0; tile < kValueTiles; ++tile) {
+    for (int s = 0; s < kValueSlots; ++s) sum[tile][s] = 0.0f;
+  }
+  for (int64_t group = h_begin; group < h_end; group += kWarp) {
+    const int64_t h = group + threadIdx.x;
+    int t = -1;
+    if (valid && h < h_end) {
       const int64_t pair = b * m + h;
       const int32_t code = load(codes_q + pair * nq + i);
       YOSO_TRAP(code >= 0 && code < (int32_t(1) << tau));
       const int32_t* sorted = sorted_k + pair * nk;
-      const int t = lower_bound(sorted, nk, code);
-      if (t >= nk || load(sorted + t) != code) continue;  // no key in this bucket
-      const float* row = rows + ((pair - first_pair) * nk + t) * int64_t(p) * dv;
-      const float* weight = weight_q + (b * mq + (mq == 1 ? 0 : h)) * int64_t(p) * nq + i;
+      const int at = lower_bound(sorted, nk, code);
+      if (at < nk && load(sorted + at) == code) t = at;  // else no key in this bucket
+    }
+    position[threadIdx.x] = t;
+    __syncthreads();
+    const int count = static_cast<int>(h_end - group < kWarp ? h_end - group : kWarp);
+    for (int u = 0; valid && u < count; ++u) {
+      const int row_at = position[u];
+      if (row_at < 0) continue;
+      const int64_t pair = b * m + group + u;
+      const float* row = rows + ((pair - first_pair) * nk + row_at) * int64_t(p) * dv;
+      const float* weight = weight_q + (b * mq + (mq == 1 ? 0 : group + u)) * int64_t(p) * nq + i;
       for (int c = 0; c < p; ++c) {
         const float w = load(weight + int64_t(c) * nq);
         if (w == 0.0f) continue;
-        for (int s = 0; s < kValueSlots; ++s) {
-          const int l = tile + threadIdx.x + s * kWarp;
-          if (l < dv) sum[s] += w * load(row + int64_t(c) * dv + l);
+        for (int tile = 0; tile < kValueTiles; ++tile) {
+          for (int s = 0; s < kValueSlots; ++s) {
+            const int l = (tile * kValueSlots + s) * kWarp + threadIdx.x;
+            if (l < dv) sum[tile][s] += w * load(row + int64_t(c) * dv + l);
+          }
         }
       }
     }
+    __syncthreads();  // the next group overwrites the positions
+  }
+  if (!valid) return;
+  for (int tile = 0; tile < kValueTiles; ++tile) {
     for (int s = 0; s < kValueSlots; ++s) {
-      const int l = tile + threadIdx.x + s * kWarp;
+      const int l = (tile * kValueSlots + s) * kWarp + threadIdx.x;
       if (l < dv) {
         float* y = out + (b * nq + i) * dv + l;
-        store(y, load(y) + inv_m * sum[s]);
+        store(y, load(y) + inv_m * sum[tile][s]);
       }
     }
   }
@@ -158,6 +181,7 @@ cudaError_t launch_cumulation(const int32_t* codes_q, const int32_t* sorted_k, c
                               int dv, int tau, cudaStream_t stream) {
   const int64_t total = B * m, per_pair = int64_t(nk) * p * dv;
   if (total == 0 || nq == 0 || nk == 0 || dv == 0) return cudaSuccess;
+  if (dv > kValueTiles * kValueSlots * kWarp) return cudaErrorInvalidValue;  // the wrapper says so first
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(workspace_floats / per_pair, 65535));
   const dim3 block(kWarp, kRowsPerBlock);
   for (int64_t first = 0; first < total; first += chunk) {
@@ -169,8 +193,8 @@ cudaError_t launch_cumulation(const int32_t* codes_q, const int32_t* sorted_k, c
     if (status != cudaSuccess) return status;
     const int64_t batches = (end - 1) / m - first / m + 1;
     status = YOSO_LAUNCH(gather_rows_kernel,
-                         dim3((nq + kRowsPerBlock - 1) / kRowsPerBlock, static_cast<unsigned>(batches)), block, 0,
-                         stream, codes_q, sorted_k, weight_q, mq, p, workspace, out, first, end, m, nq, nk, dv, tau,
+                         dim3((nq + kRowsPerBlock - 1) / kRowsPerBlock, static_cast<unsigned>(batches)), block,
+                         kRowsPerBlock * kWarp * sizeof(int), stream, codes_q, sorted_k, weight_q, mq, p, workspace, out, first, end, m, nq, nk, dv, tau,
                          1.0f / m);
     if (status != cudaSuccess) return status;
   }

@@ -28,7 +28,7 @@ cudaError_t launch_fast_hash(const float* x, const float* diagonals, int32_t* co
                              int P, int m, int tau, cudaStream_t stream);
 
 // out [B, nq, dv] += (1/m) sum_h sum_t weight_q[b,h|0,t,i] T_h[code_q(i), t], T_h[c, t] = sum_{code_k(j) = c}
-// weight_k[b,h|0,t,j] v_j: p weight channels, weights [B, mq|mk (1 or m), p, n].
+// weight_k[b,h|0,t,j] v_j: p weight channels, weights [B, mq|mk (1 or m), p, n]; dv <= kMaxHeadDim.
 int64_t cumulation_workspace(int64_t B, int m, int nk, int p, int dv, int64_t workspace_bytes);
 cudaError_t launch_cumulation(const int32_t* codes_q, const int32_t* sorted_k, const int32_t* order_k,
                               const float* weight_q, int mq, const float* weight_k, int mk, int p, const float* values,

@@ -11,6 +11,9 @@ over the load/store units' throughput, DRAM bytes over HBM bandwidth, FLOPs over
 SDPA (FlashAttention on bf16 tensor cores) and eager softmax (bf16, n × n scores through DRAM) are
 bounded the same way. Codes are taken uniform over 2^τ (random unit q and k: each bit a fair coin),
 so a query meets n / 2^τ keys per hash; trained models collide more (lra-fidelity measures it).
+The load/store bound counts 4 bytes per thread load, the cost of a coalesced access; a warp whose
+lanes read 32 different 32-byte sectors (a thread-per-token kernel reading its own rows, the
+gather's per-lane searches) costs up to 8× that in L1 throughput, so those kernels' bounds are loose.
 Rates assumed (H100 SXM5: NVIDIA's datasheet; LSU: 132 SMs × 128 bytes per clock at 1.755 GHz):
 """
 
@@ -149,14 +152,12 @@ def _chunks_per_sequence(c: Call, floats_per_pair: float, workspace_bytes: int) 
 
 
 def gather_rows(c: Call, workspace_bytes: int = 256 * 2**20) -> Cost:
-    """A warp per query and 128 value coordinates: per hash its code, a binary search and the check of
-    its position (every lane), the weight and its row if the bucket holds a key; its output row read
-    and written once per chunk of hashes."""
+    """A warp per query: its lanes search 32 hashes at once (a lane per hash: the code, a binary search,
+    the check of the position), then, for each hash whose bucket holds a key, every lane reads the
+    weight and its value coordinates of the row; the output row is read and written once per chunk."""
     b = c.stats
-    tiles = math.ceil(c.dv / (WARP * 4))
     chunks = _chunks_per_sequence(c, c.n * c.dv, workspace_bytes)
-    searched = WARP * tiles * (2 + c.search)
-    loaded = c.pairs * c.n * 4 * (searched + b.hit * (WARP * tiles + c.dv)) + c.B * c.n * 4 * c.dv * chunks
+    loaded = c.pairs * c.n * 4 * (2 + c.search + b.hit * (WARP + c.dv)) + c.B * c.n * 4 * c.dv * chunks
     stored = c.B * c.n * 4 * c.dv * chunks
     dram = c.pairs * c.n * 8 + c.B * c.n * 8 * c.dv * chunks
     return Cost("gather_rows", loaded, stored, dram, c.pairs * c.n * b.hit * 2 * c.dv)
