@@ -212,10 +212,11 @@ def _build(build: BuildPlan) -> ModuleType:
     architectures do not cover this GPU is rebuilt with the GPU's architecture added."""
     build_directory = cache_dir() / build.name
     built_for = _recorded_arch_list(build_directory) or build.arch_list
-    if build.kind == "cuda" and torch.cuda.is_available() and not covers(built_for, _capability()):
-        wider = BuildPlan("cuda", f"{build.arch_list} {device_arch()}+PTX", build.nvcc_release)
+    if build.kind == "cuda" and torch.cuda.is_available() and not covers(built_for, torch.cuda.get_device_capability()):
+        here = device_arch()
+        wider = BuildPlan("cuda", f"{build.arch_list} {here}+PTX", build.nvcc_release)
         print(f"the YOSO CUDA kernels built for '{built_for}' do not run on this GPU (compute capability "
-              f"{device_arch()}): building them for TORCH_CUDA_ARCH_LIST='{wider.arch_list}'", file=sys.stderr)
+              f"{here}): building them for TORCH_CUDA_ARCH_LIST='{wider.arch_list}'", file=sys.stderr)
         build, build_directory = wider, cache_dir() / wider.name
     if not (build_directory / COMPLETE_STAMP).exists():
         _build_once(build, build_directory)
@@ -228,10 +229,6 @@ def _recorded_arch_list(build_directory: Path) -> str:
         return json.loads((build_directory / COMPLETE_STAMP).read_text()).get("cuda_arch_list", "")
     except (OSError, ValueError):
         return ""
-
-
-def _capability() -> tuple:
-    return tuple(torch.cuda.get_device_capability())
 
 
 def _build_once(build: BuildPlan, build_directory: Path) -> None:

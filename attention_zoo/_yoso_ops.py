@@ -200,31 +200,6 @@ def _(codes_q, codes_k, weight_q, weight_k, values, tau, workspace_bytes, impl):
     return values.new_empty((values.shape[0], codes_q.shape[2], values.shape[2]))
 
 
-def collision_fraction_torch(codes_q, codes_k) -> torch.Tensor:
-    """[B, nq, nk]: the fraction of the m hashes under which query i and key j collide."""
-    counts = codes_q.new_zeros(codes_q.shape[0], codes_q.shape[2], codes_k.shape[2], dtype=torch.float32)
-    for h in range(codes_q.shape[1]):
-        counts += codes_q[:, h, :, None] == codes_k[:, h, None, :]
-    return counts / codes_q.shape[1]
-
-
-def collision_fraction(codes_q, codes_k, impl: str) -> torch.Tensor:
-    return collision_fraction_op(codes_q.contiguous(), codes_k.contiguous(), impl)
-
-
-@torch.library.custom_op("attention_zoo::yoso_collision_fraction", mutates_args=())
-def collision_fraction_op(codes_q: Tensor, codes_k: Tensor, impl: str) -> Tensor:
-    """[B, nq, nk] float32 (CPU kernel, else the PyTorch loop over hashes)."""
-    if impl == "kernel" and codes_q.device.type == "cpu":
-        return _yoso_build.load("cpu").collision_fraction(codes_q, codes_k)
-    return collision_fraction_torch(codes_q, codes_k)
-
-
-@collision_fraction_op.register_fake
-def _(codes_q, codes_k, impl):
-    return codes_q.new_empty((codes_q.shape[0], codes_q.shape[2], codes_k.shape[2]), dtype=torch.float32)
-
-
 # ---------------------------------------------------------------------------- pair gradient
 
 

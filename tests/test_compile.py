@@ -46,7 +46,6 @@ def test_every_yoso_operator_passes_opcheck(impl):
     cases = [
         (ops.fast_hash_op, (q, draws.diagonals, m, tau, impl)),
         (ops.cumulation_op, (codes_q, codes_k, weights, weights.clone(), v, tau, 2**20, impl)),
-        (ops.collision_fraction_op, (codes_q, codes_k, impl)),
         (ops.pair_gradient_op, (codes_q, codes_k, q, k, torch.randn_like(v), v, mask, tau, 0.99, impl)),
         (ops.exact_weight_backward_op, (codes_q, codes_k, q, k, v, mask, torch.randn_like(v), tau, 2**20, impl)),
         (seeded_draws_op, (7, 3, 32, 24, 8, 5, "hadamard", 4, torch.device("cpu"))),

@@ -12,6 +12,14 @@ from helpers import compose_model, forward_backward
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
 
+def padded_batch(length: int, second_length: int, seed: int):
+    """Two sequences of random ids on the GPU, the second padded after ``second_length`` tokens."""
+    ids = torch.randint(1, 16, (2, length), device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
+    mask = torch.ones(2, length, dtype=torch.bool, device="cuda")
+    mask[1, second_length:] = False
+    return ids, mask
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("name", attention_zoo.names())
 def test_every_backend_trains_a_step_under_autocast(name, dtype):
@@ -37,9 +45,7 @@ def test_every_backend_compiles_with_inductor_on_cuda_and_matches_eager(name):
     torch._dynamo.reset()
     length = 160
     model = compose_model(name, length).cuda().eval()
-    ids = torch.randint(1, 16, (2, length), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
-    mask = torch.ones(2, length, dtype=torch.bool, device="cuda")
-    mask[1, 101:] = False
+    ids, mask = padded_batch(length, second_length=101, seed=1)
     eager_logits, _ = forward_backward(model, ids, mask)
     logits, grads = forward_backward(torch.compile(model, fullgraph=True), ids, mask)
     torch.testing.assert_close(logits, eager_logits, rtol=1e-3, atol=1e-4)
@@ -55,9 +61,7 @@ def test_sampling_backends_replay_under_cuda_graphs(name):
     torch._dynamo.reset()
     length = 256
     model = compose_model(name, length).cuda().eval()
-    ids = torch.randint(1, 16, (2, length), device="cuda", generator=torch.Generator("cuda").manual_seed(2))
-    mask = torch.ones(2, length, dtype=torch.bool, device="cuda")
-    mask[1, 150:] = False
+    ids, mask = padded_batch(length, second_length=150, seed=2)
     with torch.no_grad():
         eager = model([ids], [mask])
         compiled = torch.compile(model, mode="reduce-overhead")

@@ -4,6 +4,8 @@
 
 #include <torch/extension.h>
 
+#include <array>
+
 #include "yoso_math.h"
 
 namespace yoso {
@@ -69,40 +71,43 @@ inline void validate_cumulation(const at::Tensor& codes_q, const at::Tensor& cod
   check_same_device({&codes_q, &codes_k, &weight_q, &weight_k}, values, "cumulation");
 }
 
+// The inputs of a pass over colliding pairs, seen from one side s against the other side o: codes
+// [B,m,ns] and [B,m,no], a [B,ns,d] and o [B,no,d], s [B,ns,dv] and w [B,no,dv], mask_o [B,no].
+// `names` are the caller's names for these seven, in that order.
+inline void validate_pair_inputs(const at::Tensor& codes_s, const at::Tensor& codes_o, const at::Tensor& a,
+                                 const at::Tensor& o, const at::Tensor& s, const at::Tensor& w,
+                                 const at::Tensor& mask_o, int64_t tau, const char* what,
+                                 const std::array<const char*, 7>& names) {
+  check_tau(tau);
+  for (auto [t, name] : {std::pair{&a, names[2]}, {&o, names[3]}, {&s, names[4]}, {&w, names[5]}}) {
+    check_float(*t, name, 3);
+  }
+  check_float(mask_o, names[6], 2);
+  const int64_t B = a.size(0), m = codes_s.size(1);
+  check_codes(codes_s, names[0], B, m);
+  check_codes(codes_o, names[1], B, m);
+  TORCH_CHECK(o.size(0) == B && s.size(0) == B && w.size(0) == B && mask_o.size(0) == B &&
+                  o.size(2) == a.size(2) && w.size(2) == s.size(2) && w.size(1) == o.size(1) &&
+                  s.size(1) == a.size(1) && mask_o.size(1) == o.size(1) && codes_s.size(2) == a.size(1) &&
+                  codes_o.size(2) == o.size(1),
+              "yoso: ", what, " shapes disagree");
+  check_same_device({&codes_s, &codes_o, &o, &s, &w, &mask_o}, a, what);
+}
+
 // q [B,nq,d], k [B,nk,d], v and grad: the values [B,nk,dv] and the output's gradient [B,nq,dv],
 // key_weight [B,nk] (0 = padding).
 inline void validate_exact_weights(const at::Tensor& codes_q, const at::Tensor& codes_k, const at::Tensor& q,
                                    const at::Tensor& k, const at::Tensor& v, const at::Tensor& key_weight,
                                    const at::Tensor& grad, int64_t tau) {
-  check_tau(tau);
-  for (auto [t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&grad, "grad"}}) check_float(*t, name, 3);
-  check_float(key_weight, "key_weight", 2);
-  const int64_t B = q.size(0), m = codes_q.size(1);
-  check_codes(codes_q, "codes_q", B, m);
-  check_codes(codes_k, "codes_k", B, m);
-  TORCH_CHECK(k.size(0) == B && v.size(0) == B && grad.size(0) == B && key_weight.size(0) == B &&
-                  k.size(2) == q.size(2) && v.size(1) == k.size(1) && grad.size(1) == q.size(1) &&
-                  grad.size(2) == v.size(2) && key_weight.size(1) == k.size(1) && codes_q.size(2) == q.size(1) &&
-                  codes_k.size(2) == k.size(1),
-              "yoso: exact_weight_backward shapes disagree");
-  check_same_device({&codes_q, &codes_k, &k, &v, &key_weight, &grad}, q, "exact_weight_backward");
+  validate_pair_inputs(codes_q, codes_k, q, k, grad, v, key_weight, tau, "exact_weight_backward",
+                       {"codes_q", "codes_k", "q", "k", "grad", "v", "key_weight"});
 }
 
 inline void validate_pair_gradient(const at::Tensor& codes_s, const at::Tensor& codes_o, const at::Tensor& a,
                                    const at::Tensor& o, const at::Tensor& s, const at::Tensor& w,
                                    const at::Tensor& mask_o, int64_t tau) {
-  check_tau(tau);
-  for (auto [t, name] : {std::pair{&a, "a"}, {&o, "o"}, {&s, "s"}, {&w, "w"}}) check_float(*t, name, 3);
-  check_float(mask_o, "mask_o", 2);
-  const int64_t B = a.size(0), m = codes_s.size(1);
-  check_codes(codes_s, "codes_s", B, m);
-  check_codes(codes_o, "codes_o", B, m);
-  TORCH_CHECK(o.size(0) == B && s.size(0) == B && w.size(0) == B && mask_o.size(0) == B &&
-                  o.size(2) == a.size(2) && w.size(2) == s.size(2) && w.size(1) == o.size(1) &&
-                  s.size(1) == a.size(1) && mask_o.size(1) == o.size(1) && codes_s.size(2) == a.size(1) &&
-                  codes_o.size(2) == o.size(1),
-              "yoso: pair_gradient shapes disagree");
-  check_same_device({&codes_s, &codes_o, &o, &s, &w, &mask_o}, a, "pair_gradient");
+  validate_pair_inputs(codes_s, codes_o, a, o, s, w, mask_o, tau, "pair_gradient",
+                       {"codes_s", "codes_o", "a", "o", "s", "w", "mask_o"});
 }
 
 }  // namespace yoso

@@ -6,8 +6,6 @@
 //              values [B,nk,dv], tau, workspace_bytes)           -> [B,nq,dv]
 //     = (1/m) sum_h sum_t weight_q[h,t,i] T_h[code_q(i), t],  T_h[c, t] = sum_{code_k(j)=c} weight_k[h,t,j] v_j
 //   exact_weight_backward, pair_gradient: the backward (yoso_cpu_gradients.cpp)
-//   collision_fraction(codes_q [B,m,nq], codes_k [B,m,nk])         -> [B,nq,nk] (CPU only)
-//     = (1/m) #{h : code_q[h,i] = code_k[h,j]}, the sampled B of the paper's eq. 2 averaged over hashes
 // The cumulation walks each (batch, hash) pair's buckets (yoso_buckets.h): no table is indexed by
 // code, so memory is O(n) per thread at any tau, and every sum has one fixed order.
 #include <ATen/Parallel.h>
@@ -209,38 +207,6 @@ at::Tensor cumulation_cpu(const at::Tensor& codes_q, const at::Tensor& codes_k, 
   return result;
 }
 
-// Each query row compares its code with every key's, hash by hash: the inner loop over keys is a
-// compare-and-add the compiler vectorizes. Counts are exact integers until the final scaling.
-at::Tensor collision_fraction_cpu(const at::Tensor& codes_q, const at::Tensor& codes_k) {
-  TORCH_CHECK(codes_q.dim() == 3 && codes_k.dim() == 3 && codes_q.size(0) == codes_k.size(0) &&
-                  codes_q.size(1) == codes_k.size(1),
-              "yoso: collision_fraction expects codes [B,m,nq] and [B,m,nk] with the same B and m");
-  TORCH_CHECK(codes_q.scalar_type() == at::kInt && codes_k.scalar_type() == at::kInt && codes_q.is_contiguous() &&
-                  codes_k.is_contiguous() && codes_q.is_cpu() && codes_k.is_cpu(),
-              "yoso: collision_fraction expects contiguous int32 CPU codes");
-  const int64_t B = codes_q.size(0), m = codes_q.size(1), nq = codes_q.size(2), nk = codes_k.size(2);
-  auto result = at::empty({B, nq, nk}, codes_q.options().dtype(at::kFloat));
-  const int32_t *cq = codes_q.data_ptr<int32_t>(), *ck = codes_k.data_ptr<int32_t>();
-  float* out = result.data_ptr<float>();
-  const float inv_m = 1.0f / static_cast<float>(m);
-  at::parallel_for(0, B * nq, 16, [&](int64_t begin, int64_t end) {
-    std::vector<int32_t> counts(nk);
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t b = row / nq, i = row % nq;
-      std::fill(counts.begin(), counts.end(), 0);
-      for (int64_t h = 0; h < m; ++h) {
-        const int32_t code = cq[(b * m + h) * nq + i];
-        const int32_t* keys = ck + (b * m + h) * nk;
-        int32_t* c = counts.data();
-        for (int64_t j = 0; j < nk; ++j) c[j] += keys[j] == code;
-      }
-      float* o = out + row * nk;
-      for (int64_t j = 0; j < nk; ++j) o[j] = static_cast<float>(counts[j]) * inv_m;
-    }
-  });
-  return result;
-}
-
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward_cpu(
@@ -320,8 +286,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("exact_weight_backward", &exact_weight_backward,
              "the lower-bound backward (eq. 4) with exact pair weights: (grad_q, grad_k, grad_v)", release());
   module.def("pair_gradient", &pair_gradient, "exact-derivative (*YOSO) gradient over colliding pairs", release());
-  module.def("collision_fraction", &collision_fraction_cpu, "(1/m) collision counts of every query-key pair (CPU)",
-             release());
   module.def("max_code_length", []() { return yoso::kMaxCodeLength; });
   // at::parallel_for runs its loop serially unless this file was compiled with OpenMP (-fopenmp).
 #ifdef INTRA_OP_PARALLEL

@@ -60,6 +60,29 @@ void exact_batch(const ExactArgs& a, int64_t b, yoso::SortedCodes& queries, yoso
     std::copy(kb + j * d, kb + (j + 1) * d, packed_k.data() + j * width + dv);
   }
   const float *QG = packed_q.data(), *VK = packed_k.data();
+  // One side of a heavy bucket through its dv x d table: T = sum over `own` members of row[:dv] row[dv:]^T
+  // (the packed rows: [w_j v_j | k_j] or [g_i | q_i]), then each `other` member's gradient row (in
+  // `out`, d floats a token) += scale other_row[:dv]^T T.
+  auto through_table = [&](const float* own, const int32_t* own_members, int64_t own_count, const float* other,
+                           const int32_t* other_members, int64_t other_count, float* out) {
+    float* T = table.data();
+    std::fill(T, T + dv * d, 0.0f);
+    for (int64_t s = 0; s < own_count; ++s) {
+      const float *left = own + own_members[s] * width, *right = left + dv;
+      for (int64_t l = 0; l < dv; ++l) {
+        for (int64_t e = 0; e < d; ++e) T[l * d + e] += left[l] * right[e];
+      }
+    }
+    for (int64_t r = 0; r < other_count; ++r) {
+      const int64_t t = other_members[r];
+      const float* c = other + t * width;
+      float* out_t = out + t * d;
+      for (int64_t l = 0; l < dv; ++l) {
+        const float x = scale * c[l];
+        for (int64_t e = 0; e < d; ++e) out_t[e] += x * T[l * d + e];
+      }
+    }
+  };
   constexpr int64_t kAhead = 4;  // buckets are prefetched this many sorted positions ahead
   for (int64_t h = 0; h < a.m; ++h) {
     queries.sort(a.cq + (b * a.m + h) * nq, nq, static_cast<int>(a.tau));
@@ -99,42 +122,10 @@ void exact_batch(const ExactArgs& a, int64_t b, yoso::SortedCodes& queries, yoso
         }
         return;
       }
-      // A heavy bucket: M = sum_j w_j v_j k_j^T, then grad_q_i += scale g_i^T M.
-      float* M = table.data();
-      std::fill(M, M + dv * d, 0.0f);
-      for (int64_t s = 0; s < kn; ++s) {
-        const float *v_j = VK + kj[s] * width, *k_j = v_j + dv;
-        for (int64_t l = 0; l < dv; ++l) {
-          for (int64_t e = 0; e < d; ++e) M[l * d + e] += v_j[l] * k_j[e];
-        }
-      }
-      for (int64_t r = 0; r < qn; ++r) {
-        const int64_t i = qi[r];
-        const float* g_i = QG + i * width;
-        float* gq_i = gqb + i * d;
-        for (int64_t l = 0; l < dv; ++l) {
-          const float x = scale * g_i[l];
-          for (int64_t e = 0; e < d; ++e) gq_i[e] += x * M[l * d + e];
-        }
-      }
-      // N = sum_i g_i q_i^T, then grad_k_j += scale w_j v_j^T N.
-      std::fill(M, M + dv * d, 0.0f);
-      for (int64_t r = 0; r < qn; ++r) {
-        const float* g_i = QG + qi[r] * width;
-        const float* q_i = g_i + dv;
-        for (int64_t l = 0; l < dv; ++l) {
-          for (int64_t e = 0; e < d; ++e) M[l * d + e] += g_i[l] * q_i[e];
-        }
-      }
-      for (int64_t s = 0; s < kn; ++s) {
-        const int64_t j = kj[s];
-        const float* v_j = VK + j * width;
-        float* gk_j = gkb + j * d;
-        for (int64_t l = 0; l < dv; ++l) {
-          const float x = scale * v_j[l];
-          for (int64_t e = 0; e < d; ++e) gk_j[e] += x * M[l * d + e];
-        }
-      }
+      // A heavy bucket: M = sum_j w_j v_j k_j^T, then grad_q_i += scale g_i^T M; and N = sum_i g_i q_i^T,
+      // then grad_k_j += scale w_j v_j^T N.
+      through_table(VK, kj, kn, QG, qi, qn, gqb);
+      through_table(QG, qi, qn, VK, kj, kn, gkb);
     });
   }
 }

@@ -115,12 +115,10 @@ YOSO_GLOBAL void query_gradients_kernel(const int32_t* codes_q, const int32_t* s
   float g_i[kMaxHeadDim], sum[kMaxHeadDim];
   for (int l = 0; l < g.dv; ++l) g_i[l] = load(grad + (b * g.nq + i) * g.dv + l);
   for (int e = 0; e < g.d; ++e) sum[e] = 0.0f;
-  const int64_t h_begin = first_pair > b * g.m ? first_pair - b * g.m : 0;
-  const int64_t h_end = end_pair < (b + 1) * g.m ? end_pair - b * g.m : g.m;
-  for (int64_t h = h_begin; h < h_end; ++h) {
+  const HashRange hashes = chunk_hashes(b, g.m, first_pair, end_pair);
+  for (int64_t h = hashes.begin; h < hashes.end; ++h) {
     const int64_t pair = b * g.m + h;
-    const int32_t code = load(codes_q + pair * g.nq + i);
-    YOSO_TRAP(code >= 0 && code < (int32_t(1) << tau));
+    const int32_t code = checked_code(codes_q, pair * g.nq + i, tau);
     const Run keys = find_run(sorted_k + pair * g.nk, static_cast<int>(g.nk), code);
     if (keys.size() == 0) continue;
     const Run queries = find_run(sorted_q + pair * g.nq, static_cast<int>(g.nq), code);
@@ -162,12 +160,10 @@ YOSO_GLOBAL void key_gradients_kernel(const int32_t* codes_k, const int32_t* sor
     sum_v[l] = 0.0f;
   }
   for (int e = 0; e < g.d; ++e) sum_k[e] = 0.0f;
-  const int64_t h_begin = first_pair > b * g.m ? first_pair - b * g.m : 0;
-  const int64_t h_end = end_pair < (b + 1) * g.m ? end_pair - b * g.m : g.m;
-  for (int64_t h = h_begin; h < h_end; ++h) {
+  const HashRange hashes = chunk_hashes(b, g.m, first_pair, end_pair);
+  for (int64_t h = hashes.begin; h < hashes.end; ++h) {
     const int64_t pair = b * g.m + h;
-    const int32_t code = load(codes_k + pair * g.nk + j);
-    YOSO_TRAP(code >= 0 && code < (int32_t(1) << tau));
+    const int32_t code = checked_code(codes_k, pair * g.nk + j, tau);
     const Run queries = find_run(sorted_q + pair * g.nq, static_cast<int>(g.nq), code);
     if (queries.size() == 0) continue;
     const Run keys = find_run(sorted_k + pair * g.nk, static_cast<int>(g.nk), code);
@@ -215,8 +211,7 @@ YOSO_GLOBAL void pair_gradient_kernel(const int32_t* codes_s, const int32_t* sor
   for (int l = 0; l < dv; ++l) s_i[l] = load(s + (b * ns + i) * dv + l);
   for (int h = 0; h < m; ++h) {
     const int64_t pair = b * m + h;
-    const int32_t code = load(codes_s + pair * ns + i);
-    YOSO_TRAP(code >= 0 && code < (int32_t(1) << tau));
+    const int32_t code = checked_code(codes_s, pair * ns + i, tau);
     const Run run = find_run(sorted_o + pair * no, no, code);
     for (int r = run.first; r < run.last; ++r) {
       const int64_t j = load(order_o + pair * no + r);

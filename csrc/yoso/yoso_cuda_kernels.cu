@@ -98,26 +98,24 @@ YOSO_GLOBAL void gather_rows_kernel(const int32_t* codes_q, const int32_t* sorte
   const int64_t b = first_pair / m + blockIdx.y;
   const int i = blockIdx.x * kRowsPerBlock + threadIdx.y;
   const bool valid = i < nq;  // no early return: every thread meets the block's barriers
-  const int64_t h_begin = first_pair > b * m ? first_pair - b * m : 0;
-  const int64_t h_end = end_pair < (b + 1) * m ? end_pair - b * m : m;
+  const HashRange hashes = chunk_hashes(b, m, first_pair, end_pair);
   float sum[kValueTiles][kValueSlots];
   for (int tile = 0; tile < kValueTiles; ++tile) {
     for (int s = 0; s < kValueSlots; ++s) sum[tile][s] = 0.0f;
   }
-  for (int64_t group = h_begin; group < h_end; group += kWarp) {
+  for (int64_t group = hashes.begin; group < hashes.end; group += kWarp) {
     const int64_t h = group + threadIdx.x;
     int t = -1;
-    if (valid && h < h_end) {
+    if (valid && h < hashes.end) {
       const int64_t pair = b * m + h;
-      const int32_t code = load(codes_q + pair * nq + i);
-      YOSO_TRAP(code >= 0 && code < (int32_t(1) << tau));
+      const int32_t code = checked_code(codes_q, pair * nq + i, tau);
       const int32_t* sorted = sorted_k + pair * nk;
       const int at = lower_bound(sorted, nk, code);
       if (at < nk && load(sorted + at) == code) t = at;  // else no key in this bucket
     }
     position[threadIdx.x] = t;
     __syncthreads();
-    const int count = static_cast<int>(h_end - group < kWarp ? h_end - group : kWarp);
+    const int count = static_cast<int>(hashes.end - group < kWarp ? hashes.end - group : kWarp);
     for (int u = 0; valid && u < count; ++u) {
       const int row_at = position[u];
       if (row_at < 0) continue;
