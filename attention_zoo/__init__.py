@@ -5,10 +5,10 @@
 >>> out = attn(q, k, v, mask)   # [batch, heads, n, head_dim]; mask [batch, n], True = real token
 """
 
-from attention_zoo.registry import (Attention, AttentionSpec, Backend, build, get, label, make_options, names, register,
-                                    spec)
+from attention_zoo.registry import (Attention, AttentionSpec, Backend, build, causal_names, get, label, make_options,
+                                    names, register, spec)
 
 # Importing a backend module registers it.
 from attention_zoo import learned_hash, linformer, longformer, lsh, none, nystrom, performer, reformer, softmax, yoso, yoso_e  # noqa: E402,F401
 
-__all__ = ["Attention", "AttentionSpec", "Backend", "build", "get", "label", "make_options", "names", "register", "spec"]
+__all__ = ["Attention", "AttentionSpec", "Backend", "build", "causal_names", "get", "label", "make_options", "names", "register", "spec"]

@@ -30,7 +30,11 @@ class LongformerOptions:
 
 @register("longformer", LongformerOptions)
 class LongformerAttention(Attention):
+    """Causal: the window's later half and later global tokens are masked (Beltagy et al. 2020, §3.1's
+    autoregressive windowed attention)."""
+
     subquadratic = True
+    supports_causal = True
 
     @classmethod
     def label(cls, options: LongformerOptions) -> str:
@@ -44,6 +48,8 @@ class LongformerAttention(Attention):
         local = ((position[:, None] - position[None, :]).abs() <= max(1, self.options.window_size // 2)) & \
             (position[None, :] >= globals_)
         seen = local | (position[None, :] < globals_) | (position[:, None] < globals_)
+        if self.causal:
+            seen = seen & (position[None, :] <= position[:, None])
         return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
 
     @in_float32
@@ -68,18 +74,25 @@ class LongformerAttention(Attention):
         key_pos = (torch.arange(blocks, device=q.device).view(blocks, 1, 1) - 1) * block + \
             torch.arange(3 * block, device=q.device).view(1, 1, -1)
         allowed = ((query_pos - key_pos).abs() <= half) & (key_pos >= globals_) & (key_pos < n)
+        if self.causal:
+            allowed = allowed & (key_pos <= query_pos)
         key_real = neighbourhood(mask[:, None, :, None].float())[..., 0].unsqueeze(3) > 0.5
         allowed = allowed & key_real  # [B, 1, blocks, block, 3 * block]
         local_scores = (qb @ keys.transpose(-1, -2)).masked_fill(~allowed, NEG_INF)
 
         # Every query also sees the global keys.
         global_real = mask[:, None, None, None, :globals_]
+        if self.causal:  # [B, 1, blocks, block, globals]
+            global_real = global_real & (torch.arange(globals_, device=q.device) <= query_pos)
         global_scores = (qb @ k[:, :, None, :globals_].transpose(-1, -2)).masked_fill(~global_real, NEG_INF)
         weights = torch.softmax(torch.cat([global_scores, local_scores], dim=-1), dim=-1)
         out = weights[..., :globals_] @ v[:, :, None, :globals_] + weights[..., globals_:] @ values
         out = out.reshape(batch, heads, blocks * block, -1)[:, :, :n]
 
         if globals_:  # global queries attend to every key
-            full = (q[:, :, :globals_] @ k.transpose(-1, -2)).masked_fill(~mask[:, None, None, :], NEG_INF)
+            seen = mask[:, None, None, :]
+            if self.causal:
+                seen = seen & (torch.arange(n, device=q.device) <= torch.arange(globals_, device=q.device)[:, None])
+            full = (q[:, :, :globals_] @ k.transpose(-1, -2)).masked_fill(~seen, NEG_INF)
             out = torch.cat([torch.softmax(full, dim=-1) @ v, out[:, :, globals_:]], dim=2)
         return out

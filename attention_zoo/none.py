@@ -14,7 +14,9 @@ class NoneOptions:
 
 @register("none", NoneOptions)
 class NoAttention(Attention):
-    """Returns V unchanged: each token sees only itself."""
+    """Returns V unchanged: each token sees only itself (so it is causal as it stands)."""
+
+    supports_causal = True
 
     @classmethod
     def label(cls, options: NoneOptions) -> str:

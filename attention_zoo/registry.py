@@ -28,6 +28,8 @@ class Attention(nn.Module):
     name: str = ""
     Options: Type[Any]
     subquadratic: bool = False  # promises less than O(n²) memory (checked by the test suite)
+    supports_causal: bool = False  # has a causal mode: a query sees only keys at its position or before
+    causal: bool = False  # this module's mode, set by :meth:`AttentionSpec.build` (tested over the registry)
 
     def __init__(self, num_heads: int, head_dim: int, max_seq_len: int, options: Any):
         super().__init__()
@@ -87,6 +89,11 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def causal_names() -> list[str]:
+    """The registered backends that have a causal mode."""
+    return [name for name in names() if _REGISTRY[name].cls.supports_causal]
+
+
 def get(name: str) -> Backend:
     try:
         return _REGISTRY[name]
@@ -128,10 +135,19 @@ class AttentionSpec:
     def check_shape(self, num_heads: int, head_dim: int, max_seq_len: int) -> None:
         get(self.name).cls.check_shape(self.options, num_heads, head_dim, max_seq_len)
 
-    def build(self, num_heads: int, head_dim: int, max_seq_len: int) -> Attention:
-        """A module of this backend (its options checked against the shape first)."""
+    @property
+    def supports_causal(self) -> bool:
+        return get(self.name).cls.supports_causal
+
+    def build(self, num_heads: int, head_dim: int, max_seq_len: int, causal: bool = False) -> Attention:
+        """A module of this backend (its options checked against the shape first); ``causal``: query
+        i attends to keys 0…i only (a backend without :attr:`Attention.supports_causal` refuses)."""
+        if causal and not self.supports_causal:
+            raise ValueError(f"attention '{self.name}' has no causal mode; causal backends: {', '.join(causal_names())}")
         self.check_shape(num_heads, head_dim, max_seq_len)
-        return get(self.name).cls(num_heads, head_dim, max_seq_len, self.options)
+        module = get(self.name).cls(num_heads, head_dim, max_seq_len, self.options)
+        module.causal = causal
+        return module
 
 
 def spec(name: str, **options: Any) -> AttentionSpec:
@@ -139,9 +155,10 @@ def spec(name: str, **options: Any) -> AttentionSpec:
     return AttentionSpec(name, make_options(name, **options))
 
 
-def build(name: str, *, num_heads: int, head_dim: int, max_seq_len: int, **options: Any) -> Attention:
+def build(name: str, *, num_heads: int, head_dim: int, max_seq_len: int, causal: bool = False,
+          **options: Any) -> Attention:
     """Instantiate backend ``name`` with its options given as keywords (checked against the shape)."""
-    return spec(name, **options).build(num_heads, head_dim, max_seq_len)
+    return spec(name, **options).build(num_heads, head_dim, max_seq_len, causal)
 
 
 def label(name: str, **options: Any) -> str:

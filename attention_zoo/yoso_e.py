@@ -48,8 +48,8 @@ class LowerBoundExpectation(torch.autograd.Function):
     """Y = (E ⊙ mask) V on unit q, k; backward by the lower bound (τ/2) E in place of E'."""
 
     @staticmethod
-    def forward(ctx, q, k, v, key_weight, tau: int):
-        weights = collision_probability(q, k, tau) * key_weight[:, None, None, :]
+    def forward(ctx, q, k, v, key_weight, tau: int, causal: bool = False):
+        weights = collision_probability(q, k, tau) * pair_weight(key_weight, q.shape[-2], causal)
         ctx.save_for_backward(q, k, v, weights)
         ctx.tau = tau
         return weights @ v
@@ -58,21 +58,32 @@ class LowerBoundExpectation(torch.autograd.Function):
     def backward(ctx, grad):
         q, k, v, weights = ctx.saved_tensors
         surrogate = (grad @ v.transpose(-1, -2)) * weights * (ctx.tau / 2)
-        return surrogate @ k, surrogate.transpose(-1, -2) @ q, weights.transpose(-1, -2) @ grad, None, None
+        return surrogate @ k, surrogate.transpose(-1, -2) @ q, weights.transpose(-1, -2) @ grad, None, None, None
 
 
-def expectation_attention(q, k, v, key_weight, tau: int, backward: str = "exact") -> torch.Tensor:
-    """ℓ2-normalized (E ⊙ mask) V for q, k, v [..., n, ·] in any float dtype (float64 for gradcheck)."""
+def pair_weight(key_weight: torch.Tensor, n: int, causal: bool) -> torch.Tensor:
+    """[batch, 1, 1 or n, n]: 1 where query i may see key j (a real key; with ``causal`` also j ≤ i)."""
+    weight = key_weight[:, None, None, :]
+    if causal:
+        weight = weight * torch.ones(n, n, dtype=weight.dtype, device=weight.device).tril()
+    return weight
+
+
+def expectation_attention(q, k, v, key_weight, tau: int, backward: str = "exact", causal: bool = False) -> torch.Tensor:
+    """ℓ2-normalized (E ⊙ mask) V for q, k, v [batch, heads, n, ·] in any float dtype (float64 for
+    gradcheck); ``key_weight`` [batch, n] is 1 on real keys; ``causal`` also zeroes E above the diagonal."""
     q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
     if backward == "lower_bound":
-        out = LowerBoundExpectation.apply(q, k, v, key_weight, tau)
+        out = LowerBoundExpectation.apply(q, k, v, key_weight, tau, causal)
     else:
-        out = (collision_probability(q, k, tau) * key_weight[:, None, None, :]) @ v
+        out = (collision_probability(q, k, tau) * pair_weight(key_weight, q.shape[-2], causal)) @ v
     return F.normalize(out, dim=-1)
 
 
 @register("yoso_e", YosoEOptions)
 class YosoEAttention(Attention):
+    supports_causal = True  # E is an explicit n × n matrix: zero above the diagonal
+
     @property
     def tau(self) -> int:
         return hash_code_length(self.options.hash_code_len, self.max_seq_len)
@@ -86,4 +97,4 @@ class YosoEAttention(Attention):
 
     @in_float32
     def forward(self, q, k, v, mask):
-        return expectation_attention(q, k, v, mask.to(q.dtype), self.tau, self.options.backward)
+        return expectation_attention(q, k, v, mask.to(q.dtype), self.tau, self.options.backward, self.causal)

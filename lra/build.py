@@ -19,7 +19,7 @@ from lra import distributed, gpus
 from lra.data.prepare import PreparedData, load_task_data
 from lra.data.sampler import EpochSampler
 from lra.errors import UserError
-from lra.model import Classifier, input_length
+from lra.model import Classifier, LanguageModel, input_length
 from lra.schedules import lr_factor
 
 
@@ -40,8 +40,11 @@ class Components:
 
 
 def build(cfg, attention: attention_zoo.AttentionSpec, announce=print,
-          ranks: distributed.Ranks = distributed.Ranks()) -> Components:
-    """The run's components, in the order their random draws must happen (seed, then the model)."""
+          ranks: distributed.Ranks = distributed.Ranks(), language_model: Optional[str] = None) -> Components:
+    """The run's components, in the order their random draws must happen (seed, then the model).
+    ``language_model`` (``masked`` or ``causal``): self-pretraining's stage 1, whose model is the encoder
+    with a token-prediction head (:class:`lra.model.LanguageModel`) and whose ``cfg.trainer`` is
+    :func:`lra.pretraining.stage_config`'s."""
     trainer = cfg.trainer
     if trainer.batch_size % (trainer.grad_accumulation * ranks.world):
         raise UserError(
@@ -64,7 +67,10 @@ def build(cfg, attention: attention_zoo.AttentionSpec, announce=print,
         announce(f"warning: {longer} of {len(data.splits['train'])} training sequences are longer than "
                  f"{max_length} tokens and are truncated")
 
-    model = Classifier(cfg.model, cfg.task, attention, max_length).to(device)
+    if language_model is None:
+        model = Classifier(cfg.model, cfg.task, attention, max_length).to(device)
+    else:
+        model = LanguageModel(cfg.model, cfg.task, attention, max_length, causal=language_model == "causal").to(device)
     # Training goes through DDP (gradients averaged over ranks); evaluation uses the plain module.
     ddp = torch.nn.parallel.DistributedDataParallel(model) if ranks.world > 1 else None
     train_model, eval_model = (ddp if ddp is not None else model), model

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import II, MISSING, OmegaConf
+from omegaconf import II, MISSING, DictConfig, OmegaConf
 
 import attention_zoo
 from attention_zoo._common import package_folder
@@ -54,6 +54,12 @@ class LRSchedule(enum.Enum):
     cosine = "cosine"  # LRA "constant * linear_warmup * cosine_decay": lr · min(1, t/w) · ½(1 + cos(π (t − w)/T))
 
 
+class PretrainObjective(enum.Enum):
+    none = "none"  # train from scratch (default)
+    masked = "masked"  # masked-token denoising with the bidirectional encoder
+    causal = "causal"  # next-token prediction with a causal attention mask
+
+
 class Precision(enum.Enum):
     auto = "auto"  # bf16 autocast on CUDA when supported, else fp16; fp32 on CPU
     fp32 = "fp32"
@@ -78,7 +84,7 @@ def device_name(options, name: str) -> None:
         raise InvalidOption(name, value, "auto, cpu, cuda or cuda:N")
 
 
-VALIDATIONS = ("reference", "heldout")
+VALIDATIONS = ("test", "heldout")
 
 
 @dataclass
@@ -94,9 +100,10 @@ class TaskConfig:
     vocab_size: int = MISSING  # embedding rows (the reference allocates more than the real vocabulary)
     max_length: int = MISSING  # padded tokens per document
     dual_encoder: bool = False  # retrieval: two documents through one shared encoder
-    # reference: the split the reference validates on (Text: its test split, as the original);
-    # heldout: a seeded split of heldout_size training examples (the same for every run and seed)
-    validation: str = "reference"
+    # test: the reference's protocol, the split it validates on (Text: the test split, as the original and
+    # every descendant; the other tasks: their validation split); heldout: a seeded split of heldout_size
+    # training examples (the same for every run and seed), so that model selection never sees the test split
+    validation: str = "test"
     heldout_size: int = 2500
     heldout_seed: int = 0
     # The reference schedule (docs/reference-setup.md); trainer.* defaults to these.
@@ -235,6 +242,50 @@ class TrainerConfig:
         device_name(self, "device")
 
 
+def _keyword_field_init(self, **values: Any) -> None:
+    for option in dataclasses.fields(self):
+        setattr(self, option.name, values.get(option.name, option.default))
+    self.__post_init__()
+
+
+def _pretrain_post_init(self) -> None:
+    whole(self, 1, "max_steps", "batch_size", "checkpoint_every", "history_every")
+    whole(self, 0, "warmup_steps")
+    number(self, "lr", 0.0, low_open=True)
+    number(self, "mask_probability", 0.0, 1.0, low_open=True)
+    schedule = LRSchedule(getattr(self.lr_schedule, "value", self.lr_schedule))
+    if schedule in (LRSchedule.linear, LRSchedule.cosine) and self.warmup_steps > self.max_steps:
+        raise InvalidOption("warmup_steps", self.warmup_steps, f"at most max_steps={self.max_steps} with "
+                            f"lr_schedule={schedule.value}")
+    source = getattr(self, "from")
+    if source is not None and not str(source).strip():
+        raise InvalidOption("from", source, "a finished run directory (or null)")
+
+
+# Self-pretraining (Amos, Berant & Gupta, ICLR 2024): stage 1 trains the encoder with a token-prediction
+# head on the task's training inputs, stage 2 fine-tunes it (lra/pretraining.py). Its schedule defaults to
+# the fine-tuning one. ``from`` (a run directory whose stage 1 finished) is a Python keyword, so this schema
+# is declared through type() with an __init__ of its own.
+PretrainConfig = dataclass(init=False, repr=False, eq=False)(type("PretrainConfig", (), {
+    "__module__": __name__,
+    "__annotations__": {"objective": PretrainObjective, "max_steps": int, "warmup_steps": int, "lr": float,
+                        "lr_schedule": LRSchedule, "batch_size": int, "mask_probability": float,
+                        "checkpoint_every": int, "history_every": int, "from": Optional[str]},
+    "objective": PretrainObjective.none,
+    "max_steps": II("trainer.max_steps"),
+    "warmup_steps": II("trainer.warmup_steps"),
+    "lr": II("trainer.lr"),
+    "lr_schedule": II("trainer.lr_schedule"),
+    "batch_size": II("trainer.batch_size"),
+    "mask_probability": 0.5,  # masked: the share of real tokens masked (the SPT paper's 50 %)
+    "checkpoint_every": II("trainer.checkpoint_every"),
+    "history_every": II("trainer.eval_every"),  # a pretraining-loss entry every this many steps
+    "from": None,  # a run directory whose pretraining stage finished: fine-tune from it, pretrain nothing
+    "__init__": _keyword_field_init,
+    "__post_init__": _pretrain_post_init,
+}))
+
+
 @dataclass
 class LoggerConfig:
     name: str = "none"
@@ -262,6 +313,7 @@ class TrainRunConfig:
     attention: Any = MISSING
     model: ModelConfig = MISSING
     trainer: TrainerConfig = MISSING
+    pretrain: PretrainConfig = MISSING
     logger: Any = MISSING
     seed: int = 0
     data_dir: str = "${oc.env:LRA_DATA_DIR,data}"
@@ -387,8 +439,13 @@ def task_schema(name: str) -> type:
 def saved_run_config(saved) -> Any:
     """A run's saved resolved config made whole against today's schemas: fields added since it was
     written take their defaults (the task's too, whose schema depends on the task)."""
+    saved = OmegaConf.create(saved) if not isinstance(saved, DictConfig) else saved
+    if saved.get("task", {}).get("validation") == "reference":  # its name before 2026-11-24
+        saved.task.validation = "test"
     merged = OmegaConf.merge(OmegaConf.structured(TrainRunConfig), saved)
     merged.task = OmegaConf.merge(OmegaConf.structured(task_schema(merged.task.name)), merged.task)
+    if OmegaConf.is_missing(merged, "pretrain"):  # saved before self-pretraining existed: none
+        merged.pretrain = OmegaConf.structured(PretrainConfig)
     return merged
 
 
@@ -402,6 +459,7 @@ def register_configs() -> None:
         cs.store(name=name, node=node)
     cs.store(name="schema_model_base", node=ModelConfig)
     cs.store(name="schema_trainer_base", node=TrainerConfig)
+    cs.store(name="schema_pretrain_base", node=PretrainConfig)
     cs.store(name="schema_logger_none", node=LoggerConfig)
     cs.store(name="schema_logger_wandb", node=WandbLoggerConfig)
     for name in attention_zoo.names():

@@ -37,12 +37,12 @@ class MultiHeadAttention(nn.Module):
     """Separate Q, K, V projections (with bias) to heads × head_dim, a backend, an output projection."""
 
     def __init__(self, dim: int, num_heads: int, head_dim: int, max_seq_len: int,
-                 attention: attention_zoo.AttentionSpec, attention_fp32: bool):
+                 attention: attention_zoo.AttentionSpec, attention_fp32: bool, causal: bool = False):
         super().__init__()
         self.num_heads, self.head_dim = num_heads, head_dim
         inner = num_heads * head_dim
         self.query, self.key, self.value = (nn.Linear(dim, inner) for _ in range(3))
-        self.backend = attention.build(num_heads, head_dim, max_seq_len)
+        self.backend = attention.build(num_heads, head_dim, max_seq_len, causal)
         self.output = nn.Linear(inner, dim)
         self.attention_fp32 = attention_fp32
 
@@ -64,11 +64,11 @@ class MultiHeadAttention(nn.Module):
 class Block(nn.Module):
     """Pre-LN: x + dropout(attn(LN(x))), then x + MLP(LN(x))."""
 
-    def __init__(self, cfg, max_seq_len: int, attention: attention_zoo.AttentionSpec):
+    def __init__(self, cfg, max_seq_len: int, attention: attention_zoo.AttentionSpec, causal: bool = False):
         super().__init__()
         self.norm1 = nn.LayerNorm(cfg.dim)
         self.attention = MultiHeadAttention(cfg.dim, cfg.num_heads, cfg.head_dim, max_seq_len, attention,
-                                            cfg.attention_fp32)
+                                            cfg.attention_fp32, causal)
         self.dropout = nn.Dropout(cfg.dropout)
         self.norm2 = nn.LayerNorm(cfg.dim)
         self.mlp = nn.Sequential(
@@ -82,9 +82,13 @@ class Block(nn.Module):
 
 
 class Encoder(nn.Module):
-    """Token + position embeddings, pre-LN blocks, final LayerNorm, pooling to one vector."""
+    """Token + position embeddings, pre-LN blocks, final LayerNorm, pooling to one vector.
 
-    def __init__(self, cfg, vocab_size: int, max_length: int, attention: attention_zoo.AttentionSpec):
+    ``causal`` (self-pretraining's next-token stage): every backend attends to earlier positions only.
+    Its parameters are the same either way, so a causal encoder's weights load into a bidirectional one."""
+
+    def __init__(self, cfg, vocab_size: int, max_length: int, attention: attention_zoo.AttentionSpec,
+                 causal: bool = False):
         super().__init__()
         self.pooling = str(getattr(cfg.pooling, "value", cfg.pooling))
         self.mask_zero_ids = str(getattr(cfg.padding_mask, "value", cfg.padding_mask)) == "nonzero_ids"
@@ -100,16 +104,26 @@ class Encoder(nn.Module):
         self.cls = nn.Parameter(torch.zeros(1, 1, cfg.dim)) if self.use_cls else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
-            Block(cfg, positions, attention) for _ in range(cfg.num_layers)
+            Block(cfg, positions, attention, causal) for _ in range(cfg.num_layers)
         )
         self.norm = nn.LayerNorm(cfg.dim)
         for block in self.blocks[1:]:
             block.attention.backend.share_parameters_with(self.blocks[0].attention.backend)
 
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        if self.mask_zero_ids:  # the reference's `ids != 0`: black pixels of Image and Pathfinder become padding
-            mask = mask & (ids != 0)
+    def real_tokens(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[batch, n] bool: the tokens the model treats as real (the reference's `ids != 0` quirk makes
+        black pixels of Image and Pathfinder padding)."""
+        return mask & (ids != 0) if self.mask_zero_ids else mask
+
+    def hidden_states(self, ids: torch.Tensor, mask: torch.Tensor, masked: Optional[torch.Tensor] = None,
+                      mask_vector: Optional[torch.Tensor] = None):
+        """([batch, positions, dim] after the final LayerNorm, [batch, positions] real-token mask); with a
+        CLS token it is position 0. ``masked`` [batch, n] positions get ``mask_vector`` in place of their
+        token embedding (masked-token pretraining)."""
+        mask = self.real_tokens(ids, mask)
         x = self.token_embedding(ids)
+        if masked is not None:
+            x = torch.where(masked[..., None], mask_vector.to(x.dtype), x)
         if self.use_cls:
             x = torch.cat([self.cls.expand(len(x), -1, -1), x], dim=1)
             mask = torch.cat([mask.new_ones(len(x), 1), mask], dim=1)
@@ -117,7 +131,10 @@ class Encoder(nn.Module):
         x = self.dropout(x)
         for block in self.blocks:
             x = block(x, mask)
-        x = self.norm(x)
+        return self.norm(x), mask
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x, mask = self.hidden_states(ids, mask)
         if self.use_cls:
             return x[:, 0]
         if self.pooling == "mean_unmasked":
@@ -152,6 +169,31 @@ class Classifier(nn.Module):
         return self.head(features)
 
     def aux_loss(self) -> Optional[torch.Tensor]:
-        """The sum of the attention backends' auxiliary losses, or None if none set one."""
-        losses = [b.attention.backend.aux_loss for b in self.encoder.blocks if b.attention.backend.aux_loss is not None]
-        return torch.stack(losses).sum() if losses else None
+        return attention_aux_loss(self.encoder)
+
+
+def attention_aux_loss(encoder: Encoder) -> Optional[torch.Tensor]:
+    """The sum of the attention backends' auxiliary losses, or None if none set one."""
+    losses = [b.attention.backend.aux_loss for b in encoder.blocks if b.attention.backend.aux_loss is not None]
+    return torch.stack(losses).sum() if losses else None
+
+
+class LanguageModel(nn.Module):
+    """Self-pretraining's stage 1 (Amos, Berant & Gupta, ICLR 2024): the encoder with a token-prediction
+    head, Linear(dim → vocabulary) on every position's hidden state, and a learned vector that stands in
+    for a masked token's embedding (so the vocabulary, and the encoder's weights, stay those of the
+    classifier). ``causal``: next-token prediction through causal attention."""
+
+    def __init__(self, model_cfg, task_cfg, attention: attention_zoo.AttentionSpec, max_length: int, causal: bool):
+        super().__init__()
+        self.encoder = Encoder(model_cfg, task_cfg.vocab_size, max_length, attention, causal)
+        self.mask_vector = nn.Parameter(torch.empty(model_cfg.dim).normal_(std=model_cfg.embedding_init_std))
+        self.head = nn.Linear(model_cfg.dim, task_cfg.vocab_size)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, masked: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """[batch, n, vocabulary] logits, one per input position (a CLS position is left out)."""
+        x, _ = self.encoder.hidden_states(ids, mask, masked, self.mask_vector)
+        return self.head(x[:, 1:] if self.encoder.use_cls else x)
+
+    def aux_loss(self) -> Optional[torch.Tensor]:
+        return attention_aux_loss(self.encoder)

@@ -30,6 +30,7 @@ RESOLVED = Path(".hydra") / "resolved.yaml"
 LOCK = ".lock"
 LOG = "train.log"
 CHECKPOINTS = "checkpoints"
+PRETRAIN = "pretrain"  # self-pretraining's stage 1 (lra/pretraining.py)
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's job-log format
 
 
@@ -47,7 +48,7 @@ class RunDirectory:
 
     def holds_run(self) -> bool:
         """Whether a run has been started here (its record, saved config, checkpoints or history)."""
-        return any((self.path / name).exists() for name in (METRICS, RESOLVED, CHECKPOINTS, HISTORY))
+        return any((self.path / name).exists() for name in (METRICS, RESOLVED, CHECKPOINTS, HISTORY, PRETRAIN))
 
     def read_record(self) -> dict:
         return read_record(self.path)

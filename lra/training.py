@@ -25,9 +25,8 @@ from lra.data.cache import TokenSplit
 from lra.determinism import NondeterminismLog
 from lra.errors import UserError
 from lra.io import atomic_write_json
-from lra.loggers import NullLogger, build_logger
 from lra.records import HISTORY, RunRecord, describe_device, git_commit, peak_memory_mb
-from lra.run import RunDirectory
+from lra.pretraining import run_label
 from lra.validation import attention_spec
 
 
@@ -51,26 +50,31 @@ class TrainWindow:
     or checkpoint, so that a resumed run reads the same windows as an uninterrupted one)."""
 
     def __init__(self):
-        self.steps, self.examples, self.sums, self.has_aux = 0, 0, None, False
+        self.steps, self.examples, self.sums, self.has_aux, self.counts_predictions = 0, 0, None, False, False
 
     def add(self, metrics: dict) -> None:
-        aux = metrics.get("aux_loss")
+        """``correct`` counts right predictions out of ``predictions`` (a device count: predicted tokens
+        in pretraining) or, without it, out of ``examples``."""
+        aux, predictions = metrics.get("aux_loss"), metrics.get("predictions")
         self.has_aux = self.has_aux or aux is not None
-        values = torch.stack([metrics["loss"].double(), metrics["correct"].double(),
-                              metrics["nonfinite"].double(), (aux if aux is not None else metrics["loss"] * 0).double()])
+        self.counts_predictions = predictions is not None
+        zero = metrics["loss"] * 0
+        values = torch.stack([metrics["loss"].double(), metrics["correct"].double(), metrics["nonfinite"].double(),
+                              (aux if aux is not None else zero).double(),
+                              (predictions if predictions is not None else zero).double()])
         self.sums = values if self.sums is None else self.sums + values
         self.steps += 1
         self.examples += metrics["examples"]
 
     def read(self, ranks: distributed.Ranks, step: int) -> dict:
-        loss, correct, nonfinite, aux = distributed.sum_across(self.sums, ranks).tolist()
+        loss, correct, nonfinite, aux, predictions = distributed.sum_across(self.sums, ranks).tolist()
         if nonfinite:
             raise FloatingPointError(
                 f"the training loss was not finite at a step between {step - self.steps + 1} and {step} (read every "
                 "trainer.log_every steps); no checkpoint was written after it: start a new run with a lower "
                 "trainer.lr or with trainer.grad_clip set")
-        metrics = {"train/loss": loss / (self.steps * ranks.world),
-                   "train/accuracy": 100.0 * correct / (self.examples * ranks.world)}
+        predicted = predictions if self.counts_predictions else self.examples * ranks.world
+        metrics = {"train/loss": loss / (self.steps * ranks.world), "train/accuracy": 100.0 * correct / max(predicted, 1)}
         if self.has_aux:
             metrics["train/aux_loss"] = aux / (self.steps * ranks.world)
         return metrics
@@ -84,8 +88,8 @@ class Trainer:
         self.cfg, self.run_dir, self.announce, self.ranks = cfg, Path(run_dir), announce, ranks
         self.nondeterminism = NondeterminismLog()  # ops that alert under deterministic algorithms: recorded
         self.attention = attention if attention is not None else attention_spec(cfg)
-        self.attention_name, self.label = self.attention.name, self.attention.label
-        parts = build(cfg, self.attention, announce, ranks)
+        self.attention_name, self.label = self.attention.name, run_label(self.attention.label, cfg)
+        parts = self.build_components(cfg, announce, ranks)
         self.device, self.amp_dtype, self.data = parts.device, parts.amp_dtype, parts.data
         self.max_length, self.model, self.ddp = parts.max_length, parts.model, parts.ddp
         self.train_model, self.eval_model = parts.train_model, parts.eval_model
@@ -95,15 +99,32 @@ class Trainer:
         self.chance = ChanceLevel.of(self.data.splits["val"].labels)
         self.state = TrainState()
         self.best_weights: Optional[Dict[str, torch.Tensor]] = None
-        self.checkpoint_dir = self.run_dir / "checkpoints"
+        self.checkpoint_dir = self.stage_dir / "checkpoints"
         self.record = record if record is not None else RunRecord(
             self.run_dir, write=False, task=cfg.task.name, attention=self.attention_name, label=self.label,
             seed=cfg.seed, status="running", git_commit=git_commit())
         self.record.update(device=describe_device(self.device), processes=ranks.world,
-                           num_parameters=self.num_parameters, data_fingerprint=self.data.fingerprint,
-                           data_cache=str(self.data.cache_dir), data_source=self.data.source,
-                           data_raw_folder=self.data.raw_folder, run_dir=str(self.run_dir),
-                           validation=self.data.validation, validation_examples=len(self.data.splits["val"]))
+                           data_fingerprint=self.data.fingerprint, data_cache=str(self.data.cache_dir),
+                           data_source=self.data.source, data_raw_folder=self.data.raw_folder,
+                           run_dir=str(self.run_dir), **self.describe_stage())
+
+    stage_name = ""  # the progress line's prefix
+
+    @property
+    def stage_dir(self) -> Path:
+        """Where this stage keeps its checkpoints and history: the run folder itself."""
+        return self.run_dir
+
+    def build_components(self, cfg, announce, ranks):
+        return build(cfg, self.attention, announce, ranks)
+
+    def describe_stage(self) -> dict:
+        return {"num_parameters": self.num_parameters, "validation": self.data.validation,
+                "validation_examples": len(self.data.splits["val"])}
+
+    def start_from_encoder(self, weights: Dict[str, torch.Tensor]) -> None:
+        """Fine-tuning: the encoder takes a pretrained encoder's weights, bit for bit; the head stays fresh."""
+        self.model.encoder.load_state_dict(weights)
 
     # ---------------------------------------------------------------- state
     def save_checkpoint(self) -> None:
@@ -179,7 +200,7 @@ class Trainer:
         aux_total, tokens = None, 0
         for position, micro in enumerate(micro_batches):
             with self._gradient_sync(position == len(micro_batches) - 1):
-                loss, correct, micro_tokens = self._forward(self.data.splits["train"], micro, self.train_model)
+                loss, correct, micro_tokens, predicted = self.training_loss(micro)
                 weight = len(micro) / len(indices)
                 objective = loss * weight
                 aux = self.model.aux_loss()
@@ -189,6 +210,7 @@ class Trainer:
                 self.scaler.scale(objective).backward()
             total_loss = total_loss + loss.detach() * weight
             total_correct = total_correct + correct
+            predictions = predicted if position == 0 else (None if predicted is None else predictions + predicted)
             tokens += micro_tokens
         if self.cfg.trainer.grad_clip is not None:
             self.scaler.unscale_(self.optimizer)
@@ -200,7 +222,14 @@ class Trainer:
                    "nonfinite": ~torch.isfinite(total_loss), "tokens": tokens * self.ranks.world}
         if aux_total is not None:
             metrics["aux_loss"] = aux_total
+        if predictions is not None:
+            metrics["predictions"] = predictions
         return metrics
+
+    def training_loss(self, indices):
+        """(mean loss, number correct, padded tokens, number of predictions — None: one per example) of
+        these training examples through the training model."""
+        return (*self._forward(self.data.splits["train"], indices, self.train_model), None)
 
     def _gradient_sync(self, last_micro_batch: bool):
         """Under DDP, gradients are all-reduced once per step: on the last micro-batch, the earlier ones
@@ -293,7 +322,7 @@ class Trainer:
         def clock(seconds: float) -> str:
             return str(datetime.timedelta(seconds=round(seconds)))
 
-        return (f"step {step}/{total} ({100 * step // total}%) loss {loss:.3f} acc {accuracy:.1f} "
+        return (f"{self.stage_name}step {step}/{total} ({100 * step // total}%) loss {loss:.3f} acc {accuracy:.1f} "
                 f"tok/s {throughput:,.0f} elapsed {clock(self.state.wall_seconds)} eta {clock(pace * (total - step))}")
 
     def _validate(self, logger, train_metrics: dict) -> None:
@@ -310,7 +339,7 @@ class Trainer:
             entry["train_aux_loss"] = train_metrics["train/aux_loss"]
         self.state.history.append(entry)
         if self.ranks.main:
-            atomic_write_json(self.run_dir / HISTORY, self.state.history)
+            atomic_write_json(self.stage_dir / HISTORY, self.state.history)
         logger.log({"val/loss": result["loss"], "val/accuracy": result["accuracy"],
                     "val/best_accuracy": self.state.best_val_accuracy}, step=step)
         self._record_progress("running")
@@ -327,41 +356,3 @@ class Trainer:
                         **{key: record.get(key) for key in ("train_tokens_per_second", "peak_memory_mb",
                                                             "wall_time_seconds", "num_parameters", "status")}})
         return self.record.data
-
-
-def train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], announce=print) -> dict:
-    """Build everything from ``cfg`` (validated), resume from the run directory if it holds a
-    checkpoint, train, test. ``run`` is owned by this process (:meth:`RunDirectory.claim`).
-
-    Any failure rewrites ``metrics.json`` with status ``failed`` and the error, then re-raises;
-    except that a resume writes nothing until its checkpoint is loaded, so a resume that fails
-    leaves the previous record as it was.
-    """
-    ranks = distributed.setup()
-    try:
-        return _train(cfg, run, resolved_config, group, announce, ranks)
-    finally:
-        distributed.teardown()
-
-
-def _train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], announce, ranks) -> dict:
-    attention = attention_spec(cfg)  # validated options
-    record = run.new_record(provisional=bool(cfg.resume), task=cfg.task.name, attention=attention.name,
-                            label=attention.label, seed=cfg.seed, status="running", git_commit=git_commit())
-    logger = None
-    try:
-        trainer = Trainer(cfg, run.path, announce, ranks, record=record, attention=attention)
-        trainer.try_resume()
-        logger = build_logger(cfg.logger, run.path, resolved_config, name=trainer.label, group=group,
-                              job_type=cfg.task.name) if ranks.main else NullLogger()
-        result = trainer.run(logger)
-        logger.finish(0)
-        return result
-    except BaseException as exc:
-        try:
-            record.fail(exc if not isinstance(exc, KeyboardInterrupt) else "interrupted (KeyboardInterrupt)")
-        except OSError:  # e.g. the disk is full: the last record written stays as it was
-            pass
-        if logger is not None:
-            logger.finish(1)
-        raise

@@ -18,7 +18,7 @@ from lra import distributed
 from lra.errors import ConfigError
 from lra.config import TrainRunConfig
 
-GROUPS = ("task", "model", "trainer", "logger")
+GROUPS = ("task", "model", "trainer", "pretrain", "logger")
 
 
 def invalid(path: str, error: InvalidOption) -> ConfigError:
@@ -98,6 +98,24 @@ def check_shape(cfg: DictConfig) -> None:
         raise invalid(f"attention.{error.field}", error) from None
 
 
+def check_pretraining(cfg: DictConfig) -> None:
+    """Self-pretraining's cross-group rules: its batch against gradient accumulation and the training
+    subset, a causal objective against the backend, and ``pretrain.from`` against this run."""
+    from lra import pretraining
+
+    if not pretraining.pretrains(cfg):
+        return
+    batch, trainer = cfg.pretrain.batch_size, cfg.trainer
+    if batch % trainer.grad_accumulation:
+        raise ConfigError(f"invalid value for pretrain.batch_size: {batch}; it must be a multiple of "
+                          f"trainer.grad_accumulation={trainer.grad_accumulation}: pass pretrain.batch_size=<such a value>")
+    if trainer.train_subset is not None and trainer.train_subset < batch:
+        raise ConfigError(f"invalid value for pretrain.batch_size: {batch}; it must be at most trainer.train_subset="
+                          f"{trainer.train_subset}: pass pretrain.batch_size=<such a value>")
+    pretraining.check_objective(cfg)
+    pretraining.check_source(cfg)
+
+
 def check_device_and_precision(cfg: DictConfig) -> None:
     """CUDA asked for where there is none, and mixed precision where it cannot run (CPU)."""
     import torch
@@ -167,5 +185,6 @@ def validate(cfg: DictConfig) -> None:
         raise invalid(error.field, error) from None
     check_attention(cfg)
     check_shape(cfg)
+    check_pretraining(cfg)
     check_device_and_precision(cfg)
     distributed.world_size()  # a leftover WORLD_SIZE outside torchrun

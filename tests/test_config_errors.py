@@ -64,6 +64,13 @@ BAD_CONFIGS = [
     (["attention=learned_hash", "attention.local_heads=3"], "attention.local_heads", "between 0 and num_heads=2"),
     (["attention=learned_hash", "attention.membership=argmax"], "attention.membership", "one of softmax, raw"),
     (["trainer.device=cpu", "trainer.precision=bf16"], "trainer.precision", "needs a CUDA device"),  # left a failed folder
+    (["pretrain=masked", "pretrain.mask_probability=0"], "pretrain.mask_probability", "(0, 1]"),  # nothing to predict
+    (["pretrain=masked", "pretrain.mask_probability=1.5"], "pretrain.mask_probability", "(0, 1]"),
+    (["pretrain=masked", "pretrain.max_steps=0"], "pretrain.max_steps", "≥ 1"),
+    (["pretrain=masked", "pretrain.lr=0"], "pretrain.lr", "(0, ∞)"),
+    (["pretrain=causal", "pretrain.max_steps=10", "pretrain.warmup_steps=20"], "pretrain.warmup_steps", "at most max_steps=10"),
+    (["pretrain=masked", "trainer.grad_accumulation=2", "pretrain.batch_size=3"], "pretrain.batch_size", "multiple of"),
+    (["pretrain=masked", "trainer=smoke", "pretrain.batch_size=128"], "pretrain.batch_size", "at most trainer.train_subset"),
 ]
 
 
@@ -79,7 +86,8 @@ def test_every_invalid_value_is_one_line_naming_field_value_and_rule(overrides, 
 
 def test_every_preset_and_default_is_valid():
     for overrides in ([], ["task=pathfinder"], ["task=text"], ["task=retrieval"], ["task=image"],
-                      ["trainer=smoke"], ["logger=wandb"], ["experiment=quickstart"]):
+                      ["trainer=smoke"], ["logger=wandb"], ["experiment=quickstart"], ["pretrain=masked"],
+                      ["pretrain=causal"], ["experiment=spt"], ["task=retrieval", "pretrain=masked"]):
         validate(compose_config(*overrides))
 
 
@@ -91,6 +99,9 @@ def test_every_preset_and_default_is_valid():
     (["trainer.device=cuda"], "trainer.device=cuda but this machine has no CUDA device"),  # left a failed run folder
     (["trainer.device=cpu", "trainer.precision=fp16"], "invalid value for trainer.precision: 'fp16'"),  # the same
     (["~model"], "the config has no model (was it deleted with ~model?)"),  # was a traceback
+    (["pretrain=causal", "attention=yoso"], "pretrain=causal needs causal attention and attention=yoso has no causal mode"),
+    (["pretrain.from=no/such/run"], "pretrain.from=no/such/run is not a folder"),
+    (["+pretrain.frm=runs/x"], "unknown key 'pretrain.frm' (did you mean 'from'?)"),
 ])
 def test_lra_train_refuses_bad_input_with_one_line_and_no_record(tmp_path, data_dir, args, expected):
     if "cuda" in " ".join(args):

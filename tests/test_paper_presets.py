@@ -183,6 +183,17 @@ def test_yoso_table3_smoke_sweep_completes_every_row_and_lines_up_with_the_paper
     assert "*YOSO-C-16" in table and "Nystromformer" in table
 
 
+def test_spt_smoke_sweep_pretrains_every_row_and_tables_it_beside_from_scratch(tmp_path, data_dir):
+    sweep, records = run_sweep(tmp_path, data_dir, "experiment=spt", "task=listops")
+    assert len(records) == 24 and all(r["status"] == "completed" for r in records)
+    pretrained = [r for r in records if r["label"].endswith(" +SPT")]
+    assert len(pretrained) == 12 and all(r["pretrain_status"] == "completed" and r["pretrain_steps"] == 2
+                                         and r["pretrain_mask_probability"] == 0.5 for r in pretrained)
+    assert {r["label"].removesuffix(" +SPT") for r in pretrained} == {r["label"] for r in records if r not in pretrained}
+    table = run_command(["lra-table", str(sweep), "--side-by-side"], tmp_path, data_dir).stdout
+    assert "listops +SPT Δ" in table and "| *YOSO-C-16 " in table
+
+
 def test_lra_table1_smoke_sweep_completes_every_row(tmp_path, data_dir):
     _, records = run_sweep(tmp_path, data_dir, "experiment=lra_table1", "setup=lra_table1/listops",
                            "model.num_layers=2", "model.dim=64", "model.num_heads=2", "model.head_dim=32")

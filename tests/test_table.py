@@ -225,6 +225,38 @@ def test_the_efficiency_view_checks_the_parameter_budget_against_softmax(tmp_pat
     assert column["Nystromformer"] == "+20.0 % (outside ±10 %)"
 
 
+def test_self_pretrained_rows_stay_apart_and_show_side_by_side(tmp_path, capsys):
+    """Issue 32: "+SPT" rows form their own block after the from-scratch rows; --side-by-side puts each
+    task's from-scratch cell beside its SPT cell and the change; each row's parameters are checked
+    against the Softmax row of its own setup."""
+    rows = [("Softmax", 0, 36.0, 1000), ("Softmax", 1, 38.0, 1000), ("YOSO-32", 0, 30.0, 1000),
+            ("Softmax +SPT", 0, 50.0, 2000), ("Softmax +SPT", 1, 52.0, 2000), ("YOSO-32 +SPT", 0, 41.0, 2100),
+            ("None +SPT", 0, 20.0, 2000)]
+    for label, seed, accuracy, parameters in rows:
+        folder = tmp_path / f"{label}-{seed}"
+        write_run(folder, label, "listops", seed, "completed", accuracy)
+        record = json.loads((folder / "metrics.json").read_text())
+        (folder / "metrics.json").write_text(json.dumps(record | {"num_parameters": parameters}))
+    runs = collect([tmp_path])
+    table = comparison(runs, efficiency=True)
+    assert list(table.index) == ["Softmax", "YOSO-32", "None +SPT", "Softmax +SPT", "YOSO-32 +SPT"]
+    assert table.loc["Softmax +SPT", "listops"] == f"51.00 ± {statistics.stdev([50.0, 52.0]):.2f} (2)"
+    budget = table["listops params vs Softmax"]
+    assert budget["YOSO-32"] == "+0.0 %" and budget["YOSO-32 +SPT"] == "+5.0 %", "each setup has its own baseline"
+    table_main([str(tmp_path), "--side-by-side", "--format", "csv"])
+    csv_numbers = capsys.readouterr().out
+    assert "Softmax +SPT" in csv_numbers
+    from lra.results.table import side_by_side
+
+    paired = side_by_side(comparison(runs))
+    assert list(paired.index) == ["None", "Softmax", "YOSO-32"]
+    assert list(paired.columns) == ["listops", "listops +SPT", "listops +SPT Δ"]
+    assert paired.loc["Softmax", "listops +SPT Δ"] == "+14.00" and paired.loc["YOSO-32", "listops +SPT Δ"] == "+11.00"
+    assert paired.loc["None", "listops"] == "—" and paired.loc["None", "listops +SPT Δ"] == "—"
+    table_main([str(tmp_path), "--side-by-side"])
+    assert "| listops +SPT Δ" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------------------------ lra-table
 def write_record(folder, content):
     folder.mkdir(parents=True, exist_ok=True)

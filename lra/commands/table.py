@@ -17,7 +17,7 @@ from lra.commands.config_errors import at_the_edge
 from lra.io import atomic_write_text
 from lra.results import chart
 from lra.results.table import (REFERENCES, collect_wandb, comparison, deduplicate, failures, load_reference, numbers,
-                               read_records, record_files, status_counts, to_latex, to_markdown, validation_notes)
+                               read_records, record_files, side_by_side, status_counts, to_latex, to_markdown, validation_notes)
 
 
 @at_the_edge
@@ -37,6 +37,8 @@ def main(argv=None) -> None:
     parser.add_argument("--exclude-stuck", action="store_true",
                         help="leave seeds stuck at chance (stuck_at_chance in their record) out of the statistic; "
                              "each cell still says how many there were")
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="one row per attention: each task from scratch beside self-pretrained (+SPT) and the change")
     parser.add_argument("--output", type=Path, help="write here instead of standard output")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="also draw the LRA paper's Figure 3: accuracy against training speed, bubble area = peak "
@@ -79,6 +81,8 @@ def main(argv=None) -> None:
     table = comparison(runs, args.metric, reference, efficiency_task=args.efficiency or None,
                        efficiency=args.efficiency is not None, statistic=args.statistic,
                        exclude_stuck=args.exclude_stuck)
+    if args.side_by_side and not table.empty:
+        table = side_by_side(table)
     if table.empty:
         text = "(no runs found)"
     elif args.format == "markdown":

@@ -1,4 +1,4 @@
-"""``lra-train``: compose the config, then call :func:`lra.training.train`. Nothing else."""
+"""``lra-train``: compose the config, then call :func:`lra.pipeline.train`. Nothing else."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def _start_resume(folder: RunDirectory, hydra_cfg) -> Optional[DictConfig]:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def run(cfg: DictConfig):
-    from lra.training import train
+    from lra.pipeline import train
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN

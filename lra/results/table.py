@@ -17,6 +17,7 @@ from typing import Iterable, List, Optional
 
 import pandas as pd
 
+from lra.pretraining import SPT_SUFFIX
 from lra.records import METRICS
 
 TASK_ORDER = ["listops", "text", "retrieval", "image", "pathfinder"]
@@ -135,8 +136,16 @@ def load_reference(name: str) -> pd.DataFrame:
     return table
 
 
+def base_label(label: str) -> tuple:
+    """(the attention's label, whether the row is self-pretrained): "YOSO-32 +SPT" → ("YOSO-32", True)."""
+    pretrained = label.endswith(SPT_SUFFIX)
+    return (label[: -len(SPT_SUFFIX)] if pretrained else label), pretrained
+
+
 def _row_key(label: str):
-    return (0, LABEL_ORDER.index(label), label) if label in LABEL_ORDER else (1, 0, label)
+    """From-scratch rows first, then the self-pretrained ones, each block in the YOSO paper's order."""
+    base, pretrained = base_label(label)
+    return (pretrained, 0, LABEL_ORDER.index(base), base) if base in LABEL_ORDER else (pretrained, 1, 0, base)
 
 
 def _stuck(runs: pd.DataFrame) -> pd.Series:
@@ -226,12 +235,37 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
         rows = summary[summary["task"] == task].set_index("backend").reindex(labels)
         cells[f"{task} tokens/s"] = [MISSING if math.isnan(v) else f"{v:,.0f}" for v in rows["tokens_per_s"]]
         cells[f"{task} peak MB"] = [MISSING if math.isnan(v) else f"{v:,.0f}" for v in rows["peak_memory_mb"]]
-        baseline = rows["num_parameters"].get("Softmax", math.nan)
-        cells[f"{task} params vs Softmax"] = [_budget(v, baseline) for v in rows["num_parameters"]]
+        # each row against the Softmax row of its own setup (from scratch or self-pretrained)
+        baselines = [rows["num_parameters"].get("Softmax" + (SPT_SUFFIX if base_label(label)[1] else ""), math.nan)
+                     for label in labels]
+        cells[f"{task} params vs Softmax"] = [_budget(v, b) for v, b in zip(rows["num_parameters"], baselines)]
         best[f"{task} tokens/s"], best[f"{task} peak MB"], best[f"{task} params vs Softmax"] = False, False, False
     cells = cells.rename_axis("backend")
-    cells.attrs = {"best": best.reindex(columns=cells.columns, fill_value=False), "numbers": summary}
+    cells.attrs = {"best": best.reindex(columns=cells.columns, fill_value=False), "numbers": summary,
+                   "statistic": statistic}
     return cells
+
+
+def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per attention, each task's from-scratch cell beside its self-pretrained one and the change
+    of the statistic (``+SPT Δ``); a row with only one of the two shows the other as missing."""
+    summary = table.attrs["numbers"]
+    tasks = [c for c in table.columns if c in set(summary["task"])]
+    statistic = table.attrs.get("statistic", "mean")
+    bases = sorted({base_label(label)[0] for label in table.index}, key=_row_key)
+    out = pd.DataFrame(MISSING, index=pd.Index(bases, name="backend"),
+                       columns=[f"{t}{suffix}" for t in tasks for suffix in ("", SPT_SUFFIX, f"{SPT_SUFFIX} Δ")])
+    values = summary.set_index(["backend", "task"])[statistic]
+    for base in bases:
+        for task in tasks:
+            for suffix in ("", SPT_SUFFIX):
+                if base + suffix in table.index:
+                    out.loc[base, f"{task}{suffix}"] = table.loc[base + suffix, task]
+            scratch, spt = values.get((base, task), math.nan), values.get((base + SPT_SUFFIX, task), math.nan)
+            if not (math.isnan(scratch) or math.isnan(spt)):
+                out.loc[base, f"{task}{SPT_SUFFIX} Δ"] = f"{spt - scratch:+.2f}"
+    out.attrs = {"best": pd.DataFrame(False, index=out.index, columns=out.columns), "numbers": summary}
+    return out
 
 
 def _budget(parameters: float, baseline: float) -> str:

@@ -1,0 +1,64 @@
+"""One ``lra-train`` run from start to end: self-pretraining's stage 1 when the config asks for it
+(:mod:`lra.pretrainer`), then training (or fine-tuning) and the test (:class:`lra.training.Trainer`),
+with one record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from lra import distributed
+from lra.loggers import NullLogger, build_logger
+from lra.pretrainer import pretrained_encoder
+from lra.pretraining import objective, pretrains, run_label
+from lra.records import git_commit
+from lra.run import RunDirectory
+from lra.training import Trainer
+from lra.validation import attention_spec
+
+
+def train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], announce=print) -> dict:
+    """Build everything from ``cfg`` (validated), resume from the run directory if it holds a
+    checkpoint, (pretrain,) train, test. ``run`` is owned by this process (:meth:`RunDirectory.claim`).
+
+    Any failure rewrites ``metrics.json`` with status ``failed`` and the error, then re-raises;
+    except that a resume writes nothing until its checkpoint is loaded, so a resume that fails
+    leaves the previous record as it was.
+    """
+    ranks = distributed.setup()
+    try:
+        return _train(cfg, run, resolved_config, group, announce, ranks)
+    finally:
+        distributed.teardown()
+
+
+def _train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], announce, ranks) -> dict:
+    attention = attention_spec(cfg)  # validated options
+    record = run.new_record(provisional=bool(cfg.resume), task=cfg.task.name, attention=attention.name,
+                            label=run_label(attention.label, cfg), seed=cfg.seed, status="running",
+                            git_commit=git_commit(), pretrain_objective=objective(cfg))
+    logger = None
+
+    def start_logger(folder: Path, name: str, job_type: str):
+        return build_logger(cfg.logger, folder, resolved_config, name=name, group=group,
+                            job_type=job_type) if ranks.main else NullLogger()
+
+    try:
+        encoder = pretrained_encoder(cfg, run.path, record, announce, ranks, attention, start_logger) \
+            if pretrains(cfg) else None
+        trainer = Trainer(cfg, run.path, announce, ranks, record=record, attention=attention)
+        if encoder is not None:
+            trainer.start_from_encoder(encoder)
+        trainer.try_resume()
+        logger = start_logger(run.path, trainer.label, cfg.task.name)
+        result = trainer.run(logger)
+        logger.finish(0)
+        return result
+    except BaseException as exc:
+        try:
+            record.fail(exc if not isinstance(exc, KeyboardInterrupt) else "interrupted (KeyboardInterrupt)")
+        except OSError:  # e.g. the disk is full: the last record written stays as it was
+            pass
+        if logger is not None:
+            logger.finish(1)
+        raise

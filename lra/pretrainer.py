@@ -1,0 +1,138 @@
+"""Self-pretraining's stage 1 (:mod:`lra.pretraining` holds its rules): the training loop of
+:class:`lra.training.Trainer` on the token-prediction objective, and the hand-over to stage 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from lra import checkpoint, distributed
+from lra.errors import UserError
+from lra.io import atomic_write_json
+from lra.pretraining import (ENCODER, STAGE_DIR, draw_masked, finished_encoder, objective, run_label, source_run,
+                             stage_config, step_generator, token_loss)
+from lra.records import HISTORY, read_record
+from lra.training import Trainer
+
+
+class Pretrainer(Trainer):
+    """Stage 1: the training loop of :class:`Trainer` on the language-model objective, without evaluation
+    (no validation or test input is read): a history entry of the training loss every
+    ``pretrain.history_every`` steps, then the encoder's weights saved for stage 2."""
+
+    def __init__(self, cfg, run_dir: Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),
+                 record=None, attention=None):
+        self.objective = objective(cfg)
+        self.mask_probability = float(cfg.pretrain.mask_probability)
+        self._generator: Optional[torch.Generator] = None
+        super().__init__(stage_config(cfg), run_dir, announce, ranks, record=record, attention=attention)
+        self.label = f"{run_label(self.attention.label, cfg)} pretraining"
+
+    stage_name = "pretraining "
+
+    @property
+    def stage_dir(self) -> Path:
+        return self.run_dir / STAGE_DIR
+
+    @property
+    def encoder_path(self) -> Path:
+        return self.stage_dir / ENCODER
+
+    def build_components(self, cfg, announce, ranks):
+        from lra.build import build
+
+        return build(cfg, self.attention, announce, ranks, language_model=self.objective)
+
+    def describe_stage(self) -> dict:
+        return {"pretrain_objective": self.objective, "pretrain_num_parameters": self.num_parameters,
+                "pretrain_mask_probability": self.mask_probability if self.objective == "masked" else None,
+                "pretrain_max_steps": self.cfg.trainer.max_steps, "pretrain_from": None}
+
+    def train_step(self) -> dict:
+        self._generator = step_generator(self.cfg.seed, self.state.step, self.ranks.rank)
+        return super().train_step()
+
+    def training_loss(self, indices):
+        ids, masks, _ = self.data.splits["train"].gather(indices, self.max_length)  # inputs only
+        ids, masks = torch.cat(self._to_device(ids)), torch.cat(self._to_device(masks))  # both documents of a pair
+        real = self.model.encoder.real_tokens(ids, masks)
+        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
+            if self.objective == "masked":
+                masked = draw_masked(real, self.mask_probability, self._generator)
+                logits = self.train_model(ids, masks, masked)
+                targets, counted = ids, masked
+            else:  # causal: position t predicts token t + 1
+                logits = self.train_model(ids, masks)[:, :-1]
+                targets, counted = ids[:, 1:], real[:, :-1] & real[:, 1:]
+        loss, correct, predictions = token_loss(logits, targets, counted)
+        return loss, correct, sum(m.numel() for m in masks), predictions
+
+    def _validate(self, logger, train_metrics: dict) -> None:
+        entry = {"step": self.state.step, "loss": train_metrics["train/loss"],
+                 "token_accuracy": train_metrics["train/accuracy"], "lr": train_metrics["train/lr"]}
+        self.state.history.append(entry)
+        if self.ranks.main:
+            atomic_write_json(self.stage_dir / HISTORY, self.state.history)
+        self._record_progress("running")
+
+    def _record_progress(self, status: str, **extra) -> None:
+        s = self.state
+        last = s.history[-1] if s.history else {}
+        self.record.update(
+            pretrain_status=status, pretrain_steps=s.step, pretrain_loss=last.get("loss"),
+            pretrain_token_accuracy=last.get("token_accuracy"), pretrain_history=s.history,
+            pretrain_wall_time_seconds=s.wall_seconds, pretrain_resumed_at_steps=s.resumed_at_steps,
+            pretrain_train_tokens_per_second=s.train_tokens / s.train_seconds if s.train_seconds else None, **extra)
+
+    def _test(self, logger) -> dict:
+        """Stage 1's end: the encoder's weights, saved atomically (its presence marks the stage finished)."""
+        weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.encoder.state_dict().items()}
+        if self.ranks.main:
+            checkpoint.save(self.encoder_path, {"encoder": weights, "steps": self.state.step})
+        self._record_progress("completed", pretrain_encoder=str(self.encoder_path),
+                              pretrain_encoder_sha256=_sha256(self.encoder_path) if self.ranks.main else None)
+        logger.summary({"pretrain/loss": self.record.data.get("pretrain_loss"), "pretrain/steps": self.state.step})
+        return weights
+
+
+def _sha256(path: Path) -> str:
+    from lra.data.cache import sha256_file
+
+    return sha256_file(path)
+
+
+def pretrained_encoder(cfg, run_dir: Path, record, announce, ranks, attention, start_logger) -> dict:
+    """The encoder weights stage 2 starts from: stage 1 run (or resumed) here, or the finished stage 1 of
+    ``pretrain.from`` (whose ``pretrain_*`` record fields this run's record takes, with where they came from)."""
+    source = source_run(cfg)
+    if source is not None:
+        path = finished_encoder(source)
+        fields = {k: v for k, v in read_record(source).items() if k.startswith("pretrain_")}
+        fields.update(pretrain_from=str(source), pretrain_encoder=str(path), pretrain_encoder_sha256=_sha256(path))
+        record.update(**fields)
+        announce(f"fine-tuning the encoder pretrained in {source}")
+        return _load_encoder(path)
+    finished = finished_encoder(run_dir)
+    if finished is not None:  # stage 1 finished before a kill or preemption: its record fields are kept
+        record.update(**{k: v for k, v in read_record(run_dir).items() if k.startswith("pretrain_")})
+        return _load_encoder(finished)
+    pretrainer = Pretrainer(cfg, run_dir, announce, ranks, record=record, attention=attention)
+    pretrainer.try_resume()
+    logger = start_logger(pretrainer.stage_dir, pretrainer.label, "pretrain")
+    try:
+        weights = pretrainer.run(logger)
+    except BaseException:
+        logger.finish(1)
+        raise
+    logger.finish(0)
+    return weights
+
+
+def _load_encoder(path: Path) -> dict:
+    try:
+        return checkpoint.load(path)["encoder"]
+    except Exception as exc:
+        raise UserError(f"cannot read the pretrained encoder {path} ({type(exc).__name__}); run the "
+                        "pretraining stage again (a new run with the same pretrain=...)") from None

@@ -1,0 +1,206 @@
+"""Self-pretraining (``pretrain=masked|causal``, lra/pretraining.py and lra/pretrainer.py): the masking,
+the loss, causal attention for every backend that claims it, no leakage of labels or held-out inputs
+into stage 1, the weight hand-over, exact resume in either stage, and ``pretrain.from``."""
+
+from __future__ import annotations
+
+import math
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+import attention_zoo
+from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+from helpers import compose_config
+from lra.errors import ConfigError
+from lra.pretraining import draw_masked, step_generator, token_loss
+from lra.validation import attention_spec, validate
+
+
+@pytest.mark.parametrize("probability", [0.15, 0.5])
+def test_masking_hits_its_rate_on_real_tokens_and_never_touches_padding(probability):
+    lengths = torch.from_numpy(np.random.default_rng(0).integers(10, 300, size=64))
+    real = torch.arange(300)[None, :] < lengths[:, None]
+    masked = draw_masked(real, probability, step_generator(seed=3, step=11, rank=0))
+    assert not (masked & ~real).any(), "a padding position was masked"
+    count = int(real.sum())
+    rate = float(masked.sum()) / count
+    assert abs(rate - probability) < 4 * math.sqrt(probability * (1 - probability) / count)  # 4 σ, fixed seed
+    again = draw_masked(real, probability, step_generator(seed=3, step=11, rank=0))
+    assert torch.equal(masked, again), "a step's masks are redrawn exactly (resume)"
+    assert not torch.equal(masked, draw_masked(real, probability, step_generator(seed=3, step=12, rank=0)))
+
+
+def test_the_loss_is_the_mean_over_the_counted_positions_only():
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 7, 11, generator=generator)
+    targets = torch.randint(0, 11, (3, 7), generator=generator)
+    counted = torch.rand(3, 7, generator=generator) < 0.4
+    loss, correct, predictions = token_loss(logits, targets, counted)
+    log_probabilities = torch.log_softmax(logits.double(), dim=-1)
+    expected = [-log_probabilities[b, t, targets[b, t]] for b in range(3) for t in range(7) if counted[b, t]]
+    assert float(predictions) == len(expected)
+    assert float(loss) == pytest.approx(float(sum(expected) / len(expected)), rel=1e-6)
+    logits.requires_grad_(True)
+    token_loss(logits, targets, counted)[0].backward()
+    assert not logits.grad[~counted].any(), "an uncounted position reached the loss"
+    assert int(correct) == int(((logits.argmax(-1) == targets) & counted).sum())
+
+
+@pytest.mark.parametrize("name", attention_zoo.names())
+def test_a_causal_backend_never_sees_later_tokens_and_the_others_refuse(name):
+    """Every backend that claims a causal mode: its output at positions ≤ t, and a causal language
+    model's logits there, do not change when everything after t does. The others refuse, in the
+    registry and as one config line."""
+    if not attention_zoo.get(name).cls.supports_causal:
+        with pytest.raises(ValueError, match="has no causal mode"):
+            attention_zoo.build(name, num_heads=2, head_dim=8, max_seq_len=16, causal=True)
+        with pytest.raises(ConfigError, match=f"attention={name} has no causal mode"):
+            validate(compose_config(f"attention={name}", "pretrain=causal", *SMALL_LISTOPS))
+        return
+    from lra.model import LanguageModel
+
+    generator = torch.Generator().manual_seed(1)
+    options = {"window_size": 4, "num_global_tokens": 2} if name == "longformer" else {}
+    backend = attention_zoo.build(name, num_heads=2, head_dim=8, max_seq_len=13, causal=True, **options).eval()
+    q, k, v = (torch.randn(2, 2, 13, 8, generator=generator) for _ in range(3))
+    mask = torch.ones(2, 13, dtype=torch.bool)
+    mask[1, 10:] = False
+    cut = 6
+    later = [x.clone() for x in (q, k, v)]
+    for x in later:
+        x[:, :, cut + 1:] = torch.randn(x[:, :, cut + 1:].shape, generator=generator)
+    torch.testing.assert_close(backend(q, k, v, mask)[:, :, :cut + 1], backend(*later, mask)[:, :, :cut + 1],
+                               rtol=0, atol=0)
+
+    cfg = compose_config(f"attention={name}", "pretrain=causal", "task.max_length=32", "model.dropout=0")
+    torch.manual_seed(0)
+    model = LanguageModel(cfg.model, cfg.task, attention_spec(cfg), 32, causal=True).eval()
+    ids = torch.randint(1, 17, (2, 32), generator=generator)
+    changed = ids.clone()
+    changed[:, 20:] = torch.randint(1, 17, (2, 12), generator=generator)
+    real = torch.ones(2, 32, dtype=torch.bool)
+    before, after = model(ids, real), model(changed, real)
+    torch.testing.assert_close(before[:, :20], after[:, :20], rtol=0, atol=0)
+    assert not torch.equal(before[:, 20:], after[:, 20:])
+
+
+STAGE_ONE = ["trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=3", "trainer.checkpoint_every=3",
+             "trainer.train_subset=null", "trainer.eval_subset=null", "attention=softmax", "seed=5", *SMALL_LISTOPS]
+
+
+class Unreadable:
+    """A validation or test split whose inputs must not be read (its size and labels may be)."""
+
+    def __init__(self, split):
+        self.labels, self._size = split.labels, len(split)
+
+    def __len__(self):
+        return self._size
+
+    def gather(self, *args, **kwargs):
+        raise AssertionError("stage 1 read a validation or test input")
+
+    lengths = gather
+
+
+@pytest.mark.parametrize("objective", ["masked", "causal"])
+def test_stage_one_reads_only_training_inputs(tmp_path, data_dir, monkeypatch, objective):
+    """With the validation and test inputs unreadable and the training labels shuffled (and with a
+    held-out validation split carved from the training split), stage 1 trains exactly as it does on the
+    untouched data: it reads training inputs and nothing else."""
+    import lra.build
+    from lra.pretrainer import Pretrainer
+
+    cfg = compose_config(*STAGE_ONE, f"pretrain={objective}", "task.validation=heldout", "task.heldout_size=24",
+                         f"data_dir={data_dir}")
+    real_loader = lra.build.load_task_data
+
+    def encoder_after_steps(poisoned: bool):
+        if poisoned:
+            def load(*args, **kwargs):
+                data = real_loader(*args, **kwargs)
+                train = data.splits["train"]
+                train.labels = np.random.default_rng(9).permutation(train.labels)
+                data.splits["val"], data.splits["test"] = Unreadable(data.splits["val"]), Unreadable(data.splits["test"])
+                return data
+            monkeypatch.setattr(lra.build, "load_task_data", load)
+        stage = Pretrainer(cfg, tmp_path / f"run{poisoned}", announce=lambda m: None)
+        assert len(stage.data.splits["train"]) == 96 - 24, "the held-out examples are not pretrained on"
+        for _ in range(4):
+            stage.train_step()
+        return stage.model.encoder.state_dict()
+
+    clean, poisoned = encoder_after_steps(False), encoder_after_steps(True)
+    for name in clean:
+        assert torch.equal(clean[name], poisoned[name]), name
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_spt(tmp_path_factory, data_dir):
+    root = tmp_path_factory.mktemp("spt")
+    run_command(["lra-train", *STAGE_ONE, "pretrain=masked"], root, data_dir)
+    (run,) = run_dirs(root)
+    return run
+
+
+def final_weights(run):
+    return torch.load(run / "checkpoints" / "last.pt", weights_only=False)["model"]
+
+
+def test_fine_tuning_starts_from_the_pretrained_encoder_bit_for_bit_with_a_fresh_head(uninterrupted_spt, data_dir):
+    from lra.training import Trainer
+
+    record = read_json(uninterrupted_spt / "metrics.json")
+    assert record["label"] == "Softmax +SPT" and record["pretrain_objective"] == "masked"
+    assert record["pretrain_status"] == "completed" and record["pretrain_steps"] == 6
+    assert [h["step"] for h in record["pretrain_history"]] == [3, 6]
+    assert record["status"] == "completed" and record["steps"] == 6
+    encoder = torch.load(uninterrupted_spt / "pretrain" / "encoder.pt", weights_only=False)["encoder"]
+    cfg = compose_config(*STAGE_ONE, "pretrain=masked", f"data_dir={data_dir}")
+    fine_tune = Trainer(cfg, uninterrupted_spt.parent / "inspect", announce=lambda m: None)
+    fresh_head = {k: v.clone() for k, v in fine_tune.model.head.state_dict().items()}
+    scratch = Trainer(compose_config(*STAGE_ONE, f"data_dir={data_dir}"), uninterrupted_spt.parent / "scratch",
+                      announce=lambda m: None)
+    fine_tune.start_from_encoder(encoder)
+    for name, tensor in encoder.items():
+        assert torch.equal(fine_tune.model.encoder.state_dict()[name], tensor), name
+        assert not torch.equal(scratch.model.encoder.state_dict()[name], tensor) or "position" in name or "norm" in name
+    for name, tensor in scratch.model.head.state_dict().items():
+        assert torch.equal(fresh_head[name], tensor), f"the head is a fresh one, as from scratch: {name}"
+
+
+@pytest.mark.parametrize("fault", ["step:4", "step:10"], ids=["in stage 1", "in stage 2"])
+def test_a_run_killed_in_either_stage_resumes_to_the_uninterrupted_result(tmp_path, data_dir, uninterrupted_spt, fault):
+    killed = run_command(["lra-train", *STAGE_ONE, "pretrain=masked"], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": fault}, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (run,) = run_dirs(tmp_path)
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    record, expected = read_json(run / "metrics.json"), read_json(uninterrupted_spt / "metrics.json")
+    for key in ("status", "steps", "best_val_accuracy", "test_accuracy", "pretrain_steps", "pretrain_loss",
+                "pretrain_history", "pretrain_encoder_sha256", "label"):
+        assert record[key] == expected[key], key
+    assert (record["pretrain_resumed_at_steps"], record["resumed_at_steps"]) == (([3], []) if fault == "step:4" else ([], [3]))
+    expected_weights = final_weights(uninterrupted_spt)
+    for name, tensor in final_weights(run).items():
+        assert torch.equal(tensor, expected_weights[name]), name
+
+
+def test_pretrain_from_fine_tunes_a_finished_stage_one_exactly_as_the_one_command_run(tmp_path, data_dir,
+                                                                                        uninterrupted_spt):
+    run_command(["lra-train", *STAGE_ONE, f"pretrain.from={uninterrupted_spt}"], tmp_path, data_dir)
+    (run,) = run_dirs(tmp_path)
+    record, source = read_json(run / "metrics.json"), read_json(uninterrupted_spt / "metrics.json")
+    assert not (run / "pretrain").exists(), "nothing is pretrained again"
+    assert record["pretrain_from"] == str(uninterrupted_spt) and record["label"] == "Softmax +SPT"
+    assert record["pretrain_encoder_sha256"] == source["pretrain_encoder_sha256"]
+    assert record["test_accuracy"] == source["test_accuracy"]
+    expected = final_weights(uninterrupted_spt)
+    for name, tensor in final_weights(run).items():
+        assert torch.equal(tensor, expected[name]), name
+    other = compose_config(*STAGE_ONE, "attention=yoso", f"pretrain.from={uninterrupted_spt}", f"data_dir={data_dir}")
+    with pytest.raises(ConfigError, match="pretrained with another attention \\('softmax' there, 'yoso' here\\)"):
+        validate(other)
