@@ -187,7 +187,9 @@ class LanguageModel(nn.Module):
     def __init__(self, model_cfg, task_cfg, attention: attention_zoo.AttentionSpec, max_length: int, causal: bool):
         super().__init__()
         self.encoder = Encoder(model_cfg, task_cfg.vocab_size, max_length, attention, causal)
-        self.mask_vector = nn.Parameter(torch.empty(model_cfg.dim).normal_(std=model_cfg.embedding_init_std))
+        # masked inputs only: every parameter must take part in the loss (DDP)
+        self.mask_vector = None if causal else nn.Parameter(
+            torch.empty(model_cfg.dim).normal_(std=model_cfg.embedding_init_std))
         self.head = nn.Linear(model_cfg.dim, task_cfg.vocab_size)
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, masked: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
-
 import torch
 
 from lra import checkpoint, distributed
 from lra.errors import UserError
 from lra.io import atomic_write_json
-from lra.pretraining import (ENCODER, STAGE_DIR, draw_masked, finished_encoder, objective, run_label, source_run,
-                             stage_config, step_generator, token_loss)
+from lra.pretraining import (ENCODER, STAGE_DIR, draw_masked, finished_encoder, masking_draws, objective, run_label,
+                             source_run, stage_config, token_loss)
 from lra.records import HISTORY, read_record
 from lra.training import Trainer
 
@@ -26,7 +24,6 @@ class Pretrainer(Trainer):
                  record=None, attention=None):
         self.objective = objective(cfg)
         self.mask_probability = float(cfg.pretrain.mask_probability)
-        self._generator: Optional[torch.Generator] = None
         super().__init__(stage_config(cfg), run_dir, announce, ranks, record=record, attention=attention)
         self.label = f"{run_label(self.attention.label, cfg)} pretraining"
 
@@ -50,24 +47,22 @@ class Pretrainer(Trainer):
                 "pretrain_mask_probability": self.mask_probability if self.objective == "masked" else None,
                 "pretrain_max_steps": self.cfg.trainer.max_steps, "pretrain_from": None}
 
-    def train_step(self) -> dict:
-        self._generator = step_generator(self.cfg.seed, self.state.step, self.ranks.rank)
-        return super().train_step()
-
     def training_loss(self, indices):
-        ids, masks, _ = self.data.splits["train"].gather(indices, self.max_length)  # inputs only
-        ids, masks = torch.cat(self._to_device(ids)), torch.cat(self._to_device(masks))  # both documents of a pair
+        ids, masks, _ = self.data.splits["train"].gather(indices, self.max_length)  # inputs only, never labels
+        documents = len(ids)  # Retrieval: both documents of a pair, as two sequences
+        ids, masks = torch.cat(self._to_device(ids)), torch.cat(self._to_device(masks))
         real = self.model.encoder.real_tokens(ids, masks)
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
             if self.objective == "masked":
-                masked = draw_masked(real, self.mask_probability, self._generator)
+                draws = masking_draws(self.cfg.seed, self.state.step, indices, documents, ids.shape[1])
+                masked = draw_masked(real, self.mask_probability, draws)
                 logits = self.train_model(ids, masks, masked)
                 targets, counted = ids, masked
             else:  # causal: position t predicts token t + 1
                 logits = self.train_model(ids, masks)[:, :-1]
                 targets, counted = ids[:, 1:], real[:, :-1] & real[:, 1:]
         loss, correct, predictions = token_loss(logits, targets, counted)
-        return loss, correct, sum(m.numel() for m in masks), predictions
+        return loss, correct, masks.numel(), predictions
 
     def _validate(self, logger, train_metrics: dict) -> None:
         entry = {"step": self.state.step, "loss": train_metrics["train/loss"],

@@ -59,26 +59,32 @@ def stage_config(cfg) -> DictConfig:
     return stage
 
 
-def step_generator(seed: int, step: int, rank: int) -> torch.Generator:
-    """The masking draws of one optimizer step: seeded by (seed, step, rank), so a resume redraws them."""
-    return torch.Generator().manual_seed(int(np.random.SeedSequence([seed, step, rank]).generate_state(1)[0]))
+def masking_draws(seed: int, step: int, indices, documents: int, length: int) -> torch.Tensor:
+    """[documents · len(indices), length] uniform draws, rows ordered document by document as the batch
+    is: each (example, document) seeded by (seed, step, example index, document) alone, so the masks do
+    not depend on how a step's batch is split over processes or micro-batches, and a resume redraws them."""
+    rows = []
+    for document in range(documents):
+        for index in indices:
+            state = np.random.SeedSequence([seed, step, int(index), document]).generate_state(1)[0]
+            rows.append(torch.rand(length, generator=torch.Generator().manual_seed(int(state))))
+    return torch.stack(rows)
 
 
-def draw_masked(real: torch.Tensor, probability: float, generator: torch.Generator) -> torch.Tensor:
-    """[batch, n] bool: each real token masked with ``probability``, padding never."""
-    draws = torch.rand(real.shape, generator=generator).to(real.device)
-    return (draws < probability) & real
+def draw_masked(real: torch.Tensor, probability: float, draws: torch.Tensor) -> torch.Tensor:
+    """[batch, n] bool: each real token masked with ``probability`` (``draws`` uniform), padding never."""
+    return (draws.to(real.device) < probability) & real
 
 
 def token_loss(logits: torch.Tensor, targets: torch.Tensor, counted: torch.Tensor):
-    """(mean cross-entropy over the ``counted`` positions, correct predictions among them, their number),
-    all device tensors: nothing is read back."""
+    """(the mean over sequences of each sequence's mean cross-entropy over its ``counted`` positions, the
+    correct predictions among them, their number), all device tensors: nothing is read back. A mean per
+    sequence, then over sequences, is the same however the batch is split over processes or micro-batches."""
     losses = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
     weights = counted.to(losses.dtype)
-    predictions = weights.sum()
-    loss = (losses * weights).sum() / predictions.clamp(min=1.0)
+    per_sequence = (losses * weights).sum(-1) / weights.sum(-1).clamp(min=1.0)
     correct = ((logits.argmax(-1) == targets) & counted).sum()
-    return loss, correct, predictions
+    return per_sequence.mean(), correct, weights.sum()
 
 
 def finished_encoder(run_dir: Path) -> Optional[Path]:

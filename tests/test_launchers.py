@@ -7,6 +7,8 @@ import statistics
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from lra.results.table import collect, comparison
 
@@ -76,12 +78,15 @@ def test_local_gpus_jobs_per_gpu_must_be_at_least_one(tmp_path, data_dir):
 # (tests/test_commands.py).
 
 
-def test_two_process_gloo_run_matches_one_process_with_the_same_global_batch(tmp_path, data_dir):
+@pytest.mark.parametrize("pretrain", ["none", "masked", "causal"])
+def test_two_process_gloo_run_matches_one_process_with_the_same_global_batch(tmp_path, data_dir, pretrain):
     """The two processes also accumulate gradients over 2 micro-batches each, all-reduced on the last
-    one only (DDP's no_sync on the first): the same global batch, the same training."""
+    one only (DDP's no_sync on the first): the same global batch, the same training; self-pretraining's
+    stage 1 too (each example's masks are its own, the loss a mean over sequences)."""
     import math
 
-    args = ["trainer=smoke", "trainer.max_steps=4", "trainer.eval_every=2", "model.dropout=0.0", *SMALL_LISTOPS]
+    args = ["trainer=smoke", "trainer.max_steps=4", "trainer.eval_every=2", "model.dropout=0.0", f"pretrain={pretrain}",
+            *SMALL_LISTOPS]
     run_command(["lra-train", *args], tmp_path / "one", data_dir)
     run_command(["torchrun", "--standalone", "--nproc_per_node=2", str(Path(sys.executable).parent / "lra-train"),
                  *args, "trainer.grad_accumulation=2"], tmp_path / "two", data_dir, env_extra={"OMP_NUM_THREADS": "1"})
@@ -94,6 +99,9 @@ def test_two_process_gloo_run_matches_one_process_with_the_same_global_batch(tmp
         for key in ("val_loss", "train_loss", "val_accuracy"):
             assert math.isclose(a[key], b[key], rel_tol=1e-4, abs_tol=1e-6), (key, a, b)
     assert sorted(p.name for p in (two / "checkpoints").iterdir()) == ["best.pt", "last.pt"]
+    for a, b in zip(single.get("pretrain_history") or [], double.get("pretrain_history") or [], strict=True):
+        assert math.isclose(a["loss"], b["loss"], rel_tol=1e-4), (a, b)
+    assert (single.get("pretrain_history") is None) == (pretrain == "none")
 
 
 def test_an_optuna_sweep_maximizes_the_runs_objective_and_still_tables_its_runs(tmp_path, data_dir):

@@ -15,7 +15,7 @@ import attention_zoo
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from helpers import compose_config
 from lra.errors import ConfigError
-from lra.pretraining import draw_masked, step_generator, token_loss
+from lra.pretraining import draw_masked, masking_draws, token_loss
 from lra.validation import attention_spec, validate
 
 
@@ -23,26 +23,34 @@ from lra.validation import attention_spec, validate
 def test_masking_hits_its_rate_on_real_tokens_and_never_touches_padding(probability):
     lengths = torch.from_numpy(np.random.default_rng(0).integers(10, 300, size=64))
     real = torch.arange(300)[None, :] < lengths[:, None]
-    masked = draw_masked(real, probability, step_generator(seed=3, step=11, rank=0))
+    indices = np.arange(100, 132)
+    masked = draw_masked(real, probability, masking_draws(3, 11, indices, documents=2, length=300))
     assert not (masked & ~real).any(), "a padding position was masked"
     count = int(real.sum())
     rate = float(masked.sum()) / count
     assert abs(rate - probability) < 4 * math.sqrt(probability * (1 - probability) / count)  # 4 σ, fixed seed
-    again = draw_masked(real, probability, step_generator(seed=3, step=11, rank=0))
-    assert torch.equal(masked, again), "a step's masks are redrawn exactly (resume)"
-    assert not torch.equal(masked, draw_masked(real, probability, step_generator(seed=3, step=12, rank=0)))
+    again = masking_draws(3, 11, indices, documents=2, length=300)
+    assert torch.equal(masked, draw_masked(real, probability, again)), "a step's masks are redrawn exactly (resume)"
+    assert not torch.equal(again, masking_draws(3, 12, indices, documents=2, length=300)), "each step draws anew"
+    # an example's draws are its own, however the batch is split (processes, micro-batches)
+    halves = [masking_draws(3, 11, part, documents=2, length=300) for part in (indices[:16], indices[16:])]
+    assert torch.equal(again[:16], halves[0][:16]) and torch.equal(again[48:], halves[1][16:])
 
 
-def test_the_loss_is_the_mean_over_the_counted_positions_only():
+def test_the_loss_is_the_mean_over_sequences_of_each_ones_counted_positions():
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 7, 11, generator=generator)
     targets = torch.randint(0, 11, (3, 7), generator=generator)
     counted = torch.rand(3, 7, generator=generator) < 0.4
+    counted[2] = False  # a sequence with nothing to predict counts as 0
     loss, correct, predictions = token_loss(logits, targets, counted)
     log_probabilities = torch.log_softmax(logits.double(), dim=-1)
-    expected = [-log_probabilities[b, t, targets[b, t]] for b in range(3) for t in range(7) if counted[b, t]]
-    assert float(predictions) == len(expected)
-    assert float(loss) == pytest.approx(float(sum(expected) / len(expected)), rel=1e-6)
+    per_sequence = []
+    for b in range(3):
+        terms = [-log_probabilities[b, t, targets[b, t]] for t in range(7) if counted[b, t]]
+        per_sequence.append(sum(terms) / len(terms) if terms else 0.0)
+    assert float(predictions) == int(counted.sum())
+    assert float(loss) == pytest.approx(float(sum(per_sequence) / 3), rel=1e-6)
     logits.requires_grad_(True)
     token_loss(logits, targets, counted)[0].backward()
     assert not logits.grad[~counted].any(), "an uncounted position reached the loss"
@@ -204,3 +212,20 @@ def test_pretrain_from_fine_tunes_a_finished_stage_one_exactly_as_the_one_comman
     other = compose_config(*STAGE_ONE, "attention=yoso", f"pretrain.from={uninterrupted_spt}", f"data_dir={data_dir}")
     with pytest.raises(ConfigError, match="pretrained with another attention \\('softmax' there, 'yoso' here\\)"):
         validate(other)
+
+
+@pytest.mark.parametrize("name", attention_zoo.names())
+def test_every_backend_pretrains_and_hands_its_encoder_over(tmp_path, data_dir, name):
+    """Stage 1 with each registered backend (its causal mode where it has one): finite losses over two
+    steps, and the encoder's weights load into the classifier as they are."""
+    from lra.pretrainer import Pretrainer
+    from lra.training import Trainer
+
+    objective = "causal" if attention_zoo.get(name).cls.supports_causal else "masked"
+    cfg = compose_config(*STAGE_ONE, f"attention={name}", f"pretrain={objective}", "trainer.max_length=128",
+                         f"data_dir={data_dir}")
+    stage = Pretrainer(cfg, tmp_path / "run", announce=lambda m: None)
+    losses = [float(stage.train_step()["loss"]) for _ in range(2)]
+    assert all(math.isfinite(loss) and loss > 0 for loss in losses), losses
+    fine_tune = Trainer(cfg, tmp_path / "run", announce=lambda m: None)
+    fine_tune.start_from_encoder(stage.model.encoder.state_dict())
