@@ -6,9 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import resource
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict
 
@@ -42,14 +40,6 @@ def describe_device(device: torch.device) -> str:
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
     return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-def peak_memory_mb(device: torch.device) -> float:
-    """CUDA: the allocator's peak; CPU: the process's peak resident set size."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / (2**20 if sys.platform == "darwin" else 2**10)
 
 
 def read_record(run_dir: Path) -> Dict[str, Any]:

@@ -25,7 +25,8 @@ from lra.data.cache import TokenSplit
 from lra.determinism import NondeterminismLog
 from lra.errors import UserError
 from lra.io import atomic_write_json
-from lra.records import HISTORY, RunRecord, describe_device, git_commit, peak_memory_mb
+from lra.profiling.measure import process_peak_mb
+from lra.records import HISTORY, RunRecord, describe_device, git_commit
 from lra.pretraining import run_label
 from lra.validation import attention_spec
 
@@ -260,7 +261,7 @@ class Trainer:
         self.record.update(
             status=status, steps=s.step, best_step=s.best_step, best_val_accuracy=s.best_val_accuracy,
             train_tokens_per_second=s.train_tokens / s.train_seconds if s.train_seconds else None,
-            wall_time_seconds=s.wall_seconds, peak_memory_mb=peak_memory_mb(self.device),
+            wall_time_seconds=s.wall_seconds, peak_memory_mb=process_peak_mb(self.device),
             resumed_at_steps=s.resumed_at_steps, nondeterministic_ops=list(self.nondeterminism.ops),
             chance_accuracy=self.chance.accuracy, stuck_at_chance=self.chance.stuck(s.best_val_accuracy),
             deterministic=self.nondeterminism.repeatable(self.cfg.trainer.deterministic), **extra,

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
 from lra.config import CONF_DIR, register_configs, register_resolvers
+from lra.profiling.measure import synchronize
 from lra.training import Trainer
 
 
@@ -34,10 +35,13 @@ def build(attention: str, compiled: bool, batch: int, run_dir: Path) -> Trainer:
     return Trainer(cfg, run_dir, announce=lambda m: None)
 
 
-def timed(step, count: int) -> float:
+def timed(step, count: int, device) -> float:
+    """Seconds per step over ``count`` steps in a row (a steady-state rate, not a best-of)."""
+    synchronize(device)
     started = time.perf_counter()
     for _ in range(count):
         step()
+    synchronize(device)
     return (time.perf_counter() - started) / count
 
 
@@ -45,11 +49,9 @@ def measure(attention: str, compiled: bool, steps: int, batch: int) -> dict:
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = build(attention, compiled, batch, Path(run_dir))
         tokens = batch * trainer.max_length
-        started = time.perf_counter()
-        trainer.train_step()  # compiles, if compiled
-        first = time.perf_counter() - started
+        first = timed(trainer.train_step, 1, trainer.device)  # compiles, if compiled
         trainer.train_step()
-        step_s = timed(trainer.train_step, steps)
+        step_s = timed(trainer.train_step, steps, trainer.device)
         row = {"attention": trainer.label, "compile": compiled, "first_step_s": first, "step_s": step_s,
                "train_tokens_per_s": tokens / step_s}
         if not compiled:
@@ -72,7 +74,7 @@ def bare_loop_step(trainer: Trainer, steps: int) -> float:
 
     model.train()
     step()
-    return timed(step, steps)
+    return timed(step, steps, trainer.device)
 
 
 def main(argv=None) -> None:

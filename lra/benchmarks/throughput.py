@@ -20,6 +20,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from lra.config import CONF_DIR, register_configs, register_resolvers
+from lra.profiling.measure import synchronize
 from lra.training import Trainer
 
 
@@ -31,8 +32,7 @@ def measure(overrides, steps: int, loader_batches: int) -> dict:
         trainer.train_step()  # warm-up
         started = time.perf_counter()
         tokens = sum(trainer.train_step()["tokens"] for _ in range(steps))
-        if trainer.device.type == "cuda":
-            torch.cuda.synchronize()  # the loop never waits for the device; the clock must
+        synchronize(trainer.device)  # the loop never waits for the device; the clock must
         step_seconds = (time.perf_counter() - started) / steps
 
         split = trainer.data.splits["train"]

@@ -11,28 +11,17 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 
 import pandas as pd
 import torch
 
 from attention_zoo import _yoso_ops as ops
 from attention_zoo.yoso import draw
+from lra.profiling.measure import best_of
 
 
 def best_ms(step, device: str, repeats: int) -> float:
-    def synchronized():
-        step()
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    synchronized()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        synchronized()
-        times.append(time.perf_counter() - start)
-    return 1000 * min(times)
+    return 1000 * best_of(step, device, repeats)
 
 
 def measure(n: int, device: str, batch_heads: int, hashes: int, head_dim: int, repeats: int) -> dict:

@@ -5,23 +5,22 @@
 Cells (batch·heads 16, head_dim 32 by default): eager softmax (materialises n × n), PyTorch's SDPA,
 YOSO-m on the compiled kernels for m = 16, 32, 64 (the backward with the paper's exact per-pair
 weights), YOSO-32 with the cheaper 4-projection backward, and YOSO-32 on the vectorized pure-PyTorch
-implementation (``impl=torch``). On CPU each cell runs in a fresh subprocess, so that its peak
-resident set above the inputs is its own; on CUDA all cells run in one process (the allocator's peak
-is reset per cell; no process start-up per cell). An out-of-memory cell is recorded, not fatal.
-Rows are printed as they are measured (a cut run keeps them), the tables by n at the end. Times are the best of ``--repeats`` runs after one warm-up (the
-minimum is the least disturbed by other work on a shared machine).
+implementation (``impl=torch``). Times and peak memory (of one forward + backward) are measured as
+:mod:`lra.profiling.measure` defines them (the best of ``--repeats`` runs after one warm-up; the
+highest point of torch's tensors above the start). On CPU each cell runs in a fresh subprocess; on
+CUDA all cells run in one process (no process start-up per cell). An out-of-memory cell is recorded,
+not fatal. Rows are printed as they are measured (a cut run keeps them), the tables by n at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
 import sys
-import time
 
 import pandas as pd
+
+from lra.profiling.measure import MB, best_of, run_cell, step_peak_bytes
 
 CELLS = {
     "softmax (eager)": ("eager", {}),
@@ -54,50 +53,22 @@ def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, rep
         attend = attention_zoo.build(kind, num_heads=batch_heads, head_dim=head_dim, max_seq_len=n, **options)
         attend = attend.to(device).train()
 
-    def sync():
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    def timed(step):
-        times = []
-        for _ in range(repeats + 1):
-            sync()
-            start = time.perf_counter()
-            step()
-            sync()
-            times.append(time.perf_counter() - start)
-        return min(times[1:])
-
     def forward_backward():
         attend(q, k, v, mask).square().sum().backward()
 
-    with torch.no_grad():
-        attend(q, k, v, mask)  # builds the kernels before anything is measured
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        baseline = torch.cuda.memory_allocated()
-    else:
-        baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    with torch.no_grad():
-        forward = timed(lambda: attend(q, k, v, mask))
-    both = timed(forward_backward)
-    if device == "cuda":
-        peak = torch.cuda.max_memory_allocated() - baseline
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - baseline
+    with torch.no_grad():  # the warm-up builds the kernels before anything is measured
+        forward = best_of(lambda: attend(q, k, v, mask), device, repeats)
+    both = best_of(forward_backward, device, repeats)
+    peak = step_peak_bytes(forward_backward, device)
     return {"cell": cell, "n": n, "forward_ms": forward * 1e3, "forward_backward_ms": both * 1e3,
-            "peak_mb": peak / 2**20}
+            "peak_mb": peak / MB}
 
 
 def measure_in_subprocess(cell: str, n: int, device: str, batch_heads: int, head_dim: int, repeats: int) -> dict:
-    command = [sys.executable, "-m", "lra.benchmarks.yoso_speed", "--one", cell, "--lengths", str(n), "--device",
-               device, "--batch-heads", str(batch_heads), "--head-dim", str(head_dim), "--repeats", str(repeats)]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        lines = result.stderr.strip().splitlines() or [f"killed (signal {-result.returncode})"]
-        reason = "out of memory" if "memory" in result.stderr.lower() or result.returncode == -9 else lines[-1]
-        return {"cell": cell, "n": n, "error": reason}
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    rows = run_cell("lra.benchmarks.yoso_speed", ["--one", cell, "--lengths", str(n), "--device", device,
+                                                  "--batch-heads", str(batch_heads), "--head-dim", str(head_dim),
+                                                  "--repeats", str(repeats)])
+    return rows[-1] if "error" not in rows[-1] else {"cell": cell, "n": n, "error": rows[-1]["error"]}
 
 
 def measure_here(cell: str, n: int, device: str, batch_heads: int, head_dim: int, repeats: int) -> dict:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 
 import hydra
@@ -16,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from lra.commands import config_errors
 from lra.config import PROFILE_CONF_DIR, register_configs, register_resolvers
 from lra.io import atomic_write_text
+from lra.profiling import measure
 
 log = logging.getLogger("lra.profile")
 register_configs()
@@ -31,26 +30,16 @@ def _device(name: str) -> str:
 
 
 def run_cells(spec: dict, lengths, timeout_s: int) -> list:
-    """One backend at ``lengths`` in a fresh process (one JSON row per length). A crash, an
-    out-of-memory kill or a timeout becomes a recorded row for every length it left unmeasured."""
-    rows, reason = [], None
-    try:
-        result = subprocess.run([sys.executable, "-m", "lra.profiling.cell", json.dumps(spec | {"lengths": list(lengths)})],
-                                capture_output=True, text=True, timeout=timeout_s * len(lengths))
-        output, stderr, code = result.stdout, result.stderr, result.returncode
-    except subprocess.TimeoutExpired as exc:
-        output, stderr, code = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or ""), "", None
-        reason = f"timed out after {timeout_s * len(lengths)} s"
-    for line in output.splitlines():
-        if line.startswith("{"):
-            rows.append(json.loads(line))
-    if code not in (0, None):
-        lines = stderr.strip().splitlines() or [f"killed by signal {-code}"]
-        reason = "out of memory" if code == -9 or "memory" in stderr.lower() else lines[-1]
-    done = {row["n"] for row in rows}
-    rows += [{"backend": spec["backend"], "n": n, "batch": spec["batch"], "error": reason or "no result"}
-             for n in lengths if n not in done]
-    return rows
+    """One backend at ``lengths`` in a fresh process (one JSON row per length;
+    :func:`lra.profiling.measure.run_cell`). A crash, an out-of-memory kill or a timeout becomes a
+    recorded row for every length it left unmeasured."""
+    rows = measure.run_cell("lra.profiling.cell", [json.dumps(spec | {"lengths": list(lengths)})],
+                            timeout_s * len(lengths))
+    measured = [row for row in rows if "n" in row]
+    reason = next((row["error"] for row in rows if "n" not in row), None)
+    done = {row["n"] for row in measured}
+    return measured + [{"backend": spec["backend"], "n": n, "batch": spec["batch"], "error": reason or "no result"}
+                       for n in lengths if n not in done]
 
 
 def run_cell(spec: dict, timeout_s: int) -> dict:

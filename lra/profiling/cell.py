@@ -5,11 +5,10 @@ its peak memory is its own and an out-of-memory failure is a recorded cell, not 
 
 Per instance (times and memory divided by the batch): forward time in training mode, backward time,
 the training step (forward + backward), the backward cache (memory held between forward and
-backward), the training peak and the inference peak (forward under ``torch.no_grad``). CUDA memory
-from the allocator's statistics above the baseline taken after the inputs are built. CPU: the
-backward cache is the bytes of the tensors autograd saves (``saved_tensors_hooks``, each storage
-once, inputs excluded); peaks come from the torch profiler's memory events (the highest point of
-the running sum of allocations and frees during one forward, or one forward + backward).
+backward), the training peak (one forward + backward) and the inference peak (one forward under
+``torch.no_grad``), peaks and times as :mod:`lra.profiling.measure` defines them. The backward
+cache: CUDA, the allocation held after the forward; CPU, the bytes of the tensors autograd saves
+(``saved_tensors_hooks``, each storage once, inputs excluded).
 """
 
 from __future__ import annotations
@@ -17,22 +16,9 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Callable, Dict
+from typing import Dict
 
-MB = 2**20
-
-
-def _cpu_peak_bytes(step: Callable[[], None]) -> int:
-    """The highest point of torch's CPU allocations during ``step``, above where it started, from the
-    profiler's memory events (each op's own allocations and frees, in time order)."""
-    import itertools
-
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)
-    return max(itertools.accumulate((e.self_cpu_memory_usage for e in events), initial=0))
+from lra.profiling.measure import MB, best_of, step_peak_bytes, synchronize
 
 
 def measure(spec: Dict) -> Dict:
@@ -51,42 +37,22 @@ def measure(spec: Dict) -> Dict:
     mask = torch.ones(batch, n, dtype=torch.bool, device=device)
 
     def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(device)
-
-    def best_of(step: Callable[[], None]) -> float:
-        times = []
-        for _ in range(repeats):
-            sync()
-            started = time.perf_counter()
-            step()
-            sync()
-            times.append(time.perf_counter() - started)
-        return min(times)
+        synchronize(device)
 
     def loss_of(out):
         loss = out.float().square().mean()
         return loss + attend.aux_loss if getattr(attend, "aux_loss", None) is not None else loss
 
     attend.eval()
-    with torch.no_grad():
-        attend(q, k, v, mask)  # warm-up: kernels built, caches filled, before anything is measured
-    sync()
-    if cuda:
-        torch.cuda.reset_peak_memory_stats(device)
-        baseline = torch.cuda.memory_allocated(device)
-    with torch.no_grad():
-        inference = best_of(lambda: attend(q, k, v, mask))
-        inference_peak = (torch.cuda.max_memory_allocated(device) - baseline if cuda
-                          else _cpu_peak_bytes(lambda: attend(q, k, v, mask)))
+    with torch.no_grad():  # one warm-up: kernels built, caches filled, before anything is measured
+        inference = best_of(lambda: attend(q, k, v, mask), device, repeats)
+        inference_peak = step_peak_bytes(lambda: attend(q, k, v, mask), device)
 
     attend.train()
     loss_of(attend(q, k, v, mask)).backward()  # warm-up of the training path
     q.grad = k.grad = v.grad = None
     forward_times, backward_times, caches = [], [], []
-    if cuda:
-        torch.cuda.reset_peak_memory_stats(device)
-    for _ in range(repeats):
+    for _ in range(repeats):  # forward and backward timed apart, as best_of would time each
         before = torch.cuda.memory_allocated(device) if cuda else 0
         saved: Dict[int, int] = {}
 
@@ -111,11 +77,8 @@ def measure(spec: Dict) -> Dict:
         backward_times.append(time.perf_counter() - middle)
         del loss
         q.grad = k.grad = v.grad = None
-    if cuda:
-        training_peak = torch.cuda.max_memory_allocated(device) - baseline
-    else:
-        training_peak = _cpu_peak_bytes(lambda: loss_of(attend(q, k, v, mask)).backward())
-        q.grad = k.grad = v.grad = None
+    training_peak = step_peak_bytes(lambda: loss_of(attend(q, k, v, mask)).backward(), device)
+    q.grad = k.grad = v.grad = None
     per = 1.0 / batch
     return {
         "backend": spec["backend"], "label": attention_zoo.label(spec["backend"], **spec.get("options", {})),

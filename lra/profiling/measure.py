@@ -1,0 +1,114 @@
+"""How this harness measures, decided once: ``lra-profile``, every benchmark in ``lra.benchmarks``,
+``lra-gpu-check`` and the run records all measure through these functions.
+
+- **Time of a step** (:func:`best_of`): one warm-up call (kernels built, caches filled), then the
+  minimum over ``repeats`` calls, each timed from a device synchronization to the next, so queued
+  GPU work is inside the interval and nothing before it is. The minimum is the least disturbed by
+  other work on a shared machine.
+- **Peak memory of a step** (:func:`step_peak_bytes`), the same quantity on both devices: the highest
+  point that the memory held by torch's tensors reaches during the step, above what they held when it
+  started. CUDA: the caching allocator's ``max_memory_allocated`` after a reset, minus the allocation
+  at the start. CPU: the running sum of the allocations and frees of torch's CPU allocator in time
+  order, from the profiler's memory events. Neither counts the allocator's cache, the process's other
+  memory, or what a kernel allocates outside torch.
+- **Peak memory of a process** (:func:`process_peak_mb`), what a training run records: CUDA: the
+  allocator's peak since the process started (tensors only); CPU: the process's peak resident set
+  (everything the process touched: Python, torch, data, kernels' own buffers).
+- **A cell in a fresh process** (:func:`run_cell`): ``python -m <module> <args>`` printing one JSON
+  row per line, so that each measurement's memory is its own and a crash, an out-of-memory kill or a
+  timeout is a recorded row, never the end of a benchmark.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import resource
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+MB = 2**20  # torch is imported where a function needs it: run_cell's callers start no torch
+
+
+def synchronize(device) -> None:
+    """Wait for the device's queued work (nothing to wait for on the CPU)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def best_of(step: Callable[[], object], device, repeats: int, warmup: int = 1) -> float:
+    """Seconds: the fastest of ``repeats`` synchronized calls of ``step`` after ``warmup`` calls."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        started = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def step_peak_bytes(step: Callable[[], object], device) -> int:
+    """The highest point torch's tensors reach during ``step`` above where they started (module docstring)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        step()
+        synchronize(device)
+        return max(torch.cuda.max_memory_allocated(device) - start, 0)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)
+    return max(itertools.accumulate((e.self_cpu_memory_usage for e in events), initial=0))
+
+
+def process_peak_mb(device) -> float:
+    """What a run records as ``peak_memory_mb`` (module docstring)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / MB
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / (MB if sys.platform == "darwin" else 2**10)
+
+
+def run_cell(module: str, args: Sequence[str], timeout_s: Optional[float] = None) -> List[Dict]:
+    """The JSON rows a fresh ``python -m module args`` printed (one per line), or one ``{"error": …}``
+    row when it printed none: killed (out of memory: SIGKILL from the kernel, or an out-of-memory
+    message), failed (its last error line) or timed out. Rows printed before a failure are kept."""
+    try:
+        result = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                                timeout=timeout_s)
+        stdout, stderr, code, timed_out = result.stdout, result.stderr, result.returncode, False
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        stderr, code, timed_out = "", None, True
+    rows = []
+    for line in stdout.splitlines():
+        if line.startswith(("{", "[")):
+            parsed = json.loads(line)
+            rows.extend(parsed if isinstance(parsed, list) else [parsed])
+    if code == 0 and rows:
+        return rows
+    if timed_out:
+        reason = f"timed out after {timeout_s:g} s"
+    elif code == -9 or "out of memory" in stderr.lower() or "memoryerror" in stderr.lower():
+        reason = "out of memory"
+    else:
+        lines = stderr.strip().splitlines()
+        reason = lines[-1] if lines else f"exited with {code}"
+    return rows + [{"error": reason}]
