@@ -99,20 +99,29 @@ def _sha256(path: Path) -> str:
 
 
 def pretrained_encoder(cfg, run_dir: Path, record, announce, ranks, attention, start_logger) -> dict:
-    """The encoder weights stage 2 starts from: stage 1 run (or resumed) here, or the finished stage 1 of
-    ``pretrain.from`` (whose ``pretrain_*`` record fields this run's record takes, with where they came from)."""
+    """The encoder weights stage 2 starts from: this run's own finished stage 1 (a resume), the finished
+    stage 1 of ``pretrain.from`` (copied into this run, so that the run stays whole if the other one is
+    moved or deleted; the record takes its ``pretrain_*`` fields and names where they came from), or
+    stage 1 run (or resumed) here."""
+    stage_dir = Path(run_dir) / STAGE_DIR
+    for stale in stage_dir.glob(".*.tmp"):  # a kill while the encoder was written
+        stale.unlink()
+    own = finished_encoder(run_dir)
+    if own is not None:  # stage 1 finished (or was copied) before a kill or preemption: its fields are kept
+        record.update(**{k: v for k, v in read_record(run_dir).items() if k.startswith("pretrain_")})
+        return _load_encoder(own)
     source = source_run(cfg)
     if source is not None:
         path = finished_encoder(source)
+        weights = _load_encoder(path)
         fields = {k: v for k, v in read_record(source).items() if k.startswith("pretrain_")}
-        fields.update(pretrain_from=str(source), pretrain_encoder=str(path), pretrain_encoder_sha256=_sha256(path))
-        record.update(**fields)
+        own = stage_dir / ENCODER
+        if ranks.main:
+            checkpoint.save(own, {"encoder": weights, "steps": fields.get("pretrain_steps"), "from": str(source)})
+        record.update(**(fields | {"pretrain_from": str(source), "pretrain_encoder": str(own),
+                                   "pretrain_encoder_sha256": _sha256(path)}))
         announce(f"fine-tuning the encoder pretrained in {source}")
-        return _load_encoder(path)
-    finished = finished_encoder(run_dir)
-    if finished is not None:  # stage 1 finished before a kill or preemption: its record fields are kept
-        record.update(**{k: v for k, v in read_record(run_dir).items() if k.startswith("pretrain_")})
-        return _load_encoder(finished)
+        return weights
     pretrainer = Pretrainer(cfg, run_dir, announce, ranks, record=record, attention=attention)
     pretrainer.try_resume()
     logger = start_logger(pretrainer.stage_dir, pretrainer.label, "pretrain")

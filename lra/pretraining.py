@@ -97,8 +97,8 @@ def check_source(cfg) -> None:
     """``pretrain.from``: a run whose stage 1 finished, for the same task data, model and attention, and
     (when this run names an objective) the same objective — else one :class:`ConfigError` line."""
     source = source_run(cfg)
-    if source is None:
-        return
+    if source is None or (cfg.resume and finished_encoder(Path(cfg.resume)) is not None):
+        return  # a resume that already holds its copy of the encoder needs the other run no longer
     given = f"pretrain.from={cfg.pretrain['from']}"
     if finished_encoder(source) is None:
         why = "is not a folder" if not source.is_dir() else f"holds no finished pretraining stage (no {STAGE_DIR}/{ENCODER})"

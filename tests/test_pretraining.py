@@ -5,6 +5,7 @@ into stage 1, the weight hand-over, exact resume in either stage, and ``pretrain
 from __future__ import annotations
 
 import math
+import os
 import signal
 
 import numpy as np
@@ -180,7 +181,8 @@ def test_fine_tuning_starts_from_the_pretrained_encoder_bit_for_bit_with_a_fresh
         assert torch.equal(fresh_head[name], tensor), f"the head is a fresh one, as from scratch: {name}"
 
 
-@pytest.mark.parametrize("fault", ["step:4", "step:10"], ids=["in stage 1", "in stage 2"])
+@pytest.mark.parametrize("fault", ["step:4", "checkpoint_write:3", "step:10"],
+                         ids=["in stage 1", "while the encoder is written", "in stage 2"])
 def test_a_run_killed_in_either_stage_resumes_to_the_uninterrupted_result(tmp_path, data_dir, uninterrupted_spt, fault):
     killed = run_command(["lra-train", *STAGE_ONE, "pretrain=masked"], tmp_path, data_dir,
                          env_extra={"LRA_FAULT": fault}, check=False)
@@ -191,7 +193,9 @@ def test_a_run_killed_in_either_stage_resumes_to_the_uninterrupted_result(tmp_pa
     for key in ("status", "steps", "best_val_accuracy", "test_accuracy", "pretrain_steps", "pretrain_loss",
                 "pretrain_history", "pretrain_encoder_sha256", "label"):
         assert record[key] == expected[key], key
-    assert (record["pretrain_resumed_at_steps"], record["resumed_at_steps"]) == (([3], []) if fault == "step:4" else ([], [3]))
+    resumed = {"step:4": ([3], []), "checkpoint_write:3": ([6], []), "step:10": ([], [3])}[fault]
+    assert (record["pretrain_resumed_at_steps"], record["resumed_at_steps"]) == resumed
+    assert not list(run.rglob("*.tmp")), "no temporary file may survive"
     expected_weights = final_weights(uninterrupted_spt)
     for name, tensor in final_weights(run).items():
         assert torch.equal(tensor, expected_weights[name]), name
@@ -202,13 +206,27 @@ def test_pretrain_from_fine_tunes_a_finished_stage_one_exactly_as_the_one_comman
     run_command(["lra-train", *STAGE_ONE, f"pretrain.from={uninterrupted_spt}"], tmp_path, data_dir)
     (run,) = run_dirs(tmp_path)
     record, source = read_json(run / "metrics.json"), read_json(uninterrupted_spt / "metrics.json")
-    assert not (run / "pretrain").exists(), "nothing is pretrained again"
+    assert sorted(p.name for p in (run / "pretrain").iterdir()) == ["encoder.pt"], "nothing is pretrained again"
     assert record["pretrain_from"] == str(uninterrupted_spt) and record["label"] == "Softmax +SPT"
     assert record["pretrain_encoder_sha256"] == source["pretrain_encoder_sha256"]
     assert record["test_accuracy"] == source["test_accuracy"]
     expected = final_weights(uninterrupted_spt)
     for name, tensor in final_weights(run).items():
         assert torch.equal(tensor, expected[name]), name
+    # the run holds its own copy: it resumes (and is still whole) when the other run is gone
+    (tmp_path / "copy").mkdir()
+    relative = os.path.relpath(uninterrupted_spt, tmp_path / "copy")  # resolved when the run starts
+    killed = run_command(["lra-train", *STAGE_ONE, f"pretrain.from={relative}"], tmp_path / "copy",
+                         data_dir, env_extra={"LRA_FAULT": "step:4"}, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    (copy,) = run_dirs(tmp_path / "copy")
+    moved = uninterrupted_spt.parent / "moved"
+    uninterrupted_spt.rename(moved)
+    try:
+        run_command(["lra-train", f"resume={copy}"], tmp_path, data_dir)
+    finally:
+        moved.rename(uninterrupted_spt)
+    assert read_json(copy / "metrics.json")["test_accuracy"] == source["test_accuracy"]
     other = compose_config(*STAGE_ONE, "attention=yoso", f"pretrain.from={uninterrupted_spt}", f"data_dir={data_dir}")
     with pytest.raises(ConfigError, match="pretrained with another attention \\('softmax' there, 'yoso' here\\)"):
         validate(other)

@@ -61,8 +61,10 @@ def _start_fresh(folder: RunDirectory, cfg: DictConfig, hydra_cfg, multirun: boo
         if multirun:
             _record_refused_job(folder, composed, hydra_cfg, error)
         raise
-    with open_dict(cfg):
+    with open_dict(cfg):  # paths as they are here, so that a resume from another folder finds them
         cfg.data_dir = str(Path(cfg.data_dir).expanduser().resolve())
+        if cfg.pretrain["from"] is not None:
+            cfg.pretrain["from"] = str(Path(cfg.pretrain["from"]).expanduser().resolve())
     if folder.holds_run() and folder.continued_by(OmegaConf.to_yaml(cfg, resolve=True)):
         folder.claim(fresh=False)  # a requeued job (or the same command again): it resumes its own run
         folder.attach_log()
