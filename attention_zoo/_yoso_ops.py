@@ -1,6 +1,7 @@
 """The three operations of YOSO attention — hashing, LSH cumulation, exact-derivative pair
 gradients — as compiled kernels (``csrc/yoso``) and as a vectorized pure-PyTorch reference of the
-same algorithm, behind one dispatch on ``impl``.
+same algorithm, behind one dispatch on ``engine``: ``kernel`` (compiled) or ``torch``, what
+:func:`resolve_engine` makes of the user's ``impl`` option (``auto``, ``cpu``, ``cuda`` or ``torch``).
 
 Shapes: B = batch·heads, m hashes, τ bits, n tokens, d head dim, dv value dim.
 
@@ -43,9 +44,10 @@ class KernelFallbackWarning(UserWarning):
     """impl=auto could not use the compiled kernels and runs the pure-PyTorch implementation."""
 
 
-def resolve_impl(impl: str, device: torch.device) -> str:
-    """'kernel' or 'torch' for tensors on ``device``; loud about any fallback."""
-    return _resolve_impl(impl, device.type)
+def resolve_engine(impl: str, device: torch.device) -> str:
+    """The engine, 'kernel' or 'torch', that the user's ``impl`` (auto, cpu, cuda or torch) means for
+    tensors on ``device``; loud about any fallback."""
+    return _resolve_engine(impl, device.type)
 
 
 def _assume_constant_result(fn):
@@ -57,7 +59,7 @@ def _assume_constant_result(fn):
 
 
 @_assume_constant_result  # torch.compile calls it once while tracing and keeps the answer
-def _resolve_impl(impl: str, kind: str) -> str:
+def _resolve_engine(impl: str, kind: str) -> str:
     if impl == "torch":
         return "torch"
     if impl in ("cpu", "cuda"):
@@ -132,20 +134,20 @@ def gaussian_hash(x: torch.Tensor, projection: torch.Tensor, tau: int) -> torch.
     return codes_from_signs(x @ projection, tau).transpose(1, 2).contiguous()
 
 
-def fast_hash(x, diagonals, num_hashes: int, tau: int, impl: str) -> torch.Tensor:
-    return fast_hash_op(_f32(x), _f32(diagonals), num_hashes, tau, impl)
+def fast_hash(x, diagonals, num_hashes: int, tau: int, engine: str) -> torch.Tensor:
+    return fast_hash_op(_f32(x), _f32(diagonals), num_hashes, tau, engine)
 
 
 @torch.library.custom_op("attention_zoo::yoso_fast_hash", mutates_args=())
-def fast_hash_op(x: Tensor, diagonals: Tensor, num_hashes: int, tau: int, impl: str) -> Tensor:
-    """int32 codes [B, m, n] of x [B, n, d] (float32, contiguous); impl 'kernel' or 'torch'."""
-    if impl == "kernel":
+def fast_hash_op(x: Tensor, diagonals: Tensor, num_hashes: int, tau: int, engine: str) -> Tensor:
+    """int32 codes [B, m, n] of x [B, n, d] (float32, contiguous); engine 'kernel' or 'torch'."""
+    if engine == "kernel":
         return _yoso_build.load(x.device.type).fast_hash(x, diagonals, num_hashes, tau)
     return fast_hash_torch(x, diagonals, num_hashes, tau)
 
 
 @fast_hash_op.register_fake
-def _(x, diagonals, num_hashes, tau, impl):
+def _(x, diagonals, num_hashes, tau, engine):
     return x.new_empty((x.shape[0], num_hashes, x.shape[1]), dtype=torch.int32)
 
 
@@ -179,24 +181,24 @@ def cumulation_torch(codes_q, codes_k, weight_q, weight_k, values, tau, workspac
     return out / m
 
 
-def cumulation(codes_q, codes_k, weight_q, weight_k, values, tau: int, impl: str,
+def cumulation(codes_q, codes_k, weight_q, weight_k, values, tau: int, engine: str,
                workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> torch.Tensor:
     return cumulation_op(codes_q.contiguous(), codes_k.contiguous(), _f32(weight_q), _f32(weight_k), _f32(values),
-                         tau, workspace_bytes, impl)
+                         tau, workspace_bytes, engine)
 
 
 @torch.library.custom_op("attention_zoo::yoso_cumulation", mutates_args=())
 def cumulation_op(codes_q: Tensor, codes_k: Tensor, weight_q: Tensor, weight_k: Tensor, values: Tensor, tau: int,
-                  workspace_bytes: int, impl: str) -> Tensor:
-    """[B, nq, dv] (module docstring); float32 contiguous inputs, impl 'kernel' or 'torch'."""
-    if impl == "kernel":
+                  workspace_bytes: int, engine: str) -> Tensor:
+    """[B, nq, dv] (module docstring); float32 contiguous inputs, engine 'kernel' or 'torch'."""
+    if engine == "kernel":
         return _yoso_build.load(values.device.type).cumulation(codes_q, codes_k, weight_q, weight_k, values, tau,
                                                                 workspace_bytes)
     return cumulation_torch(codes_q, codes_k, weight_q, weight_k, values, tau, workspace_bytes)
 
 
 @cumulation_op.register_fake
-def _(codes_q, codes_k, weight_q, weight_k, values, tau, workspace_bytes, impl):
+def _(codes_q, codes_k, weight_q, weight_k, values, tau, workspace_bytes, engine):
     return values.new_empty((values.shape[0], codes_q.shape[2], values.shape[2]))
 
 
@@ -263,44 +265,44 @@ def exact_weight_backward_torch(codes_q, codes_k, q, k, v, key_weight, grad, tau
     return grad_q * (tau / (2 * m)), grad_k * (tau / (2 * m)), grad_v / m
 
 
-def exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau: int, impl: str,
+def exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau: int, engine: str,
                           workspace_bytes: int = DEFAULT_WORKSPACE_BYTES):
     return exact_weight_backward_op(codes_q.contiguous(), codes_k.contiguous(), _f32(q), _f32(k), _f32(v),
-                                    _f32(key_weight), _f32(grad), tau, workspace_bytes, impl)
+                                    _f32(key_weight), _f32(grad), tau, workspace_bytes, engine)
 
 
 @torch.library.custom_op("attention_zoo::yoso_exact_weight_backward", mutates_args=())
 def exact_weight_backward_op(codes_q: Tensor, codes_k: Tensor, q: Tensor, k: Tensor, v: Tensor, key_weight: Tensor,
-                             grad: Tensor, tau: int, workspace_bytes: int, impl: str) -> Tuple[Tensor, Tensor, Tensor]:
-    """(∇Q [B, nq, d], ∇K [B, nk, d], ∇V [B, nk, dv]) of :func:`exact_weight_backward_torch`; impl
+                             grad: Tensor, tau: int, workspace_bytes: int, engine: str) -> Tuple[Tensor, Tensor, Tensor]:
+    """(∇Q [B, nq, d], ∇K [B, nk, d], ∇V [B, nk, dv]) of :func:`exact_weight_backward_torch`; engine
     'kernel' or 'torch'."""
-    if impl == "kernel":
+    if engine == "kernel":
         return tuple(_yoso_build.load(q.device.type).exact_weight_backward(codes_q, codes_k, q, k, v, key_weight,
                                                                            grad, tau, workspace_bytes))
     return exact_weight_backward_torch(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes)
 
 
 @exact_weight_backward_op.register_fake
-def _(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, impl):
+def _(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
-def pair_gradient(codes_s, codes_o, a, o, s, w, mask_o, tau: int, clamp: float, impl: str) -> torch.Tensor:
+def pair_gradient(codes_s, codes_o, a, o, s, w, mask_o, tau: int, clamp: float, engine: str) -> torch.Tensor:
     return pair_gradient_op(codes_s.contiguous(), codes_o.contiguous(), _f32(a), _f32(o), _f32(s), _f32(w),
-                            _f32(mask_o), tau, clamp, impl)
+                            _f32(mask_o), tau, clamp, engine)
 
 
 @torch.library.custom_op("attention_zoo::yoso_pair_gradient", mutates_args=())
 def pair_gradient_op(codes_s: Tensor, codes_o: Tensor, a: Tensor, o: Tensor, s: Tensor, w: Tensor, mask_o: Tensor,
-                     tau: int, clamp: float, impl: str) -> Tensor:
-    """[B, ns, d] (module docstring); float32 contiguous inputs, impl 'kernel' or 'torch'."""
-    if impl == "kernel":
+                     tau: int, clamp: float, engine: str) -> Tensor:
+    """[B, ns, d] (module docstring); float32 contiguous inputs, engine 'kernel' or 'torch'."""
+    if engine == "kernel":
         return _yoso_build.load(a.device.type).pair_gradient(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp)
     return pair_gradient_torch(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp)
 
 
 @pair_gradient_op.register_fake
-def _(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp, impl):
+def _(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp, engine):
     return a.new_empty(a.shape)
 
 

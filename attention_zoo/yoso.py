@@ -82,7 +82,7 @@ class YosoCOptions(YosoOptions):
 class Setup:
     tau: int
     backward: str
-    impl: str
+    engine: str
     exact_clamp: float
     workspace_bytes: int
 
@@ -164,33 +164,33 @@ def _(seed, batch, head_dim, value_dim, num_hashes, tau, hashing, projections, d
     return hash_draws, rows
 
 
-def hash_codes(x: torch.Tensor, draws: Draws, num_hashes: int, tau: int, impl: str) -> torch.Tensor:
+def hash_codes(x: torch.Tensor, draws: Draws, num_hashes: int, tau: int, engine: str) -> torch.Tensor:
     """int32 codes [B, m, n] of the unit rows of x [B, n, d], projected in float32 whatever the
     autocast state (a sign flipped by bf16 rounding would move a token to another bucket)."""
     with torch.autocast(x.device.type, enabled=False):
         if draws.diagonals is not None:
-            return ops.fast_hash(x.float(), draws.diagonals, num_hashes, tau, impl)
+            return ops.fast_hash(x.float(), draws.diagonals, num_hashes, tau, engine)
         return ops.gaussian_hash(x.float(), draws.projection.float(), tau)
 
 
 def yoso_cumulation(q, k, v, key_weight, codes_q, codes_k, projections, setup: Setup) -> torch.Tensor:
     """Y = (1/m) Σ_h B_h V on unit q, k [B, n, d], v [B, n, dv], key weights [B, n] (0 = padding),
     differentiable in q, k and v by ``setup.backward``."""
-    return sample_op(q, k, v, key_weight, codes_q, codes_k, projections, setup.tau, setup.backward, setup.impl,
+    return sample_op(q, k, v, key_weight, codes_q, codes_k, projections, setup.tau, setup.backward, setup.engine,
                      setup.exact_clamp, setup.workspace_bytes)
 
 
 @torch.library.custom_op("attention_zoo::yoso_sample", mutates_args=())
 def sample_op(q: Tensor, k: Tensor, v: Tensor, key_weight: Tensor, codes_q: Tensor, codes_k: Tensor,
-              projections: Tensor, tau: int, backward: str, impl: str, exact_clamp: float,
+              projections: Tensor, tau: int, backward: str, engine: str, exact_clamp: float,
               workspace_bytes: int) -> Tensor:
     """The forward of :func:`yoso_cumulation` (one operator, so that torch.compile keeps it whole)."""
     ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
-    return ops.cumulation(codes_q, codes_k, ones, key_weight[:, None, None], v, tau, impl, workspace_bytes)
+    return ops.cumulation(codes_q, codes_k, ones, key_weight[:, None, None], v, tau, engine, workspace_bytes)
 
 
 @sample_op.register_fake
-def _(q, k, v, key_weight, codes_q, codes_k, projections, tau, backward, impl, exact_clamp, workspace_bytes):
+def _(q, k, v, key_weight, codes_q, codes_k, projections, tau, backward, engine, exact_clamp, workspace_bytes):
     return q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
 
 
@@ -208,18 +208,18 @@ def _sample_backward(ctx, grad):
         grad_q, grad_k, grad_v = expectation_gradients(q, k, v, key_weight, grad, s.tau)
     elif s.backward == "lower_bound" and projections.numel() == 0:  # the default: exact per-pair weights
         grad_q, grad_k, grad_v = ops.exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, s.tau,
-                                                           s.impl, s.workspace_bytes)
+                                                           s.engine, s.workspace_bytes)
     else:
         ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
-        grad_v = ops.cumulation(codes_k, codes_q, key_weight[:, None, None], ones, grad, s.tau, s.impl,
+        grad_v = ops.cumulation(codes_k, codes_q, key_weight[:, None, None], ones, grad, s.tau, s.engine,
                                 s.workspace_bytes)
         if s.backward == "lower_bound":
             grad_q, grad_k = projected_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s)
         else:
-            grad_q = ops.pair_gradient(codes_q, codes_k, q, k, grad, v, key_weight, s.tau, s.exact_clamp, s.impl)
+            grad_q = ops.pair_gradient(codes_q, codes_k, q, k, grad, v, key_weight, s.tau, s.exact_clamp, s.engine)
             every_query = q.new_ones(q.shape[0], q.shape[1])
             grad_k = ops.pair_gradient(codes_k, codes_q, k, q, v, grad, every_query, s.tau, s.exact_clamp,
-                                       s.impl) * key_weight[..., None]
+                                       s.engine) * key_weight[..., None]
     return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None, None
 
 
@@ -254,9 +254,9 @@ def projected_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections
             grad_r = torch.einsum("bnl,bhtl->bhtn", grad[elements], rows * share).contiguous()
             value_r = torch.einsum("bnl,bhtl->bhtn", weighted_v[elements], rows).contiguous()
             cq, ck = codes_q[elements, hashes], codes_k[elements, hashes]
-            grad_q[elements] += ops.cumulation(cq, ck, grad_r, value_r, half_tau_k[elements], s.tau, s.impl,
+            grad_q[elements] += ops.cumulation(cq, ck, grad_r, value_r, half_tau_k[elements], s.tau, s.engine,
                                                s.workspace_bytes)
-            grad_k[elements] += ops.cumulation(ck, cq, value_r, grad_r, half_tau_q[elements], s.tau, s.impl,
+            grad_k[elements] += ops.cumulation(ck, cq, value_r, grad_r, half_tau_q[elements], s.tau, s.engine,
                                                s.workspace_bytes)
     return grad_q, grad_k
 
@@ -303,7 +303,7 @@ class YosoAttention(Attention):
         kn = unit_rows(k).reshape(flat, n, d)
         key_weight = mask.to(q.dtype).repeat_interleave(heads, dim=0)
         o = self.options
-        impl = ops.resolve_impl(o.impl, q.device)
+        engine = ops.resolve_engine(o.impl, q.device)
         projections = v.shape[-1] if o.backward_projections is None else o.backward_projections
         if self.training:
             draws = draw(flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing, projections, None, q.device)
@@ -311,9 +311,9 @@ class YosoAttention(Attention):
             draws = seeded_draws(self.rotation_seed_value, flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing,
                                  projections, q.device)
         with torch.no_grad():
-            codes_q = hash_codes(qn.detach(), draws, o.num_hashes, self.tau, impl)
-            codes_k = hash_codes(kn.detach(), draws, o.num_hashes, self.tau, impl)
-        setup = Setup(self.tau, o.backward, impl, o.exact_clamp, o.workspace_mb * 2**20)
+            codes_q = hash_codes(qn.detach(), draws, o.num_hashes, self.tau, engine)
+            codes_k = hash_codes(kn.detach(), draws, o.num_hashes, self.tau, engine)
+        setup = Setup(self.tau, o.backward, engine, o.exact_clamp, o.workspace_mb * 2**20)
         return yoso_cumulation(qn, kn, v.reshape(flat, n, -1), key_weight, codes_q, codes_k, draws.projections, setup)
 
     @in_float32

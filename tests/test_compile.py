@@ -23,7 +23,7 @@ from lra.loggers import NullLogger
 
 def kernel_impls() -> list:
     try:
-        ops.resolve_impl("cpu", torch.device("cpu"))
+        ops.resolve_engine("cpu", torch.device("cpu"))
         return ["torch", "kernel"]
     except KernelUnavailable:
         return ["torch"]
@@ -62,11 +62,11 @@ def test_every_yoso_operator_passes_opcheck(impl):
 
 
 def test_the_kernel_choice_is_marked_constant_for_compile_without_importing_dynamo_at_start_up():
-    """_yoso_ops marks _resolve_impl as torch.compiler.assume_constant_result does, without its import of
+    """_yoso_ops marks _resolve_engine as torch.compiler.assume_constant_result does, without its import of
     torch._dynamo; the public decorator must still mark a function that way, and a command must start
     without torch._dynamo (the backends' fullgraph compile below checks the mark works)."""
     assert torch.compiler.assume_constant_result(lambda: 0)._dynamo_marked_constant
-    assert ops._resolve_impl._dynamo_marked_constant
+    assert ops._resolve_engine._dynamo_marked_constant
     probe = "import sys, lra.commands.train; print('torch._dynamo' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "False"
 

@@ -91,7 +91,7 @@ def test_limits_are_errors_not_garbage(device):
         attention_zoo.build("yoso", num_heads=1, head_dim=8, max_seq_len=8, backward="exat")
     other = "cuda" if device == "cpu" else "cpu"
     with pytest.raises(ValueError, match=f"impl={other} but the tensors are on {device}"):
-        ops.resolve_impl(other, torch.device(device))
+        ops.resolve_engine(other, torch.device(device))
 
 
 def test_missing_compiler_is_a_clear_error_and_auto_warns(monkeypatch):
@@ -100,7 +100,7 @@ def test_missing_compiler_is_a_clear_error_and_auto_warns(monkeypatch):
     monkeypatch.setattr(ops, "_warned", set())
     monkeypatch.setenv("CXX", "no-such-compiler")
     with pytest.raises(_yoso_build.KernelUnavailable, match="no C\\+\\+ compiler.*attention.impl=torch"):
-        ops.resolve_impl("cpu", torch.device("cpu"))
+        ops.resolve_engine("cpu", torch.device("cpu"))
     attn = attention_zoo.build("yoso", num_heads=1, head_dim=8, max_seq_len=16)
     q = torch.randn(1, 1, 16, 8)
     with pytest.warns(ops.KernelFallbackWarning, match="pure-PyTorch implementation.*no C\\+\\+ compiler"):

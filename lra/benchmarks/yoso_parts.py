@@ -53,7 +53,7 @@ def main(argv=None) -> None:
     parser.add_argument("--head-dim", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    ops.resolve_impl(args.device, torch.device(args.device))  # builds the kernels, or says why it cannot
+    ops.resolve_engine(args.device, torch.device(args.device))  # builds the kernels, or says why it cannot
     rows = [measure(n, args.device, args.batch_heads, args.hashes, args.head_dim, args.repeats) for n in args.lengths]
     print(pd.DataFrame(rows).round(1).to_markdown(index=False))
 
