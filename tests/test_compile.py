@@ -21,7 +21,7 @@ from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.loggers import NullLogger
 
 
-def kernel_impls() -> list:
+def kernel_engines() -> list:
     try:
         ops.resolve_engine("cpu", torch.device("cpu"))
         return ["torch", "kernel"]
@@ -29,25 +29,25 @@ def kernel_impls() -> list:
         return ["torch"]
 
 
-def yoso_inputs(impl: str, n: int = 37, d: int = 32, dv: int = 24, batch: int = 3, m: int = 8, tau: int = 5):
+def yoso_inputs(engine: str, n: int = 37, d: int = 32, dv: int = 24, batch: int = 3, m: int = 8, tau: int = 5):
     g = torch.Generator().manual_seed(0)
     q, k = (torch.nn.functional.normalize(torch.randn(batch, n, d, generator=g), dim=-1) for _ in range(2))
     v = torch.randn(batch, n, dv, generator=g)
     mask = (torch.rand(batch, n, generator=g) > 0.3).float()
     draws = draw(batch, d, dv, m, tau, "hadamard", 4, g, "cpu")
-    codes_q, codes_k = (ops.fast_hash(x, draws.diagonals, m, tau, impl) for x in (q, k))
+    codes_q, codes_k = (ops.fast_hash(x, draws.diagonals, m, tau, engine) for x in (q, k))
     return q, k, v, mask, draws, codes_q, codes_k, m, tau
 
 
-@pytest.mark.parametrize("impl", kernel_impls())
-def test_every_yoso_operator_passes_opcheck(impl):
-    q, k, v, mask, draws, codes_q, codes_k, m, tau = yoso_inputs(impl)
+@pytest.mark.parametrize("engine", kernel_engines())
+def test_every_yoso_operator_passes_opcheck(engine):
+    q, k, v, mask, draws, codes_q, codes_k, m, tau = yoso_inputs(engine)
     weights = torch.rand(q.shape[0], 1, 3, q.shape[1])
     cases = [
-        (ops.fast_hash_op, (q, draws.diagonals, m, tau, impl)),
-        (ops.cumulation_op, (codes_q, codes_k, weights, weights.clone(), v, tau, 2**20, impl)),
-        (ops.pair_gradient_op, (codes_q, codes_k, q, k, torch.randn_like(v), v, mask, tau, 0.99, impl)),
-        (ops.exact_weight_backward_op, (codes_q, codes_k, q, k, v, mask, torch.randn_like(v), tau, 2**20, impl)),
+        (ops.fast_hash_op, (q, draws.diagonals, m, tau, engine)),
+        (ops.cumulation_op, (codes_q, codes_k, weights, weights.clone(), v, tau, 2**20, engine)),
+        (ops.pair_gradient_op, (codes_q, codes_k, q, k, torch.randn_like(v), v, mask, tau, 0.99, engine)),
+        (ops.exact_weight_backward_op, (codes_q, codes_k, q, k, v, mask, torch.randn_like(v), tau, 2**20, engine)),
         (seeded_draws_op, (7, 3, 32, 24, 8, 5, "hadamard", 4, torch.device("cpu"))),
         (seeded_draws_op, (7, 3, 32, 24, 8, 5, "gaussian", 32, torch.device("cpu"))),
         (seeded_normal, (7, [2, 3, 4], torch.device("cpu"))),
@@ -55,7 +55,7 @@ def test_every_yoso_operator_passes_opcheck(impl):
     for backward, projections in (("lower_bound", draws.projections), ("lower_bound", torch.empty(0)),
                                   ("exact", draws.projections), ("expectation", draws.projections)):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-        cases.append((sample_op, (*leaves, mask, codes_q, codes_k, projections.contiguous(), tau, backward, impl, 0.99,
+        cases.append((sample_op, (*leaves, mask, codes_q, codes_k, projections.contiguous(), tau, backward, engine, 0.99,
                                   2**20)))
     for op, args in cases:
         torch.library.opcheck(op, args)

@@ -45,10 +45,10 @@ def problem(batch, n, d, dv, seed=0, device="cpu", correlation=0.0):
     return [t.to(device) for t in (q, k, v, grad, mask)]
 
 
-def sampled_gradients(q, k, v, grad, mask, draws, tau, backward, impl, m):
-    codes_q, codes_k = (hash_codes(x, draws, m, tau, impl) for x in (q, k))
+def sampled_gradients(q, k, v, grad, mask, draws, tau, backward, engine, m):
+    codes_q, codes_k = (hash_codes(x, draws, m, tau, engine) for x in (q, k))
     q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
-    out = yoso_cumulation(q, k, v, mask, codes_q, codes_k, draws.projections, Setup(tau, backward, impl, 0.99, 2**24))
+    out = yoso_cumulation(q, k, v, mask, codes_q, codes_k, draws.projections, Setup(tau, backward, engine, 0.99, 2**24))
     out.backward(grad)
     return out.detach(), q.grad, k.grad, v.grad
 
@@ -402,7 +402,7 @@ def test_exact_weight_backward_equals_a_dense_float64_reference(batch, n, d, dv,
     c, g, vv, kk, qq, w = (t.double() for t in (fraction, grad, v, k, q, mask))
     weights = c * (g @ vv.transpose(1, 2)) * w[:, None, :] * (tau / 2)
     reference = (weights @ kk, weights.transpose(1, 2) @ qq, w[..., None] * (c.transpose(1, 2) @ g))
-    for impl in ("kernel", "torch"):
-        ours = ops.exact_weight_backward(codes_q, codes_k, q, k, v, mask, grad, tau, impl, workspace_bytes=2**16)
+    for engine in ("kernel", "torch"):
+        ours = ops.exact_weight_backward(codes_q, codes_k, q, k, v, mask, grad, tau, engine, workspace_bytes=2**16)
         for name, mine, exact in zip(("grad_q", "grad_k", "grad_v"), ours, reference):
-            torch.testing.assert_close(mine.double(), exact, rtol=1e-5, atol=1e-5, msg=lambda m: f"{impl} {name}: {m}")
+            torch.testing.assert_close(mine.double(), exact, rtol=1e-5, atol=1e-5, msg=lambda m: f"{engine} {name}: {m}")
