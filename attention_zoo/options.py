@@ -26,10 +26,15 @@ def whole(options: Any, minimum: int, *names: str, optional: bool = False, maxim
         value = getattr(options, name)
         if value is None and optional:
             continue
-        bounds = f"≥ {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        bounds = f"≥ {minimum}" if maximum is None else f"between {minimum} and {_readable(maximum)}"
         rule = f"a whole number {bounds}" + (" (or null)" if optional else "")
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum or (maximum is not None and value > maximum):
             raise InvalidOption(name, value, rule)
+
+
+def _readable(bound: int) -> str:
+    """2^32 − 1 rather than 4294967295."""
+    return f"2^{(bound + 1).bit_length() - 1} − 1" if bound > 2**16 and (bound + 1) & bound == 0 else str(bound)
 
 
 def number(options: Any, name: str, low: float = -math.inf, high: float = math.inf, *, low_open: bool = False,

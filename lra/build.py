@@ -56,7 +56,7 @@ def build(cfg, attention: attention_zoo.AttentionSpec, announce=print,
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     # Bitwise-repeatable runs and resumes (e.g. Inductor's CPU scatter-adds use atomics otherwise).
     torch.use_deterministic_algorithms(trainer.deterministic, warn_only=True)
-    amp_dtype = autocast_dtype(str(getattr(trainer.precision, "value", trainer.precision)), device)
+    amp_dtype = autocast_dtype(trainer.precision.value, device)
     seed_everything(cfg.seed)
 
     data = load_task_data(cfg.task, Path(cfg.data_dir), train_subset=trainer.train_subset,

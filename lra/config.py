@@ -23,7 +23,7 @@ import attention_zoo
 from attention_zoo._common import package_folder
 from attention_zoo.options import InvalidOption, choice, number, whole
 from lra.data.listops import GeneratorSettings
-from lra.data.prepare import AUTO, SOURCES
+from lra.data.sources import AUTO, SOURCES
 from lra.data.pathfinder_writer import GeneratorSettings as PathfinderGeneratorSettings
 
 CONF_DIR = package_folder("lra.conf")  # lra-train (conf/ in the repository)
@@ -225,7 +225,7 @@ class TrainerConfig:
             raise InvalidOption("batch_size", self.batch_size, f"a multiple of grad_accumulation={self.grad_accumulation}")
         if self.train_subset is not None and self.train_subset < self.batch_size:
             raise InvalidOption("train_subset", self.train_subset, f"at least one batch (batch_size={self.batch_size})")
-        schedule = LRSchedule(getattr(self.lr_schedule, "value", self.lr_schedule))
+        schedule = LRSchedule(self.lr_schedule)
         if schedule in (LRSchedule.linear, LRSchedule.cosine) and self.warmup_steps > self.max_steps:
             # the rate would never reach trainer.lr nor decay (rsqrt has no end: LRA's Retrieval warms up
             # for 8,000 of its 5,000 steps, and that is allowed)
@@ -253,7 +253,7 @@ def _pretrain_post_init(self) -> None:
     whole(self, 0, "warmup_steps")
     number(self, "lr", 0.0, low_open=True)
     number(self, "mask_probability", 0.0, 1.0, low_open=True)
-    schedule = LRSchedule(getattr(self.lr_schedule, "value", self.lr_schedule))
+    schedule = LRSchedule(self.lr_schedule)
     if schedule in (LRSchedule.linear, LRSchedule.cosine) and self.warmup_steps > self.max_steps:
         raise InvalidOption("warmup_steps", self.warmup_steps, f"at most max_steps={self.max_steps} with "
                             f"lr_schedule={schedule.value}")
@@ -436,14 +436,31 @@ def task_schema(name: str) -> type:
     return TaskConfig
 
 
+def typed(cfg) -> "TrainRunConfig":
+    """The run's config as its dataclasses (real enums, every rule run): what the training code takes
+    once :func:`lra.validation.validate` has accepted the composed config."""
+    return cfg if isinstance(cfg, TrainRunConfig) else OmegaConf.to_object(cfg)
+
+
+def typed_task(task) -> TaskConfig:
+    """A task config node as its dataclass (the same object if it is one already)."""
+    return task if isinstance(task, TaskConfig) else OmegaConf.to_object(task)
+
+
 def saved_run_config(saved) -> Any:
     """A run's saved resolved config made whole against today's schemas: fields added since it was
-    written take their defaults (the task's too, whose schema depends on the task)."""
+    written take their defaults (the task's, the attention's and the logger's too, whose schemas depend
+    on their names)."""
     saved = OmegaConf.create(saved) if not isinstance(saved, DictConfig) else saved
     if saved.get("task", {}).get("validation") == "reference":  # its name before 2026-11-24
         saved.task.validation = "test"
     merged = OmegaConf.merge(OmegaConf.structured(TrainRunConfig), saved)
     merged.task = OmegaConf.merge(OmegaConf.structured(task_schema(merged.task.name)), merged.task)
+    if merged.attention.name in attention_zoo.names():  # an unknown one is refused by validation, by name
+        schema = _attention_schema(attention_zoo.get(merged.attention.name))
+        merged.attention = OmegaConf.merge(OmegaConf.structured(schema), merged.attention)
+    logger_schema = {"wandb": WandbLoggerConfig}.get(merged.logger.name, LoggerConfig)
+    merged.logger = OmegaConf.merge(OmegaConf.structured(logger_schema), merged.logger)
     if OmegaConf.is_missing(merged, "pretrain"):  # saved before self-pretraining existed: none
         merged.pretrain = OmegaConf.structured(PretrainConfig)
     return merged

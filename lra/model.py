@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import attention_zoo
+from lra.config import PaddingMask, Pooling, PositionEmbedding
 
 
 def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
@@ -28,9 +29,9 @@ def input_length(task_max_length: int, cap: Optional[int]) -> int:
     return task_max_length if cap is None else min(task_max_length, cap)
 
 
-def attention_length(pooling, tokens: int) -> int:
+def attention_length(pooling: Pooling, tokens: int) -> int:
     """Positions the attention sees for ``tokens`` input tokens: one more with a CLS token."""
-    return tokens + int(str(getattr(pooling, "value", pooling)) == "cls")
+    return tokens + int(pooling is Pooling.cls)
 
 
 class MultiHeadAttention(nn.Module):
@@ -90,15 +91,15 @@ class Encoder(nn.Module):
     def __init__(self, cfg, vocab_size: int, max_length: int, attention: attention_zoo.AttentionSpec,
                  causal: bool = False):
         super().__init__()
-        self.pooling = str(getattr(cfg.pooling, "value", cfg.pooling))
-        self.mask_zero_ids = str(getattr(cfg.padding_mask, "value", cfg.padding_mask)) == "nonzero_ids"
-        self.use_cls = self.pooling == "cls"
+        self.pooling = cfg.pooling
+        self.mask_zero_ids = cfg.padding_mask is PaddingMask.nonzero_ids
+        self.use_cls = self.pooling is Pooling.cls
         positions = attention_length(self.pooling, max_length)
         self.token_embedding = nn.Embedding(vocab_size, cfg.dim)
         self.position_embedding = nn.Embedding(positions, cfg.dim)
         for table in (self.token_embedding, self.position_embedding):
             nn.init.normal_(table.weight, std=cfg.embedding_init_std)
-        if str(getattr(cfg.position_embedding, "value", cfg.position_embedding)) == "sinusoidal":
+        if cfg.position_embedding is PositionEmbedding.sinusoidal:
             self.position_embedding.weight.data.copy_(sinusoidal_positions(positions, cfg.dim))
             self.position_embedding.weight.requires_grad_(False)
         self.cls = nn.Parameter(torch.zeros(1, 1, cfg.dim)) if self.use_cls else None
@@ -137,7 +138,7 @@ class Encoder(nn.Module):
         x, mask = self.hidden_states(ids, mask)
         if self.use_cls:
             return x[:, 0]
-        if self.pooling == "mean_unmasked":
+        if self.pooling is Pooling.mean_unmasked:
             return x.mean(dim=1)
         weights = mask.to(x.dtype).unsqueeze(-1)
         return (x * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)

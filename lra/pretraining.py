@@ -12,14 +12,16 @@ is metrics.json's ``pretrain_*`` keys.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
+from lra.config import TrainRunConfig, typed
 from lra.errors import ConfigError
 from lra.run import PRETRAIN as STAGE_DIR
 
@@ -30,11 +32,11 @@ MATCHING = ("task", "model", "attention", "trainer.max_length")
 
 
 def objective(cfg) -> str:
-    return str(getattr(cfg.pretrain.objective, "value", cfg.pretrain.objective))
+    return cfg.pretrain.objective.value
 
 
 def source_run(cfg) -> Optional[Path]:
-    source = cfg.pretrain["from"]
+    source = getattr(cfg.pretrain, "from")  # a Python keyword: no attribute syntax
     return None if source is None else Path(source).expanduser().resolve()
 
 
@@ -48,15 +50,15 @@ def run_label(attention_label: str, cfg) -> str:
     return attention_label + (SPT_SUFFIX if pretrains(cfg) else "")
 
 
-def stage_config(cfg) -> DictConfig:
+def stage_config(cfg) -> TrainRunConfig:
     """``cfg`` with stage 1's schedule as its trainer: ``pretrain.*`` replaces the fine-tuning values."""
-    stage = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    pretrain = stage.pretrain
-    with open_dict(stage):
-        for key in ("max_steps", "warmup_steps", "lr", "lr_schedule", "batch_size", "checkpoint_every"):
-            stage.trainer[key] = pretrain[key]
-        stage.trainer.eval_every = pretrain.history_every
-    return stage
+    cfg = typed(cfg)
+    pretrain = cfg.pretrain
+    trainer = dataclasses.replace(
+        cfg.trainer, max_steps=pretrain.max_steps, warmup_steps=pretrain.warmup_steps, lr=pretrain.lr,
+        lr_schedule=pretrain.lr_schedule, batch_size=pretrain.batch_size, checkpoint_every=pretrain.checkpoint_every,
+        eval_every=pretrain.history_every)
+    return dataclasses.replace(cfg, trainer=trainer)
 
 
 def masking_draws(seed: int, step: int, indices, documents: int, length: int) -> torch.Tensor:

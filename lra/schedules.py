@@ -39,4 +39,4 @@ SCHEDULES: Dict[LRSchedule, Callable[[int, object], float]] = {
 
 def lr_factor(step: int, trainer) -> float:
     """The learning-rate multiplier at ``step`` for ``trainer.lr_schedule``."""
-    return SCHEDULES[LRSchedule(getattr(trainer.lr_schedule, "value", trainer.lr_schedule))](step, trainer)
+    return SCHEDULES[LRSchedule(trainer.lr_schedule)](step, trainer)

@@ -27,6 +27,7 @@ from lra.errors import UserError
 from lra.io import atomic_write_json
 from lra.profiling.measure import process_peak_mb
 from lra.records import HISTORY, RunRecord, describe_device, git_commit
+from lra.config import typed
 from lra.pretraining import run_label
 from lra.validation import attention_spec
 
@@ -86,7 +87,8 @@ class Trainer:
                  record: Optional[RunRecord] = None, attention: Optional[attention_zoo.AttentionSpec] = None):
         """``record``: the run's record (``lra.run.RunDirectory.new_record``); without one (benchmarks,
         tests) a record that never writes. ``attention``: the run's spec (made from ``cfg`` if not given)."""
-        self.cfg, self.run_dir, self.announce, self.ranks = cfg, Path(run_dir), announce, ranks
+        self.cfg, self.run_dir, self.announce, self.ranks = typed(cfg), Path(run_dir), announce, ranks
+        cfg = self.cfg
         self.nondeterminism = NondeterminismLog()  # ops that alert under deterministic algorithms: recorded
         self.attention = attention if attention is not None else attention_spec(cfg)
         self.attention_name, self.label = self.attention.name, run_label(self.attention.label, cfg)

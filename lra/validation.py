@@ -16,7 +16,7 @@ import attention_zoo
 from attention_zoo.options import InvalidOption
 from lra import distributed
 from lra.errors import ConfigError
-from lra.config import TrainRunConfig
+from lra.config import TrainRunConfig, typed
 
 GROUPS = ("task", "model", "trainer", "pretrain", "logger")
 
@@ -62,10 +62,12 @@ def check_group(node: DictConfig, path: str) -> None:
         raise invalid(f"{prefix}.{error.field}", error) from None
 
 
-def attention_spec(cfg: DictConfig) -> attention_zoo.AttentionSpec:
-    """The run's attention (name, validated options, label), made from ``cfg.attention`` in this one place."""
-    options = {k: v for k, v in OmegaConf.to_container(cfg.attention, resolve=True).items() if k != "name"}
-    return attention_zoo.spec(cfg.attention.name, **options)
+def attention_spec(cfg) -> attention_zoo.AttentionSpec:
+    """The run's attention (name, validated options, label), made from ``cfg.attention`` (a config node or
+    its dataclass) in this one place."""
+    node = cfg.attention
+    values = OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dataclasses.asdict(node)
+    return attention_zoo.spec(node.name, **{k: v for k, v in values.items() if k != "name"})
 
 
 def check_attention(cfg: DictConfig) -> None:
@@ -122,7 +124,7 @@ def check_device_and_precision(cfg: DictConfig) -> None:
 
     device = cfg.trainer.device
     check_device(device, "trainer.device")
-    precision = str(getattr(cfg.trainer.precision, "value", cfg.trainer.precision))
+    precision = cfg.trainer.precision.value
     on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     if precision in ("bf16", "fp16") and not on_cuda:
         raise ConfigError(f"invalid value for trainer.precision: '{precision}'; it needs a CUDA device and this run "
@@ -167,16 +169,13 @@ def validate_tool(cfg: DictConfig) -> None:
         check_device("cuda", "yoso_impl")
 
 
-def validate(cfg: DictConfig) -> None:
-    """Raise :class:`ConfigError` for the first unknown key or invalid value of an lra-train config."""
+def validate(cfg: DictConfig) -> TrainRunConfig:
+    """Raise :class:`ConfigError` for the first unknown key or invalid value of an lra-train config;
+    return it as its dataclasses (:func:`lra.config.typed`), what the training code takes."""
     check_groups_present(cfg)
     unknown_keys(cfg)
     for group in GROUPS:
         check_group(cfg[group], group)
-    seed = cfg.seed
-    if not isinstance(seed, int) or not 0 <= seed < 2**32:
-        raise ConfigError(f"invalid value for seed: {seed}; it must be a whole number between 0 and 2^32 − 1: "
-                          "pass seed=<such a value>")
     top_level = SimpleNamespace(**{f.name: cfg[f.name] for f in dataclasses.fields(TrainRunConfig)
                                    if f.name not in (*GROUPS, "attention")})
     try:  # the schema's own rules for its top-level scalars (the groups were checked above)
@@ -188,3 +187,4 @@ def validate(cfg: DictConfig) -> None:
     check_pretraining(cfg)
     check_device_and_precision(cfg)
     distributed.world_size()  # a leftover WORLD_SIZE outside torchrun
+    return typed(cfg)

@@ -33,6 +33,7 @@ def main(argv=None) -> None:
     from lra.commands import config_errors
     from lra.config import CONF_DIR, register_configs, register_resolvers
     from lra.data.prepare import describe, load_task_data
+    from lra.validation import check_group, unknown_keys
 
     register_configs()
     register_resolvers()
@@ -53,6 +54,8 @@ def main(argv=None) -> None:
         if message is None:
             raise
         raise ConfigError(message) from None
+    unknown_keys(cfg.task, "task.")
+    check_group(cfg.task, "task")  # the task's rules, as lra-train checks them, before anything is written
     data = load_task_data(cfg.task, cfg.data_dir, prepare=True, rebuild=args.force)
     print(describe(data))
 

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lra import validation
 from lra.commands import config_errors
-from lra.config import CONF_DIR, register_configs, register_resolvers, saved_run_config
+from lra.config import CONF_DIR, register_configs, register_resolvers, saved_run_config, typed
 from lra.errors import ConfigError, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
@@ -121,7 +121,7 @@ def run(cfg: DictConfig):
                   "(to train longer, start a new run with more trainer.max_steps)")
             return _objective(previous, OmegaConf.select(cfg, "optimized_metric", default="best_val_accuracy"))
         resolved = OmegaConf.to_container(started, resolve=True, enum_to_str=True)
-        result = train(started, folder, resolved, group=group, announce=_announce)
+        result = train(typed(started), folder, resolved, group=group, announce=_announce)
         line = (f"{result['label']} on {result['task']}: test accuracy {result['test_accuracy']:.2f} (best validation "
                 f"{result['best_val_accuracy']:.2f} at step {result['best_step']}); run: {folder.path}")
         config_errors.log_to_file(line, "INFO")  # while train.log is still the run's

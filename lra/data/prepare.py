@@ -9,6 +9,7 @@ files, Pathfinder release images — is converted once by ``lra-prepare``; witho
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import shutil
@@ -17,23 +18,16 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, Optional, Tuple
 
 import numpy as np
-from omegaconf import OmegaConf
 from tqdm import tqdm
 
+from lra.config import typed_task
 from lra.data import byte_text, image, listops, pathfinder, pathfinder_generator, pathfinder_writer, retrieval
 from lra.data.cache import MANIFEST, CacheBuilder, TokenSplit, check_writable, load_cache, settings_fingerprint
+from lra.data.sources import AUTO, SOURCES
 from lra.errors import UserError
 from lra.io import atomic_write_json
 
 SPLITS = ("train", "val", "test")
-AUTO = "auto"  # task.source=auto: see resolve_auto_source
-SOURCES = {  # the concrete sources of each task; the first is lra-prepare's default
-    "listops": ("generate", "lra_release"),
-    "text": ("tfds", "aclimdb"),
-    "retrieval": ("lra_release",),
-    "image": ("tfds", "cifar_python"),
-    "pathfinder": ("generate", "lra_release"),
-}
 
 
 @dataclass
@@ -81,11 +75,7 @@ def load_task_data(
     ``prepare`` (lra-prepare) converts any source; without it only automatic conversions run.
     ``rebuild`` discards an existing (or damaged) cache first.
     """
-    if task.name not in SOURCES:
-        raise UserError(f"unknown task '{task.name}'; valid: {', '.join(SOURCES)}")
-    if task.source not in (*SOURCES[task.name], AUTO):
-        raise UserError(f"unknown {task.name} source '{task.source}'; valid: {', '.join(SOURCES[task.name])}, {AUTO} "
-                        "(--source / task.source=...)")
+    task = typed_task(task)  # its rules (a known task and source among them) hold from here on
     data_dir = Path(data_dir).resolve()
     if task.source == AUTO:
         task = with_values(task, source=SOURCES[task.name][0]) if prepare else resolve_auto_source(task, data_dir, announce)
@@ -150,8 +140,8 @@ def _cache_dir(task, conversion: Conversion, data_dir: Path) -> Path:
 
 
 def with_values(task, **values):
-    """A copy of the task config node with some values replaced."""
-    return OmegaConf.create({**OmegaConf.to_container(task, resolve=True), **values})
+    """A copy of the task config with some values replaced (and its rules run again)."""
+    return dataclasses.replace(task, **values)
 
 
 def resolve_auto_source(task, data_dir: Path, announce: Callable[[str], None]):
@@ -200,11 +190,11 @@ def prepare_command(task, data_dir: Path) -> str:
     if task.path:
         parts += ["--path", str(Path(task.path).expanduser().resolve())]
     parts += ["--data-dir", str(data_dir)]
-    if task.get("document_bytes") is not None:
+    if getattr(task, "document_bytes", None) is not None:
         parts.append(f"task.document_bytes={task.document_bytes}")
     for key in ("resolution", "difficulty", "split_seed"):
-        if key in task:
-            parts.append(f"task.{key}={task[key]}")
+        if hasattr(task, key):
+            parts.append(f"task.{key}={getattr(task, key)}")
     return shlex.join(parts)  # quoted for the shell: paths may hold spaces
 
 
@@ -221,7 +211,7 @@ def _progress(items: Iterable, total: Optional[int], description: str):
 # ----------------------------------------------------------------------------- ListOps
 def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
     if task.source == "generate":
-        settings = listops.GeneratorSettings(**task.generator)
+        settings = dataclasses.replace(task.generator)  # a copy: a smoke run shrinks it
         # A smoke run needs only its subsets: generate just those (a distinct, smaller dataset).
         if train_subset is not None:
             settings.num_train = min(settings.num_train, train_subset)
@@ -356,7 +346,7 @@ def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversi
     except ValueError as exc:
         raise UserError(f"{exc} (task.resolution / task.difficulty)") from None
     if task.source == "generate":
-        settings = pathfinder_writer.GeneratorSettings(**task.generator)
+        settings = dataclasses.replace(task.generator)  # a copy: a smoke run shrinks it
         if train_subset is not None or eval_subset is not None:  # a smoke run: only what its subsets need
             fractions = pathfinder.SPLIT_FRACTIONS
             needed = max(train_subset / fractions["train"] if train_subset else 0,
