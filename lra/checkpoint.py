@@ -9,6 +9,7 @@ from typing import Any, Dict
 import numpy as np
 import torch
 
+from lra.errors import UserError
 from lra.faults import fault_point
 from lra.io import atomic_write
 
@@ -45,3 +46,19 @@ def save(path: Path, payload: Dict[str, Any]) -> None:
 
 def load(path: Path) -> Dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=False)
+
+
+KEPT = "the run's metrics.json is left as it was — start a new run with the same overrides"
+
+
+def load_training(path: Path) -> Dict[str, Any]:
+    """A training checkpoint (every one of :data:`TRAINING_KEYS`), or one :class:`UserError` line."""
+    try:
+        payload = load(path)
+    except Exception as exc:
+        raise UserError(f"cannot resume from {path}: the checkpoint is unreadable ({type(exc).__name__}); {KEPT}") from None
+    missing = [k for k in TRAINING_KEYS if k not in payload] if isinstance(payload, dict) else ["all"]
+    if missing:
+        raise UserError(f"cannot resume from {path}: it is not a training checkpoint (no {', '.join(missing)}; "
+                        f"a {BEST} holds only weights); {KEPT}")
+    return payload

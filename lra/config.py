@@ -326,35 +326,7 @@ class TrainRunConfig:
         choice(self, "optimized_metric", OPTIMIZABLE_METRICS)
 
 
-@dataclass
-class ProfileConfig:
-    """``lra-profile``: time and memory of attention modules against sequence length."""
-
-    backends: List[str] = field(default_factory=lambda: list(attention_zoo.names()))
-    lengths: List[int] = field(default_factory=lambda: [512, 1024, 2048, 4096, 8192])
-    mode: str = "fixed"  # fixed: batch_size instances | largest: the largest batch that fits memory_budget_mb
-    batch_size: int = 1
-    max_batch: int = 256  # largest mode: stop doubling here
-    memory_budget_mb: Optional[float] = None  # largest mode: default the GPU's memory, or 8192 on CPU
-    num_heads: int = 12  # the YOSO paper's attention module: BERT-base, 12 heads of 64
-    head_dim: int = 64
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    repeats: int = 3  # best of this many after a warm-up
-    timeout_s: int = 600  # per cell; cells over it are recorded as timed out
-    fit_min_length: int = 2048  # scaling exponents are fitted over n >= this
-    output_dir: str = "${hydra:runtime.output_dir}"
-
-    def __post_init__(self):
-        known_backends(self, "backends")
-        if not self.lengths or any(not isinstance(n, int) or n < 1 for n in self.lengths):
-            raise InvalidOption("lengths", self.lengths, "a non-empty list of whole numbers ≥ 1")
-        choice(self, "mode", ("fixed", "largest"))
-        whole(self, 1, "batch_size", "max_batch", "num_heads", "head_dim", "repeats", "timeout_s", "fit_min_length")
-        number(self, "memory_budget_mb", 0.0, low_open=True, optional=True)
-        device_name(self, "device")
-
-
-def _attention_schema(backend: attention_zoo.Backend, with_name: bool = True) -> type:
+def attention_schema(backend: attention_zoo.Backend, with_name: bool = True) -> type:
     """A dataclass with ``name`` (unless not ``with_name``) plus the backend's own options."""
     fields = [("name", str, field(default=backend.name))] if with_name else []
     types = typing.get_type_hints(backend.options)  # resolves string annotations
@@ -366,59 +338,6 @@ def _attention_schema(backend: attention_zoo.Backend, with_name: bool = True) ->
         )
         fields.append((option.name, types[option.name], default))
     return dataclasses.make_dataclass(f"{backend.cls.__name__}Config", fields)
-
-
-def _backend_options_schema() -> type:
-    """One field per registered backend holding its options (lra-fidelity's ``options``)."""
-    fields = []
-    for name in attention_zoo.names():
-        schema = _attention_schema(attention_zoo.get(name), with_name=False)
-        fields.append((name, schema, field(default_factory=schema)))
-    return dataclasses.make_dataclass("BackendOptions", fields)
-
-
-BackendOptions = _backend_options_schema()
-
-
-@dataclass
-class FidelityConfig:
-    """``lra-fidelity``: how far each backend's output is from exact softmax attention."""
-
-    sections: List[str] = field(default_factory=lambda: ["backends", "oracles", "yoso"])
-    backends: List[str] = field(default_factory=lambda: list(attention_zoo.names()))
-    options: BackendOptions = field(default_factory=lambda: BackendOptions())  # options.<backend>.<option>
-    lengths: List[int] = field(default_factory=lambda: [1024, 4096])  # random inputs of the backend section
-    batch_size: int = 1
-    num_heads: int = 4
-    head_dim: int = 64
-    score_std: float = 1.0  # random q, k: the standard deviation of q·k/√d
-    seeds: List[int] = field(default_factory=lambda: [0, 1, 2])
-    checkpoint: Optional[str] = None  # an lra-train run directory: also measure on its captured Q, K, V
-    examples: int = 4  # sequences of the run's split read by the checkpoint
-    split: str = "val"
-    oracle_budgets: List[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512])
-    oracle_queries: int = 32  # queries per input reduced by Carathéodory (v-aware, r = d + 1)
-    yoso_hashes: List[int] = field(default_factory=lambda: [8, 16, 32, 64, 128])
-    yoso_lengths: List[int] = field(default_factory=lambda: [64, 128, 256, 512, 1024, 2048, 4096])
-    yoso_impl: str = "auto"  # auto | cpu | cuda | torch
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    output_dir: str = "${hydra:runtime.output_dir}"
-
-    def __post_init__(self):
-        unknown = sorted(set(self.sections) - {"backends", "oracles", "yoso"})
-        if unknown or not self.sections:
-            raise InvalidOption("sections", list(self.sections), "a non-empty subset of [backends, oracles, yoso]"
-                                + (f" (unknown section {', '.join(unknown)})" if unknown else ""))
-        known_backends(self, "backends")
-        for name in ("lengths", "yoso_hashes", "yoso_lengths", "oracle_budgets", "seeds"):
-            values = getattr(self, name)
-            if not values or any(not isinstance(n, int) or n < (0 if name == "seeds" else 1) for n in values):
-                raise InvalidOption(name, values, "a non-empty list of whole numbers" + (" ≥ 0" if name == "seeds" else " ≥ 1"))
-        whole(self, 1, "batch_size", "num_heads", "head_dim", "examples", "oracle_queries")
-        number(self, "score_std", 0.0, low_open=True)
-        choice(self, "split", ("train", "val", "test"))
-        choice(self, "yoso_impl", ("auto", "cpu", "cuda", "torch"))
-        device_name(self, "device")
 
 
 TASK_SCHEMAS = {"schema_task_base": TaskConfig, "schema_task_listops": ListOpsTaskConfig,
@@ -457,7 +376,7 @@ def saved_run_config(saved) -> Any:
     merged = OmegaConf.merge(OmegaConf.structured(TrainRunConfig), saved)
     merged.task = OmegaConf.merge(OmegaConf.structured(task_schema(merged.task.name)), merged.task)
     if merged.attention.name in attention_zoo.names():  # an unknown one is refused by validation, by name
-        schema = _attention_schema(attention_zoo.get(merged.attention.name))
+        schema = attention_schema(attention_zoo.get(merged.attention.name))
         merged.attention = OmegaConf.merge(OmegaConf.structured(schema), merged.attention)
     logger_schema = {"wandb": WandbLoggerConfig}.get(merged.logger.name, LoggerConfig)
     merged.logger = OmegaConf.merge(OmegaConf.structured(logger_schema), merged.logger)
@@ -470,6 +389,8 @@ def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent)."""
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainRunConfig)
+    from lra.tool_configs import FidelityConfig, ProfileConfig  # they import this module
+
     cs.store(name="profile_schema", node=ProfileConfig)
     cs.store(name="fidelity_schema", node=FidelityConfig)
     for name, node in TASK_SCHEMAS.items():
@@ -480,7 +401,7 @@ def register_configs() -> None:
     cs.store(name="schema_logger_none", node=LoggerConfig)
     cs.store(name="schema_logger_wandb", node=WandbLoggerConfig)
     for name in attention_zoo.names():
-        cs.store(name=f"schema_attention_{name}", node=_attention_schema(attention_zoo.get(name)))
+        cs.store(name=f"schema_attention_{name}", node=attention_schema(attention_zoo.get(name)))
     from hydra.core.plugins import Plugins
 
     from hydra_plugins.lra_launcher.local_gpus import LocalGpusLauncher, LocalGpusLauncherConf

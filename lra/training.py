@@ -82,6 +82,18 @@ class TrainWindow:
         return metrics
 
 
+def progress_line(step: int, total: int, loss: float, accuracy: float, throughput: float, elapsed: float,
+                  pace: float) -> str:
+    """``step 40/300 (13%) loss 2.251 acc 18.8 tok/s 25,676 elapsed 0:00:31 eta 0:03:22``: ``elapsed``
+    is the run's (over resumes), the ETA extrapolates this session's ``pace`` (seconds per step)."""
+
+    def clock(seconds: float) -> str:
+        return str(datetime.timedelta(seconds=round(seconds)))
+
+    return (f"step {step}/{total} ({100 * step // total}%) loss {loss:.3f} acc {accuracy:.1f} "
+            f"tok/s {throughput:,.0f} elapsed {clock(elapsed)} eta {clock(pace * (total - step))}")
+
+
 class Trainer:
     def __init__(self, cfg, run_dir: Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),
                  record: Optional[RunRecord] = None, attention: Optional[attention_zoo.AttentionSpec] = None):
@@ -147,15 +159,7 @@ class Trainer:
         if not path.is_file():
             self.record.confirm()
             return False
-        kept = "the run's metrics.json is left as it was — start a new run with the same overrides"
-        try:
-            payload = checkpoint.load(path)
-        except Exception as exc:
-            raise UserError(f"cannot resume from {path}: the checkpoint is unreadable ({type(exc).__name__}); {kept}") from None
-        missing = [k for k in checkpoint.TRAINING_KEYS if k not in payload] if isinstance(payload, dict) else ["all"]
-        if missing:
-            raise UserError(f"cannot resume from {path}: it is not a training checkpoint (no {', '.join(missing)}; "
-                            f"a {checkpoint.BEST} holds only weights); {kept}")
+        payload = checkpoint.load_training(path)
         try:
             self.model.load_state_dict(payload["model"])
             self.optimizer.load_state_dict(payload["optimizer"])
@@ -167,7 +171,8 @@ class Trainer:
             checkpoint.restore_rng_states(payload["rng"])
         except (RuntimeError, ValueError, KeyError, TypeError) as exc:
             reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-            raise UserError(f"cannot resume from {path}: it is not this run's checkpoint ({reason}); {kept}") from None
+            raise UserError(f"cannot resume from {path}: it is not this run's checkpoint ({reason}); "
+                            f"{checkpoint.KEPT}") from None
         self.record.confirm()
         self.state.resumed_at_steps.append(self.state.step)
         self.record.update(resumed_at_steps=self.state.resumed_at_steps)
@@ -200,7 +205,7 @@ class Trainer:
         micro_batches = np.array_split(indices, self.cfg.trainer.grad_accumulation)
         self.optimizer.zero_grad(set_to_none=True)
         total_loss = total_correct = torch.zeros((), device=self.device)
-        aux_total, tokens = None, 0
+        aux_total, predictions, tokens = None, None, 0
         for position, micro in enumerate(micro_batches):
             with self._gradient_sync(position == len(micro_batches) - 1):
                 loss, correct, micro_tokens, predicted = self.training_loss(micro)
@@ -213,7 +218,8 @@ class Trainer:
                 self.scaler.scale(objective).backward()
             total_loss = total_loss + loss.detach() * weight
             total_correct = total_correct + correct
-            predictions = predicted if position == 0 else (None if predicted is None else predictions + predicted)
+            if predicted is not None:
+                predictions = predicted if predictions is None else predictions + predicted
             tokens += micro_tokens
         if self.cfg.trainer.grad_clip is not None:
             self.scaler.unscale_(self.optimizer)
@@ -302,8 +308,9 @@ class Trainer:
                 loss, accuracy = train_metrics["train/loss"], train_metrics["train/accuracy"]
                 bar.set_postfix(loss=f"{loss:.3f}", acc=f"{accuracy:.1f}", tok_s=f"{throughput:,.0f}")
                 if bar.disable and self.ranks.main:  # no terminal (a log file, SLURM, nohup): one line instead
-                    self.announce(self._progress_line(loss, accuracy, throughput,
-                                                      time.perf_counter() - session_start, first_step))
+                    pace = (time.perf_counter() - session_start) / max(step - first_step, 1)
+                    self.announce(self.stage_name + progress_line(step, trainer.max_steps, loss, accuracy, throughput,
+                                                                  self.state.wall_seconds, pace))
                 logger.log(train_metrics | {"train/tokens_per_second": throughput}, step=step)
                 window = TrainWindow()
                 self._record_progress("running")  # metrics.json shows the current step between evaluations
@@ -314,19 +321,6 @@ class Trainer:
                 self.save_checkpoint()
         bar.close()
         return self._test(logger)
-
-    def _progress_line(self, loss: float, accuracy: float, throughput: float, session_seconds: float,
-                       first_step: int) -> str:
-        """``step 40/300 (13%) loss 2.251 acc 18.8 tok/s 25,676 elapsed 0:00:31 eta 0:03:22``: the
-        elapsed time is the run's (over resumes), the ETA extrapolates this session's pace."""
-        total, step = self.cfg.trainer.max_steps, self.state.step
-        pace = session_seconds / max(step - first_step, 1)
-
-        def clock(seconds: float) -> str:
-            return str(datetime.timedelta(seconds=round(seconds)))
-
-        return (f"{self.stage_name}step {step}/{total} ({100 * step // total}%) loss {loss:.3f} acc {accuracy:.1f} "
-                f"tok/s {throughput:,.0f} elapsed {clock(self.state.wall_seconds)} eta {clock(pace * (total - step))}")
 
     def _validate(self, logger, train_metrics: dict) -> None:
         result = self.evaluate("val")

@@ -72,7 +72,7 @@ def run(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Console entry: a config mistake becomes one line naming the valid keys."""
-    from lra.config import FidelityConfig
+    from lra.tool_configs import FidelityConfig
 
     config_errors.run_app(run, config_errors.schema_keys(FidelityConfig))
 

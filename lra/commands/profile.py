@@ -102,7 +102,7 @@ def run(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Console entry: a config mistake becomes one line naming the valid keys."""
-    from lra.config import ProfileConfig
+    from lra.tool_configs import ProfileConfig
 
     config_errors.run_app(run, config_errors.schema_keys(ProfileConfig))
 

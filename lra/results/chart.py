@@ -13,7 +13,7 @@ import math
 from importlib import resources
 from io import StringIO
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Optional
 
 import pandas as pd
 

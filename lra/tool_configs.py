@@ -1,0 +1,93 @@
+"""Structured configs of ``lra-profile`` and ``lra-fidelity`` (``lra-train``'s are in :mod:`lra.config`,
+whose ``register_configs`` stores these too)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import attention_zoo
+from attention_zoo.options import InvalidOption, choice, number, whole
+from lra.config import attention_schema, device_name, known_backends
+
+
+@dataclass
+class ProfileConfig:
+    """``lra-profile``: time and memory of attention modules against sequence length."""
+
+    backends: List[str] = field(default_factory=lambda: list(attention_zoo.names()))
+    lengths: List[int] = field(default_factory=lambda: [512, 1024, 2048, 4096, 8192])
+    mode: str = "fixed"  # fixed: batch_size instances | largest: the largest batch that fits memory_budget_mb
+    batch_size: int = 1
+    max_batch: int = 256  # largest mode: stop doubling here
+    memory_budget_mb: Optional[float] = None  # largest mode: default the GPU's memory, or 8192 on CPU
+    num_heads: int = 12  # the YOSO paper's attention module: BERT-base, 12 heads of 64
+    head_dim: int = 64
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    repeats: int = 3  # best of this many after a warm-up
+    timeout_s: int = 600  # per cell; cells over it are recorded as timed out
+    fit_min_length: int = 2048  # scaling exponents are fitted over n >= this
+    output_dir: str = "${hydra:runtime.output_dir}"
+
+    def __post_init__(self):
+        known_backends(self, "backends")
+        if not self.lengths or any(not isinstance(n, int) or n < 1 for n in self.lengths):
+            raise InvalidOption("lengths", self.lengths, "a non-empty list of whole numbers ≥ 1")
+        choice(self, "mode", ("fixed", "largest"))
+        whole(self, 1, "batch_size", "max_batch", "num_heads", "head_dim", "repeats", "timeout_s", "fit_min_length")
+        number(self, "memory_budget_mb", 0.0, low_open=True, optional=True)
+        device_name(self, "device")
+
+
+def _backend_options_schema() -> type:
+    """One field per registered backend holding its options (lra-fidelity's ``options``)."""
+    fields = []
+    for name in attention_zoo.names():
+        schema = attention_schema(attention_zoo.get(name), with_name=False)
+        fields.append((name, schema, field(default_factory=schema)))
+    return dataclasses.make_dataclass("BackendOptions", fields)
+
+
+BackendOptions = _backend_options_schema()
+
+
+@dataclass
+class FidelityConfig:
+    """``lra-fidelity``: how far each backend's output is from exact softmax attention."""
+
+    sections: List[str] = field(default_factory=lambda: ["backends", "oracles", "yoso"])
+    backends: List[str] = field(default_factory=lambda: list(attention_zoo.names()))
+    options: BackendOptions = field(default_factory=lambda: BackendOptions())  # options.<backend>.<option>
+    lengths: List[int] = field(default_factory=lambda: [1024, 4096])  # random inputs of the backend section
+    batch_size: int = 1
+    num_heads: int = 4
+    head_dim: int = 64
+    score_std: float = 1.0  # random q, k: the standard deviation of q·k/√d
+    seeds: List[int] = field(default_factory=lambda: [0, 1, 2])
+    checkpoint: Optional[str] = None  # an lra-train run directory: also measure on its captured Q, K, V
+    examples: int = 4  # sequences of the run's split read by the checkpoint
+    split: str = "val"
+    oracle_budgets: List[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512])
+    oracle_queries: int = 32  # queries per input reduced by Carathéodory (v-aware, r = d + 1)
+    yoso_hashes: List[int] = field(default_factory=lambda: [8, 16, 32, 64, 128])
+    yoso_lengths: List[int] = field(default_factory=lambda: [64, 128, 256, 512, 1024, 2048, 4096])
+    yoso_impl: str = "auto"  # auto | cpu | cuda | torch
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    output_dir: str = "${hydra:runtime.output_dir}"
+
+    def __post_init__(self):
+        unknown = sorted(set(self.sections) - {"backends", "oracles", "yoso"})
+        if unknown or not self.sections:
+            raise InvalidOption("sections", list(self.sections), "a non-empty subset of [backends, oracles, yoso]"
+                                + (f" (unknown section {', '.join(unknown)})" if unknown else ""))
+        known_backends(self, "backends")
+        for name in ("lengths", "yoso_hashes", "yoso_lengths", "oracle_budgets", "seeds"):
+            values = getattr(self, name)
+            if not values or any(not isinstance(n, int) or n < (0 if name == "seeds" else 1) for n in values):
+                raise InvalidOption(name, values, "a non-empty list of whole numbers" + (" ≥ 0" if name == "seeds" else " ≥ 1"))
+        whole(self, 1, "batch_size", "num_heads", "head_dim", "examples", "oracle_queries")
+        number(self, "score_std", 0.0, low_open=True)
+        choice(self, "split", ("train", "val", "test"))
+        choice(self, "yoso_impl", ("auto", "cpu", "cuda", "torch"))
+        device_name(self, "device")
