@@ -24,6 +24,28 @@ def compose_config(*overrides):
         return compose(config_name="config", overrides=list(overrides))
 
 
+def train_in_process(run_dir, *overrides) -> dict:
+    """One lra-train run in this process through the same API the command calls (validate, own the
+    run folder, save the resolved config, :func:`lra.pipeline.train`): its metrics.json as a dict.
+    For training semantics; exit codes, kills and the command line stay with the process-level tests."""
+    from omegaconf import OmegaConf
+
+    from lra.pipeline import train
+    from lra.run import RunDirectory
+    from lra.validation import validate
+
+    cfg = compose_config(*overrides)
+    run_config = validate(cfg)
+    folder = RunDirectory(run_dir)
+    folder.claim(fresh=True)
+    try:
+        folder.save_resolved(cfg)
+        return train(run_config, folder, OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), group=None,
+                     announce=lambda message: None)
+    finally:
+        folder.release()
+
+
 def compose_model(name: str, length: int, layers: int = 2) -> torch.nn.Module:
     register_configs()
     register_resolvers()
