@@ -10,11 +10,11 @@ from typing import Optional
 from lra import distributed
 from lra.loggers import NullLogger, build_logger
 from lra.pretrainer import pretrained_encoder
-from lra.pretraining import objective, pretrains, run_label
+from lra.pretraining import objective, pretrains
 from lra.records import git_commit
 from lra.run import RunDirectory
 from lra.training import Trainer
-from lra.validation import attention_spec
+from lra.validation import attention_spec, run_label
 
 
 def train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], announce=print) -> dict:
@@ -35,7 +35,7 @@ def train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], a
 def _train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], announce, ranks) -> dict:
     attention = attention_spec(cfg)  # validated options
     record = run.new_record(provisional=bool(cfg.resume), task=cfg.task.name, attention=attention.name,
-                            label=run_label(attention.label, cfg), seed=cfg.seed, status="running",
+                            label=run_label(cfg), seed=cfg.seed, status="running",
                             git_commit=git_commit(), pretrain_objective=objective(cfg))
     logger = None
 

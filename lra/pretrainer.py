@@ -9,10 +9,11 @@ import torch
 from lra import checkpoint, distributed
 from lra.errors import UserError
 from lra.io import atomic_write_json
-from lra.pretraining import (ENCODER, STAGE_DIR, draw_masked, finished_encoder, masking_draws, objective, run_label,
-                             source_run, stage_config, token_loss)
+from lra.pretraining import (ENCODER, STAGE_DIR, draw_masked, finished_encoder, masking_draws, objective, source_run,
+                             stage_config, token_loss)
 from lra.records import HISTORY, read_record
 from lra.training import Trainer
+from lra.validation import run_label
 
 
 class Pretrainer(Trainer):
@@ -25,7 +26,7 @@ class Pretrainer(Trainer):
         self.objective = objective(cfg)
         self.mask_probability = float(cfg.pretrain.mask_probability)
         super().__init__(stage_config(cfg), run_dir, announce, ranks, record=record, attention=attention)
-        self.label = f"{run_label(self.attention.label, cfg)} pretraining"
+        self.label = f"{run_label(cfg)} pretraining"
 
     stage_name = "pretraining "
 

@@ -45,7 +45,7 @@ def pretrains(cfg) -> bool:
     return objective(cfg) != "none" or source_run(cfg) is not None
 
 
-def run_label(attention_label: str, cfg) -> str:
+def spt_label(attention_label: str, cfg) -> str:
     """The row label: the attention's, with " +SPT" for a self-pretrained run (e.g. "YOSO-32 +SPT")."""
     return attention_label + (SPT_SUFFIX if pretrains(cfg) else "")
 

@@ -28,8 +28,7 @@ from lra.io import atomic_write_json
 from lra.profiling.measure import process_peak_mb
 from lra.records import HISTORY, RunRecord, describe_device, git_commit
 from lra.config import typed
-from lra.pretraining import run_label
-from lra.validation import attention_spec
+from lra.validation import attention_spec, run_label
 
 
 @dataclass
@@ -103,7 +102,7 @@ class Trainer:
         cfg = self.cfg
         self.nondeterminism = NondeterminismLog()  # ops that alert under deterministic algorithms: recorded
         self.attention = attention if attention is not None else attention_spec(cfg)
-        self.attention_name, self.label = self.attention.name, run_label(self.attention.label, cfg)
+        self.attention_name, self.label = self.attention.name, run_label(cfg)
         parts = self.build_components(cfg, announce, ranks)
         self.device, self.amp_dtype, self.data = parts.device, parts.amp_dtype, parts.data
         self.max_length, self.model, self.ddp = parts.max_length, parts.model, parts.ddp

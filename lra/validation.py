@@ -70,6 +70,19 @@ def attention_spec(cfg) -> attention_zoo.AttentionSpec:
     return attention_zoo.spec(node.name, **{k: v for k, v in values.items() if k != "name"})
 
 
+def run_label(cfg) -> str:
+    """The run's row label ("YOSO-32", "YOSO-32 +SPT"), decided here for every run and record: the
+    attention's paper label (:attr:`attention_zoo.AttentionSpec.label`) and self-pretraining's suffix.
+    A config refused for its attention options still gets one: the backend's name, suffixed."""
+    from lra import pretraining
+
+    try:
+        attention = attention_spec(cfg).label
+    except (InvalidOption, TypeError, KeyError):  # the refused options themselves, or an unknown backend
+        attention = str(cfg.attention.name)
+    return pretraining.spt_label(attention, cfg)
+
+
 def check_attention(cfg: DictConfig) -> None:
     name = cfg.attention.name
     if name not in attention_zoo.names():

@@ -44,8 +44,8 @@ def _record_refused_job(folder: RunDirectory, cfg: DictConfig, hydra_cfg, error:
     folder.save_hydra_files(hydra_cfg, cfg)
     name = OmegaConf.select(cfg, "attention.name", default=None)
     try:
-        label = validation.attention_spec(cfg).label
-    except Exception:  # the refusal may be the attention options themselves
+        label = validation.run_label(cfg)
+    except Exception:  # a config broken before its attention (e.g. a deleted group): the name is all there is
         label = name
     record = folder.new_record(task=OmegaConf.select(cfg, "task.name", default=None), attention=name,
                                label=label, seed=OmegaConf.select(cfg, "seed", default=None), git_commit=git_commit())
