@@ -274,3 +274,13 @@ def test_stage_one_learns_what_context_predicts(objective):
         optimizer.step()
     floor = 0.0 if objective == "masked" else 3 / 63 * math.log(16)
     assert floor <= float(loss) < floor + 0.05, float(loss)
+
+
+def test_the_row_label_is_decided_once_and_carries_spt():
+    from lra.validation import run_label
+
+    assert run_label(compose_config("attention=yoso")) == "YOSO-32"
+    assert run_label(compose_config("attention=yoso", "pretrain=masked")) == "YOSO-32 +SPT"
+    assert run_label(compose_config("attention=softmax", "pretrain.from=/some/run")) == "Softmax +SPT"
+    # a sweep job refused for its attention options is still recorded under a row
+    assert run_label(compose_config("attention=yoso", "attention.num_hashes=0", "pretrain=masked")) == "yoso +SPT"
