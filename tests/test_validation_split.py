@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+from conftest import SMALL_LISTOPS
+from helpers import train_in_process
 from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.data.cache import TokenSplit
 from lra.data.prepare import load_task_data
@@ -57,10 +58,9 @@ def test_heldout_validation_is_a_seeded_part_of_train_and_leaves_test_alone(tmp_
 
 
 def test_the_record_and_the_table_say_what_each_run_validated_on(tmp_path, data_dir):
-    run_command(["lra-train", "trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2", *SMALL_LISTOPS,
-                 "task.validation=heldout", "task.heldout_size=16"], tmp_path, data_dir)
-    (run,) = run_dirs(tmp_path)
-    record = read_json(run / "metrics.json")
+    record = train_in_process(tmp_path / "run", "trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2",
+                              "trainer.progress_bar=false", f"data_dir={data_dir}", *SMALL_LISTOPS,
+                              "task.validation=heldout", "task.heldout_size=16")
     assert record["validation"] == "held out: 16 training examples (seed 0)" and record["validation_examples"] == 16
     text = tmp_path / "text-run"
     text.mkdir()
