@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +21,7 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
 from lra.config import CONF_DIR, register_configs, register_resolvers
-from lra.profiling.measure import synchronize
+from lra.profiling.measure import timed
 from lra.training import Trainer
 
 
@@ -35,23 +34,18 @@ def build(attention: str, compiled: bool, batch: int, run_dir: Path) -> Trainer:
     return Trainer(cfg, run_dir, announce=lambda m: None)
 
 
-def timed(step, count: int, device) -> float:
+def per_step(step, count: int, device) -> float:
     """Seconds per step over ``count`` steps in a row (a steady-state rate, not a best-of)."""
-    synchronize(device)
-    started = time.perf_counter()
-    for _ in range(count):
-        step()
-    synchronize(device)
-    return (time.perf_counter() - started) / count
+    return timed(lambda: [step() for _ in range(count)], device)[1] / count
 
 
 def measure(attention: str, compiled: bool, steps: int, batch: int) -> dict:
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = build(attention, compiled, batch, Path(run_dir))
         tokens = batch * trainer.max_length
-        first = timed(trainer.train_step, 1, trainer.device)  # compiles, if compiled
+        first = per_step(trainer.train_step, 1, trainer.device)  # compiles, if compiled
         trainer.train_step()
-        step_s = timed(trainer.train_step, steps, trainer.device)
+        step_s = per_step(trainer.train_step, steps, trainer.device)
         row = {"attention": trainer.label, "compile": compiled, "first_step_s": first, "step_s": step_s,
                "train_tokens_per_s": tokens / step_s}
         if not compiled:
@@ -74,7 +68,7 @@ def bare_loop_step(trainer: Trainer, steps: int) -> float:
 
     model.train()
     step()
-    return timed(step, steps, trainer.device)
+    return per_step(step, steps, trainer.device)
 
 
 def main(argv=None) -> None:

@@ -16,7 +16,6 @@ import argparse
 import os
 import pickle
 import tempfile
-import time
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from lra.benchmarks.throughput import measure
 from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.data import pathfinder_generator as generator, pathfinder_writer as writer
 from lra.data.prepare import load_task_data
+from lra.profiling.measure import timed
 
 
 def _text(rng, size: int) -> bytes:
@@ -90,11 +90,10 @@ def main(argv=None) -> None:
         cases[("text", "tfds")] = ["task.source=tfds"]
         cases[("image", "tfds")] = ["task.source=tfds"]
 
-        started = time.perf_counter()
         settings = writer.GeneratorSettings(num_images=args.pathfinder_images, images_per_folder=250)
         release = root / "lra_release" / "pathfinder32" / "curv_contour_length_14"
-        writer.write_release(generator.geometry_for(32, "contour_length_14"), settings, release)
-        rate = args.pathfinder_images / (time.perf_counter() - started)
+        _, seconds = timed(lambda: writer.write_release(generator.geometry_for(32, "contour_length_14"), settings, release))
+        rate = args.pathfinder_images / seconds
         print(f"Pathfinder generator: {rate:.1f} images/s on {os.cpu_count()} cores "
               f"(200,000 images: {200_000 / rate / 60:.0f} min)")
         cases[("pathfinder", "lra_release")] = ["task.source=lra_release", f"task.path={root / 'lra_release'}"]
@@ -104,9 +103,7 @@ def main(argv=None) -> None:
                 cfg = compose(config_name="config", overrides=[f"task={task}", *overrides])
             mock = mocked_tfds(task, int(2000 * args.scale), rng) if source == "tfds" else nullcontext()
             with mock:
-                started = time.perf_counter()
-                data = load_task_data(cfg.task, data_dir, announce=lambda m: None, prepare=True)
-                seconds = time.perf_counter() - started
+                data, seconds = timed(lambda: load_task_data(cfg.task, data_dir, announce=lambda m: None, prepare=True))
             examples = sum(len(split) for name, split in data.splits.items()
                            if name not in data.manifest.get("aliases", {}))
             rates = measure([f"task={task}", *overrides, f"data_dir={data_dir}", "attention=softmax",

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from lra.data import pathfinder_generator as generator
+from lra.profiling.measure import timed
 
 
 def marker_distance_auc(markers: np.ndarray, labels: np.ndarray) -> float:
@@ -55,9 +55,7 @@ def image_statistics(images: np.ndarray, labels: np.ndarray, markers: np.ndarray
 def _scene_summary(args):
     resolution, seed, index = args
     g = generator.geometry_for(resolution, "contour_length_14")
-    start = time.perf_counter()
-    scene = generator.generate_scene(g, seed, index)
-    elapsed = time.perf_counter() - start
+    scene, elapsed = timed(lambda: generator.generate_scene(g, seed, index))
     ends_ok = markers_at_target_ends(scene)
     agrees = generator.contour_connected(scene, g) == bool(scene.label)
     return scene.image, scene.label, scene.markers, ends_ok, agrees, scene.redraws, elapsed
@@ -112,9 +110,7 @@ def main(argv=None) -> None:
     references = dict(item.split("=", 1) for item in args.reference)
     rows = []
     for resolution in args.resolutions:
-        start = time.perf_counter()
-        results = generate(resolution, args.images, args.seed, args.workers)
-        wall = time.perf_counter() - start
+        results, wall = timed(lambda: generate(resolution, args.images, args.seed, args.workers))
         images, labels, markers, ends_ok, agrees, redraws, seconds = (np.array(x) for x in zip(*results))
         row = {"resolution": resolution, "generator": "ours", **image_statistics(images, labels, markers),
                "markers at target ends": float(ends_ok.mean()), "contour check agrees": float(agrees.mean()),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from lra.config import CONF_DIR, register_configs, register_resolvers
-from lra.profiling.measure import synchronize
+from lra.profiling.measure import timed
 from lra.training import Trainer
 
 
@@ -30,17 +29,17 @@ def measure(overrides, steps: int, loader_batches: int) -> dict:
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(cfg, Path(run_dir), announce=lambda m: None)
         trainer.train_step()  # warm-up
-        started = time.perf_counter()
-        tokens = sum(trainer.train_step()["tokens"] for _ in range(steps))
-        synchronize(trainer.device)  # the loop never waits for the device; the clock must
-        step_seconds = (time.perf_counter() - started) / steps
+        # the loop never waits for the device; the clock does (timed synchronizes)
+        tokens, seconds = timed(lambda: sum(trainer.train_step()["tokens"] for _ in range(steps)), trainer.device)
+        step_seconds = seconds / steps
 
         split = trainer.data.splits["train"]
-        started = time.perf_counter()
-        for _ in range(loader_batches):
-            ids, masks, labels = split.gather(trainer.sampler.next_batch(), trainer.max_length)
-            trainer._to_device(ids), trainer._to_device(masks), torch.from_numpy(labels)
-        loader_seconds = (time.perf_counter() - started) / loader_batches
+        def load_batches():
+            for _ in range(loader_batches):
+                ids, masks, labels = split.gather(trainer.sampler.next_batch(), trainer.max_length)
+                trainer._to_device(ids), trainer._to_device(masks), torch.from_numpy(labels)
+
+        loader_seconds = timed(load_batches, trainer.device)[1] / loader_batches
     return {
         "attention": trainer.label, "seq_len": trainer.max_length, "batch": cfg.trainer.batch_size,
         "step_s": step_seconds, "steps_per_s": 1 / step_seconds, "train_tokens_per_s": tokens / steps / step_seconds,

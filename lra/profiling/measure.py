@@ -4,7 +4,8 @@
 - **Time of a step** (:func:`best_of`): one warm-up call (kernels built, caches filled), then the
   minimum over ``repeats`` calls, each timed from a device synchronization to the next, so queued
   GPU work is inside the interval and nothing before it is. The minimum is the least disturbed by
-  other work on a shared machine.
+  other work on a shared machine. Work that is measured once (a data set generated, a cache
+  loaded, a first compiled step, many training steps for a rate) is :func:`timed` the same way.
 - **Peak memory of a step** (:func:`step_peak_bytes`), the same quantity on both devices: the highest
   point that the memory held by torch's tensors reaches during the step, above what they held when it
   started. CUDA: the caching allocator's ``max_memory_allocated`` after a reset, minus the allocation
@@ -27,7 +28,9 @@ import resource
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+
+T = TypeVar("T")
 
 MB = 2**20  # torch is imported where a function needs it: run_cell's callers start no torch
 
@@ -41,18 +44,20 @@ def synchronize(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def timed(work: Callable[[], T], device="cpu") -> Tuple[T, float]:
+    """(what ``work`` returned, the seconds it took from a device synchronization to the next)."""
+    synchronize(device)
+    started = time.perf_counter()
+    result = work()
+    synchronize(device)
+    return result, time.perf_counter() - started
+
+
 def best_of(step: Callable[[], object], device, repeats: int, warmup: int = 1) -> float:
     """Seconds: the fastest of ``repeats`` synchronized calls of ``step`` after ``warmup`` calls."""
     for _ in range(warmup):
         step()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        started = time.perf_counter()
-        step()
-        synchronize(device)
-        times.append(time.perf_counter() - started)
-    return min(times)
+    return min(timed(step, device)[1] for _ in range(repeats))
 
 
 def step_peak_bytes(step: Callable[[], object], device) -> int:
