@@ -81,6 +81,22 @@ class TrainWindow:
         return metrics
 
 
+def to_device(arrays, device: torch.device) -> list:
+    """Host arrays as tensors on ``device``; on CUDA through pinned memory, so that the copy is
+    asynchronous and the host runs ahead."""
+    if device.type == "cuda":
+        return [torch.from_numpy(a).pin_memory().to(device, non_blocking=True) for a in arrays]
+    return [torch.from_numpy(a) for a in arrays]
+
+
+def gradient_sync(ddp, last_micro_batch: bool):
+    """Under DDP, gradients are all-reduced once per step: on the last micro-batch, the earlier ones
+    accumulate locally (``no_sync``)."""
+    if ddp is None or last_micro_batch:
+        return contextlib.nullcontext()
+    return ddp.no_sync()
+
+
 def progress_line(step: int, total: int, loss: float, accuracy: float, throughput: float, elapsed: float,
                   pace: float) -> str:
     """``step 40/300 (13%) loss 2.251 acc 18.8 tok/s 25,676 elapsed 0:00:31 eta 0:03:22``: ``elapsed``
@@ -180,9 +196,7 @@ class Trainer:
 
     # ---------------------------------------------------------------- steps
     def _to_device(self, arrays):
-        if self.device.type == "cuda":  # pinned, so that the copy is asynchronous and the host runs ahead
-            return [torch.from_numpy(a).pin_memory().to(self.device, non_blocking=True) for a in arrays]
-        return [torch.from_numpy(a) for a in arrays]
+        return to_device(arrays, self.device)
 
     def _forward(self, split: TokenSplit, indices, model=None):
         """(mean loss, number correct — both device tensors, nothing read back —, padded tokens)."""
@@ -206,7 +220,7 @@ class Trainer:
         total_loss = total_correct = torch.zeros((), device=self.device)
         aux_total, predictions, tokens = None, None, 0
         for position, micro in enumerate(micro_batches):
-            with self._gradient_sync(position == len(micro_batches) - 1):
+            with gradient_sync(self.ddp, last_micro_batch=position == len(micro_batches) - 1):
                 loss, correct, micro_tokens, predicted = self.training_loss(micro)
                 weight = len(micro) / len(indices)
                 objective = loss * weight
@@ -238,13 +252,6 @@ class Trainer:
         """(mean loss, number correct, padded tokens, number of predictions — None: one per example) of
         these training examples through the training model."""
         return (*self._forward(self.data.splits["train"], indices, self.train_model), None)
-
-    def _gradient_sync(self, last_micro_batch: bool):
-        """Under DDP, gradients are all-reduced once per step: on the last micro-batch, the earlier ones
-        accumulate locally (``no_sync``)."""
-        if self.ddp is None or last_micro_batch:
-            return contextlib.nullcontext()
-        return self.ddp.no_sync()
 
     @torch.no_grad()
     def evaluate(self, split_name: str) -> dict:

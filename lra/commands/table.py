@@ -17,7 +17,8 @@ from lra.commands.config_errors import at_the_edge
 from lra.io import atomic_write_text
 from lra.results import chart
 from lra.results.table import (REFERENCES, collect_wandb, comparison, deduplicate, failures, load_reference, numbers,
-                               read_records, record_files, side_by_side, status_counts, to_latex, to_markdown, validation_notes)
+                               read_records, record_files, side_by_side, status_counts, to_latex, to_markdown,
+                               validation_notes)
 
 
 @at_the_edge
@@ -96,17 +97,7 @@ def main(argv=None) -> None:
         text = (records.to_csv(index=False) if args.format == "csv"
                 else records.astype(object).where(records.notna(), None).to_json(orient="records", indent=2))
     if args.plot and not table.empty:
-        tasks = set(runs["task"])
-        chart_task = args.plot_task or (next(iter(tasks)) if len(tasks) == 1 else None)
-        if chart_task is not None and chart_task not in tasks:
-            parser.exit(2, f"error: no runs of task {chart_task!r} to plot; --plot-task is one of {', '.join(sorted(tasks))}\n")
-        try:
-            chart.plot(table.attrs["numbers"], args.plot, chart_task, warn)
-        except ValueError as exc:
-            parser.exit(1, f"error: cannot draw {args.plot}: {exc}\n")
-        except OSError as exc:
-            parser.exit(1, f"error: cannot write {args.plot} ({exc.strerror}); give --plot a path in a folder "
-                           "that exists and that you may write to\n")
+        _plot(parser, args, table, set(runs["task"]), warn)
     if args.output:
         try:
             atomic_write_text(args.output, text.rstrip("\n") + "\n")
@@ -115,6 +106,20 @@ def main(argv=None) -> None:
                            "that exists and that you may write to\n")
     else:
         sys.stdout.write(text.rstrip("\n") + "\n")
+
+
+def _plot(parser, args, table, tasks, warn) -> None:
+    """``--plot``: the chart of ``table``'s numbers, or one error line."""
+    chart_task = args.plot_task or (next(iter(tasks)) if len(tasks) == 1 else None)
+    if chart_task is not None and chart_task not in tasks:
+        parser.exit(2, f"error: no runs of task {chart_task!r} to plot; --plot-task is one of {', '.join(sorted(tasks))}\n")
+    try:
+        chart.plot(table.attrs["numbers"], args.plot, chart_task, warn)
+    except ValueError as exc:
+        parser.exit(1, f"error: cannot draw {args.plot}: {exc}\n")
+    except OSError as exc:
+        parser.exit(1, f"error: cannot write {args.plot} ({exc.strerror}); give --plot a path in a folder "
+                       "that exists and that you may write to\n")
 
 
 if __name__ == "__main__":
