@@ -378,7 +378,8 @@ def saved_run_config(saved) -> Any:
     if merged.attention.name in attention_zoo.names():  # an unknown one is refused by validation, by name
         schema = attention_schema(attention_zoo.get(merged.attention.name))
         merged.attention = OmegaConf.merge(OmegaConf.structured(schema), merged.attention)
-    logger_schema = {"wandb": WandbLoggerConfig}.get(merged.logger.name, LoggerConfig)
+    logger_name = OmegaConf.select(merged, "logger.name", default="none")
+    logger_schema = {"wandb": WandbLoggerConfig}.get(logger_name, LoggerConfig)
     merged.logger = OmegaConf.merge(OmegaConf.structured(logger_schema), merged.logger)
     if OmegaConf.is_missing(merged, "pretrain"):  # saved before self-pretraining existed: none
         merged.pretrain = OmegaConf.structured(PretrainConfig)

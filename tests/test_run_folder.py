@@ -167,10 +167,10 @@ def test_the_same_command_started_again_continues_its_unfinished_run_and_another
 
 
 def test_a_run_saved_before_newer_fields_existed_resumes_with_their_defaults(tmp_path, data_dir):
-    """A resolved.yaml written by an older version lacks this session's fields (task.validation,
-    task.heldout_size, task.heldout_seed) and older ones (model.padding_mask,
-    model.position_embedding): resume merges the saved config onto the schema, so they take their
-    defaults, and the run completes as a fresh one would."""
+    """A resolved.yaml written by an older version lacks newer fields (the pretrain group,
+    task.heldout_size, task.heldout_seed, model.padding_mask, model.position_embedding, an attention
+    option) or holds a value's old name (task.validation=reference): resume merges the saved
+    config onto the schemas, so they take their defaults, and the run completes as a fresh one would."""
     import yaml
 
     args = ["lra-train", *SHORT, "trainer.max_steps=6", "hydra.run.dir=run"]
@@ -178,14 +178,17 @@ def test_a_run_saved_before_newer_fields_existed_resumes_with_their_defaults(tmp
     assert killed.returncode != 0
     resolved = tmp_path / "run" / ".hydra" / "resolved.yaml"
     saved = yaml.safe_load(resolved.read_text())
-    for section, key in (("task", "validation"), ("task", "heldout_size"), ("task", "heldout_seed"),
-                         ("model", "padding_mask"), ("model", "position_embedding")):
+    for section, key in (("task", "heldout_size"), ("task", "heldout_seed"), ("model", "padding_mask"),
+                         ("model", "position_embedding"), ("attention", "dropout")):
         del saved[section][key]
+    saved["task"]["validation"] = "reference"  # the name task.validation=test had until 2026-11-24
+    del saved["pretrain"]  # self-pretraining's group (2026-11-24)
     resolved.write_text(yaml.safe_dump(saved))
     run_command(["lra-train", f"resume={tmp_path / 'run'}"], tmp_path, data_dir)
     record = read_json(tmp_path / "run" / "metrics.json")
     assert record["status"] == "completed" and record["resumed_at_steps"] == [2]
     assert record["validation"] == "the validation split"
+    assert record["label"] == "Softmax" and record["pretrain_objective"] == "none"
 
 
 # ------------------------------------------------ one process per run folder, and resumes that fail
