@@ -44,9 +44,9 @@ def _train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], 
                             job_type=job_type) if ranks.main else NullLogger()
 
     try:
-        encoder = pretrained_encoder(cfg, run.path, record, announce, ranks, attention, start_logger) \
+        encoder = pretrained_encoder(cfg, run, record, announce, ranks, attention, start_logger) \
             if pretrains(cfg) else None
-        trainer = Trainer(cfg, run.path, announce, ranks, record=record, attention=attention)
+        trainer = Trainer(cfg, run, announce, ranks, record=record, attention=attention)
         if encoder is not None:
             trainer.start_from_encoder(encoder)
         trainer.try_resume()

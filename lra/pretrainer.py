@@ -12,6 +12,7 @@ from lra.io import atomic_write_json
 from lra.pretraining import (ENCODER, STAGE_DIR, draw_masked, finished_encoder, masking_draws, objective, source_run,
                              stage_config, token_loss)
 from lra.records import HISTORY, read_record
+from lra.run import RunDirectory
 from lra.training import Trainer
 from lra.validation import run_label
 
@@ -21,11 +22,11 @@ class Pretrainer(Trainer):
     (no validation or test input is read): a history entry of the training loss every
     ``pretrain.history_every`` steps, then the encoder's weights saved for stage 2."""
 
-    def __init__(self, cfg, run_dir: Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),
+    def __init__(self, cfg, run: RunDirectory | Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),
                  record=None, attention=None):
         self.objective = objective(cfg)
         self.mask_probability = float(cfg.pretrain.mask_probability)
-        super().__init__(stage_config(cfg), run_dir, announce, ranks, record=record, attention=attention)
+        super().__init__(stage_config(cfg), run, announce, ranks, record=record, attention=attention)
         self.label = f"{run_label(cfg)} pretraining"
 
     stage_name = "pretraining "
@@ -99,12 +100,13 @@ def _sha256(path: Path) -> str:
     return sha256_file(path)
 
 
-def pretrained_encoder(cfg, run_dir: Path, record, announce, ranks, attention, start_logger) -> dict:
+def pretrained_encoder(cfg, run: RunDirectory, record, announce, ranks, attention, start_logger) -> dict:
     """The encoder weights stage 2 starts from: this run's own finished stage 1 (a resume), the finished
     stage 1 of ``pretrain.from`` (copied into this run, so that the run stays whole if the other one is
     moved or deleted; the record takes its ``pretrain_*`` fields and names where they came from), or
     stage 1 run (or resumed) here."""
-    stage_dir = Path(run_dir) / STAGE_DIR
+    run_dir = run.path
+    stage_dir = run_dir / STAGE_DIR
     for stale in stage_dir.glob(".*.tmp"):  # a kill while the encoder was written
         stale.unlink()
     own = finished_encoder(run_dir)
@@ -123,7 +125,7 @@ def pretrained_encoder(cfg, run_dir: Path, record, announce, ranks, attention, s
                                    "pretrain_encoder_sha256": _sha256(path)}))
         announce(f"fine-tuning the encoder pretrained in {source}")
         return weights
-    pretrainer = Pretrainer(cfg, run_dir, announce, ranks, record=record, attention=attention)
+    pretrainer = Pretrainer(cfg, run, announce, ranks, record=record, attention=attention)
     pretrainer.try_resume()
     logger = start_logger(pretrainer.stage_dir, pretrainer.label, "pretrain")
     try:

@@ -189,6 +189,17 @@ class RunDirectory:
                             f"{str(exc).splitlines()[0] if str(exc) else 'empty'}); start a new run with the same "
                             "overrides instead") from None
 
+    def training_checkpoint(self, folder: Path) -> Optional[tuple]:
+        """(path, payload) of the training checkpoint in ``folder`` (this run's ``checkpoints/``, or a
+        stage's), or None when there is none yet; temporary files a kill left mid-write are removed
+        first; an unreadable or foreign file is one :class:`UserError` line."""
+        from lra import checkpoint  # torch: imported when a checkpoint is read, not when a command starts
+
+        for stale in Path(folder).glob(".*.tmp"):
+            stale.unlink()
+        path = Path(folder) / checkpoint.LAST
+        return (path, checkpoint.load_training(path)) if path.is_file() else None
+
     def new_record(self, provisional: bool = False, **fields: Any) -> RunRecord:
         """The run's one record, written by rank 0 alone; ``provisional`` (a resume) writes nothing
         until :meth:`RunRecord.confirm` (its checkpoint has loaded)."""

@@ -28,6 +28,7 @@ from lra.io import atomic_write_json
 from lra.profiling.measure import process_peak_mb
 from lra.records import HISTORY, RunRecord, describe_device, git_commit
 from lra.config import typed
+from lra.run import RunDirectory
 from lra.validation import attention_spec, run_label
 
 
@@ -110,11 +111,13 @@ def progress_line(step: int, total: int, loss: float, accuracy: float, throughpu
 
 
 class Trainer:
-    def __init__(self, cfg, run_dir: Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),
+    def __init__(self, cfg, run: RunDirectory | Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),
                  record: Optional[RunRecord] = None, attention: Optional[attention_zoo.AttentionSpec] = None):
-        """``record``: the run's record (``lra.run.RunDirectory.new_record``); without one (benchmarks,
-        tests) a record that never writes. ``attention``: the run's spec (made from ``cfg`` if not given)."""
-        self.cfg, self.run_dir, self.announce, self.ranks = typed(cfg), Path(run_dir), announce, ranks
+        """``run``: the run's folder (a path: one no process claimed, for benchmarks and tests), which
+        reads its checkpoints; ``record``: the run's record (``RunDirectory.new_record``), without one a
+        record that never writes. ``attention``: the run's spec (made from ``cfg`` if not given)."""
+        self.folder = run if isinstance(run, RunDirectory) else RunDirectory(run)
+        self.cfg, self.run_dir, self.announce, self.ranks = typed(cfg), self.folder.path, announce, ranks
         cfg = self.cfg
         self.nondeterminism = NondeterminismLog()  # ops that alert under deterministic algorithms: recorded
         self.attention = attention if attention is not None else attention_spec(cfg)
@@ -168,13 +171,11 @@ class Trainer:
         })
 
     def try_resume(self) -> bool:
-        for stale in self.checkpoint_dir.glob(".*.tmp"):  # left by a kill during a write
-            stale.unlink()
-        path = self.checkpoint_dir / checkpoint.LAST
-        if not path.is_file():
+        found = self.folder.training_checkpoint(self.checkpoint_dir)
+        if found is None:
             self.record.confirm()
             return False
-        payload = checkpoint.load_training(path)
+        path, payload = found
         try:
             self.model.load_state_dict(payload["model"])
             self.optimizer.load_state_dict(payload["optimizer"])
