@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 import torch
 
 from lra import checkpoint, distributed
+from lra.data.cache import sha256_file
 from lra.errors import UserError
 from lra.io import atomic_write_json
 from lra.pretraining import (ENCODER, STAGE_DIR, draw_masked, finished_encoder, masking_draws, objective, source_run,
@@ -22,14 +24,14 @@ class Pretrainer(Trainer):
     (no validation or test input is read): a history entry of the training loss every
     ``pretrain.history_every`` steps, then the encoder's weights saved for stage 2."""
 
+    stage_name = "pretraining "
+
     def __init__(self, cfg, run: RunDirectory | Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),
                  record=None, attention=None):
         self.objective = objective(cfg)
         self.mask_probability = float(cfg.pretrain.mask_probability)
         super().__init__(stage_config(cfg), run, announce, ranks, record=record, attention=attention)
         self.label = f"{run_label(cfg)} pretraining"
-
-    stage_name = "pretraining "
 
     @property
     def stage_dir(self) -> Path:
@@ -57,6 +59,7 @@ class Pretrainer(Trainer):
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
             if self.objective == "masked":
                 draws = masking_draws(self.cfg.seed, self.state.step, indices, documents, ids.shape[1])
+                (draws,) = self._to_device([draws.numpy()])  # pinned and asynchronous on CUDA, as the batch
                 masked = draw_masked(real, self.mask_probability, draws)
                 logits = self.train_model(ids, masks, masked)
                 targets, counted = ids, masked
@@ -89,15 +92,9 @@ class Pretrainer(Trainer):
         if self.ranks.main:
             checkpoint.save(self.encoder_path, {"encoder": weights, "steps": self.state.step})
         self._record_progress("completed", pretrain_encoder=str(self.encoder_path),
-                              pretrain_encoder_sha256=_sha256(self.encoder_path) if self.ranks.main else None)
+                              pretrain_encoder_sha256=sha256_file(self.encoder_path) if self.ranks.main else None)
         logger.summary({"pretrain/loss": self.record.data.get("pretrain_loss"), "pretrain/steps": self.state.step})
         return weights
-
-
-def _sha256(path: Path) -> str:
-    from lra.data.cache import sha256_file
-
-    return sha256_file(path)
 
 
 def pretrained_encoder(cfg, run: RunDirectory, record, announce, ranks, attention, start_logger) -> dict:
@@ -107,8 +104,7 @@ def pretrained_encoder(cfg, run: RunDirectory, record, announce, ranks, attentio
     stage 1 run (or resumed) here."""
     run_dir = run.path
     stage_dir = run_dir / STAGE_DIR
-    for stale in stage_dir.glob(".*.tmp"):  # a kill while the encoder was written
-        stale.unlink()
+    run.remove_interrupted_writes(stage_dir)  # a kill while the encoder was written
     own = finished_encoder(run_dir)
     if own is not None:  # stage 1 finished (or was copied) before a kill or preemption: its fields are kept
         record.update(**{k: v for k, v in read_record(run_dir).items() if k.startswith("pretrain_")})
@@ -122,7 +118,7 @@ def pretrained_encoder(cfg, run: RunDirectory, record, announce, ranks, attentio
         if ranks.main:
             checkpoint.save(own, {"encoder": weights, "steps": fields.get("pretrain_steps"), "from": str(source)})
         record.update(**(fields | {"pretrain_from": str(source), "pretrain_encoder": str(own),
-                                   "pretrain_encoder_sha256": _sha256(path)}))
+                                   "pretrain_encoder_sha256": sha256_file(path)}))
         announce(f"fine-tuning the encoder pretrained in {source}")
         return weights
     pretrainer = Pretrainer(cfg, run, announce, ranks, record=record, attention=attention)

@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
-from lra.config import TrainRunConfig, typed
+from lra.config import TrainRunConfig, saved_run_config, typed
 from lra.errors import ConfigError
-from lra.run import PRETRAIN as STAGE_DIR
+from lra.run import PRETRAIN as STAGE_DIR, RESOLVED
 
 ENCODER = "encoder.pt"  # stage 1's final encoder weights: what stage 2 starts from
 SPT_SUFFIX = " +SPT"
@@ -74,8 +74,9 @@ def masking_draws(seed: int, step: int, indices, documents: int, length: int) ->
 
 
 def draw_masked(real: torch.Tensor, probability: float, draws: torch.Tensor) -> torch.Tensor:
-    """[batch, n] bool: each real token masked with ``probability`` (``draws`` uniform), padding never."""
-    return (draws.to(real.device) < probability) & real
+    """[batch, n] bool: each real token masked with ``probability`` (``draws`` uniform, on ``real``'s
+    device), padding never."""
+    return (draws < probability) & real
 
 
 def token_loss(logits: torch.Tensor, targets: torch.Tensor, counted: torch.Tensor):
@@ -101,14 +102,11 @@ def check_source(cfg) -> None:
     source = source_run(cfg)
     if source is None or (cfg.resume and finished_encoder(Path(cfg.resume)) is not None):
         return  # a resume that already holds its copy of the encoder needs the other run no longer
-    given = f"pretrain.from={cfg.pretrain['from']}"
+    given = f"pretrain.from={getattr(cfg.pretrain, 'from')}"
     if finished_encoder(source) is None:
         why = "is not a folder" if not source.is_dir() else f"holds no finished pretraining stage (no {STAGE_DIR}/{ENCODER})"
         raise ConfigError(f"{given} {why}; pass a run directory of lra-train ... pretrain=masked|causal that "
                           "finished its pretraining stage")
-    from lra.config import saved_run_config
-    from lra.run import RESOLVED
-
     try:
         saved = saved_run_config(OmegaConf.load(source / RESOLVED))
     except Exception as exc:

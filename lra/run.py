@@ -189,14 +189,20 @@ class RunDirectory:
                             f"{str(exc).splitlines()[0] if str(exc) else 'empty'}); start a new run with the same "
                             "overrides instead") from None
 
+    @staticmethod
+    def remove_interrupted_writes(folder: Path) -> None:
+        """Delete the temporary files (``lra.io.atomic_write``'s ``.<name>.*.tmp``) that a kill left in
+        ``folder`` mid-write: the file they were to replace is still whole, or absent."""
+        for stale in Path(folder).glob(".*.tmp"):
+            stale.unlink()
+
     def training_checkpoint(self, folder: Path) -> Optional[tuple]:
         """(path, payload) of the training checkpoint in ``folder`` (this run's ``checkpoints/``, or a
         stage's), or None when there is none yet; temporary files a kill left mid-write are removed
         first; an unreadable or foreign file is one :class:`UserError` line."""
         from lra import checkpoint  # torch: imported when a checkpoint is read, not when a command starts
 
-        for stale in Path(folder).glob(".*.tmp"):
-            stale.unlink()
+        self.remove_interrupted_writes(folder)
         path = Path(folder) / checkpoint.LAST
         return (path, checkpoint.load_training(path)) if path.is_file() else None
 

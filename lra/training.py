@@ -21,13 +21,13 @@ import attention_zoo
 from lra import checkpoint, distributed
 from lra.build import build
 from lra.chance import ChanceLevel
+from lra.config import typed
 from lra.data.cache import TokenSplit
 from lra.determinism import NondeterminismLog
 from lra.errors import UserError
 from lra.io import atomic_write_json
 from lra.profiling.measure import process_peak_mb
 from lra.records import HISTORY, RunRecord, describe_device, git_commit
-from lra.config import typed
 from lra.run import RunDirectory
 from lra.validation import attention_spec, run_label
 
