@@ -23,36 +23,44 @@
 namespace {
 
 constexpr int64_t kLanes = 16;  // tokens hashed together, one per SIMD lane (an AVX-512 register)
+// One value per lane: GCC/Clang vector types, lowered to whatever vector unit -march names (one zmm,
+// two ymm, four NEON registers), so the butterflies below are whole-vector operations.
+typedef float LaneFloats __attribute__((vector_size(kLanes * sizeof(float))));
+typedef int32_t LaneInts __attribute__((vector_size(kLanes * sizeof(int32_t))));
 
 // Codes of up to kLanes tokens of one batch element: each padded vector through H D3 H D2 H D1 per
-// product, with the tokens interleaved (buffer[t * kLanes + lane]) so every butterfly is a vector op.
-// SIZE > 0 fixes the padded dimension at compile time; 0 reads it from `size`.
+// product, token t of the group in lane t. The tokens are transposed once into `xt` (one vector per
+// coordinate); each product works on `y`, SIZE vectors that stay in registers where SIZE > 0 fixes
+// the padded dimension at compile time (0: read from `size`, `y` in memory). The butterflies pair
+// positions p and p + h for h = 1, 2, 4, ... exactly as the PyTorch path does (identical codes).
 template <int SIZE>
 void hash_tokens(const float* x, int64_t lanes, const float* diagonals, int32_t* codes, int64_t size, int64_t d,
-                 int64_t R, int64_t m, int64_t n, int64_t tau, float* buffer, int32_t* bits) {
+                 int64_t R, int64_t m, int64_t n, int64_t tau, LaneFloats* xt, LaneFloats* heap_y, LaneInts* bits) {
   const int64_t P = SIZE > 0 ? SIZE : size;
-  std::fill(bits, bits + P * kLanes, 0);  // the codes of the current group of P hashes, lane-interleaved
+  for (int64_t t = 0; t < P; ++t) {
+    LaneFloats column = {};
+    if (t < d) {
+      for (int64_t l = 0; l < lanes; ++l) column[l] = x[l * d + t];
+    }
+    xt[t] = column;
+  }
+  LaneFloats local_y[SIZE > 0 ? SIZE : 1];
+  LaneFloats* y = SIZE > 0 ? local_y : heap_y;
+  const LaneInts zero_bits = {};
+  for (int64_t c = 0; c < P; ++c) bits[c] = zero_bits;  // the codes of the current group of P hashes
   for (int64_t r = 0; r < R; ++r) {
     const float* diag = diagonals + r * 3 * P;
-    for (int64_t t = 0; t < P; ++t) {
-      for (int64_t l = 0; l < kLanes; ++l) buffer[t * kLanes + l] = (t < d && l < lanes ? x[l * d + t] : 0.0f) * diag[t];
-    }
+    for (int64_t t = 0; t < P; ++t) y[t] = xt[t] * diag[t];
     for (int stage = 0; stage < 3; ++stage) {
       if (stage > 0) {
-        for (int64_t t = 0; t < P; ++t) {
-          for (int64_t l = 0; l < kLanes; ++l) buffer[t * kLanes + l] *= diag[stage * P + t];
-        }
+        for (int64_t t = 0; t < P; ++t) y[t] *= diag[stage * P + t];
       }
       for (int64_t half = 1; half < P; half *= 2) {
         for (int64_t base = 0; base < P; base += 2 * half) {
           for (int64_t p = base; p < base + half; ++p) {
-            float* a = buffer + p * kLanes;
-            float* b = buffer + (p + half) * kLanes;
-            for (int64_t l = 0; l < kLanes; ++l) {
-              const float u = a[l], v = b[l];
-              a[l] = u + v;
-              b[l] = u - v;
-            }
+            const LaneFloats u = y[p], v = y[p + half];
+            y[p] = u + v;
+            y[p + half] = u - v;
           }
         }
       }
@@ -60,12 +68,18 @@ void hash_tokens(const float* x, int64_t lanes, const float* diagonals, int32_t*
     // Product r = g·tau + t gives bit t of hashes g·P … g·P + P − 1 (one coordinate each); a group's
     // codes are gathered in `bits` and written once, after its last bit.
     const int64_t group = r / tau, bit = r % tau;
-    for (int64_t c = 0; c < P * kLanes; ++c) bits[c] |= (buffer[c] > 0.0f ? 1 : 0) << bit;
+    const LaneInts bit_value = zero_bits + (int32_t(1) << bit);
+    for (int64_t c = 0; c < P; ++c) bits[c] |= (y[c] > 0.0f) & bit_value;
     if (bit == tau - 1 || r == R - 1) {
       for (int64_t c = 0; c < P && group * P + c < m; ++c) {
-        for (int64_t l = 0; l < lanes; ++l) codes[(group * P + c) * n + l] = bits[c * kLanes + l];
+        int32_t* out = codes + (group * P + c) * n;
+        if (lanes == kLanes) {
+          std::memcpy(out, &bits[c], sizeof(LaneInts));
+        } else {
+          for (int64_t l = 0; l < lanes; ++l) out[l] = bits[c][l];
+        }
       }
-      std::fill(bits, bits + P * kLanes, 0);
+      for (int64_t c = 0; c < P; ++c) bits[c] = zero_bits;
     }
   }
 }
@@ -81,12 +95,12 @@ at::Tensor fast_hash_cpu(const at::Tensor& x, const at::Tensor& diagonals, int64
             : P == 128 ? &hash_tokens<128> : &hash_tokens<0>;
   const int64_t groups = (n + kLanes - 1) / kLanes;
   at::parallel_for(0, B * groups, 8, [&](int64_t begin, int64_t end) {
-    std::vector<float> buffer(P * kLanes);
-    std::vector<int32_t> bits(P * kLanes);
+    std::vector<LaneFloats> xt(P), y(P);
+    std::vector<LaneInts> bits(P);
     for (int64_t group = begin; group < end; ++group) {
       const int64_t b = group / groups, i = (group % groups) * kLanes;
       hash(xs + (b * n + i) * d, std::min(kLanes, n - i), ds + b * R * 3 * P, out + b * m * n + i, P, d, R, m, n,
-           tau, buffer.data(), bits.data());
+           tau, xt.data(), y.data(), bits.data());
     }
   });
   return codes;
