@@ -94,6 +94,49 @@ def test_limits_are_errors_not_garbage(device):
         ops.resolve_engine(other, torch.device(device))
 
 
+@needs_kernels
+@pytest.mark.parametrize("tau, code", [(4, 16), (4, -1), (16, 2**16), (16, -2**31)], ids=["4-high", "4-negative",
+                                                                                          "16-high", "16-negative"])
+def test_codes_outside_tau_bits_are_an_error_in_every_cpu_kernel(tau, code):
+    """A code outside [0, 2^τ) (codes made with another τ) is one clear error, never a write past the
+    sort's counters: τ = 4 sorts in one counting pass, τ = 16 at n = 19 in two."""
+    q, k, v, grad, mask = problem(2, 19, 8, 8)
+    codes = torch.randint(0, 2**tau, (2, 3, 19), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    bad = codes.clone()
+    bad[1, 2, 7] = code
+    ones = torch.ones(2, 1, 1, 19)
+    calls = [lambda: ops.cumulation(codes, bad, ones, ones, v, tau, "kernel"),
+             lambda: ops.cumulation(bad, codes, ones, ones, v, tau, "kernel"),
+             lambda: ops.exact_weight_backward(codes, bad, q, k, v, mask, grad, tau, "kernel"),
+             lambda: ops.pair_gradient(bad, codes, q, k, grad, v, mask, tau, 0.99, "kernel")]
+    for call in calls:
+        with pytest.raises(ValueError, match=rf"every hash code must lie in \[0, 2\^{tau}\)"):
+            call()
+    ops.cumulation(codes, codes, ones, ones, v, tau, "kernel")  # the same call with codes in range runs
+
+
+@needs_kernels
+@pytest.mark.parametrize("nq, nk, tau", [(5000, 100, 14), (100, 5000, 14), (300, 310, 12), (64, 64, 18)])
+def test_cross_lengths_match_however_each_side_is_sorted(nq, nk, tau):
+    """The CPU kernels sort a side in one counting pass while 2^τ ≤ 4n (its buckets then found by
+    their counters) and in two radix passes otherwise (buckets found by merging sorted codes): queries
+    and keys of different lengths may take different ways, and the results equal the PyTorch path."""
+    g = torch.Generator().manual_seed(nq + nk)
+    codes_q = torch.randint(0, 2**tau, (2, 3, nq), generator=g, dtype=torch.int32)
+    codes_k = torch.randint(0, 2**tau, (2, 3, nk), generator=g, dtype=torch.int32)
+    codes_k[:, :, : min(nq, nk) // 2] = codes_q[:, :, : min(nq, nk) // 2]  # half the keys collide
+    q, k, v, grad = (torch.randn(2, n, 8, generator=g) for n in (nq, nk, nk, nq))
+    key_weight = (torch.rand(2, nk, generator=g) > 0.3).float()
+    ones = torch.ones(2, 1, 1, nq)
+    compiled, reference = (ops.cumulation(codes_q, codes_k, ones, key_weight[:, None, None], v, tau, engine)
+                           for engine in ("kernel", "torch"))
+    torch.testing.assert_close(compiled, reference)
+    compiled, reference = (ops.exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau, engine)
+                           for engine in ("kernel", "torch"))
+    for mine, theirs in zip(compiled, reference):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5 * theirs.abs().max().item())
+
+
 def test_missing_compiler_is_a_clear_error_and_auto_warns(monkeypatch):
     monkeypatch.setattr(_yoso_build, "_loaded", {})
     monkeypatch.setattr(_yoso_build, "_failed", {})

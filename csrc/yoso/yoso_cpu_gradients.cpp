@@ -16,6 +16,7 @@
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
+#include <cstring>
 #include <tuple>
 #include <vector>
 
@@ -32,90 +33,121 @@ struct ExactArgs {
   float scale;
 };
 
-inline void prefetch_row(const float* row, int64_t floats) {
-  for (int64_t f = 0; f < floats; f += 16) __builtin_prefetch(row + f);  // every 64-byte line
+// x . y in a fixed order that vectorizes: 16 partial sums, then a tree over them (a plain loop is
+// one chain of dependent scalar additions, which a compiler may not reorder without -ffast-math).
+typedef float Lanes16 __attribute__((vector_size(16 * sizeof(float))));
+typedef float Lanes8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float Lanes4 __attribute__((vector_size(4 * sizeof(float))));
+
+template <typename Half, typename Whole>
+inline Half fold(const Whole& x) {  // lanes [0, L/2) + lanes [L/2, L)
+  Half low, high;
+  std::memcpy(&low, &x, sizeof(Half));
+  std::memcpy(&high, reinterpret_cast<const char*>(&x) + sizeof(Half), sizeof(Half));
+  return low + high;
 }
 
-// One batch element, every hash. Each token's operands are packed into one row first, [g_i | q_i]
-// for a query and [w_j v_j | k_j] for a real key (padded keys enter no bucket), so a colliding pair
-// touches two rows of contiguous memory: the pairs come in bucket order, at random positions of
-// the sequence, and their cost is the memory latency of those rows more than the arithmetic. D,
-// DV > 0 fix the head and value dims at compile time (32 and 64), so the dot products vectorize.
+template <int N>
+inline float dot(const float* x, const float* y, int64_t n_runtime) {
+  const int64_t n = N > 0 ? N : n_runtime, whole = n - n % 16;
+  Lanes16 partial = {};
+  for (int64_t l = 0; l < whole; l += 16) {
+    Lanes16 a, b;
+    std::memcpy(&a, x + l, sizeof(a));
+    std::memcpy(&b, y + l, sizeof(b));
+    partial += a * b;
+  }
+  const Lanes4 four = fold<Lanes4>(fold<Lanes8>(partial));
+  float sum = (four[0] + four[2]) + (four[1] + four[3]);
+  for (int64_t l = whole; l < n; ++l) sum += x[l] * y[l];
+  return sum;
+}
+
+// Rows of floats, each starting on a 64-byte line.
+struct PackedRows {
+  std::vector<float> storage;
+  float* rows = nullptr;
+  void reset(int64_t count, int64_t width) {
+    storage.assign(count * width + 16, 0.0f);
+    rows = storage.data() + (16 - (reinterpret_cast<uintptr_t>(storage.data()) / sizeof(float)) % 16) % 16;
+  }
+};
+
+// One batch element, every hash. Each token's operands and its gradient accumulators share one row,
+// [g_i | q_i | ∇q_i] for a query and [w_j v_j | k_j | ∇k_j | ∇v_j] for a real key (padded keys enter no
+// bucket): the pairs come in bucket order, at random positions of the sequence, so a token touches one
+// stretch of memory instead of three. D, DV > 0 fix the head and value dims at compile time (32 and
+// 64), so the dot products vectorize.
 template <int D, int DV>
 void exact_batch(const ExactArgs& a, int64_t b, yoso::SortedCodes& queries, yoso::SortedCodes& keys,
-                 std::vector<float>& table, std::vector<float>& packed_q, std::vector<float>& packed_k) {
-  const int64_t d = D > 0 ? D : a.d, dv = DV > 0 ? DV : a.dv, nq = a.nq, nk = a.nk, width = d + dv;
+                 std::vector<float>& table, PackedRows& packed_q, PackedRows& packed_k) {
+  const int64_t d = D > 0 ? D : a.d, dv = DV > 0 ? DV : a.dv, nq = a.nq, nk = a.nk;
+  const int64_t width_q = dv + 2 * d, width_k = 2 * dv + 2 * d;
+  const int64_t grad_q_at = dv + d, grad_k_at = dv + d, grad_v_at = dv + 2 * d;
   const float *qb = a.q + b * nq * d, *kb = a.k + b * nk * d, *vb = a.v + b * nk * dv, *gb = a.g + b * nq * dv;
   const float* wb = a.w + b * nk;
   float *gqb = a.gq + b * nq * d, *gkb = a.gk + b * nk * d, *gvb = a.gv + b * nk * dv;
   const float scale = a.scale, inv_m = 1.0f / static_cast<float>(a.m);
-  packed_q.resize(nq * width);
-  packed_k.resize(nk * width);
+  packed_q.reset(nq, width_q);
+  packed_k.reset(nk, width_k);
+  float *QG = packed_q.rows, *VK = packed_k.rows;
   for (int64_t i = 0; i < nq; ++i) {
-    std::copy(gb + i * dv, gb + (i + 1) * dv, packed_q.data() + i * width);
-    std::copy(qb + i * d, qb + (i + 1) * d, packed_q.data() + i * width + dv);
+    std::copy(gb + i * dv, gb + (i + 1) * dv, QG + i * width_q);
+    std::copy(qb + i * d, qb + (i + 1) * d, QG + i * width_q + dv);
   }
   for (int64_t j = 0; j < nk; ++j) {
-    for (int64_t l = 0; l < dv; ++l) packed_k[j * width + l] = wb[j] * vb[j * dv + l];
-    std::copy(kb + j * d, kb + (j + 1) * d, packed_k.data() + j * width + dv);
+    for (int64_t l = 0; l < dv; ++l) VK[j * width_k + l] = wb[j] * vb[j * dv + l];
+    std::copy(kb + j * d, kb + (j + 1) * d, VK + j * width_k + dv);
   }
-  const float *QG = packed_q.data(), *VK = packed_k.data();
-  // One side of a heavy bucket through its dv x d table: T = sum over `own` members of row[:dv] row[dv:]^T
-  // (the packed rows: [w_j v_j | k_j] or [g_i | q_i]), then each `other` member's gradient row (in
-  // `out`, d floats a token) += scale other_row[:dv]^T T.
-  auto through_table = [&](const float* own, const int32_t* own_members, int64_t own_count, const float* other,
-                           const int32_t* other_members, int64_t other_count, float* out) {
+  // One side of a heavy bucket through its dv x d table: T = sum over `own` members of row[:dv] row[dv:dv+d]^T,
+  // then each `other` member's accumulator (at `out_at` in its row) += scale other_row[:dv]^T T.
+  auto through_table = [&](const float* own, int64_t own_width, const int32_t* own_members, int64_t own_count,
+                           float* other, int64_t other_width, const int32_t* other_members, int64_t other_count,
+                           int64_t out_at) {
     float* T = table.data();
     std::fill(T, T + dv * d, 0.0f);
     for (int64_t s = 0; s < own_count; ++s) {
-      const float *left = own + own_members[s] * width, *right = left + dv;
+      const float *left = own + own_members[s] * own_width, *right = left + dv;
       for (int64_t l = 0; l < dv; ++l) {
         for (int64_t e = 0; e < d; ++e) T[l * d + e] += left[l] * right[e];
       }
     }
     for (int64_t r = 0; r < other_count; ++r) {
-      const int64_t t = other_members[r];
-      const float* c = other + t * width;
-      float* out_t = out + t * d;
+      float* c = other + other_members[r] * other_width;
+      float* out_t = c + out_at;
       for (int64_t l = 0; l < dv; ++l) {
         const float x = scale * c[l];
         for (int64_t e = 0; e < d; ++e) out_t[e] += x * T[l * d + e];
       }
     }
   };
-  constexpr int64_t kAhead = 4;  // buckets are prefetched this many sorted positions ahead
   for (int64_t h = 0; h < a.m; ++h) {
     queries.sort(a.cq + (b * a.m + h) * nq, nq, static_cast<int>(a.tau));
     keys.sort(a.ck + (b * a.m + h) * nk, nk, static_cast<int>(a.tau), wb);
-    const int64_t sq = queries.size(), sk = keys.size();
     yoso::for_each_bucket(queries, keys, [&](int64_t qa, int64_t qn, int64_t ka, int64_t kn) {
       const int32_t *qi = queries.order() + qa, *kj = keys.order() + ka;
-      if (qa + kAhead < sq) prefetch_row(QG + queries.order()[qa + kAhead] * width, width);
-      if (ka + kAhead < sk) prefetch_row(VK + keys.order()[ka + kAhead] * width, width);
       // ∇V_j = (w_j / m) sum_{i in the bucket} g_i
       float* gsum = table.data();
       std::fill(gsum, gsum + dv, 0.0f);
       for (int64_t r = 0; r < qn; ++r) {
-        const float* g_i = QG + qi[r] * width;
+        const float* g_i = QG + qi[r] * width_q;
         for (int64_t l = 0; l < dv; ++l) gsum[l] += g_i[l];
       }
       for (int64_t s = 0; s < kn; ++s) {
         const float weight = inv_m * wb[kj[s]];
-        float* gv_j = gvb + kj[s] * dv;
+        float* gv_j = VK + kj[s] * width_k + grad_v_at;
         for (int64_t l = 0; l < dv; ++l) gv_j[l] += weight * gsum[l];
       }
       if (!yoso::heavy_bucket(qn, kn, d, dv)) {  // few pairs: one by one
         for (int64_t r = 0; r < qn; ++r) {
-          const int64_t i = qi[r];
-          const float *g_i = QG + i * width, *q_i = g_i + dv;
-          float* gq_i = gqb + i * d;
+          float* row_i = QG + qi[r] * width_q;
+          const float *g_i = row_i, *q_i = row_i + dv;
+          float* gq_i = row_i + grad_q_at;
           for (int64_t s = 0; s < kn; ++s) {
-            const int64_t j = kj[s];
-            const float *v_j = VK + j * width, *k_j = v_j + dv;
-            float dot = 0.0f;
-            for (int64_t l = 0; l < dv; ++l) dot += g_i[l] * v_j[l];
-            const float c = scale * dot;
-            float* gk_j = gkb + j * d;
+            float* row_j = VK + kj[s] * width_k;
+            const float *v_j = row_j, *k_j = row_j + dv;
+            const float c = scale * dot<DV>(g_i, v_j, dv);
+            float* gk_j = row_j + grad_k_at;
             for (int64_t e = 0; e < d; ++e) gq_i[e] += c * k_j[e];
             for (int64_t e = 0; e < d; ++e) gk_j[e] += c * q_i[e];
           }
@@ -124,9 +156,15 @@ void exact_batch(const ExactArgs& a, int64_t b, yoso::SortedCodes& queries, yoso
       }
       // A heavy bucket: M = sum_j w_j v_j k_j^T, then grad_q_i += scale g_i^T M; and N = sum_i g_i q_i^T,
       // then grad_k_j += scale w_j v_j^T N.
-      through_table(VK, kj, kn, QG, qi, qn, gqb);
-      through_table(QG, qi, qn, VK, kj, kn, gkb);
+      through_table(VK, width_k, kj, kn, QG, width_q, qi, qn, grad_q_at);
+      through_table(QG, width_q, qi, qn, VK, width_k, kj, kn, grad_k_at);
     });
+  }
+  for (int64_t i = 0; i < nq; ++i) std::copy(QG + i * width_q + grad_q_at, QG + i * width_q + grad_q_at + d, gqb + i * d);
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* row = VK + j * width_k;
+    std::copy(row + grad_k_at, row + grad_k_at + d, gkb + j * d);
+    std::copy(row + grad_v_at, row + grad_v_at + dv, gvb + j * dv);
   }
 }
 
@@ -134,7 +172,8 @@ template <int D, int DV>
 void exact_all(const ExactArgs& a, int64_t B) {
   at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     yoso::SortedCodes queries, keys;
-    std::vector<float> table(std::max<int64_t>(a.dv * a.d, a.dv)), packed_q, packed_k;
+    std::vector<float> table(std::max<int64_t>(a.dv * a.d, a.dv));
+    PackedRows packed_q, packed_k;
     for (int64_t b = begin; b < end; ++b) exact_batch<D, DV>(a, b, queries, keys, table, packed_q, packed_k);
   });
 }
@@ -145,7 +184,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward_cpu(
     const at::Tensor& codes_q, const at::Tensor& codes_k, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& key_weight, const at::Tensor& grad, int64_t tau) {
   const int64_t B = q.size(0), d = q.size(2), dv = v.size(2), m = codes_q.size(1);
-  auto grad_q = at::zeros_like(q), grad_k = at::zeros_like(k), grad_v = at::zeros_like(v);
+  auto grad_q = at::empty_like(q), grad_k = at::empty_like(k), grad_v = at::empty_like(v);  // every row written
   const ExactArgs args{codes_q.data_ptr<int32_t>(), codes_k.data_ptr<int32_t>(), q.data_ptr<float>(),
                        k.data_ptr<float>(), v.data_ptr<float>(), key_weight.data_ptr<float>(), grad.data_ptr<float>(),
                        grad_q.data_ptr<float>(), grad_k.data_ptr<float>(), grad_v.data_ptr<float>(), q.size(1),
