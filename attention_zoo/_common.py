@@ -6,7 +6,7 @@ import functools
 import importlib.resources
 import math
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -53,29 +53,43 @@ def depthwise_sequence_conv(num_heads: int, window: int) -> Optional[torch.nn.Co
     return torch.nn.Conv2d(num_heads, num_heads, (window, 1), padding=(window // 2, 0), groups=num_heads, bias=False)
 
 
+UNIT_ROWS_EPS = 1e-12  # F.normalize's: a row shorter than this is divided by it
+
+
+def unit_rows_with_norms(x: torch.Tensor, eps: float = UNIT_ROWS_EPS) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(x / max(‖x‖, eps), ‖x‖ [..., 1]) along the last dimension, without autograd."""
+    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    return x / norm.clamp_min(eps), norm
+
+
+def through_unit_rows(grad: torch.Tensor, y: torch.Tensor, norm: torch.Tensor, eps: float = UNIT_ROWS_EPS) -> torch.Tensor:
+    """The gradient of x from ``grad``, that of y = x / max(‖x‖, eps) (``norm`` = ‖x‖):
+    (g − y (g·y)) / max(‖x‖, eps), with g·y taken as 0 where ‖x‖ < eps (y is then x / eps). Two
+    element-wise passes and a row reduction."""
+    along = torch.einsum("...d,...d->...", grad, y).unsqueeze(-1).masked_fill_(norm < eps, 0.0)
+    return torch.addcmul(grad, y, along, value=-1).div_(norm.clamp_min(eps))
+
+
 class _UnitRows(torch.autograd.Function):
-    """x / ‖x‖ along the last dimension with a fused backward: (g − y (g·y)) / ‖x‖ in four
-    element-wise passes instead of autograd's seven through F.normalize (these passes over [B·H, n, d]
-    are a visible share of a YOSO step on a CPU). Equal to F.normalize, eps included: a row whose
-    norm is below ``eps`` is divided by ``eps`` and its gradient is g / eps (tested)."""
+    """x / ‖x‖ along the last dimension with a fused backward (:func:`through_unit_rows`) instead of
+    autograd's seven passes through F.normalize (these passes over [B·H, n, d] are a visible share of
+    a YOSO step on a CPU). Equal to F.normalize, eps included: a row whose norm is below ``eps`` is
+    divided by ``eps`` and its gradient is g / eps (tested)."""
 
     @staticmethod
     def forward(ctx, x, eps):
-        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-        tiny = norm < eps
-        norm = norm.clamp_min(eps)
-        y = x / norm
-        ctx.save_for_backward(y, norm, tiny)
+        y, norm = unit_rows_with_norms(x, eps)
+        ctx.save_for_backward(y, norm)
+        ctx.eps = eps
         return y
 
     @staticmethod
     def backward(ctx, grad):
-        y, norm, tiny = ctx.saved_tensors
-        along = (grad * y).sum(-1, keepdim=True).masked_fill_(tiny, 0.0)
-        return (grad - y * along) / norm, None
+        y, norm = ctx.saved_tensors
+        return through_unit_rows(grad, y, norm, ctx.eps), None
 
 
-def unit_rows(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+def unit_rows(x: torch.Tensor, eps: float = UNIT_ROWS_EPS) -> torch.Tensor:
     """``F.normalize(x, dim=-1)`` with a fused backward (:class:`_UnitRows`)."""
     return _UnitRows.apply(x, eps)
 

@@ -17,7 +17,9 @@ Shapes: B = batch·heads, m hashes, τ bits, n tokens, d head dim, dv value dim.
   keys have get a row (at most n per (batch, hash), whatever τ), and never all pairs' rows at once.
 - Exact-weight gradients (the default backward, eq. 4 with each colliding pair's own weight):
   ∇Q_i = (τ/2m) Σ_h Σ_{j colliding} w_j (∇Y_i·v_j) k_j and ∇K_j symmetrically, by enumerating the
-  colliding pairs (the kernels switch a heavy bucket to its d_v × d tables).
+  colliding pairs (the kernels switch a heavy bucket to its d_v × d tables). With ``normalize`` the
+  rows may have any length: the estimator is taken on their unit rows and the gradients are those of
+  the rows given (the CPU kernel normalizes as it packs its rows).
 - Pair gradient ("*YOSO", paper eq. 3): (1/m) Σ_h Σ_{o colliding with s} mask_o (s_s·w_o) ρ(a_s·o_o) o_o
   with ρ(x) = f'(x)/f(x) = τ / ((π − arccos x) √(1 − x²)), f(x) = (1 − arccos(x)/π)^τ, x clamped.
 """
@@ -32,6 +34,7 @@ import torch
 from torch import Tensor
 
 from attention_zoo import _yoso_build
+from attention_zoo._common import UNIT_ROWS_EPS, through_unit_rows, unit_rows_with_norms
 from attention_zoo._yoso_build import KernelUnavailable
 
 IMPLS = ("auto", "cuda", "cpu", "torch")
@@ -266,24 +269,40 @@ def exact_weight_backward_torch(codes_q, codes_k, q, k, v, key_weight, grad, tau
 
 
 def exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau: int, engine: str,
-                          workspace_bytes: int = DEFAULT_WORKSPACE_BYTES):
+                          workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, normalize: bool = False):
+    """(∇Q, ∇K, ∇V) of :func:`exact_weight_backward_torch`. With ``normalize`` q and k are rows of any
+    length: the estimator is taken on their unit rows and ∇Q, ∇K are the gradients of the rows given
+    (through x ↦ x / max(‖x‖, ε), :func:`~attention_zoo._common.through_unit_rows`); the CPU kernel
+    does both while it packs and unpacks its rows, elsewhere they are passes around the estimator."""
     return exact_weight_backward_op(codes_q.contiguous(), codes_k.contiguous(), _f32(q), _f32(k), _f32(v),
-                                    _f32(key_weight), _f32(grad), tau, workspace_bytes, engine)
+                                    _f32(key_weight), _f32(grad), tau, workspace_bytes, engine, normalize)
 
 
 @torch.library.custom_op("attention_zoo::yoso_exact_weight_backward", mutates_args=())
 def exact_weight_backward_op(codes_q: Tensor, codes_k: Tensor, q: Tensor, k: Tensor, v: Tensor, key_weight: Tensor,
-                             grad: Tensor, tau: int, workspace_bytes: int, engine: str) -> Tuple[Tensor, Tensor, Tensor]:
-    """(∇Q [B, nq, d], ∇K [B, nk, d], ∇V [B, nk, dv]) of :func:`exact_weight_backward_torch`; engine
+                             grad: Tensor, tau: int, workspace_bytes: int, engine: str,
+                             normalize: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """(∇Q [B, nq, d], ∇K [B, nk, d], ∇V [B, nk, dv]) of :func:`exact_weight_backward`; engine
     'kernel' or 'torch'."""
+    fused = engine == "kernel" and q.device.type == "cpu"
+    if not normalize or fused:
+        return _exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine,
+                                      normalize)
+    (unit_q, norm_q), (unit_k, norm_k) = unit_rows_with_norms(q), unit_rows_with_norms(k)
+    grad_q, grad_k, grad_v = _exact_weight_backward(codes_q, codes_k, unit_q, unit_k, v, key_weight, grad, tau,
+                                                    workspace_bytes, engine, False)
+    return through_unit_rows(grad_q, unit_q, norm_q), through_unit_rows(grad_k, unit_k, norm_k), grad_v
+
+
+def _exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine, normalize):
     if engine == "kernel":
-        return tuple(_yoso_build.load(q.device.type).exact_weight_backward(codes_q, codes_k, q, k, v, key_weight,
-                                                                           grad, tau, workspace_bytes))
+        return tuple(_yoso_build.load(q.device.type).exact_weight_backward(
+            codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, normalize, UNIT_ROWS_EPS))
     return exact_weight_backward_torch(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes)
 
 
 @exact_weight_backward_op.register_fake
-def _(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine):
+def _(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine, normalize):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 

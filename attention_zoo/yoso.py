@@ -1,7 +1,8 @@
 """YOSO-m and YOSO-C (Zeng et al., ICML 2021): attention by LSH-based Bernoulli sampling.
 
 Q and K are L2-normalized per token; m hashes of τ sign bits (fast Hadamard hashing, or a dense
-Gaussian projection) put queries and keys in buckets, and Y_i = (1/m) Σ_h Σ_{j: same bucket} v_j —
+Gaussian projection; a sign does not depend on a row's length, so the rows are hashed as they come
+and normalized only inside the backward, fused into the CPU kernel) put queries and keys in buckets, and Y_i = (1/m) Σ_h Σ_{j: same bucket} v_j —
 an unbiased estimate of Σ_j (1 − arccos(q̂_i·k̂_j)/π)^τ v_j (paper eq. 2) at O(n·m·d) — normalized per
 row (N-YOSO). Backward (``backward``):
 
@@ -35,7 +36,7 @@ from torch import Tensor
 
 from attention_zoo import _yoso_ops as ops
 from attention_zoo._common import (depthwise_sequence_conv, hash_code_length, in_float32, kept_draws,
-                                   register_rotation_seed, unit_rows)
+                                   register_rotation_seed, through_unit_rows, unit_rows, unit_rows_with_norms)
 from attention_zoo.options import InvalidOption, choice, number, odd_window, whole
 from attention_zoo.registry import Attention, register
 from attention_zoo.yoso_e import CLAMP
@@ -85,6 +86,7 @@ class Setup:
     engine: str
     exact_clamp: float
     workspace_bytes: int
+    normalize: bool = False  # q and k are raw rows: the estimator is taken on their unit rows
 
 
 @dataclass
@@ -165,8 +167,9 @@ def _(seed, batch, head_dim, value_dim, num_hashes, tau, hashing, projections, d
 
 
 def hash_codes(x: torch.Tensor, draws: Draws, num_hashes: int, tau: int, engine: str) -> torch.Tensor:
-    """int32 codes [B, m, n] of the unit rows of x [B, n, d], projected in float32 whatever the
-    autocast state (a sign flipped by bf16 rounding would move a token to another bucket)."""
+    """int32 codes [B, m, n] of the rows of x [B, n, d], projected in float32 whatever the autocast
+    state (a sign flipped by bf16 rounding would move a token to another bucket). Each bit is the sign
+    of a linear projection, so a row and its unit row have the same code: rows are hashed as given."""
     with torch.autocast(x.device.type, enabled=False):
         if draws.diagonals is not None:
             return ops.fast_hash(x.float(), draws.diagonals, num_hashes, tau, engine)
@@ -174,23 +177,26 @@ def hash_codes(x: torch.Tensor, draws: Draws, num_hashes: int, tau: int, engine:
 
 
 def yoso_cumulation(q, k, v, key_weight, codes_q, codes_k, projections, setup: Setup) -> torch.Tensor:
-    """Y = (1/m) Σ_h B_h V on unit q, k [B, n, d], v [B, n, dv], key weights [B, n] (0 = padding),
-    differentiable in q, k and v by ``setup.backward``."""
+    """Y = (1/m) Σ_h B_h V on q, k [B, n, d], v [B, n, dv], key weights [B, n] (0 = padding),
+    differentiable in q, k and v by ``setup.backward``: q, k are unit rows, or with ``setup.normalize``
+    rows of any length whose unit rows the estimator is taken on (their gradients then go through
+    x ↦ x/‖x‖, fused into the CPU kernel of the default backward)."""
     return sample_op(q, k, v, key_weight, codes_q, codes_k, projections, setup.tau, setup.backward, setup.engine,
-                     setup.exact_clamp, setup.workspace_bytes)
+                     setup.exact_clamp, setup.workspace_bytes, setup.normalize)
 
 
 @torch.library.custom_op("attention_zoo::yoso_sample", mutates_args=())
 def sample_op(q: Tensor, k: Tensor, v: Tensor, key_weight: Tensor, codes_q: Tensor, codes_k: Tensor,
               projections: Tensor, tau: int, backward: str, engine: str, exact_clamp: float,
-              workspace_bytes: int) -> Tensor:
+              workspace_bytes: int, normalize: bool) -> Tensor:
     """The forward of :func:`yoso_cumulation` (one operator, so that torch.compile keeps it whole)."""
     ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
     return ops.cumulation(codes_q, codes_k, ones, key_weight[:, None, None], v, tau, engine, workspace_bytes)
 
 
 @sample_op.register_fake
-def _(q, k, v, key_weight, codes_q, codes_k, projections, tau, backward, engine, exact_clamp, workspace_bytes):
+def _(q, k, v, key_weight, codes_q, codes_k, projections, tau, backward, engine, exact_clamp, workspace_bytes,
+      normalize):
     return q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
 
 
@@ -204,11 +210,14 @@ def _sample_backward(ctx, grad):
     q, k, v, key_weight, codes_q, codes_k, projections = ctx.saved_tensors
     s = ctx.setup
     grad = grad.float().contiguous()
+    if s.backward == "lower_bound" and projections.numel() == 0:  # the default: exact per-pair weights
+        grad_q, grad_k, grad_v = ops.exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, s.tau,
+                                                           s.engine, s.workspace_bytes, s.normalize)
+        return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None, None, None
+    if s.normalize:
+        (q, norm_q), (k, norm_k) = unit_rows_with_norms(q), unit_rows_with_norms(k)
     if s.backward == "expectation":
         grad_q, grad_k, grad_v = expectation_gradients(q, k, v, key_weight, grad, s.tau)
-    elif s.backward == "lower_bound" and projections.numel() == 0:  # the default: exact per-pair weights
-        grad_q, grad_k, grad_v = ops.exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, s.tau,
-                                                           s.engine, s.workspace_bytes)
     else:
         ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
         grad_v = ops.cumulation(codes_k, codes_q, key_weight[:, None, None], ones, grad, s.tau, s.engine,
@@ -220,7 +229,9 @@ def _sample_backward(ctx, grad):
             every_query = q.new_ones(q.shape[0], q.shape[1])
             grad_k = ops.pair_gradient(codes_k, codes_q, k, q, v, grad, every_query, s.tau, s.exact_clamp,
                                        s.engine) * key_weight[..., None]
-    return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None, None
+    if s.normalize:
+        grad_q, grad_k = through_unit_rows(grad_q, q, norm_q), through_unit_rows(grad_k, k, norm_k)
+    return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None, None, None
 
 
 sample_op.register_autograd(_sample_backward, setup_context=_save_for_backward)
@@ -299,8 +310,7 @@ class YosoAttention(Attention):
         """Unnormalized YOSO-m output [B·H, n, dv] of q, k, v [B, H, n, ·]."""
         batch, heads, n, d = q.shape
         flat = batch * heads
-        qn = unit_rows(q).reshape(flat, n, d)
-        kn = unit_rows(k).reshape(flat, n, d)
+        q, k = q.reshape(flat, n, d), k.reshape(flat, n, d)  # unit rows only inside the op (Setup.normalize)
         key_weight = mask.to(q.dtype).repeat_interleave(heads, dim=0)
         o = self.options
         engine = ops.resolve_engine(o.impl, q.device)
@@ -311,10 +321,10 @@ class YosoAttention(Attention):
             draws = seeded_draws(self.rotation_seed_value, flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing,
                                  projections, q.device)
         with torch.no_grad():
-            codes_q = hash_codes(qn.detach(), draws, o.num_hashes, self.tau, engine)
-            codes_k = hash_codes(kn.detach(), draws, o.num_hashes, self.tau, engine)
-        setup = Setup(self.tau, o.backward, engine, o.exact_clamp, o.workspace_mb * 2**20)
-        return yoso_cumulation(qn, kn, v.reshape(flat, n, -1), key_weight, codes_q, codes_k, draws.projections, setup)
+            codes_q = hash_codes(q.detach(), draws, o.num_hashes, self.tau, engine)
+            codes_k = hash_codes(k.detach(), draws, o.num_hashes, self.tau, engine)
+        setup = Setup(self.tau, o.backward, engine, o.exact_clamp, o.workspace_mb * 2**20, normalize=True)
+        return yoso_cumulation(q, k, v.reshape(flat, n, -1), key_weight, codes_q, codes_k, draws.projections, setup)
 
     @in_float32
     def forward(self, q, k, v, mask):

@@ -3,6 +3,7 @@ compiles as one graph (fullgraph) and matches eager, and a compiled run resumes 
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
@@ -47,16 +48,18 @@ def test_every_yoso_operator_passes_opcheck(engine):
         (ops.fast_hash_op, (q, draws.diagonals, m, tau, engine)),
         (ops.cumulation_op, (codes_q, codes_k, weights, weights.clone(), v, tau, 2**20, engine)),
         (ops.pair_gradient_op, (codes_q, codes_k, q, k, torch.randn_like(v), v, mask, tau, 0.99, engine)),
-        (ops.exact_weight_backward_op, (codes_q, codes_k, q, k, v, mask, torch.randn_like(v), tau, 2**20, engine)),
+        *((ops.exact_weight_backward_op, (codes_q, codes_k, q * 3, k, v, mask, torch.randn_like(v), tau, 2**20, engine,
+                                          normalize)) for normalize in (False, True)),
         (seeded_draws_op, (7, 3, 32, 24, 8, 5, "hadamard", 4, torch.device("cpu"))),
         (seeded_draws_op, (7, 3, 32, 24, 8, 5, "gaussian", 32, torch.device("cpu"))),
         (seeded_normal, (7, [2, 3, 4], torch.device("cpu"))),
     ]
-    for backward, projections in (("lower_bound", draws.projections), ("lower_bound", torch.empty(0)),
-                                  ("exact", draws.projections), ("expectation", draws.projections)):
-        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    for (backward, projections), normalize in itertools.product(
+            (("lower_bound", draws.projections), ("lower_bound", torch.empty(0)), ("exact", draws.projections),
+             ("expectation", draws.projections)), (False, True)):
+        leaves = [t.clone().requires_grad_() for t in (q * 3 if normalize else q, k, v)]
         cases.append((sample_op, (*leaves, mask, codes_q, codes_k, projections.contiguous(), tau, backward, engine, 0.99,
-                                  2**20)))
+                                  2**20, normalize)))
     for op, args in cases:
         torch.library.opcheck(op, args)
 

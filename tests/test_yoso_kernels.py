@@ -2,6 +2,7 @@
 limits and errors, and the statistics of YOSO's hashing and sampled gradients."""
 
 import fcntl
+import itertools
 import math
 import os
 import shutil
@@ -45,10 +46,11 @@ def problem(batch, n, d, dv, seed=0, device="cpu", correlation=0.0):
     return [t.to(device) for t in (q, k, v, grad, mask)]
 
 
-def sampled_gradients(q, k, v, grad, mask, draws, tau, backward, engine, m):
+def sampled_gradients(q, k, v, grad, mask, draws, tau, backward, engine, m, normalize=False):
     codes_q, codes_k = (hash_codes(x, draws, m, tau, engine) for x in (q, k))
     q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
-    out = yoso_cumulation(q, k, v, mask, codes_q, codes_k, draws.projections, Setup(tau, backward, engine, 0.99, 2**24))
+    setup = Setup(tau, backward, engine, 0.99, 2**24, normalize)
+    out = yoso_cumulation(q, k, v, mask, codes_q, codes_k, draws.projections, setup)
     out.backward(grad)
     return out.detach(), q.grad, k.grad, v.grad
 
@@ -57,15 +59,18 @@ def sampled_gradients(q, k, v, grad, mask, draws, tau, backward, engine, m):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_kernels_equal_the_pytorch_implementation(device, shape):
-    """Same draws ⇒ identical codes, and forward and both backward estimates equal to float32 rounding."""
+    """Same draws ⇒ identical codes, and forward and both backward estimates equal to float32 rounding,
+    on unit rows and on rows of any length normalized inside (Setup.normalize)."""
     batch, n, d, dv, m, tau = shape
     q, k, v, grad, mask = problem(batch, n, d, dv, device=device, correlation=1.0)
     torch.manual_seed(1)
     draws = draw(batch, d, dv, m, tau, "hadamard", 4, None, device)
     assert torch.equal(hash_codes(q, draws, m, tau, "kernel"), hash_codes(q, draws, m, tau, "torch"))
-    for backward in ("lower_bound", "exact"):
-        compiled = sampled_gradients(q, k, v, grad, mask, draws, tau, backward, "kernel", m)
-        reference = sampled_gradients(q, k, v, grad, mask, draws, tau, backward, "torch", m)
+    lengths = torch.rand(batch, n, 1, generator=torch.Generator().manual_seed(2)).to(device) * 5 + 0.1
+    for backward, normalize in itertools.product(("lower_bound", "exact"), (False, True)):
+        rows = (q * lengths, k * lengths.flip(1)) if normalize else (q, k)
+        compiled = sampled_gradients(*rows, v, grad, mask, draws, tau, backward, "kernel", m, normalize)
+        reference = sampled_gradients(*rows, v, grad, mask, draws, tau, backward, "torch", m, normalize)
         for a, b in zip(compiled, reference):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * max(1.0, b.abs().max().item()))
         assert compiled[3][mask == 0].abs().max() == 0  # padded values get no gradient
@@ -135,6 +140,35 @@ def test_cross_lengths_match_however_each_side_is_sorted(nq, nk, tau):
                            for engine in ("kernel", "torch"))
     for mine, theirs in zip(compiled, reference):
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5 * theirs.abs().max().item())
+
+
+@needs_kernels
+def test_the_default_backward_differentiates_through_the_normalization():
+    """normalize=True: q and k of any length give the gradients of the rows themselves, the unit-row
+    estimator's gradients pulled back through F.normalize by autograd, in the CPU kernel (fused into
+    its packing) and the PyTorch path; a zero row gets ∇/ε, as F.normalize's."""
+    batch, n, d, m, tau = 2, 61, 32, 8, 5
+    g = torch.Generator().manual_seed(9)
+    q, k = (torch.randn(batch, n, d, generator=g) * (torch.rand(batch, n, 1, generator=g) * 8 + 0.05) for _ in range(2))
+    q[0, 3] = 0.0
+    v, grad = torch.randn(batch, n, d, generator=g), torch.randn(batch, n, d, generator=g)
+    mask = (torch.rand(batch, n, generator=g) > 0.2).float()
+    draws = draw(batch, d, d, m, tau, "hadamard", d, g, "cpu")
+    codes_q, codes_k = (hash_codes(x, draws, m, tau, "kernel") for x in (q, k))
+    leaf_q, leaf_k = q.clone().requires_grad_(), k.clone().requires_grad_()
+    unit_q, unit_k = F.normalize(leaf_q, dim=-1), F.normalize(leaf_k, dim=-1)
+    grad_unit_q, grad_unit_k, grad_v = ops.exact_weight_backward_torch(codes_q, codes_k, unit_q.detach(),
+                                                                       unit_k.detach(), v, mask, grad, tau)
+    torch.autograd.backward([unit_q, unit_k], [grad_unit_q, grad_unit_k])
+    for engine in ("kernel", "torch"):
+        ours = ops.exact_weight_backward(codes_q, codes_k, q, k, v, mask, grad, tau, engine, normalize=True)
+        for name, mine, expected in zip(("grad_q", "grad_k", "grad_v"), ours, (leaf_q.grad, leaf_k.grad, grad_v)):
+            mine, expected = mine.clone(), expected.clone()
+            if name == "grad_q":  # the zero row: ∇ of the unit row / ε, compared on its own scale
+                torch.testing.assert_close(mine[0, 3], grad_unit_q[0, 3] / 1e-12, rtol=1e-5, atol=0)
+                mine[0, 3] = expected[0, 3] = 0
+            torch.testing.assert_close(mine, expected, rtol=1e-4, atol=1e-5 * expected.abs().max().item(),
+                                       msg=lambda text: f"{engine} {name}: {text}")
 
 
 def test_missing_compiler_is_a_clear_error_and_auto_warns(monkeypatch):

@@ -225,7 +225,7 @@ at::Tensor cumulation_cpu(const at::Tensor& codes_q, const at::Tensor& codes_k, 
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward_cpu(
     const at::Tensor& codes_q, const at::Tensor& codes_k, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const at::Tensor& key_weight, const at::Tensor& grad, int64_t tau);
+    const at::Tensor& key_weight, const at::Tensor& grad, int64_t tau, bool normalize, double eps);
 at::Tensor pair_gradient_cpu(const at::Tensor& codes_s, const at::Tensor& codes_o, const at::Tensor& a,
                              const at::Tensor& o, const at::Tensor& s, const at::Tensor& w, const at::Tensor& mask_o,
                              int64_t tau, double clamp);
@@ -269,13 +269,18 @@ at::Tensor cumulation(const at::Tensor& codes_q, const at::Tensor& codes_k, cons
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward(
     const at::Tensor& codes_q, const at::Tensor& codes_k, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const at::Tensor& key_weight, const at::Tensor& grad, int64_t tau, int64_t workspace_bytes) {
+    const at::Tensor& key_weight, const at::Tensor& grad, int64_t tau, int64_t workspace_bytes, bool normalize,
+    double eps) {
   yoso::validate_exact_weights(codes_q, codes_k, q, k, v, key_weight, grad, tau);
 #ifdef YOSO_WITH_CUDA
-  if (q.is_cuda()) return exact_weight_backward_cuda(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes);
+  if (q.is_cuda()) {
+    TORCH_CHECK(!normalize, "yoso: the CUDA exact_weight_backward takes unit rows (normalize=False); "
+                "attention_zoo._yoso_ops normalizes around it");
+    return exact_weight_backward_cuda(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes);
+  }
 #endif
   require_cpu(q);
-  return exact_weight_backward_cpu(codes_q, codes_k, q, k, v, key_weight, grad, tau);
+  return exact_weight_backward_cpu(codes_q, codes_k, q, k, v, key_weight, grad, tau, normalize, eps);
 }
 
 at::Tensor pair_gradient(const at::Tensor& codes_s, const at::Tensor& codes_o, const at::Tensor& a,
@@ -298,7 +303,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("cumulation", &cumulation, "LSH cumulation: (1/m) sum_h weight_q * T_h[code_q], T_h[c] = sum weight_k v",
              release());
   module.def("exact_weight_backward", &exact_weight_backward,
-             "the lower-bound backward (eq. 4) with exact pair weights: (grad_q, grad_k, grad_v)", release());
+             "the lower-bound backward (eq. 4) with exact pair weights: (grad_q, grad_k, grad_v); normalize: q, k "
+             "are rows of any length, the estimator is taken on their unit rows and differentiated through them (CPU)",
+             release());
   module.def("pair_gradient", &pair_gradient, "exact-derivative (*YOSO) gradient over colliding pairs", release());
   module.def("max_code_length", []() { return yoso::kMaxCodeLength; });
   // at::parallel_for runs its loop serially unless this file was compiled with OpenMP (-fopenmp).

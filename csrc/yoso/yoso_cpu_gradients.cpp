@@ -5,6 +5,10 @@
 //     the lower-bound backward of the paper's eq. 4 with every colliding pair's exact weight:
 //     grad_q_i = (tau / 2m) sum_h sum_{j in bucket_h(i)} w_j (g_i . v_j) k_j, grad_k_j symmetric in q_i,
 //     and grad_v_j = (w_j / m) sum_h sum_{i in bucket_h(j)} g_i, from the same buckets.
+//     With `normalize`, q and k are rows of any length: the estimator is taken on their unit rows
+//     x / max(|x|, eps) (normalized while they are packed) and grad_q, grad_k are the gradients of the rows
+//     given, (g - y (g . y)) / max(|x|, eps) with g . y taken as 0 where |x| < eps (as F.normalize's), applied
+//     while the results are unpacked: no pass over memory of its own.
 //     A bucket with few pairs is enumerated pair by pair, O(|Q||K|(dv + 2d)); a heavy one goes through
 //     its dv x d tables M = sum_j w_j v_j k_j^T and N = sum_i g_i q_i^T, O((|Q| + |K|) dv d), whichever
 //     is cheaper, so no bucket costs more than linear work.
@@ -16,6 +20,7 @@
 #include <ATen/Parallel.h>
 #include <torch/extension.h>
 
+#include <cmath>
 #include <cstring>
 #include <tuple>
 #include <vector>
@@ -31,7 +36,18 @@ struct ExactArgs {
   float *gq, *gk, *gv;
   int64_t nq, nk, d, dv, m, tau;
   float scale;
+  bool normalize;
+  float eps;
 };
+
+// Copies x (n floats) to `out` as x / max(|x|, eps) and returns |x| (summed in double).
+inline float copy_unit_row(const float* x, int64_t n, float eps, float* out) {
+  double squares = 0.0;
+  for (int64_t e = 0; e < n; ++e) squares += static_cast<double>(x[e]) * x[e];
+  const float norm = static_cast<float>(std::sqrt(squares)), divisor = std::max(norm, eps);
+  for (int64_t e = 0; e < n; ++e) out[e] = x[e] / divisor;
+  return norm;
+}
 
 // x . y in a fixed order that vectorizes: 16 partial sums, then a tree over them (a plain loop is
 // one chain of dependent scalar additions, which a compiler may not reorder without -ffast-math).
@@ -73,6 +89,14 @@ struct PackedRows {
   }
 };
 
+// The gradient of a row x (n floats, |x| = norm) from g, that of its unit row y, written to `out`.
+template <int N>
+inline void through_unit_row(const float* g, const float* y, float norm, float eps, int64_t n_runtime, float* out) {
+  const int64_t n = N > 0 ? N : n_runtime;
+  const float along = norm < eps ? 0.0f : dot<N>(g, y, n), divisor = std::max(norm, eps);
+  for (int64_t e = 0; e < n; ++e) out[e] = (g[e] - y[e] * along) / divisor;
+}
+
 // One batch element, every hash. Each token's operands and its gradient accumulators share one row,
 // [g_i | q_i | ∇q_i] for a query and [w_j v_j | k_j | ∇k_j | ∇v_j] for a real key (padded keys enter no
 // bucket): the pairs come in bucket order, at random positions of the sequence, so a token touches one
@@ -80,7 +104,7 @@ struct PackedRows {
 // 64), so the dot products vectorize.
 template <int D, int DV>
 void exact_batch(const ExactArgs& a, int64_t b, yoso::SortedCodes& queries, yoso::SortedCodes& keys,
-                 std::vector<float>& table, PackedRows& packed_q, PackedRows& packed_k) {
+                 std::vector<float>& table, PackedRows& packed_q, PackedRows& packed_k, std::vector<float>& norms) {
   const int64_t d = D > 0 ? D : a.d, dv = DV > 0 ? DV : a.dv, nq = a.nq, nk = a.nk;
   const int64_t width_q = dv + 2 * d, width_k = 2 * dv + 2 * d;
   const int64_t grad_q_at = dv + d, grad_k_at = dv + d, grad_v_at = dv + 2 * d;
@@ -91,13 +115,23 @@ void exact_batch(const ExactArgs& a, int64_t b, yoso::SortedCodes& queries, yoso
   packed_q.reset(nq, width_q);
   packed_k.reset(nk, width_k);
   float *QG = packed_q.rows, *VK = packed_k.rows;
+  norms.resize(a.normalize ? nq + nk : 0);
+  float *norm_q = norms.data(), *norm_k = norms.data() + (a.normalize ? nq : 0);
   for (int64_t i = 0; i < nq; ++i) {
     std::copy(gb + i * dv, gb + (i + 1) * dv, QG + i * width_q);
-    std::copy(qb + i * d, qb + (i + 1) * d, QG + i * width_q + dv);
+    if (a.normalize) {
+      norm_q[i] = copy_unit_row(qb + i * d, d, a.eps, QG + i * width_q + dv);
+    } else {
+      std::copy(qb + i * d, qb + (i + 1) * d, QG + i * width_q + dv);
+    }
   }
   for (int64_t j = 0; j < nk; ++j) {
     for (int64_t l = 0; l < dv; ++l) VK[j * width_k + l] = wb[j] * vb[j * dv + l];
-    std::copy(kb + j * d, kb + (j + 1) * d, VK + j * width_k + dv);
+    if (a.normalize) {
+      norm_k[j] = copy_unit_row(kb + j * d, d, a.eps, VK + j * width_k + dv);
+    } else {
+      std::copy(kb + j * d, kb + (j + 1) * d, VK + j * width_k + dv);
+    }
   }
   // One side of a heavy bucket through its dv x d table: T = sum over `own` members of row[:dv] row[dv:dv+d]^T,
   // then each `other` member's accumulator (at `out_at` in its row) += scale other_row[:dv]^T T.
@@ -160,10 +194,21 @@ void exact_batch(const ExactArgs& a, int64_t b, yoso::SortedCodes& queries, yoso
       through_table(QG, width_q, qi, qn, VK, width_k, kj, kn, grad_k_at);
     });
   }
-  for (int64_t i = 0; i < nq; ++i) std::copy(QG + i * width_q + grad_q_at, QG + i * width_q + grad_q_at + d, gqb + i * d);
+  for (int64_t i = 0; i < nq; ++i) {
+    const float* row = QG + i * width_q;
+    if (a.normalize) {
+      through_unit_row<D>(row + grad_q_at, row + dv, norm_q[i], a.eps, d, gqb + i * d);
+    } else {
+      std::copy(row + grad_q_at, row + grad_q_at + d, gqb + i * d);
+    }
+  }
   for (int64_t j = 0; j < nk; ++j) {
     const float* row = VK + j * width_k;
-    std::copy(row + grad_k_at, row + grad_k_at + d, gkb + j * d);
+    if (a.normalize) {
+      through_unit_row<D>(row + grad_k_at, row + dv, norm_k[j], a.eps, d, gkb + j * d);
+    } else {
+      std::copy(row + grad_k_at, row + grad_k_at + d, gkb + j * d);
+    }
     std::copy(row + grad_v_at, row + grad_v_at + dv, gvb + j * dv);
   }
 }
@@ -172,9 +217,9 @@ template <int D, int DV>
 void exact_all(const ExactArgs& a, int64_t B) {
   at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     yoso::SortedCodes queries, keys;
-    std::vector<float> table(std::max<int64_t>(a.dv * a.d, a.dv));
+    std::vector<float> table(std::max<int64_t>(a.dv * a.d, a.dv)), norms;
     PackedRows packed_q, packed_k;
-    for (int64_t b = begin; b < end; ++b) exact_batch<D, DV>(a, b, queries, keys, table, packed_q, packed_k);
+    for (int64_t b = begin; b < end; ++b) exact_batch<D, DV>(a, b, queries, keys, table, packed_q, packed_k, norms);
   });
 }
 
@@ -182,14 +227,14 @@ void exact_all(const ExactArgs& a, int64_t B) {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward_cpu(
     const at::Tensor& codes_q, const at::Tensor& codes_k, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const at::Tensor& key_weight, const at::Tensor& grad, int64_t tau) {
+    const at::Tensor& key_weight, const at::Tensor& grad, int64_t tau, bool normalize, double eps) {
   const int64_t B = q.size(0), d = q.size(2), dv = v.size(2), m = codes_q.size(1);
   auto grad_q = at::empty_like(q), grad_k = at::empty_like(k), grad_v = at::empty_like(v);  // every row written
   const ExactArgs args{codes_q.data_ptr<int32_t>(), codes_k.data_ptr<int32_t>(), q.data_ptr<float>(),
                        k.data_ptr<float>(), v.data_ptr<float>(), key_weight.data_ptr<float>(), grad.data_ptr<float>(),
                        grad_q.data_ptr<float>(), grad_k.data_ptr<float>(), grad_v.data_ptr<float>(), q.size(1),
                        k.size(1), d, dv, m, tau,
-                       static_cast<float>(tau) / (2.0f * static_cast<float>(m))};
+                       static_cast<float>(tau) / (2.0f * static_cast<float>(m)), normalize, static_cast<float>(eps)};
   if (d == 32 && dv == 32) {
     exact_all<32, 32>(args, B);
   } else if (d == 64 && dv == 64) {
