@@ -79,12 +79,13 @@ inline float dot(const float* x, const float* y, int64_t n_runtime) {
   return sum;
 }
 
-// Rows of floats, each starting on a 64-byte line.
+// Rows of floats, each starting on a 64-byte line; not cleared between batch elements (every float a
+// batch element reads is written first).
 struct PackedRows {
   std::vector<float> storage;
   float* rows = nullptr;
   void reset(int64_t count, int64_t width) {
-    storage.assign(count * width + 16, 0.0f);
+    storage.resize(count * width + 16);
     rows = storage.data() + (16 - (reinterpret_cast<uintptr_t>(storage.data()) / sizeof(float)) % 16) % 16;
   }
 };
@@ -118,6 +119,7 @@ void exact_batch(const ExactArgs& a, int64_t b, yoso::SortedCodes& queries, yoso
   norms.resize(a.normalize ? nq + nk : 0);
   float *norm_q = norms.data(), *norm_k = norms.data() + (a.normalize ? nq : 0);
   for (int64_t i = 0; i < nq; ++i) {
+    std::fill(QG + i * width_q + grad_q_at, QG + (i + 1) * width_q, 0.0f);
     std::copy(gb + i * dv, gb + (i + 1) * dv, QG + i * width_q);
     if (a.normalize) {
       norm_q[i] = copy_unit_row(qb + i * d, d, a.eps, QG + i * width_q + dv);
@@ -126,6 +128,7 @@ void exact_batch(const ExactArgs& a, int64_t b, yoso::SortedCodes& queries, yoso
     }
   }
   for (int64_t j = 0; j < nk; ++j) {
+    std::fill(VK + j * width_k + grad_k_at, VK + (j + 1) * width_k, 0.0f);
     for (int64_t l = 0; l < dv; ++l) VK[j * width_k + l] = wb[j] * vb[j * dv + l];
     if (a.normalize) {
       norm_k[j] = copy_unit_row(kb + j * d, d, a.eps, VK + j * width_k + dv);
