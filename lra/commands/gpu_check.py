@@ -170,13 +170,32 @@ def run_step(step: Step, out: Path) -> None:
         target.unlink()
 
 
-def _kill_group(process: subprocess.Popen) -> None:
-    """Kill what is left of the step's process group (the step itself, and anything it started)."""
+def _kill_group(process: subprocess.Popen, patience_s: float = 30.0) -> None:
+    """Kill what is left of the step's process group (the step itself, and anything it started), and
+    return only once every member has exited: a SIGKILL is delivered asynchronously, and a
+    grandchild still exiting would hold the GPU into the next step."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     process.wait()
+    deadline = time.monotonic() + patience_s
+    while _live_members(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _live_members(group: int) -> List[int]:
+    """The processes of process group ``group`` that have not exited (zombies have: they hold nothing
+    but their exit status), from /proc; empty where there is no /proc."""
+    live = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()  # the name may hold spaces
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+            live.append(int(entry.name))
+    return live
 
 
 def _tail(path: Path, lines: int = 15) -> str:
