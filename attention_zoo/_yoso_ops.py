@@ -113,7 +113,7 @@ def hadamard(x: torch.Tensor) -> torch.Tensor:
 
 def codes_from_signs(projected: torch.Tensor, tau: int) -> torch.Tensor:
     """[..., c·τ] projections → [..., c] int32 codes, bit t = (coordinate t of the code > 0)."""
-    bits = (projected > 0).reshape(*projected.shape[:-1], -1, tau).to(torch.int32)
+    bits = (projected > 0).reshape(*projected.shape[:-1], projected.shape[-1] // tau, tau).to(torch.int32)
     return (bits << torch.arange(tau, device=bits.device, dtype=torch.int32)).sum(-1, dtype=torch.int32)
 
 
@@ -121,12 +121,14 @@ def fast_hash_torch(x: torch.Tensor, diagonals: torch.Tensor, num_hashes: int, t
     batch, n, d = x.shape
     products, size = diagonals.shape[1], diagonals.shape[3]
     codes = torch.empty(batch, num_hashes, n, dtype=torch.int32, device=x.device)
+    if codes.numel() == 0:
+        return codes
     step = max(1, 2**26 // max(1, products * n * size))  # bound the [b, R, n, P] intermediate
     for start in range(0, batch, step):
         diag = diagonals[start : start + step, :, :, None, :]  # [b, R, 3, 1, P]
         y = torch.nn.functional.pad(x[start : start + step], (0, size - d))[:, None] * diag[:, :, 0]
         y = hadamard(hadamard(hadamard(y) * diag[:, :, 1]) * diag[:, :, 2])  # [b, R = G·τ, n, P]
-        y = y.reshape(y.shape[0], -1, tau, n, size).permute(0, 1, 4, 3, 2)  # [b, G, P, n, τ]
+        y = y.reshape(y.shape[0], products // tau, tau, n, size).permute(0, 1, 4, 3, 2)  # [b, G, P, n, τ]
         chunk = codes_from_signs(y, tau).reshape(y.shape[0], -1, n)  # hash g·P + c
         codes[start : start + step] = chunk[:, :num_hashes]
     return codes
@@ -172,7 +174,7 @@ def cumulation_torch(codes_q, codes_k, weight_q, weight_k, values, tau, workspac
     hit = sorted_k.gather(1, query_row) == flat_codes_q if nk else torch.zeros_like(flat_codes_q, dtype=torch.bool)
     flat_wq = weight_q.expand(batch, m, channels, nq).reshape(batch * m, channels, nq) * hit[:, None]
     flat_wk = weight_k.expand(batch, m, channels, nk).reshape(batch * m, channels, nk)
-    step = max(1, workspace_bytes // ((nk + nq) * channels * dv * 4 * 2))
+    step = max(1, workspace_bytes // max(1, (nk + nq) * channels * dv * 4 * 2))  # (empty sequences: any step)
     for start in range(0, batch * m, step):
         pairs = torch.arange(start, min(start + step, batch * m), device=values.device)
         local = torch.arange(len(pairs), device=values.device)[:, None] * nk

@@ -171,6 +171,23 @@ def test_the_default_backward_differentiates_through_the_normalization():
                                        msg=lambda text: f"{engine} {name}: {text}")
 
 
+@needs_kernels
+@pytest.mark.parametrize("batch, n", [(0, 5), (2, 0)], ids=["no-sequences", "empty-sequences"])
+def test_empty_inputs_give_empty_results_on_every_engine(batch, n):
+    d, m, tau = 8, 4, 3
+    x, v = torch.randn(batch, n, d), torch.randn(batch, n, d)
+    codes, weights, ones = torch.zeros(batch, m, n, dtype=torch.int32), torch.ones(batch, n), torch.ones(batch, 1, 1, n)
+    for engine, hashing in itertools.product(("kernel", "torch"), ("hadamard", "gaussian")):
+        draws = draw(batch, d, d, m, tau, hashing, d, torch.Generator().manual_seed(0), "cpu")
+        assert hash_codes(x, draws, m, tau, engine).shape == (batch, m, n)
+    for engine in ("kernel", "torch"):
+        assert ops.cumulation(codes, codes, ones, ones, v, tau, engine).shape == (batch, n, d)
+        for normalize in (False, True):
+            grads = ops.exact_weight_backward(codes, codes, x, x, v, weights, v, tau, engine, normalize=normalize)
+            assert [g.shape for g in grads] == [(batch, n, d)] * 3
+        assert ops.pair_gradient(codes, codes, x, x, v, v, weights, tau, 0.99, engine).shape == (batch, n, d)
+
+
 def test_missing_compiler_is_a_clear_error_and_auto_warns(monkeypatch):
     monkeypatch.setattr(_yoso_build, "_loaded", {})
     monkeypatch.setattr(_yoso_build, "_failed", {})
