@@ -3,9 +3,12 @@ official layouts (tests make their own data; nothing is downloaded)."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import shutil
 
 import numpy as np
+import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
@@ -16,6 +19,9 @@ from lra.validation import attention_spec
 
 register_configs()
 register_resolvers()
+
+needs_kernels = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None,
+                                   reason="no C++ compiler: the compiled kernels cannot be built here")
 
 
 # ----------------------------------------------------------------------------- configs and models
