@@ -62,7 +62,8 @@ def unit_rows_with_norms(x: torch.Tensor, eps: float = UNIT_ROWS_EPS) -> Tuple[t
     return x / norm.clamp_min(eps), norm
 
 
-def through_unit_rows(grad: torch.Tensor, y: torch.Tensor, norm: torch.Tensor, eps: float = UNIT_ROWS_EPS) -> torch.Tensor:
+def through_unit_rows(grad: torch.Tensor, y: torch.Tensor, norm: torch.Tensor,
+                      eps: float = UNIT_ROWS_EPS) -> torch.Tensor:
     """The gradient of x from ``grad``, that of y = x / max(‖x‖, eps) (``norm`` = ‖x‖):
     (g − y (g·y)) / max(‖x‖, eps), with g·y taken as 0 where ‖x‖ < eps (y is then x / eps). Two
     element-wise passes and a row reduction."""

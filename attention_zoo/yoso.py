@@ -2,9 +2,9 @@
 
 Q and K are L2-normalized per token; m hashes of τ sign bits (fast Hadamard hashing, or a dense
 Gaussian projection; a sign does not depend on a row's length, so the rows are hashed as they come
-and normalized only inside the backward, fused into the CPU kernel) put queries and keys in buckets, and Y_i = (1/m) Σ_h Σ_{j: same bucket} v_j —
-an unbiased estimate of Σ_j (1 − arccos(q̂_i·k̂_j)/π)^τ v_j (paper eq. 2) at O(n·m·d) — normalized per
-row (N-YOSO). Backward (``backward``):
+and normalized only inside the backward, fused into the CPU kernel) put queries and keys in buckets,
+and Y_i = (1/m) Σ_h Σ_{j: same bucket} v_j — an unbiased estimate of Σ_j (1 − arccos(q̂_i·k̂_j)/π)^τ v_j
+(paper eq. 2) at O(n·m·d) — normalized per row (N-YOSO). Backward (``backward``):
 
 - ``lower_bound`` (plain "YOSO", paper eq. 4): ∇̂_Q = [(∇_Y Vᵀ) ⊙ (τ/2) E] K, E the collision
   probabilities, sampled with the forward's buckets. By default each colliding pair carries its
@@ -211,27 +211,33 @@ def _sample_backward(ctx, grad):
     s = ctx.setup
     grad = grad.float().contiguous()
     if s.backward == "lower_bound" and projections.numel() == 0:  # the default: exact per-pair weights
-        grad_q, grad_k, grad_v = ops.exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, s.tau,
-                                                           s.engine, s.workspace_bytes, s.normalize)
-        return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None, None, None
-    if s.normalize:
-        (q, norm_q), (k, norm_k) = unit_rows_with_norms(q), unit_rows_with_norms(k)
-    if s.backward == "expectation":
-        grad_q, grad_k, grad_v = expectation_gradients(q, k, v, key_weight, grad, s.tau)
+        gradients = ops.exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, s.tau, s.engine,
+                                              s.workspace_bytes, s.normalize)
+    elif s.normalize:  # the other backwards take unit rows: normalized around them
+        (unit_q, norm_q), (unit_k, norm_k) = unit_rows_with_norms(q), unit_rows_with_norms(k)
+        grad_q, grad_k, grad_v = _unit_row_gradients(unit_q, unit_k, v, key_weight, grad, codes_q, codes_k,
+                                                     projections, s)
+        gradients = through_unit_rows(grad_q, unit_q, norm_q), through_unit_rows(grad_k, unit_k, norm_k), grad_v
     else:
-        ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
-        grad_v = ops.cumulation(codes_k, codes_q, key_weight[:, None, None], ones, grad, s.tau, s.engine,
-                                s.workspace_bytes)
-        if s.backward == "lower_bound":
-            grad_q, grad_k = projected_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s)
-        else:
-            grad_q = ops.pair_gradient(codes_q, codes_k, q, k, grad, v, key_weight, s.tau, s.exact_clamp, s.engine)
-            every_query = q.new_ones(q.shape[0], q.shape[1])
-            grad_k = ops.pair_gradient(codes_k, codes_q, k, q, v, grad, every_query, s.tau, s.exact_clamp,
-                                       s.engine) * key_weight[..., None]
-    if s.normalize:
-        grad_q, grad_k = through_unit_rows(grad_q, q, norm_q), through_unit_rows(grad_k, k, norm_k)
-    return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None, None, None
+        gradients = _unit_row_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s)
+    return (*gradients, *[None] * 10)  # nothing for key_weight, the codes, the projections and the setup
+
+
+def _unit_row_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s: Setup):
+    """(∇Q, ∇K, ∇V) of the expectation, projected lower-bound or exact ("*YOSO") backward, on unit q, k."""
+    if s.backward == "expectation":
+        return expectation_gradients(q, k, v, key_weight, grad, s.tau)
+    ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
+    grad_v = ops.cumulation(codes_k, codes_q, key_weight[:, None, None], ones, grad, s.tau, s.engine,
+                            s.workspace_bytes)
+    if s.backward == "lower_bound":
+        grad_q, grad_k = projected_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s)
+    else:
+        grad_q = ops.pair_gradient(codes_q, codes_k, q, k, grad, v, key_weight, s.tau, s.exact_clamp, s.engine)
+        every_query = q.new_ones(q.shape[0], q.shape[1])
+        grad_k = ops.pair_gradient(codes_k, codes_q, k, q, v, grad, every_query, s.tau, s.exact_clamp,
+                                   s.engine) * key_weight[..., None]
+    return grad_q, grad_k, grad_v
 
 
 sample_op.register_autograd(_sample_backward, setup_context=_save_for_backward)

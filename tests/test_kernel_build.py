@@ -123,9 +123,9 @@ def test_cuda_sources_compile_with_nvcc(tmp_path):
                 _yoso_build.SOURCE_DIR]
     # (yoso_cpu.cpp with -DYOSO_WITH_CUDA adds the CUDA dispatch of its bindings; the CPU build compiles the rest.)
     for source in ("yoso_cuda.cpp", "yoso_cpu.cpp"):
-        check = subprocess.run(["c++", "-std=c++17", "-fsyntax-only", "-DYOSO_WITH_CUDA", "-DTORCH_EXTENSION_NAME=check",
-                                *(f"-I{path}" for path in includes), str(_yoso_build.SOURCE_DIR / source)],
-                               capture_output=True, text=True)
+        check = subprocess.run(["c++", "-std=c++17", "-fsyntax-only", "-DYOSO_WITH_CUDA",
+                                "-DTORCH_EXTENSION_NAME=check", *(f"-I{path}" for path in includes),
+                                str(_yoso_build.SOURCE_DIR / source)], capture_output=True, text=True)
         assert check.returncode == 0, f"{source}: {check.stderr[-3000:]}"
 
 

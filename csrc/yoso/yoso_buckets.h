@@ -93,8 +93,9 @@ class SortedCodes {
 
  private:
   [[noreturn]] static void out_of_range(int tau) {
-    throw std::invalid_argument("yoso: every hash code must lie in [0, 2^" + std::to_string(tau) +
-                                "), the range of tau = " + std::to_string(tau) + " bits; pass the tau the codes were made with");
+    const std::string bits = std::to_string(tau);
+    throw std::invalid_argument("yoso: every hash code must lie in [0, 2^" + bits + "), the range of tau = " + bits +
+                                " bits; pass the tau the codes were made with");
   }
 
   // One stable counting pass on bits [shift, shift + bits) of the codes (in_order null: the identity).

@@ -40,15 +40,6 @@ struct ExactArgs {
   float eps;
 };
 
-// Copies x (n floats) to `out` as x / max(|x|, eps) and returns |x| (summed in double).
-inline float copy_unit_row(const float* x, int64_t n, float eps, float* out) {
-  double squares = 0.0;
-  for (int64_t e = 0; e < n; ++e) squares += static_cast<double>(x[e]) * x[e];
-  const float norm = static_cast<float>(std::sqrt(squares)), divisor = std::max(norm, eps);
-  for (int64_t e = 0; e < n; ++e) out[e] = x[e] / divisor;
-  return norm;
-}
-
 // x . y in a fixed order that vectorizes: 16 partial sums, then a tree over them (a plain loop is
 // one chain of dependent scalar additions, which a compiler may not reorder without -ffast-math).
 typedef float Lanes16 __attribute__((vector_size(16 * sizeof(float))));
@@ -90,10 +81,31 @@ struct PackedRows {
   }
 };
 
-// The gradient of a row x (n floats, |x| = norm) from g, that of its unit row y, written to `out`.
+// Packs a token's operand x (n floats) into `out`: as given, or with `normalize` as its unit row
+// x / max(|x|, eps). Returns |x| (summed in double), which unpack_gradient needs, or 0.
+inline float pack_operand(const float* x, int64_t n, bool normalize, float eps, float* out) {
+  if (!normalize) {
+    std::copy(x, x + n, out);
+    return 0.0f;
+  }
+  double squares = 0.0;
+  for (int64_t e = 0; e < n; ++e) squares += static_cast<double>(x[e]) * x[e];
+  const float norm = static_cast<float>(std::sqrt(squares)), divisor = std::max(norm, eps);
+  for (int64_t e = 0; e < n; ++e) out[e] = x[e] / divisor;
+  return norm;
+}
+
+// Writes a token's gradient from its accumulator g (n floats): as it is, or with `normalize` the
+// gradient of the row x whose unit row y was packed (|x| = norm): (g - y (g . y)) / max(|x|, eps), g . y
+// taken as 0 where |x| < eps, as F.normalize's.
 template <int N>
-inline void through_unit_row(const float* g, const float* y, float norm, float eps, int64_t n_runtime, float* out) {
+inline void unpack_gradient(const float* g, const float* y, float norm, bool normalize, float eps, int64_t n_runtime,
+                            float* out) {
   const int64_t n = N > 0 ? N : n_runtime;
+  if (!normalize) {
+    std::copy(g, g + n, out);
+    return;
+  }
   const float along = norm < eps ? 0.0f : dot<N>(g, y, n), divisor = std::max(norm, eps);
   for (int64_t e = 0; e < n; ++e) out[e] = (g[e] - y[e] * along) / divisor;
 }
@@ -116,25 +128,19 @@ void exact_batch(const ExactArgs& a, int64_t b, yoso::SortedCodes& queries, yoso
   packed_q.reset(nq, width_q);
   packed_k.reset(nk, width_k);
   float *QG = packed_q.rows, *VK = packed_k.rows;
-  norms.resize(a.normalize ? nq + nk : 0);
-  float *norm_q = norms.data(), *norm_k = norms.data() + (a.normalize ? nq : 0);
+  norms.resize(nq + nk);
+  float *norm_q = norms.data(), *norm_k = norms.data() + nq;
   for (int64_t i = 0; i < nq; ++i) {
-    std::fill(QG + i * width_q + grad_q_at, QG + (i + 1) * width_q, 0.0f);
-    std::copy(gb + i * dv, gb + (i + 1) * dv, QG + i * width_q);
-    if (a.normalize) {
-      norm_q[i] = copy_unit_row(qb + i * d, d, a.eps, QG + i * width_q + dv);
-    } else {
-      std::copy(qb + i * d, qb + (i + 1) * d, QG + i * width_q + dv);
-    }
+    float* row = QG + i * width_q;
+    std::copy(gb + i * dv, gb + (i + 1) * dv, row);
+    norm_q[i] = pack_operand(qb + i * d, d, a.normalize, a.eps, row + dv);
+    std::fill(row + grad_q_at, row + width_q, 0.0f);
   }
   for (int64_t j = 0; j < nk; ++j) {
-    std::fill(VK + j * width_k + grad_k_at, VK + (j + 1) * width_k, 0.0f);
-    for (int64_t l = 0; l < dv; ++l) VK[j * width_k + l] = wb[j] * vb[j * dv + l];
-    if (a.normalize) {
-      norm_k[j] = copy_unit_row(kb + j * d, d, a.eps, VK + j * width_k + dv);
-    } else {
-      std::copy(kb + j * d, kb + (j + 1) * d, VK + j * width_k + dv);
-    }
+    float* row = VK + j * width_k;
+    for (int64_t l = 0; l < dv; ++l) row[l] = wb[j] * vb[j * dv + l];
+    norm_k[j] = pack_operand(kb + j * d, d, a.normalize, a.eps, row + dv);
+    std::fill(row + grad_k_at, row + width_k, 0.0f);
   }
   // One side of a heavy bucket through its dv x d table: T = sum over `own` members of row[:dv] row[dv:dv+d]^T,
   // then each `other` member's accumulator (at `out_at` in its row) += scale other_row[:dv]^T T.
@@ -199,19 +205,11 @@ void exact_batch(const ExactArgs& a, int64_t b, yoso::SortedCodes& queries, yoso
   }
   for (int64_t i = 0; i < nq; ++i) {
     const float* row = QG + i * width_q;
-    if (a.normalize) {
-      through_unit_row<D>(row + grad_q_at, row + dv, norm_q[i], a.eps, d, gqb + i * d);
-    } else {
-      std::copy(row + grad_q_at, row + grad_q_at + d, gqb + i * d);
-    }
+    unpack_gradient<D>(row + grad_q_at, row + dv, norm_q[i], a.normalize, a.eps, d, gqb + i * d);
   }
   for (int64_t j = 0; j < nk; ++j) {
     const float* row = VK + j * width_k;
-    if (a.normalize) {
-      through_unit_row<D>(row + grad_k_at, row + dv, norm_k[j], a.eps, d, gkb + j * d);
-    } else {
-      std::copy(row + grad_k_at, row + grad_k_at + d, gkb + j * d);
-    }
+    unpack_gradient<D>(row + grad_k_at, row + dv, norm_k[j], a.normalize, a.eps, d, gkb + j * d);
     std::copy(row + grad_v_at, row + grad_v_at + dv, gvb + j * dv);
   }
 }

@@ -180,22 +180,21 @@ def _kill_group(process: subprocess.Popen, patience_s: float = 30.0) -> None:
         pass
     process.wait()
     deadline = time.monotonic() + patience_s
-    while _live_members(process.pid) and time.monotonic() < deadline:
+    while _group_alive(process.pid) and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
-def _live_members(group: int) -> List[int]:
-    """The processes of process group ``group`` that have not exited (zombies have: they hold nothing
-    but their exit status), from /proc; empty where there is no /proc."""
-    live = []
+def _group_alive(group: int) -> bool:
+    """Whether a process of process group ``group`` has not exited yet (a zombie has: it holds nothing
+    but its exit status), from /proc; False where there is no /proc."""
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()  # the name may hold spaces
         except (OSError, IndexError):
             continue
         if int(fields[2]) == group and fields[0] not in ("Z", "X"):
-            live.append(int(entry.name))
-    return live
+            return True
+    return False
 
 
 def _tail(path: Path, lines: int = 15) -> str:
