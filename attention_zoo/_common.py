@@ -71,6 +71,15 @@ def through_unit_rows(grad: torch.Tensor, y: torch.Tensor, norm: torch.Tensor,
     return torch.addcmul(grad, y, along, value=-1).div_(norm.clamp_min(eps))
 
 
+def gradients_through_unit_rows(q: torch.Tensor, k: torch.Tensor, unit_row_gradients) -> tuple:
+    """(∇q, ∇k, *rest) for rows q, k of any length, from ``unit_row_gradients(q̂, k̂)`` → (∇q̂, ∇k̂, *rest)
+    taken on their unit rows: ∇q̂ and ∇k̂ pulled back through x ↦ x / max(‖x‖, eps) (:func:`through_unit_rows`),
+    the rest as they come."""
+    (unit_q, norm_q), (unit_k, norm_k) = unit_rows_with_norms(q), unit_rows_with_norms(k)
+    grad_q, grad_k, *rest = unit_row_gradients(unit_q, unit_k)
+    return (through_unit_rows(grad_q, unit_q, norm_q), through_unit_rows(grad_k, unit_k, norm_k), *rest)
+
+
 class _UnitRows(torch.autograd.Function):
     """x / ‖x‖ along the last dimension with a fused backward (:func:`through_unit_rows`) instead of
     autograd's seven passes through F.normalize (these passes over [B·H, n, d] are a visible share of

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from attention_zoo import _yoso_build
-from attention_zoo._common import UNIT_ROWS_EPS, through_unit_rows, unit_rows_with_norms
+from attention_zoo._common import UNIT_ROWS_EPS, gradients_through_unit_rows
 from attention_zoo._yoso_build import KernelUnavailable
 
 IMPLS = ("auto", "cuda", "cpu", "torch")
@@ -290,10 +290,8 @@ def exact_weight_backward_op(codes_q: Tensor, codes_k: Tensor, q: Tensor, k: Ten
     if not normalize or fused:
         return _exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine,
                                       normalize)
-    (unit_q, norm_q), (unit_k, norm_k) = unit_rows_with_norms(q), unit_rows_with_norms(k)
-    grad_q, grad_k, grad_v = _exact_weight_backward(codes_q, codes_k, unit_q, unit_k, v, key_weight, grad, tau,
-                                                    workspace_bytes, engine, False)
-    return through_unit_rows(grad_q, unit_q, norm_q), through_unit_rows(grad_k, unit_k, norm_k), grad_v
+    return gradients_through_unit_rows(q, k, lambda unit_q, unit_k: _exact_weight_backward(
+        codes_q, codes_k, unit_q, unit_k, v, key_weight, grad, tau, workspace_bytes, engine, False))
 
 
 def _exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine, normalize):

@@ -35,8 +35,8 @@ import torch
 from torch import Tensor
 
 from attention_zoo import _yoso_ops as ops
-from attention_zoo._common import (depthwise_sequence_conv, hash_code_length, in_float32, kept_draws,
-                                   register_rotation_seed, through_unit_rows, unit_rows, unit_rows_with_norms)
+from attention_zoo._common import (depthwise_sequence_conv, gradients_through_unit_rows, hash_code_length,
+                                   in_float32, kept_draws, register_rotation_seed, unit_rows)
 from attention_zoo.options import InvalidOption, choice, number, odd_window, whole
 from attention_zoo.registry import Attention, register
 from attention_zoo.yoso_e import CLAMP
@@ -214,10 +214,8 @@ def _sample_backward(ctx, grad):
         gradients = ops.exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, s.tau, s.engine,
                                               s.workspace_bytes, s.normalize)
     elif s.normalize:  # the other backwards take unit rows: normalized around them
-        (unit_q, norm_q), (unit_k, norm_k) = unit_rows_with_norms(q), unit_rows_with_norms(k)
-        grad_q, grad_k, grad_v = _unit_row_gradients(unit_q, unit_k, v, key_weight, grad, codes_q, codes_k,
-                                                     projections, s)
-        gradients = through_unit_rows(grad_q, unit_q, norm_q), through_unit_rows(grad_k, unit_k, norm_k), grad_v
+        gradients = gradients_through_unit_rows(q, k, lambda unit_q, unit_k: _unit_row_gradients(
+            unit_q, unit_k, v, key_weight, grad, codes_q, codes_k, projections, s))
     else:
         gradients = _unit_row_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s)
     return (*gradients, *[None] * 10)  # nothing for key_weight, the codes, the projections and the setup
