@@ -117,7 +117,7 @@ class Trainer:
         reads its checkpoints; ``record``: the run's record (``RunDirectory.new_record``), without one a
         record that never writes. ``attention``: the run's spec (made from ``cfg`` if not given)."""
         self.folder = run if isinstance(run, RunDirectory) else RunDirectory(run)
-        self.cfg, self.run_dir, self.announce, self.ranks = typed(cfg), self.folder.path, announce, ranks
+        self.cfg, self.announce, self.ranks = typed(cfg), announce, ranks
         cfg = self.cfg
         self.nondeterminism = NondeterminismLog()  # ops that alert under deterministic algorithms: recorded
         self.attention = attention if attention is not None else attention_spec(cfg)
@@ -142,6 +142,10 @@ class Trainer:
                            run_dir=str(self.run_dir), **self.describe_stage())
 
     stage_name = ""  # the progress line's prefix
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.path
 
     @property
     def stage_dir(self) -> Path:

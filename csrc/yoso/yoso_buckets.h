@@ -27,12 +27,6 @@ class SortedCodes {
     tau_ = tau;
     direct_ = tau <= 12 || (int64_t(1) << tau) <= 4 * n;
     has_codes_ = !direct_;
-    int64_t kept = n;
-    if (weight != nullptr) {
-      kept = 0;
-      for (int64_t i = 0; i < n; ++i) kept += weight[i] != 0.0f;
-    }
-    order_.resize(kept);
     if (direct_) {
       ends_.assign((size_t(1) << tau) + 1, 0);
       int32_t* counts = ends_.data() + 1;
@@ -45,6 +39,7 @@ class SortedCodes {
       }
       if (outside != 0) out_of_range(tau);
       for (size_t c = 1; c < ends_.size(); ++c) ends_[c] += ends_[c - 1];
+      order_.resize(ends_.back());  // the tokens counted: those kept
       for (int64_t i = 0; i < n; ++i) {  // ends_[c] moves from the start of code c's range to its end
         if (weight == nullptr || weight[i] != 0.0f) order_[ends_[codes[i]]++] = static_cast<int32_t>(i);
       }
@@ -55,6 +50,7 @@ class SortedCodes {
     if (outside != 0) out_of_range(tau);
     const int32_t* in_codes = codes;
     const int32_t* in_order = nullptr;
+    int64_t kept = n;
     if (weight != nullptr) {
       kept_codes_.clear();
       kept_order_.clear();
@@ -66,7 +62,9 @@ class SortedCodes {
       }
       in_codes = kept_codes_.data();
       in_order = kept_order_.data();
+      kept = static_cast<int64_t>(kept_codes_.size());
     }
+    order_.resize(kept);
     codes_.resize(kept);
     scratch_codes_.resize(kept);
     scratch_order_.resize(kept);
