@@ -6,7 +6,7 @@ import functools
 import importlib.resources
 import math
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
@@ -71,7 +71,8 @@ def through_unit_rows(grad: torch.Tensor, y: torch.Tensor, norm: torch.Tensor,
     return torch.addcmul(grad, y, along, value=-1).div_(norm.clamp_min(eps))
 
 
-def gradients_through_unit_rows(q: torch.Tensor, k: torch.Tensor, unit_row_gradients) -> tuple:
+def gradients_through_unit_rows(q: torch.Tensor, k: torch.Tensor,
+                                unit_row_gradients: Callable[[torch.Tensor, torch.Tensor], tuple]) -> tuple:
     """(∇q, ∇k, *rest) for rows q, k of any length, from ``unit_row_gradients(q̂, k̂)`` → (∇q̂, ∇k̂, *rest)
     taken on their unit rows: ∇q̂ and ∇k̂ pulled back through x ↦ x / max(‖x‖, eps) (:func:`through_unit_rows`),
     the rest as they come."""
