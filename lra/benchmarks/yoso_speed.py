@@ -2,19 +2,24 @@
 
     python -m lra.benchmarks.yoso_speed [--device cpu|cuda] [--lengths 512 1024 ...]
 
-Cells (batch·heads 16, head_dim 32 by default): eager softmax (materialises n × n), PyTorch's SDPA,
-YOSO-m on the compiled kernels for m = 16, 32, 64 (the backward with the paper's exact per-pair
-weights), YOSO-32 with the cheaper 4-projection backward, and YOSO-32 on the vectorized pure-PyTorch
-implementation (``impl=torch``). Times and peak memory (of one forward + backward) are measured as
+Cells (batch·heads 16, head_dim 32 by default): eager softmax (materialises n × n) and PyTorch's
+SDPA, each in fp32 and under bf16 autocast (fp32 inputs, the matmuls and SDPA in bf16, as a training
+step under ``trainer.precision=bf16`` with ``model.attention_fp32=false`` runs them: on an H100 only
+the bf16 SDPA cell is FlashAttention), YOSO-m on the compiled kernels for m = 16, 32, 64 (the
+backward with the paper's exact per-pair weights), YOSO-32 with the cheaper 4-projection backward,
+and YOSO-32 on the vectorized pure-PyTorch implementation (``impl=torch``); the YOSO cells run in
+fp32 (its kernels are fp32). Every table says each cell's precision. The bf16 cells are in the
+default set on CUDA only (bf16 autocast on a CPU is slow and not how the CPU runs train); ask for
+them with ``--cells``. Times and peak memory (of one forward + backward) are measured as
 :mod:`lra.profiling.measure` defines them (the best of ``--repeats`` runs after one warm-up; the
 highest point of torch's tensors above the start). On CPU each cell runs in a fresh subprocess; on
 CUDA all cells run in one process (no process start-up per cell). An out-of-memory cell is recorded,
-not fatal. Rows are printed as they are measured (a cut run keeps them), the tables by n at the end.
-"""
+not fatal. Rows are printed as they are measured (a cut run keeps them), the tables by n at the end."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -22,15 +27,23 @@ import pandas as pd
 
 from lra.profiling.measure import MB, best_of, run_cell, step_peak_bytes
 
-CELLS = {
-    "softmax (eager)": ("eager", {}),
-    "softmax (SDPA)": ("sdpa", {}),
-    "YOSO-16": ("yoso", {"num_hashes": 16}),
-    "YOSO-32": ("yoso", {"num_hashes": 32}),
-    "YOSO-32 (p = 4)": ("yoso", {"num_hashes": 32, "backward_projections": 4}),
-    "YOSO-64": ("yoso", {"num_hashes": 64}),
-    "YOSO-32 (PyTorch)": ("yoso", {"num_hashes": 32, "impl": "torch"}),
+BF16 = "bf16 autocast"
+CELLS = {  # name: (kind, backend options, precision)
+    "softmax (eager)": ("eager", {}, "fp32"),
+    "softmax (eager, bf16)": ("eager", {}, BF16),
+    "softmax (SDPA)": ("sdpa", {}, "fp32"),
+    "softmax (SDPA, bf16)": ("sdpa", {}, BF16),
+    "YOSO-16": ("yoso", {"num_hashes": 16}, "fp32"),
+    "YOSO-32": ("yoso", {"num_hashes": 32}, "fp32"),
+    "YOSO-32 (p = 4)": ("yoso", {"num_hashes": 32, "backward_projections": 4}, "fp32"),
+    "YOSO-64": ("yoso", {"num_hashes": 64}, "fp32"),
+    "YOSO-32 (PyTorch)": ("yoso", {"num_hashes": 32, "impl": "torch"}, "fp32"),
 }
+
+
+def default_cells(device: str) -> list:
+    """Every cell on CUDA; on a CPU every fp32 cell (bf16 autocast there is slow and not how CPU runs train)."""
+    return [name for name, (_, _, precision) in CELLS.items() if device == "cuda" or precision == "fp32"]
 
 
 def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, repeats: int) -> dict:
@@ -39,7 +52,7 @@ def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, rep
 
     import attention_zoo
 
-    kind, options = CELLS[cell]
+    kind, options, precision = CELLS[cell]
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, batch_heads, n, head_dim, device=device, requires_grad=True) for _ in range(3))
     mask = torch.ones(1, n, dtype=torch.bool, device=device)
@@ -53,22 +66,34 @@ def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, rep
         attend = attention_zoo.build(kind, num_heads=batch_heads, head_dim=head_dim, max_seq_len=n, **options)
         attend = attend.to(device).train()
 
+    def autocast():
+        if precision == BF16:
+            return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def forward():
+        with autocast():
+            return attend(q, k, v, mask)
+
     def forward_backward():
-        attend(q, k, v, mask).square().sum().backward()
+        with autocast():  # the loss inside autocast, the backward outside it, as a training step
+            loss = attend(q, k, v, mask).float().square().sum()
+        loss.backward()
 
     with torch.no_grad():  # the warm-up builds the kernels before anything is measured
-        forward = best_of(lambda: attend(q, k, v, mask), device, repeats)
+        forward_s = best_of(forward, device, repeats)
     both = best_of(forward_backward, device, repeats)
     peak = step_peak_bytes(forward_backward, device)
-    return {"cell": cell, "n": n, "forward_ms": forward * 1e3, "forward_backward_ms": both * 1e3,
-            "peak_mb": peak / MB}
+    return {"cell": cell, "n": n, "precision": precision, "forward_ms": forward_s * 1e3,
+            "forward_backward_ms": both * 1e3, "peak_mb": peak / MB}
 
 
 def measure_in_subprocess(cell: str, n: int, device: str, batch_heads: int, head_dim: int, repeats: int) -> dict:
     rows = run_cell("lra.benchmarks.yoso_speed", ["--one", cell, "--lengths", str(n), "--device", device,
                                                   "--batch-heads", str(batch_heads), "--head-dim", str(head_dim),
                                                   "--repeats", str(repeats)])
-    return rows[-1] if "error" not in rows[-1] else {"cell": cell, "n": n, "error": rows[-1]["error"]}
+    return rows[-1] if "error" not in rows[-1] else {"cell": cell, "n": n, "precision": CELLS[cell][2],
+                                                     "error": rows[-1]["error"]}
 
 
 def measure_here(cell: str, n: int, device: str, batch_heads: int, head_dim: int, repeats: int) -> dict:
@@ -80,20 +105,21 @@ def measure_here(cell: str, n: int, device: str, batch_heads: int, head_dim: int
     try:
         return measure(cell, n, device, batch_heads, head_dim, repeats)
     except torch.cuda.OutOfMemoryError:
-        return {"cell": cell, "n": n, "error": "out of memory"}
+        return {"cell": cell, "n": n, "precision": CELLS[cell][2], "error": "out of memory"}
     finally:
         gc.collect()
         torch.cuda.empty_cache()
 
 
-ROW_HEADER = "| cell | n | forward (ms) | forward + backward (ms) | peak memory (MB) |\n|:--|--:|--:|--:|--:|"
+ROW_HEADER = ("| cell | precision | n | forward (ms) | forward + backward (ms) | peak memory (MB) |\n"
+              "|:--|:--|--:|--:|--:|--:|")
 
 
 def row_line(row: dict) -> str:
     if "error" in row:
-        return f"| {row['cell']} | {row['n']} | {row['error']} | | |"
-    return (f"| {row['cell']} | {row['n']} | {row['forward_ms']:.2f} | {row['forward_backward_ms']:.2f} | "
-            f"{row['peak_mb']:.0f} |")
+        return f"| {row['cell']} | {row['precision']} | {row['n']} | {row['error']} | | |"
+    return (f"| {row['cell']} | {row['precision']} | {row['n']} | {row['forward_ms']:.2f} | "
+            f"{row['forward_backward_ms']:.2f} | {row['peak_mb']:.0f} |")
 
 
 def report(rows) -> str:
@@ -104,6 +130,7 @@ def report(rows) -> str:
         if column not in frame:
             continue
         pivot = frame.pivot(index="cell", columns="n", values=column).reindex(list(dict.fromkeys(frame["cell"])))
+        pivot.insert(0, "precision", [CELLS[cell][2] for cell in pivot.index])
         parts.append(f"**{title}**\n\n" + pivot.to_markdown(floatfmt=".0f", missingval="OOM"))
     return "\n\n".join(parts)
 
@@ -112,7 +139,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192])
-    parser.add_argument("--cells", nargs="+", default=list(CELLS), choices=list(CELLS))
+    parser.add_argument("--cells", nargs="+", default=None, choices=list(CELLS),
+                        help="default: every cell on cuda, every fp32 cell on cpu")
     parser.add_argument("--batch-heads", type=int, default=16)
     parser.add_argument("--head-dim", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
@@ -122,11 +150,12 @@ def main(argv=None) -> None:
     if args.one:
         print(json.dumps(measure(args.one, args.lengths[0], args.device, args.batch_heads, args.head_dim, args.repeats)))
         return
+    cells = args.cells or default_cells(args.device)
     rows = []
     cell_runner = measure_here if args.device == "cuda" else measure_in_subprocess
     print(ROW_HEADER, flush=True)
     for n in args.lengths:
-        for cell in args.cells:
+        for cell in cells:
             rows.append(cell_runner(cell, n, args.device, args.batch_heads, args.head_dim, args.repeats))
             print(row_line(rows[-1]), flush=True)
             print(json.dumps(rows[-1]), file=sys.stderr)
