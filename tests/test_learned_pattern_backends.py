@@ -243,6 +243,21 @@ def test_inputs_longer_than_max_seq_len_are_refused(name):
         build(name)(q, k, v, None)
 
 
+@pytest.mark.parametrize("name", ["sinkhorn", "synthesizer"])
+def test_dropout_acts_in_training_only(name):
+    q, k, v = qkv()
+    mask = padded()
+    options = {"gumbel_noise": False} if name == "sinkhorn" else {}
+    plain = build(name, **options)(q, k, v, mask)
+    attn = build(name, dropout=0.5, **options)
+    assert torch.equal(attn(q, k, v, mask), plain)
+    attn.train()
+    torch.manual_seed(1)
+    dropped = attn(q, k, v, mask)
+    torch.manual_seed(1)
+    assert torch.equal(attn(q, k, v, mask), dropped) and (dropped - plain).abs().max() > 0.1
+
+
 @pytest.mark.parametrize("name,option,value", [
     ("sinkhorn", "block_size", 0), ("sinkhorn", "sinkhorn_iterations", 0), ("sinkhorn", "temperature", 0.0),
     ("sinkhorn", "gumbel_noise", "yes"), ("sinkhorn", "dropout", 1.0), ("synthesizer", "mode", "dense_random"),
