@@ -1,0 +1,154 @@
+"""Sparse Transformer attention, the fixed pattern (Child et al. 2019, §4.2–4.3), as the LRA code runs it.
+
+With block length l and summary width c, query i attends to the union ("merged" heads, §4.3) of
+
+    A(1)_i = {j : ⌊j / l⌋ = ⌊i / l⌋}                  its own block,
+    A(2)_i = {j : j mod l ∈ {t, t + 1, …, l}}, t = l − c   the summary positions of every block,
+
+where the paper's j mod l = l is 0: each block's first position and its last c are summaries (c + 1
+per block). As in the LRA code (``sparse_attention.py``: "all attention patterns are causal") both
+sets are cut to j ≤ i even in the classifier's encoder (``unidirectional``). With ``cls_token``
+position 0 is the classifier's CLS token, as the LRA code's ``use_cls_token``: it attends to every
+key, every query attends to it, and the pattern above indexes the positions after it from 0.
+
+Computed per query block: its own block (l keys) plus the summary positions of the other blocks,
+gathered once; never an n × n mask. The summaries grow with n, so memory is O(n · (l + n(c + 1)/l)):
+quadratic, (c + 1)/l of dense attention's (22 % at the LRA's l = 50, c = 10); the paper takes l ≈ √n.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from attention_zoo._common import NEG_INF, in_float32, pad_to_multiple, scaled
+from attention_zoo.options import number, whole
+from attention_zoo.registry import Attention, register
+
+
+@dataclass
+class SparseTransformerOptions:
+    block_size: int = 50
+    """l, the stride of the fixed pattern: 50 in the LRA code (``train_utils.get_model``:
+    ``Fixed1Pattern(block_size=50)``, ``Fixed2Pattern(block_size=50, c=10)``, every task)."""
+    summary_size: int = 10
+    """c: the last c positions of each block (and its first, see the module docstring) are summaries."""
+    unidirectional: bool = True
+    """Keys at or before the query only, as the LRA encoder (its patterns are causal); false: the
+    fixed pattern in both directions."""
+    cls_token: bool = True
+    """Position 0 attends and is attended densely (the LRA code whenever it pools by CLS: ListOps,
+    Text, Retrieval, Image; its Pathfinder pools by mean, so set false there)."""
+    dropout: float = 0.0
+    """Dropout on the attention probabilities, active in training mode only."""
+
+    def __post_init__(self):
+        whole(self, 1, "block_size")
+        whole(self, 0, "summary_size", maximum=self.block_size - 1)
+        number(self, "dropout", 0.0, 1.0, high_open=True)
+
+
+def summary_offsets(block_size: int, summary_size: int) -> list:
+    """Offsets within a block of its summary positions: 0 and l − c … l − 1."""
+    return [0] + list(range(max(1, block_size - summary_size), block_size))
+
+
+@register("sparse_transformer", SparseTransformerOptions)
+class SparseTransformerAttention(Attention):
+    """Causal: keys at or before the query, the CLS row included (it then sees only itself)."""
+
+    supports_causal = True
+
+    @classmethod
+    def label(cls, options: SparseTransformerOptions) -> str:
+        return "Sparse Transformer"
+
+    @property
+    def ordered(self) -> bool:
+        return self.options.unidirectional or self.causal
+
+    def attended_keys(self, q, k, mask: Optional[torch.Tensor]):
+        """Dense [B, H, n, n] bool: the keys each query attends to (for analysis at small n)."""
+        n = q.shape[2]
+        mask = torch.ones(q.shape[0], n, dtype=torch.bool, device=q.device) if mask is None else mask.bool()
+        first = 1 if self.options.cls_token and n > 0 else 0
+        size = self.options.block_size
+        position = torch.arange(n, device=q.device) - first  # the pattern's index of each position
+        offset = position.remainder(size)
+        summary = (offset == 0) | (offset >= size - self.options.summary_size)
+        seen = (position[:, None] // size == position[None, :] // size) | summary[None, :]
+        if self.ordered:
+            seen = seen & (position[None, :] <= position[:, None])
+        if first:
+            seen[0, :] = True
+            seen[:, 0] = True
+            if self.causal:
+                seen[0, 1:] = False
+        return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
+
+    @in_float32
+    def forward(self, q, k, v, mask):
+        n = q.shape[2]
+        first = 1 if self.options.cls_token and n > 0 else 0
+        q = scaled(q)
+        body = self._pattern_rows(q[:, :, first:], k, v, mask, first)
+        if not first:
+            return body
+        return torch.cat([self._cls_row(q[:, :, :1], k, v, mask), body], dim=2)
+
+    def _dropout(self, weights):
+        if self.training and self.options.dropout:
+            return F.dropout(weights, self.options.dropout)
+        return weights
+
+    def _cls_row(self, q, k, v, mask):
+        """Position 0's queries over every real key (only itself when causal)."""
+        allowed = mask[:, None, None, :]
+        if self.causal:
+            allowed = allowed & (torch.arange(k.shape[2], device=k.device) == 0)
+        weights = torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~allowed, NEG_INF), dim=-1)
+        return self._dropout(weights) @ v
+
+    def _pattern_rows(self, q, k, v, mask, first: int):
+        """The fixed pattern for the queries after the first ``first`` positions."""
+        batch, heads, m, _ = q.shape
+        size = self.options.block_size
+        blocks = math.ceil(m / size)
+
+        def blocked(x):  # [B, H, m, d] → [B, H, blocks, size, d]
+            return pad_to_multiple(x, size, dim=2).view(batch, heads, blocks, size, x.shape[-1])
+
+        qb, kb, vb = blocked(q), blocked(k[:, :, first:]), blocked(v[:, :, first:])
+        real = pad_to_multiple(mask[:, first:], size, dim=1, value=False).view(batch, blocks, size)
+
+        own_allowed = real[:, None, :, None, :]  # [B, 1, blocks, 1, size]
+        if self.ordered:
+            own_allowed = own_allowed & torch.ones(size, size, dtype=torch.bool, device=q.device).tril()
+        own = (qb @ kb.transpose(-1, -2)).masked_fill(~own_allowed, NEG_INF)
+
+        # The summary positions of the other blocks (the query's own are already among ``own``).
+        offsets = torch.tensor(summary_offsets(size, self.options.summary_size), device=q.device)
+        per_block = len(offsets)
+        summary_k = kb[:, :, :, offsets].reshape(batch, heads, 1, blocks * per_block, k.shape[-1])
+        summary_v = vb[:, :, :, offsets].reshape(batch, heads, 1, blocks * per_block, v.shape[-1])
+        key_block = torch.arange(blocks, device=q.device).repeat_interleave(per_block)
+        query_block = torch.arange(blocks, device=q.device)[:, None]
+        other = key_block < query_block if self.ordered else key_block != query_block  # [blocks, blocks · s]
+        summary_real = real[:, :, offsets].reshape(batch, 1, 1, 1, blocks * per_block)
+        summary_allowed = other[:, None, :] & summary_real  # [B, 1, blocks, 1, blocks · s]
+        summary = (qb @ summary_k.transpose(-1, -2)).masked_fill(~summary_allowed, NEG_INF)
+
+        parts = [own, summary]
+        if first:  # every query sees the CLS key
+            cls_allowed = mask[:, None, None, None, :1]
+            parts.append((qb @ k[:, :, None, :1].transpose(-1, -2)).masked_fill(~cls_allowed, NEG_INF))
+        weights = self._dropout(torch.softmax(torch.cat(parts, dim=-1), dim=-1))
+        summaries = blocks * per_block
+        out = weights[..., :size] @ vb + weights[..., size:size + summaries] @ summary_v
+        if first:
+            out = out + weights[..., size + summaries:] @ v[:, :, None, :1]
+        return out.reshape(batch, heads, blocks * size, v.shape[-1])[:, :, :m]
