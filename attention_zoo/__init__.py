@@ -9,6 +9,6 @@ from attention_zoo.registry import (Attention, AttentionSpec, Backend, build, ca
                                     names, register, spec)
 
 # Importing a backend module registers it.
-from attention_zoo import bigbird, learned_hash, linformer, local, longformer, lsh, none, nystrom, performer, reformer, sinkhorn, softmax, sparse_transformer, synthesizer, yoso, yoso_e  # noqa: E402,F401
+from attention_zoo import bigbird, learned_hash, linear_transformer, linformer, local, longformer, lsh, none, nystrom, performer, reformer, rfa, sinkhorn, softmax, sparse_transformer, synthesizer, yoso, yoso_e  # noqa: E402,F401
 
 __all__ = ["Attention", "AttentionSpec", "Backend", "build", "causal_names", "get", "label", "make_options", "names", "register", "spec"]
