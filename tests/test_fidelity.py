@@ -157,7 +157,8 @@ def test_lra_fidelity_smoke_on_a_trained_checkpoint(tmp_path, data_dir):
     assert "LHA (trained)" in set(backends["label"])
     assert (backends[backends["backend"] == "softmax"]["relative_error"] < 1e-6).all()
     sparse = backends.dropna(subset=["keys_per_query"])
-    assert set(sparse["backend"]) == {"longformer", "lsh", "reformer", "learned_hash"}
+    assert set(sparse["backend"]) == {"longformer", "lsh", "reformer", "learned_hash", "local", "sparse_transformer",
+                                      "bigbird"}
     assert (sparse["utility"] <= sparse["utility_ceiling"] + 1e-9).all()
     oracles = tables["oracles"]
     assert (oracles[oracles["max_support"].notna()]["relative_error"] < 1e-9).all()

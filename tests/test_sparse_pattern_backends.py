@@ -88,9 +88,10 @@ def bigbird_pattern(n, b, plan):
 def test_local_equals_the_dense_block_pattern(n, block, causal):
     q, k, v = qkv(n=n)
     mask = padding(n, [n, max(1, n - 11)])
-    out = build("local", n, causal=causal, block_size=block)(q, k, v, mask)
-    reference = dense_reference(q, k, v, mask, local_pattern(n, block, causal))
-    assert relative_error(out, reference, mask) <= TOLERANCE
+    attn = build("local", n, causal=causal, block_size=block)
+    allowed = local_pattern(n, block, causal)
+    assert relative_error(attn(q, k, v, mask), dense_reference(q, k, v, mask, allowed), mask) <= TOLERANCE
+    assert torch.equal(attn.attended_keys(q, k, mask)[:, 0], allowed & mask[:, None, :])
 
 
 @pytest.mark.parametrize("causal", [False, True])
