@@ -1,0 +1,162 @@
+"""A GPU kernel's time on paper: the machines, one kernel's work, and the terms that bound its time.
+
+A kernel is described by what it asks of the machine (:class:`Kernel`): its launches and grid, the
+registers and shared memory of a block (ptxas), the warp instructions it issues, the bytes it moves
+between DRAM and L2 and between L2 and the SMs (32-byte sectors; an atomic update costs its sectors
+twice: read and write inside L2), its FP32 work, and the longest chain of dependent latencies one
+block walks (cycles). :func:`terms` turns that into seconds on a :class:`Machine`:
+
+- **launch**: a fixed cost per launch (host and device), the only term that adds to the others;
+- **issue**: warp instructions over the SMs that have a block (4 schedulers, 1 warp instruction a
+  clock each);
+- **DRAM** and **L2**: bytes over the achievable bandwidth of each;
+- **FP32**: FMA work over the FP32 pipes;
+- **latency** (with occupancy): the chain of one block, times the waves of blocks the SMs hold at
+  once (``blocks / (SMs × resident blocks per SM)``, at least one). Resident blocks per SM are the
+  fewest that threads, registers, shared memory and the block limit allow, so a kernel with few
+  blocks, or a long chain of dependent loads per block, is latency-bound however few bytes it moves.
+
+The time is the launch term plus the largest of the others (the work overlaps; only launches
+serialise). Latencies are in cycles of the SM clock; they were measured by microbenchmarks
+(Jia et al. 2019, "Dissecting the NVidia Turing T4 GPU via Microbenchmarking", for Turing's SM;
+Luo et al. 2024, "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture", for Hopper's),
+rounded, with DRAM latency taken near the middle of the published 300–500 ns range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict
+
+SECTOR = 32  # bytes: the unit of L1/L2/DRAM transfers
+WARP = 32
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    sms: int
+    clock_hz: float  # the boost clock of the datasheet FP32 rate
+    dram_bytes_per_s: float
+    l2_bytes: int
+    l2_bytes_per_s: float
+    fp32_flops: float  # the datasheet's peak (FMA = 2 FLOPs)
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    registers_per_sm: int
+    shared_bytes_per_sm: int
+    l2_latency: int  # cycles
+    dram_latency: int  # cycles
+    shared_latency: int  # cycles: a shared-memory access, a shuffle or a barrier
+    launch_s: float  # per kernel launch, host and device
+    dram_efficiency: float = 0.85  # the fraction of the datasheet bandwidth a streaming kernel sustains
+    gemm_efficiency: float = 0.8  # of fp32_flops, cuBLAS SGEMM at large sizes
+
+    @property
+    def issue_per_s(self) -> float:
+        """Warp instructions per second: 4 schedulers per SM, one warp instruction a clock each."""
+        return self.sms * 4 * self.clock_hz
+
+
+# RTX 2080 Ti (TU102), the YOSO paper's GPU: NVIDIA's datasheet (68 SMs, 1,545 MHz boost,
+# 616 GB/s, 5.5 MB L2, 13.4 TFLOP/s FP32) and the Turing tuning guide (1,024 threads, 16 blocks,
+# 64 K registers and 64 KB shared memory per SM). L2 bandwidth: 64 bytes a clock per L2 slice,
+# 22 slices at the boost clock (≈ 2.2 TB/s). Launches: PyTorch 1.x eager, ~5 µs each.
+RTX_2080_TI = Machine("RTX 2080 Ti", sms=68, clock_hz=1.545e9, dram_bytes_per_s=616e9, l2_bytes=5632 * 1024,
+                      l2_bytes_per_s=2.2e12, fp32_flops=13.4e12, max_threads_per_sm=1024, max_blocks_per_sm=16,
+                      registers_per_sm=65536, shared_bytes_per_sm=64 * 1024, l2_latency=190, dram_latency=500,
+                      shared_latency=25, launch_s=5e-6)
+
+# H100 SXM5 (GH100): NVIDIA's datasheet and Hopper tuning guide (132 SMs, 1,980 MHz at the 67 TFLOP/s
+# FP32 rate, 3.35 TB/s HBM3, 50 MB L2, 2,048 threads, 32 blocks, 64 K registers and 228 KB shared
+# memory per SM). L2 bandwidth ≈ 5.5 TB/s (microbenchmarks of the partitioned L2). Launches from
+# one C++ operator (no Python between them): ~3 µs each.
+H100 = Machine("H100 SXM5", sms=132, clock_hz=1.98e9, dram_bytes_per_s=3.35e12, l2_bytes=50 * 2**20,
+               l2_bytes_per_s=5.5e12, fp32_flops=67e12, max_threads_per_sm=2048, max_blocks_per_sm=32,
+               registers_per_sm=65536, shared_bytes_per_sm=228 * 1024, l2_latency=260, dram_latency=650,
+               shared_latency=25, launch_s=3e-6, dram_efficiency=0.9)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """What one kernel (all its launches together) asks of the machine; see the module docstring."""
+
+    name: str
+    blocks: float  # per launch
+    threads: int  # per block
+    launches: int = 1
+    registers: int = 32  # per thread
+    shared_bytes: int = 0  # per block
+    instructions: float = 0.0  # warp instructions, all launches
+    dram_bytes: float = 0.0
+    l2_bytes: float = 0.0  # sectors between L2 and the SMs × 32 (atomic sectors counted twice)
+    flops: float = 0.0  # FP32
+    chain: float = 0.0  # cycles: the longest dependent path one block walks
+    gemm: bool = False  # cuBLAS: flops at the machine's GEMM efficiency instead of the other terms
+    loaded: float = 0.0  # bytes the threads load (the CPU emulation counts these)
+    stored: float = 0.0
+
+    def scaled(self, factor: float) -> "Kernel":
+        """The same kernel ``factor`` times (its launches and all its work)."""
+        return Kernel(self.name, self.blocks, self.threads, max(1, round(self.launches * factor)), self.registers,
+                      self.shared_bytes, self.instructions * factor, self.dram_bytes * factor,
+                      self.l2_bytes * factor, self.flops * factor, self.chain, self.gemm, self.loaded * factor,
+                      self.stored * factor)
+
+
+def resident_blocks(kernel: Kernel, machine: Machine) -> int:
+    """Blocks one SM holds at once: the tightest of threads, registers, shared memory and the block limit."""
+    limits = [machine.max_blocks_per_sm, machine.max_threads_per_sm // max(kernel.threads, 1)]
+    warps = math.ceil(kernel.threads / WARP)
+    registers = warps * WARP * max(kernel.registers, 16)
+    limits.append(machine.registers_per_sm // registers)
+    if kernel.shared_bytes:
+        limits.append(machine.shared_bytes_per_sm // kernel.shared_bytes)
+    return max(1, min(limits))
+
+
+def terms(kernel: Kernel, machine: Machine) -> Dict[str, float]:
+    """Seconds per term (module docstring); ``launch`` adds to the largest of the others."""
+    if kernel.gemm:
+        return {"launch": kernel.launches * machine.launch_s,
+                "FP32": kernel.flops / (machine.fp32_flops * machine.gemm_efficiency),
+                "DRAM": kernel.dram_bytes / (machine.dram_bytes_per_s * machine.dram_efficiency)}
+    blocks = kernel.blocks * kernel.launches
+    active_sms = min(machine.sms, max(kernel.blocks, 1))
+    waves = kernel.blocks / (machine.sms * resident_blocks(kernel, machine))
+    return {
+        "launch": kernel.launches * machine.launch_s,
+        "issue": kernel.instructions / (active_sms * 4 * machine.clock_hz),
+        "DRAM": kernel.dram_bytes / (machine.dram_bytes_per_s * machine.dram_efficiency),
+        "L2": kernel.l2_bytes / machine.l2_bytes_per_s,
+        "FP32": kernel.flops / machine.fp32_flops,
+        "latency": kernel.launches * max(1.0, waves) * kernel.chain / machine.clock_hz if blocks else 0.0,
+    }
+
+
+def seconds(kernel: Kernel, machine: Machine) -> float:
+    parts = terms(kernel, machine)
+    return parts["launch"] + max(v for k, v in parts.items() if k != "launch")
+
+
+def bound(kernel: Kernel, machine: Machine) -> str:
+    """The name of the term that sets the kernel's time (besides its launches)."""
+    parts = terms(kernel, machine)
+    return max((k for k in parts if k != "launch"), key=parts.get)
+
+
+def streaming(name: str, bytes_moved: float, machine: Machine, launches: int = 1) -> Kernel:
+    """An elementwise PyTorch kernel (a copy, a fill, a normalization pass): bytes through DRAM once,
+    4 elements of 4 bytes per thread (vectorized, loads in flight together), a few instructions each."""
+    elements = bytes_moved / 4
+    return Kernel(name, blocks=max(1.0, elements / (4 * 256 * launches)), threads=256, launches=launches,
+                  instructions=elements / WARP * 3, dram_bytes=bytes_moved, l2_bytes=bytes_moved,
+                  chain=machine.dram_latency * 2)
+
+
+def gemm(name: str, m: float, n: float, k: float, launches: int = 1, operands_bytes: float = 4.0) -> Kernel:
+    """A cuBLAS GEMM [m × k] · [k × n] (fp32 on the CUDA cores): 2 m n k FLOPs at the machine's
+    SGEMM efficiency; its operands and result through DRAM once."""
+    return Kernel(name, blocks=1, threads=256, launches=launches, flops=launches * 2 * m * n * k,
+                  dram_bytes=launches * operands_bytes * (m * k + k * n + m * n), gemm=True)

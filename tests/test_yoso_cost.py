@@ -1,0 +1,109 @@
+"""The GPU cost model (lra.benchmarks.yoso_cost): its terms against closed forms, its calibration
+against the YOSO paper's Table 4 (every YOSO cell within ±50 %), its projections monotonic in n,
+and the command's report with the calibration table and the crossover."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lra.benchmarks import gpu_model, softmax_h100, yoso_cost
+from lra.benchmarks.gpu_model import H100, RTX_2080_TI, Kernel
+from lra.benchmarks.yoso_call import Call, max_of_poisson
+
+
+def test_every_yoso_cell_of_table4_is_reproduced_within_half():
+    cells = yoso_cost.calibration()
+    yoso = [cell for cell in cells if cell.method.startswith("YOSO")]
+    assert {cell.method for cell in yoso} == {"YOSO-16", "YOSO-32", "YOSO-64", "YOSO-128"}
+    assert {cell.n for cell in yoso} == {512, 1024, 2048, 4096} and len(yoso) == 16
+    for cell in yoso:
+        forward, backward = cell.ratios
+        assert 0.5 <= forward <= 1.5 and 0.5 <= backward <= 1.5, cell
+
+
+def test_a_streaming_kernel_takes_its_bytes_over_the_sustained_bandwidth_plus_its_launch():
+    moved = 8e9
+    kernel = gpu_model.streaming("copy", moved, H100)
+    expected = moved / (H100.dram_bytes_per_s * H100.dram_efficiency) + H100.launch_s
+    assert gpu_model.seconds(kernel, H100) == pytest.approx(expected, rel=1e-12)
+    assert gpu_model.bound(kernel, H100) == "DRAM"
+
+
+def test_occupancy_takes_the_tightest_of_threads_registers_shared_memory_and_blocks():
+    # The authors' ver4 kernel on a 2080 Ti: 256 threads x 63 registers -> 4 blocks (registers and threads)
+    assert gpu_model.resident_blocks(Kernel("ver4", 1, 256, registers=63, shared_bytes=16144), RTX_2080_TI) == 4
+    # 32-thread blocks: the 32-block limit of an H100 SM binds before its 2,048 threads
+    assert gpu_model.resident_blocks(Kernel("small", 1, 32, registers=32), H100) == 32
+    # 100 KB of shared memory per block: two fit in 228 KB
+    assert gpu_model.resident_blocks(Kernel("shared", 1, 128, registers=32, shared_bytes=100 * 1024), H100) == 2
+    # 128 threads x 255 registers: 65,536 / 32,640 -> 2 blocks
+    assert gpu_model.resident_blocks(Kernel("registers", 1, 128, registers=255), H100) == 2
+
+
+def test_a_grid_smaller_than_one_wave_waits_its_whole_chain_and_a_larger_one_its_waves():
+    chain = 1e5
+    one = Kernel("few blocks", blocks=48, threads=128, registers=32, chain=chain)
+    assert gpu_model.terms(one, H100)["latency"] == pytest.approx(chain / H100.clock_hz)
+    resident = gpu_model.resident_blocks(one, H100)
+    many = Kernel("many blocks", blocks=10 * H100.sms * resident, threads=128, registers=32, chain=chain)
+    assert gpu_model.terms(many, H100)["latency"] == pytest.approx(10 * chain / H100.clock_hz)
+
+
+def test_the_busiest_lane_matches_a_seeded_simulation_and_the_single_draw_its_mean():
+    assert max_of_poisson(1.0, 1) == pytest.approx(1.0, abs=1e-6)
+    draws = np.random.default_rng(0).poisson(1.0, size=(200_000, 32)).max(axis=1)
+    assert max_of_poisson(1.0, 32) == pytest.approx(draws.mean(), abs=0.01)
+
+
+def test_softmax_rates_are_the_published_ones_and_head_dim_32_lies_on_their_pair_time_line():
+    assert softmax_h100.achieved_tflops("flash2", "forward", 64, 4096) == 321
+    assert softmax_h100.achieved_tflops("flash2", "backward", 128, 16384) == 322
+    for direction in ("forward", "backward"):
+        per_pair = 4 if direction == "forward" else 10
+        times = [per_pair * d / softmax_h100.achieved_tflops("flash2", direction, d, 2048) for d in (32, 64, 128)]
+        assert times[1] - times[0] == pytest.approx((times[2] - times[1]) / 2)  # a·d + c through 64 and 128
+        assert softmax_h100.achieved_tflops("flash2", direction, 32, 2048) < softmax_h100.achieved_tflops(
+            "flash2", direction, 64, 2048)
+
+
+def test_projections_grow_with_n_and_the_new_kernels_beat_the_old_ones():
+    lengths = [512, 1024, 2048, 4096, 8192, 16384, 32768]
+    for batch_heads, d in ((12, 64), (16, 32)):
+        rows = yoso_cost.sweep(batch_heads, d, lengths)
+        for column in (*yoso_cost.DESIGNS, "SDPA", "eager"):
+            values = [row[column] for row in rows]
+            assert all(b > a for a, b in zip(values, values[1:])), column
+        for row in rows:
+            assert min(row["after, sorted"], row["after, atomic"]) < row["before"]
+        # SDPA grows with n², YOSO about with n: the ratio falls by more than half from 512 to 32,768
+        assert rows[-1]["after, atomic"] / rows[-1]["SDPA"] < 0.5 * rows[0]["after, atomic"] / rows[0]["SDPA"]
+    listops = yoso_cost.LISTOPS
+    assert sum(yoso_cost.yoso_seconds(listops, "after, sorted").values()) < sum(
+        yoso_cost.yoso_seconds(listops, "before").values())
+
+
+def test_the_command_prints_the_calibration_and_the_projection_with_its_crossover(tmp_path):
+    out = tmp_path / "cost.md"
+    result = subprocess.run([sys.executable, "-m", "lra.benchmarks.yoso_cost", "--lengths", "1024", "32768",
+                             "--out", str(out)], capture_output=True, text=True, check=True)
+    text = result.stdout
+    assert out.read_text() == text
+    assert "| YOSO-128 | 4,096 |" in text and "within ±50 %" in text
+    assert text.count("crossover with SDPA-bf16, YOSO after, atomic: ") == 2
+    assert "| forward | fast_hash (q, k) |" in text and "**forward + backward**" in text
+    (tmp_path / "a file").write_text("kept")
+    bad = subprocess.run([sys.executable, "-m", "lra.benchmarks.yoso_cost", "--out", str(tmp_path / "a file" / "x.md")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.startswith("error: cannot write"), bad.stderr
+    assert (tmp_path / "a file").read_text() == "kept"
+
+
+def test_a_uniform_call_meets_one_token_per_hash_at_the_default_code_length():
+    c = Call(4, 2048, 32, 32)
+    assert c.bits == 11 and c.stats.per_query == pytest.approx(1.0)
+    assert c.stats.hit == pytest.approx(1 - math.exp(-1), abs=1e-3)
