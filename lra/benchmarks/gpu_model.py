@@ -17,10 +17,12 @@ block walks (cycles). :func:`terms` turns that into seconds on a :class:`Machine
   blocks, or a long chain of dependent loads per block, is latency-bound however few bytes it moves.
 
 The time is the launch term plus the largest of the others (the work overlaps; only launches
-serialise). Latencies are in cycles of the SM clock; they were measured by microbenchmarks
+serialise). Latencies are in cycles of the SM clock (L1 32 / 40, L2 190 / 260, DRAM 500 / 650,
+shared memory, shuffle or barrier 25 on Turing / Hopper), of the order that microbenchmarks measured
 (Jia et al. 2019, "Dissecting the NVidia Turing T4 GPU via Microbenchmarking", for Turing's SM;
 Luo et al. 2024, "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture", for Hopper's),
-rounded, with DRAM latency taken near the middle of the published 300–500 ns range.
+rounded, DRAM's taken in the published 300–500 ns range. ``python -m lra.benchmarks.yoso_cost``
+shows what each estimated constant, 30 % off, does to the calibration and to the projection.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ class Machine:
     max_blocks_per_sm: int
     registers_per_sm: int
     shared_bytes_per_sm: int
-    l2_latency: int  # cycles
+    l1_latency: int  # cycles
+    l2_latency: int
     dram_latency: int  # cycles
     shared_latency: int  # cycles: a shared-memory access, a shuffle or a barrier
     launch_s: float  # per kernel launch, host and device
@@ -65,8 +68,8 @@ class Machine:
 # 22 slices at the boost clock (≈ 2.2 TB/s). Launches: PyTorch 1.x eager, ~5 µs each.
 RTX_2080_TI = Machine("RTX 2080 Ti", sms=68, clock_hz=1.545e9, dram_bytes_per_s=616e9, l2_bytes=5632 * 1024,
                       l2_bytes_per_s=2.2e12, fp32_flops=13.4e12, max_threads_per_sm=1024, max_blocks_per_sm=16,
-                      registers_per_sm=65536, shared_bytes_per_sm=64 * 1024, l2_latency=190, dram_latency=500,
-                      shared_latency=25, launch_s=5e-6)
+                      registers_per_sm=65536, shared_bytes_per_sm=64 * 1024, l1_latency=32, l2_latency=190,
+                      dram_latency=500, shared_latency=25, launch_s=5e-6)
 
 # H100 SXM5 (GH100): NVIDIA's datasheet and Hopper tuning guide (132 SMs, 1,980 MHz at the 67 TFLOP/s
 # FP32 rate, 3.35 TB/s HBM3, 50 MB L2, 2,048 threads, 32 blocks, 64 K registers and 228 KB shared
@@ -74,8 +77,8 @@ RTX_2080_TI = Machine("RTX 2080 Ti", sms=68, clock_hz=1.545e9, dram_bytes_per_s=
 # one C++ operator (no Python between them): ~3 µs each.
 H100 = Machine("H100 SXM5", sms=132, clock_hz=1.98e9, dram_bytes_per_s=3.35e12, l2_bytes=50 * 2**20,
                l2_bytes_per_s=5.5e12, fp32_flops=67e12, max_threads_per_sm=2048, max_blocks_per_sm=32,
-               registers_per_sm=65536, shared_bytes_per_sm=228 * 1024, l2_latency=260, dram_latency=650,
-               shared_latency=25, launch_s=3e-6, dram_efficiency=0.9)
+               registers_per_sm=65536, shared_bytes_per_sm=228 * 1024, l1_latency=40, l2_latency=260,
+               dram_latency=650, shared_latency=25, launch_s=3e-6, dram_efficiency=0.9)
 
 
 @dataclass(frozen=True)

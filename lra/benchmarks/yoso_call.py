@@ -118,7 +118,7 @@ def dependent_latency(machine: Machine, array_bytes: float, cached: float = 64 *
     block searches again and again: the top levels of the search stay in L1 (``cached`` bytes of the
     array), the levels below miss to L2, so a load costs L1's latency plus L2's for the share
     log2(array / cached) / log2(array / 4) of the levels."""
-    l1 = 40
+    l1 = machine.l1_latency
     if array_bytes <= cached:
         return l1
     missing = math.log2(array_bytes / cached) / math.log2(array_bytes / 4)

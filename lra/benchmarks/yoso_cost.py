@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -54,7 +54,8 @@ class Cell:
         return self.forward_ms / self.paper_forward_ms, self.backward_ms / self.paper_backward_ms
 
 
-def calibration(methods: Optional[List[str]] = None, path: Path = TABLE4) -> List[Cell]:
+def calibration(methods: Optional[List[str]] = None, path: Path = TABLE4,
+                machine: Machine = RTX_2080_TI) -> List[Cell]:
     """The authors' design on the 2080 Ti, per instance, at every Table 4 cell of YOSO-m (and softmax)."""
     rows = [row for row in csv.reader(path.read_text().splitlines()) if row and not row[0].startswith("#")]
     header, cells = rows[0], []
@@ -65,10 +66,10 @@ def calibration(methods: Optional[List[str]] = None, path: Path = TABLE4) -> Lis
             continue
         m = int(method.split("-")[1]) if method.startswith("YOSO-") else 0
         module = paper.Module(int(entry["seq_len"]), m, paper.batch_for(float(entry["training_peak_mb"])))
-        forward = paper.yoso_forward(module) if m else paper.softmax_forward(module)
-        backward = paper.yoso_backward(module) if m else paper.softmax_backward(module)
-        cells.append(Cell(method, module.n, module.batch, total(forward, RTX_2080_TI) / module.batch * 1e3,
-                          total(backward, RTX_2080_TI) / module.batch * 1e3, float(entry["forward_ms"]),
+        forward = paper.yoso_forward(module, machine) if m else paper.softmax_forward(module, machine)
+        backward = paper.yoso_backward(module, machine) if m else paper.softmax_backward(module, machine)
+        cells.append(Cell(method, module.n, module.batch, total(forward, machine) / module.batch * 1e3,
+                          total(backward, machine) / module.batch * 1e3, float(entry["forward_ms"]),
                           float(entry["backward_ms"])))
     return cells
 
@@ -93,8 +94,8 @@ def yoso_seconds(c: Call, design: str, machine: Machine = H100) -> Dict[str, flo
     return {phase: total(ks, machine) for phase, ks in parts.items()}
 
 
-def softmax_seconds(c: Call, kernel: str) -> Dict[str, float]:
-    return {direction: softmax_h100.attention_seconds(kernel, c.B, c.n, c.d, direction)
+def softmax_seconds(c: Call, kernel: str, machine: Machine = H100) -> Dict[str, float]:
+    return {direction: softmax_h100.attention_seconds(kernel, c.B, c.n, c.d, direction, machine)
             for direction in ("forward", "backward")}
 
 
@@ -134,13 +135,13 @@ def listops_table(c: Call = LISTOPS, machine: Machine = H100) -> str:
     return "\n".join(lines)
 
 
-def sweep(batch_heads: int, d: int, lengths: List[int], m: int = 32) -> List[Dict[str, float]]:
+def sweep(batch_heads: int, d: int, lengths: List[int], m: int = 32, machine: Machine = H100) -> List[Dict[str, float]]:
     rows = []
     for n in lengths:
         c = Call(batch_heads, n, d, d, m)
-        row = {"n": n, **{design: sum(yoso_seconds(c, design).values()) for design in DESIGNS}}
-        row["SDPA"] = sum(softmax_seconds(c, "flash2").values())
-        row["eager"] = sum(softmax_seconds(c, "standard").values())
+        row = {"n": n, **{design: sum(yoso_seconds(c, design, machine).values()) for design in DESIGNS}}
+        row["SDPA"] = sum(softmax_seconds(c, "flash2", machine).values())
+        row["eager"] = sum(softmax_seconds(c, "standard", machine).values())
         row["eager_fits"] = softmax_h100.eager_bytes(batch_heads, n) < 80e9
         rows.append(row)
     return rows
@@ -175,6 +176,29 @@ def sweep_table(name: str, batch_heads: int, d: int, lengths: List[int]) -> str:
     return "\n".join(lines)
 
 
+SENSITIVE = ("dram_latency", "l2_latency", "l1_latency", "shared_latency", "l2_bytes_per_s", "dram_efficiency",
+             "gemm_efficiency", "launch_s")
+
+
+def sensitivity(lengths: List[int]) -> str:
+    """Each estimated constant of both machines × 0.7 and × 1.3 (an efficiency at most 1): the
+    calibration's range, the ListOps call before and after issue 44 and the BERT-base crossover."""
+    lines = ["| constant | × | Table 4: model ÷ paper | ListOps call before / after, sorted / after, atomic (ms) "
+             "| BERT-base crossover (after, atomic) |", "|:--|--:|--:|--:|--:|"]
+    for field in SENSITIVE:
+        for factor in (0.7, 1.3):
+            ceiling = 1.0 if field.endswith("efficiency") else float("inf")
+            turing, hopper = (replace(m, **{field: min(ceiling, getattr(m, field) * factor)})
+                              for m in (RTX_2080_TI, H100))
+            ratios = [r for cell in calibration(machine=turing) if cell.method.startswith("YOSO") for r in cell.ratios]
+            listops = " / ".join(f"{sum(yoso_seconds(LISTOPS, design, hopper).values()) * 1e3:.2f}"
+                                 for design in DESIGNS)
+            n = crossover(sweep(12, 64, lengths, machine=hopper), "after, atomic")
+            lines.append(f"| {field} | {factor} | {min(ratios):.2f} … {max(ratios):.2f} | {listops} | "
+                         f"{f'{n:,}' if n else 'none'} |")
+    return "\n".join(lines)
+
+
 def report(lengths: List[int]) -> str:
     cells = calibration()
     parts = [
@@ -189,6 +213,7 @@ def report(lengths: List[int]) -> str:
         "## Projection against n on an H100", "",
         sweep_table("BERT-base attention module", 12, 64, lengths), "",
         sweep_table("yoso_speed's default shape", 16, 32, lengths), "",
+        "## Sensitivity: each estimated constant 30 % off, on both machines", "", sensitivity(lengths), "",
     ]
     return "\n".join(parts) + "\n"
 

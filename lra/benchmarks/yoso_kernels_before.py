@@ -67,7 +67,7 @@ def bucket_rows(c: Call, machine: Machine = H100) -> Kernel:
     launches = math.ceil(c.pairs / chunk)
     slices = math.ceil(c.dv / WARP)
     longest = max_of_poisson(b.per_query, ROWS_PER_BLOCK)
-    element = machine.l2_latency + 2 * 40
+    element = machine.l2_latency + 2 * machine.l1_latency
     return Kernel("bucket_rows", blocks=math.ceil(c.n / ROWS_PER_BLOCK) * chunk, threads=WARP * ROWS_PER_BLOCK,
                   launches=launches, registers=40,
                   instructions=c.pairs * (c.n * 20 + b.distinct * slices * (c.run * 12 + 8)),
@@ -91,7 +91,7 @@ def gather_rows(c: Call, machine: Machine = H100) -> Kernel:
     groups = math.ceil(min(chunk, c.m) / WARP)
     per_group = 20 + c.search * 6 + min(c.m, WARP) * (5 + b.hit * 45)
     search = dependent_latency(machine, c.n * 4)
-    rows = (machine.shared_latency + 40 + 10 + machine.l2_latency + 10)
+    rows = machine.shared_latency + machine.l1_latency + 10 + machine.l2_latency + 10
     chain = groups * (machine.dram_latency + c.search * (search + machine.l2_latency) / 2 + machine.l2_latency
                       + 2 * machine.shared_latency + min(c.m, WARP) * (b.hit * rows + (1 - b.hit) * 35))
     return Kernel("gather_rows", blocks=math.ceil(c.n / ROWS_PER_BLOCK) * batches, threads=WARP * ROWS_PER_BLOCK,
@@ -152,7 +152,7 @@ def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
     blocks = math.ceil(c.n / TOKEN_THREADS) * batches
     per_sm = max(1.0, min(resident, blocks / machine.sms))
     in_l1 = touched * TOKEN_THREADS * per_sm <= 192 * 1024
-    local = 40 if in_l1 else machine.l2_latency
+    local = machine.l1_latency if in_l1 else machine.l2_latency
     search = dependent_latency(machine, c.n * 4)
     pair_chain = 2 * machine.l2_latency + (c.dv / 4 + c.d / 4) * (local + 10) + machine.l2_latency + c.dv * 4
     chain = c.m * (machine.l2_latency + 2 * c.search * search + b.hit * 2 * c.search * search
