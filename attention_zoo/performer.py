@@ -12,6 +12,13 @@ With ``feature_epsilon=0`` the constants cancel in D⁻¹ and this is the plain 
 the ε they do not, and the ε can be comparable to the features themselves when ‖x̃‖² is large.
 With ``redraw_interval`` > 0 the features are redrawn every that many training forward passes
 (from the seeded global generator, so runs stay reproducible).
+
+Two options reproduce the YOSO/Nyströmformer LRA code (mlpen, ``attention_performer.py``), which
+calls performer-pytorch's ``FastAttention`` on ``Q / d^{1/4}``, ``K / d^{1/4} · mask`` and ``V · mask``:
+``kernel_scale=d`` divides by d^{1/4} twice, x̃ = x / d^{1/2}, so φ(q)·φ(k) estimates exp(q·k/d)
+instead of exp(q·k/√d); ``padded_keys=zero_vectors`` makes each padded key the zero vector (its
+value zero too): its feature exp(−c) + ε, c the keys' stabiliser taken over every key, padded
+ones included, enters the normalizer D.
 """
 
 from __future__ import annotations
@@ -21,8 +28,12 @@ from dataclasses import dataclass
 import torch
 
 from attention_zoo._common import in_float32
-from attention_zoo.options import number, whole
+from attention_zoo.options import choice, number, whole
 from attention_zoo.registry import Attention, register
+
+
+KERNEL_SCALES = ("sqrt_d", "d")
+PADDED_KEYS = ("excluded", "zero_vectors")
 
 
 @dataclass
@@ -31,8 +42,12 @@ class PerformerOptions:
     redraw_interval: int = 0  # 0: draw once
     epsilon: float = 0.0  # added to the normalizer D (the reference adds none); a row with D = 0 gives 0
     feature_epsilon: float = 1e-4  # added to every feature after the stabilizer (performer-pytorch: 1e-4)
+    kernel_scale: str = "sqrt_d"  # sqrt_d: estimates exp(q·k/√d) | d: exp(q·k/d), the mlpen LRA code's
+    padded_keys: str = "excluded"  # excluded | zero_vectors: in the normalizer as k = 0 (the mlpen LRA code)
 
     def __post_init__(self):
+        choice(self, "kernel_scale", KERNEL_SCALES)
+        choice(self, "padded_keys", PADDED_KEYS)
         whole(self, 1, "num_features")
         whole(self, 0, "redraw_interval")
         number(self, "epsilon", 0.0)
@@ -71,7 +86,9 @@ class PerformerAttention(Attention):
             self.forward_calls += 1
 
     def _projections(self, x: torch.Tensor) -> tuple:
-        """(wᵀx̃ for every feature w, ‖x̃‖²/2) with x̃ = x / d^{1/4}."""
+        """(wᵀx̃ for every feature w, ‖x̃‖²/2) with x̃ = x / d^{1/4} (``kernel_scale=d``: x / d^{1/2})."""
+        if self.options.kernel_scale == "d":  # the mlpen code's d^{-1/4}, then performer-pytorch's own
+            x = x * x.shape[-1] ** -0.25
         x = x * x.shape[-1] ** -0.25
         return x @ self.features.T, 0.5 * x.square().sum(dim=-1, keepdim=True)
 
@@ -80,6 +97,9 @@ class PerformerAttention(Attention):
         self._maybe_redraw()
         real = mask[:, None, :, None]
         epsilon = self.options.feature_epsilon
+        if self.options.padded_keys == "zero_vectors":  # every key counts; padded ones are k = v = 0
+            k, v = k * real, v * real
+            real = torch.ones_like(real)
         dash_q, half_norm_q = self._projections(q)
         dash_k, half_norm_k = self._projections(k)
         query_max = dash_q.amax(dim=-1, keepdim=True).detach()

@@ -13,6 +13,10 @@ merged with weights softmax over rounds of each round's log-sum-exp; keys seen t
 rounds, or through the wrap) count twice, as in the reference. A sequence no longer than one chunk
 is plain shared-QK attention with the self mask (one round, no hashing).
 
+Projections: the model's query projection (its output, q) and value projection feed this module;
+HF's are ``query_key`` and ``value`` without bias, which ``projection_bias=false`` reproduces (the
+model then builds its Q, K, V projections without one; ``lra.model.projection_bias``).
+
 Number of buckets: ``num_buckets``, or 0 for the reference's rule: 2^⌊log2(2·⌊n / chunk_size⌋)⌋,
 factorized into two rotations of 2^⌊p/2⌋ and 2^⌈p/2⌉ buckets (bucket = b₁ + 2^⌊p/2⌋·b₂) when it
 exceeds 2·max(⌊√(max_seq_len / chunk_size)⌋, chunk_size).
@@ -42,8 +46,13 @@ class ReformerOptions:
     chunks_before: int = 1  # chunks of the concatenated rounds each chunk also attends to (the reference: 1)
     chunks_after: int = 0  # the reference: 0
     score_scale: str = "none"  # none: q·k̂ (trax, HF) | sqrt_d: q·k̂/√d
+    # The model's Q, K, V projections with a bias (the LRA code's Flax port); false: without, as HF
+    # LSHSelfAttention's query_key and value (read by lra.model.projection_bias)
+    projection_bias: bool = True
 
     def __post_init__(self):
+        if not isinstance(self.projection_bias, bool):
+            raise InvalidOption("projection_bias", self.projection_bias, "true or false")
         whole(self, 1, "num_hashes", "chunk_size")
         whole(self, 0, "num_buckets", "chunks_before", "chunks_after")
         if self.num_buckets % 2 and self.num_buckets != 1:

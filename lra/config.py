@@ -34,7 +34,8 @@ RUNS_DIR = "runs"
 
 class Pooling(enum.Enum):
     mean = "mean"  # mean over real tokens (default)
-    mean_unmasked = "mean_unmasked"  # the reference's mean over the full padded length
+    mean_unmasked = "mean_unmasked"  # every position's own state averaged over the padded length (the LRA code)
+    mean_zeroed_padding = "mean_zeroed_padding"  # padded states zeroed, then averaged over the padded length (mlpen code)
     cls = "cls"  # a learned CLS token prepended to the sequence
 
 

@@ -34,15 +34,23 @@ def attention_length(pooling: Pooling, tokens: int) -> int:
     return tokens + int(pooling is Pooling.cls)
 
 
+def projection_bias(attention: attention_zoo.AttentionSpec) -> bool:
+    """Whether the Q, K and V projections carry a bias: yes, unless the backend has a
+    ``projection_bias`` option that says no (Reformer as Hugging Face's ``LSHSelfAttention``)."""
+    return bool(getattr(attention.options, "projection_bias", True))
+
+
 class MultiHeadAttention(nn.Module):
-    """Separate Q, K, V projections (with bias) to heads × head_dim, a backend, an output projection."""
+    """Separate Q, K, V projections (with bias unless :func:`projection_bias` says otherwise) to
+    heads × head_dim, a backend, an output projection (with bias)."""
 
     def __init__(self, dim: int, num_heads: int, head_dim: int, max_seq_len: int,
                  attention: attention_zoo.AttentionSpec, attention_fp32: bool, causal: bool = False):
         super().__init__()
         self.num_heads, self.head_dim = num_heads, head_dim
         inner = num_heads * head_dim
-        self.query, self.key, self.value = (nn.Linear(dim, inner) for _ in range(3))
+        bias = projection_bias(attention)
+        self.query, self.key, self.value = (nn.Linear(dim, inner, bias=bias) for _ in range(3))
         self.backend = attention.build(num_heads, head_dim, max_seq_len, causal)
         self.output = nn.Linear(inner, dim)
         self.attention_fp32 = attention_fp32
@@ -135,12 +143,19 @@ class Encoder(nn.Module):
         return self.norm(x), mask
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """One vector per sequence (docs/reference-setup.md, "Pooling"): the CLS position; or the mean
+        of the real positions (``mean``); or a mean over all n padded positions, of every position's
+        own state (``mean_unmasked``, the LRA code's classifier head) or of the states with padded
+        ones zeroed, Σ_real x / n (``mean_zeroed_padding``, the YOSO/Nyströmformer code's
+        ``mean(norm(X) · mask)``)."""
         x, mask = self.hidden_states(ids, mask)
         if self.use_cls:
             return x[:, 0]
         if self.pooling is Pooling.mean_unmasked:
             return x.mean(dim=1)
         weights = mask.to(x.dtype).unsqueeze(-1)
+        if self.pooling is Pooling.mean_zeroed_padding:
+            return (x * weights).mean(dim=1)
         return (x * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
 
 

@@ -55,7 +55,7 @@ def test_yoso_table3_rows_carry_the_table_settings():
     assert attention("yoso_32").backward_projections is None  # the paper's per-pair estimator
     assert attention("yoso_e").backward == "lower_bound"
     assert (attention("nystromformer").landmarks, attention("nystromformer").pinv_init) == ("padded_segments", "batch")
-    assert compose_config("experiment=yoso_table3").model.pooling.value == "mean_unmasked"
+    assert compose_config("experiment=yoso_table3").model.pooling.value == "mean_zeroed_padding"
     for task, tau_length in (("listops", 2048), ("text", 4096), ("image", 1024)):
         assert compose_config("experiment=yoso_table3", f"task={task}").task.max_length == tau_length
 
@@ -102,13 +102,19 @@ CITED = {
     "yoso_table3/performer": {
         "num_features": (256, f"{NYSTROM_LRA}/lra_config.py rp_dim"),
         "redraw_interval": (0, "performer-pytorch FastAttention (redraws only in PerformerLM)"),
-        "feature_epsilon": (1e-4, "performer-pytorch softmax_kernel eps")},
+        "feature_epsilon": (1e-4, "performer-pytorch softmax_kernel eps"),
+        "kernel_scale": ("d", f"{YOSO_CODE} attention_performer.py: Q / d^(1/4) into FastAttention, whose "
+                              "softmax_kernel scales by d^(-1/4) again"),
+        "padded_keys": ("zero_vectors", f"{YOSO_CODE} attention_performer.py: K * mask, V * mask; "
+                                        "FastAttention sums every key into its normalizer")},
     "yoso_table3/reformer": {
         "num_hashes": (2, f"{NYSTROM_LRA}/lra_config.py reformer-2 num_hash"),
         "chunk_size": (64, "HF ReformerConfig lsh_attn_chunk_length"),
         "num_buckets": (0, "HF ReformerConfig num_buckets=None: the rule from the length"),
         "chunks_before": (1, "HF ReformerConfig lsh_num_chunks_before"),
-        "chunks_after": (0, "HF ReformerConfig lsh_num_chunks_after")},
+        "chunks_after": (0, "HF ReformerConfig lsh_num_chunks_after"),
+        "projection_bias": (False, "HF LSHSelfAttention query_key and value: nn.Linear(bias=False); "
+                                   f"{YOSO_CODE} attention_reformer.py ties only their weights")},
     "yoso_table3/longformer": {
         "window_size": (128, "the authors' configs (docs/reference-setup.md)"),
         "num_global_tokens": (1, f"{YOSO_CODE} attention_longformer.py first_token_view")},

@@ -80,6 +80,42 @@ def test_reformer_equals_hugging_face_lsh_self_attention(heads_, head_dim, n, ro
     assert_same_outputs_and_gradients(x, expected, out, mask.bool())
 
 
+def test_reformer_row_projections_equal_hugging_face_lsh_self_attention():
+    """With ``projection_bias=false`` the model's whole attention block, projections included, is
+    HF ``LSHSelfAttention`` (bias-free ``query_key`` and ``value``, as the YOSO code ties them to its
+    W_q and W_v weights) followed by our output projection (set to the identity here)."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.reformer.modeling_reformer import LSHSelfAttention
+
+    from lra.model import MultiHeadAttention
+
+    n, heads_, head_dim, rounds, chunk = 128, 2, 16, 2, 32
+    config = transformers.ReformerConfig(
+        hidden_size=heads_ * head_dim, num_attention_heads=heads_, attention_head_size=head_dim,
+        num_hashes=rounds, lsh_attn_chunk_length=chunk, num_buckets=None, hash_seed=7, is_decoder=False,
+        lsh_attention_probs_dropout_prob=0.0, max_position_embeddings=n, attn_layers=["lsh"])
+    reference = LSHSelfAttention(config).eval()
+    spec = attention_zoo.spec("reformer", num_hashes=rounds, chunk_size=chunk, projection_bias=False)
+    block = MultiHeadAttention(heads_ * head_dim, heads_, head_dim, n, spec, attention_fp32=True).eval()
+    assert all(layer.bias is None for layer in (block.query, block.key, block.value)) and block.output.bias is not None
+    with torch.no_grad():
+        block.query.weight.copy_(reference.query_key.weight)
+        block.value.weight.copy_(reference.value.weight)
+        block.output.weight.copy_(torch.eye(heads_ * head_dim))
+        block.output.bias.zero_()
+
+    def reference_rotations(dim, factors, device):
+        torch.manual_seed(7)
+        return torch.randn(heads_, dim, rounds, sum(f // 2 for f in factors))
+
+    block.backend.rotations = reference_rotations
+    x = hidden(2, n, heads_ * head_dim)
+    mask = torch.ones(2, n, dtype=torch.long)
+    mask[1, n - 40:] = 0
+    expected = reference(x, attention_mask=mask).hidden_states
+    assert_same_outputs_and_gradients(x, expected, block(x, mask.bool()), mask.bool())
+
+
 @pytest.mark.parametrize("padding", [0, 9])
 def test_yoso_e_equals_hugging_face_yoso_expectation(padding):
     """HF ``YosoSelfAttention`` with ``use_expectation``: (1 − arccos(q̂·k̂)/π)^τ, normalized
@@ -181,6 +217,31 @@ def test_performer_equals_performer_pytorch_fast_attention():
     assert_same_outputs_and_gradients(x, expected, out)
 
 
+@pytest.mark.parametrize("padding", [0, 13])
+def test_performer_with_the_mlpen_options_equals_the_mlpen_call_of_fast_attention(padding):
+    """The YOSO/Nyströmformer LRA code's ``PerformerAttention``: ``FastAttention(Q / d^{1/4},
+    K / d^{1/4} · mask, V · mask)``, so performer-pytorch's own d^{1/4} makes it exp(q·k/d), and padded
+    keys enter its normalizer as zero vectors: ``kernel_scale=d padded_keys=zero_vectors``."""
+    performer_pytorch = pytest.importorskip("performer_pytorch")
+
+    n, heads_, head_dim, features = 40, 2, 32, 64
+    torch.manual_seed(0)
+    reference = performer_pytorch.FastAttention(dim_heads=head_dim, nb_features=features)
+    attention = ours("performer", heads_, head_dim, n, num_features=features, kernel_scale="d",
+                     padded_keys="zero_vectors")
+    attention.features.copy_(reference.projection_matrix)
+    x = hidden(2, n, 3 * heads_ * head_dim)
+    q, k, v = (heads(part, heads_) for part in x.chunk(3, dim=-1))
+    real = torch.ones(2, n, dtype=torch.bool)
+    real[1, n - padding:] = padding == 0
+    gate, quarter = real[:, None, :, None].float(), head_dim ** 0.25
+    expected = merged(reference(q / quarter, k / quarter * gate, v * gate))
+    out = merged(attention(q, k, v, real))
+    assert_same_outputs_and_gradients(x, expected, out, real)
+    default = merged(ours("performer", heads_, head_dim, n, num_features=features)(q, k, v, real))
+    assert (default - expected).norm() > 0.1 * expected.norm()  # the options matter
+
+
 @pytest.mark.parametrize("n", [64, 40])
 def test_linformer_equals_the_linformer_package(n):
     """linformer ``LinformerSelfAttention``: keys and values projected along the sequence by
@@ -223,5 +284,8 @@ def test_every_deliberate_deviation_is_an_option_whose_default_is_documented():
     assert attention_zoo.make_options("nystrom").landmarks == "real_tokens"
     assert attention_zoo.make_options("nystrom").pinv_init == "per_matrix"
     assert attention_zoo.make_options("reformer").score_scale == "none"
+    assert attention_zoo.make_options("reformer").projection_bias is True
+    assert attention_zoo.make_options("performer").kernel_scale == "sqrt_d"
+    assert attention_zoo.make_options("performer").padded_keys == "excluded"
     assert attention_zoo.make_options("yoso_e").backward == "lower_bound"
     assert math.isclose(attention_zoo.make_options("performer").feature_epsilon, 1e-4)

@@ -21,15 +21,20 @@ from lra.errors import UserError
 TRAIN_BATCHES = [f"data_batch_{i}" for i in range(1, 6)]
 TEST_BATCH = "test_batch"
 TRAIN_FRACTION = 0.9
-_GRAY_WEIGHTS = np.array([0.2989, 0.5870, 0.1140], dtype=np.float32)
+GRAY_WEIGHTS = tuple(np.float32(w) for w in (0.2989, 0.5870, 0.1140))  # tf.image.rgb_to_grayscale's
 
 
 def tf_grayscale(rgb: np.ndarray) -> np.ndarray:
-    """``tf.image.rgb_to_grayscale`` on uint8 images [..., 3] → uint8 [...], bit for bit: the image is
-    converted to float32 in [0, 1] (× 1/255), weighted by (0.2989, 0.5870, 0.1140), and converted
-    back to uint8 as TensorFlow does (× 255.5, truncated)."""
+    """``tf.image.rgb_to_grayscale`` on uint8 images [..., 3] → uint8 [...], bit for bit: each channel
+    converted to float32 in [0, 1] (× float32(1/255), ``convert_image_dtype``), the weighted sum
+    (r·0.2989 + g·0.5870) + b·0.1140 taken in float32 element by element, left to right, every
+    product and sum rounded (TensorFlow's 3-term ``tensordot`` in its order), and converted back to
+    uint8 as TensorFlow does (× 255.5, truncated). Element-wise so that no BLAS chooses the order or
+    fuses a multiply-add (a matrix product here put some colours one grey level off, machine by
+    machine; docs/data.md, "Image")."""
     scaled = rgb.astype(np.float32) * np.float32(1.0 / 255.0)
-    gray = scaled @ _GRAY_WEIGHTS
+    red, green, blue = (scaled[..., channel] * weight for channel, weight in enumerate(GRAY_WEIGHTS))
+    gray = (red + green) + blue
     return (gray * np.float32(255.5)).astype(np.uint8)
 
 
