@@ -70,27 +70,34 @@ def test_linear_transformer_query_without_real_keys_gets_zeros():
     assert torch.equal(out[1], torch.zeros_like(out[1])) and torch.isfinite(out).all()
 
 
+def fast_transformers_call(attention, q, k, v, lengths, causal: bool) -> torch.Tensor:
+    """``attention`` (a pytorch-fast-transformers module) on [batch, heads, n, dim] inputs whose keys
+    after ``lengths`` are padding (the library masks keys by length only); output [batch, heads, n, dim]."""
+    from fast_transformers.masking import FullMask, LengthMask, TriangularCausalMask
+
+    batch, _, n, _ = q.shape
+    attn_mask = TriangularCausalMask(n) if causal else FullMask(n)
+    everything = LengthMask(torch.full((batch,), n), max_len=n)
+    heads_second = [x.transpose(1, 2) for x in (q, k, v)]  # the library's [batch, n, heads, dim]
+    return attention(*heads_second, attn_mask, everything, LengthMask(lengths, max_len=n)).transpose(1, 2)
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 def test_linear_transformer_equals_pytorch_fast_transformers(causal):
-    """The authors' library (Katharopoulos et al.): LinearAttention / CausalLinearAttention with its
-    default elu(x) + 1 feature map and ε = 1e-6, padding given as key lengths (trailing padding only)."""
+    """The authors' library (Katharopoulos et al.; not in the oracles extra: it builds C++ and CUDA
+    extensions at install): LinearAttention / CausalLinearAttention with its default elu(x) + 1 and
+    ε = 1e-6, trailing padding, n = 150 (three of our causal chunks)."""
     pytest.importorskip("fast_transformers")
     from fast_transformers.attention import CausalLinearAttention, LinearAttention
-    from fast_transformers.masking import LengthMask, TriangularCausalMask
 
-    n = 37
+    n = 150
     q, k, v, _ = inputs(n)
-    lengths = torch.tensor([n, 25])
+    lengths = torch.tensor([n, 101])
     mask = torch.arange(n)[None, :] < lengths[:, None]
-    reference = (CausalLinearAttention if causal else LinearAttention)(DIM)
-    attn_mask = TriangularCausalMask(n) if causal else LengthMask(torch.full((2,), n), max_len=n)
-    # Causal: the library ignores key lengths (its keys are masked by the causal order alone), so
-    # the padded keys are zeroed by giving both the same zero-length tail.
-    key_lengths = LengthMask(lengths, max_len=n)
-    heads_last = [x.transpose(1, 2) for x in (q, k, v)]  # [batch, n, heads, dim]
-    expected = reference(*heads_last, attn_mask, LengthMask(torch.full((2,), n), max_len=n), key_lengths)
-    out = build("linear_transformer", causal)(q, k, v, mask).transpose(1, 2)
-    real = mask[:, :, None, None].expand_as(out)
+    expected = fast_transformers_call((CausalLinearAttention if causal else LinearAttention)(DIM), q, k, v, lengths,
+                                      causal)
+    out = build("linear_transformer", causal)(q, k, v, mask)
+    real = mask[:, None, :, None].expand_as(out)
     torch.testing.assert_close(out[real], expected[real], rtol=1e-5, atol=1e-6)
 
 
@@ -122,6 +129,38 @@ def test_rfa_equals_its_closed_form_in_float64_with_the_same_draws(n, causal):
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-6)
     if causal:  # the floor was exercised, not just defined
         assert (expected[0, :, 0].abs() < v[0, :, 0].double().abs()).all()
+
+
+def test_rfa_equals_pytorch_fast_transformers_random_fourier_features_per_head():
+    """The library's RandomFourierFeatures (Rahimi & Recht's map for exp(−t‖x − y‖²/2)) inside its
+    LinearAttention, given the paper's ℓ2-normalized, σ-scaled inputs and our directions (one head at
+    a time: the library shares one draw over heads). Its ε = 1e-6 stands where our floor is; the
+    floor is not reached here (asserted through the closed form)."""
+    pytest.importorskip("fast_transformers")
+    from fast_transformers.attention import LinearAttention
+    from fast_transformers.feature_maps import RandomFourierFeatures
+
+    n, features, temperature = 150, 32, 0.8
+    q, k, v, _ = inputs(n)
+    lengths = torch.tensor([n, 101])
+    mask = torch.arange(n)[None, :] < lengths[:, None]
+    attention = build("rfa", num_features=features, temperature=temperature)
+    with torch.no_grad():
+        attention.sigma.copy_(torch.rand(HEADS, DIM, generator=torch.Generator().manual_seed(3)) + 0.5)
+    out = attention(q, k, v, mask)
+    directions, sigma = attention.random_directions("cpu"), attention.sigma.detach()
+    phi_q, phi_k = (rfa_features(x, directions, sigma, temperature) for x in (q, k))
+    normalizer = (phi_q @ torch.where(mask[:, None, :, None], phi_k, 0.0).sum(dim=-2, keepdim=True).transpose(-1, -2))
+    assert normalizer.min() > 100.0 / features
+    for head in range(HEADS):
+        feature_map = lambda dims: RandomFourierFeatures(dims, n_dims=2 * features, softmax_temp=1.0,  # noqa: E731
+                                                         deterministic_eval=True)
+        reference = LinearAttention(DIM, feature_map=feature_map).eval()
+        reference.feature_map.omega = directions[head].T.contiguous()
+        scaled = [sigma[head] * x / (x.norm(dim=-1, keepdim=True) + NORM_GUARD) / temperature for x in (q, k)]
+        expected = fast_transformers_call(reference, *(x[:, head:head + 1] for x in (*scaled, v)), lengths, False)
+        real = mask[:, None, :, None].expand_as(expected)
+        torch.testing.assert_close(out[:, head:head + 1][real], expected[real], rtol=1e-5, atol=1e-6)
 
 
 def test_rfa_draws_fresh_features_in_training_and_fixed_ones_in_evaluation():
