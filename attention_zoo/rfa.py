@@ -18,14 +18,14 @@ learned, initialized to 1 (``learned_sigma``, the paper's learned variance: w_i 
 
 Random draws (``feature_draws``): ``step`` draws a fresh w̃ per head from the seeded global generator
 at every training forward pass and uses a fixed draw per layer (from the layer's seed) in evaluation,
-as the paper resamples in training and fixes the features at test time; ``fixed`` always uses the
-layer's fixed draw. The authors draw from a pool of pre-sampled matrices to save time; fresh draws
+as the authors' code resamples in training and keeps fixed features in evaluation; ``fixed`` always
+uses the layer's fixed draw. The authors draw from a pool of pre-sampled matrices to save time; fresh draws
 have the same distribution.
 
 The optional gate (RFA-Gate) is defined on the causal recurrence and was not part of the LRA runs,
 whose encoders are bidirectional; it is not implemented. Causal: the sums run over j ≤ i (the paper's
-causal RFA without the gate), in chunks so memory stays linear in n. No attention dropout: there is no attention
-matrix to drop entries from, and the authors' RFA applies none.
+causal RFA without the gate), in chunks so memory stays linear in n. No attention dropout: there is
+no attention matrix to drop entries from, and the authors' RFA applies none.
 """
 
 from __future__ import annotations
