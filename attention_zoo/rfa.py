@@ -53,7 +53,8 @@ class RFAOptions:
     temperature: float = 1.0
     """τ in w_i = σ ∘ w̃_i / τ: softmax of q̂·k̂ / τ² (the authors' default 1)."""
     feature_draws: str = "step"
-    """step: fresh w̃ every training forward pass, a fixed draw in evaluation (the paper's); fixed: always the fixed one."""
+    """step: fresh w̃ every training forward pass, a fixed draw in evaluation (the authors');
+    fixed: always the fixed one."""
     normalizer_floor: float = 100.0
     """D·φ(q̂)·Σφ(k̂) = Σ_j Σ_i cos(w_i·(q̂ − k̂_j)) is clamped from below at this (the authors': 1 / 0.1²)."""
 

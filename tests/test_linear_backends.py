@@ -189,7 +189,8 @@ def test_rfa_approaches_exact_softmax_of_the_normalized_queries_and_keys_as_feat
     q, k, v, mask = inputs(37, seed=1)
     unit_q, unit_k = (x.double() / (x.double().norm(dim=-1, keepdim=True) + NORM_GUARD) for x in (q, k))
     exact = weighted_average(torch.exp(unit_q @ unit_k.transpose(-1, -2)), v, mask, causal=False)
-    errors = [relative_error(build("rfa", num_features=features)(q, k, v, mask), exact) for features in (64, 1024, 16384)]
+    errors = [relative_error(build("rfa", num_features=features)(q, k, v, mask), exact)
+              for features in (64, 1024, 16384)]
     assert errors[0] < 0.3 and errors[1] < 0.07 and errors[2] < 0.018, errors
     assert errors[0] / errors[2] > 8  # 16 expected for 1/√D
 
