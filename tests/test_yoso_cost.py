@@ -1,19 +1,22 @@
 """The GPU cost model (lra.benchmarks.yoso_cost): its terms against closed forms, its calibration
 against the YOSO paper's Table 4 (every YOSO cell within ±50 %), its projections monotonic in n,
-and the command's report with the calibration table and the crossover."""
+the command's report with the calibration table and the crossover, and its per-kernel load, store
+and atomic counts against the CPU emulation of the CUDA kernels."""
 
 from __future__ import annotations
 
 import math
+import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import torch
 
 from lra.benchmarks import gpu_model, softmax_h100, yoso_cost
 from lra.benchmarks.gpu_model import H100, RTX_2080_TI, Kernel
-from lra.benchmarks.yoso_call import Call, max_of_poisson
+from lra.benchmarks.yoso_call import Call, max_of_poisson, measured
 
 
 def test_every_yoso_cell_of_table4_is_reproduced_within_half():
@@ -107,3 +110,54 @@ def test_a_uniform_call_meets_one_token_per_hash_at_the_default_code_length():
     c = Call(4, 2048, 32, 32)
     assert c.bits == 11 and c.stats.per_query == pytest.approx(1.0)
     assert c.stats.hit == pytest.approx(1 - math.exp(-1), abs=1e-3)
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler: the CUDA emulation cannot be built")
+def test_the_models_counts_match_every_emulated_kernel_on_both_paths():
+    """The cost model's loads, stores and atomic adds per kernel against the CPU emulation of the very
+    .cu sources (tests/simt), which counts every yoso::load/store/atomic_add: exact where nothing is
+    data-dependent, within 1 % where the model averages a binary search's length."""
+    from simt import emulation
+
+    from attention_zoo.yoso import draw, hash_codes
+
+    batch, n, d, m, tau = 2, 200, 32, 8, 8
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.nn.functional.normalize(torch.randn(batch, n, d, generator=g), dim=-1) for _ in range(2))
+    v, grad = torch.randn(batch, n, d, generator=g), torch.randn(batch, n, d, generator=g)
+    torch.manual_seed(1)
+    draws = draw(batch, d, d, m, tau, "hadamard", d, None, "cpu")
+    codes_q, codes_k = (hash_codes(x, draws, m, tau, "torch") for x in (q, k))
+    call = measured(Call(batch, n, d, d, m, tau), codes_q.numpy(), codes_k.numpy())
+    every = np.ones((batch, n), np.float32)
+    sizes = {"B": batch, "m": m, "tau": tau, "nq": n, "nk": n, "dv": d, "workspace_bytes": 2**24}
+
+    hashed = emulation.run("plain", "fast_hash", {"x": q.numpy(), "diagonals": draws.diagonals.numpy()},
+                           {"B": batch, "n": n, "d": d, "R": draws.diagonals.shape[1], "P": draws.diagonals.shape[3],
+                            "m": m, "tau": tau})
+    both_sides = yoso_cost.fast_hash(call)  # the model counts q and k; one launch hashes one of them
+    assert hashed.traffic("fast_hash_kernel") == (both_sides.loaded / 2, both_sides.stored / 2)
+    for deterministic in (1, 0):
+        forward = emulation.run("plain", "cumulation", {
+            "codes_q": codes_q.numpy(), "codes_k": codes_k.numpy(), "weight_q": np.ones((batch, 1, 1, n), np.float32),
+            "weight_k": every[:, None, None], "values": v.numpy()},
+            {**sizes, "p": 1, "mq": 1, "mk": 1, "deterministic": deterministic})
+        backward = emulation.run("plain", "exact_backward", {
+            "codes_q": codes_q.numpy(), "codes_k": codes_k.numpy(), "q": q.numpy(), "k": k.numpy(), "v": v.numpy(),
+            "key_weight": every, "grad": grad.numpy()}, {**sizes, "d": d, "deterministic": deterministic})
+        if deterministic:
+            checks = [(forward, "bucket_rows_kernel", yoso_cost.bucket_rows(call)),
+                      (forward, "gather_rows_kernel", yoso_cost.gather_rows(call)),
+                      (backward, "query_gradients_kernel", yoso_cost.token_gradients(call, "query")),
+                      (backward, "key_gradients_kernel", yoso_cost.token_gradients(call, "key"))]
+        else:
+            checks = [(forward, "scatter_rows_kernel", yoso_cost.scatter_rows(call)),
+                      (forward, "gather_rows_kernel", yoso_cost.gather_rows(call, atomic=True)),
+                      (backward, "scatter_pairs_kernel", yoso_cost.scatter_pairs(call))]
+        checks += [(backward, "find_heavy_kernel", yoso_cost.find_heavy(call)),
+                   (backward, "number_heavy_kernel", yoso_cost.number_heavy(call))]
+        for result, kernel, model in checks:
+            loaded, stored = result.traffic(kernel)
+            assert loaded == pytest.approx(model.loaded, rel=0.01), kernel
+            assert stored == pytest.approx(model.stored, rel=1e-9), kernel
+            assert result.atomics(kernel) == pytest.approx(model.added, rel=1e-9), kernel

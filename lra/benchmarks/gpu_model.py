@@ -2,14 +2,16 @@
 
 A kernel is described by what it asks of the machine (:class:`Kernel`): its launches and grid, the
 registers and shared memory of a block (ptxas), the warp instructions it issues, the bytes it moves
-between DRAM and L2 and between L2 and the SMs (32-byte sectors; an atomic update costs its sectors
-twice: read and write inside L2), its FP32 work, and the longest chain of dependent latencies one
-block walks (cycles). :func:`terms` turns that into seconds on a :class:`Machine`:
+between DRAM and L2 and between L2 and the SMs (32-byte sectors), the sectors its atomics update (a
+warp's atomic instruction updates each sector its lanes touch once), its FP32 work, and the longest
+chain of dependent latencies one block walks (cycles). :func:`terms` turns that into seconds on a :class:`Machine`:
 
 - **launch**: a fixed cost per launch (host and device), the only term that adds to the others;
 - **issue**: warp instructions over the SMs that have a block (4 schedulers, 1 warp instruction a
   clock each);
-- **DRAM** and **L2**: bytes over the achievable bandwidth of each;
+- **DRAM** and **L2**: bytes over the achievable bandwidth of each; an atomic sector update takes
+  ``atomic_sector_cost`` sectors of L2 bandwidth (1: "nearly as quickly as memory loads", NVIDIA's
+  Nsight guide on atomics since compute capability 3.x; the calibration does not pin it down);
 - **FP32**: FMA work over the FP32 pipes;
 - **latency** (with occupancy): the chain of one block, times the waves of blocks the SMs hold at
   once (``blocks / (SMs × resident blocks per SM)``, at least one). Resident blocks per SM are the
@@ -54,6 +56,7 @@ class Machine:
     shared_latency: int  # cycles: a shared-memory access, a shuffle or a barrier
     launch_s: float  # per kernel launch, host and device
     dram_efficiency: float = 0.85  # the fraction of the datasheet bandwidth a streaming kernel sustains
+    atomic_sector_cost: float = 1.0  # sectors of L2 bandwidth one atomic sector update takes
     gemm_efficiency: float = 0.8  # of fp32_flops, cuBLAS SGEMM at large sizes
 
     @property
@@ -95,17 +98,19 @@ class Kernel:
     dram_bytes: float = 0.0
     l2_bytes: float = 0.0  # sectors between L2 and the SMs × 32 (atomic sectors counted twice)
     flops: float = 0.0  # FP32
+    atomic_sectors: float = 0.0  # sector updates by atomic instructions, all launches
     chain: float = 0.0  # cycles: the longest dependent path one block walks
     gemm: bool = False  # cuBLAS: flops at the machine's GEMM efficiency instead of the other terms
     loaded: float = 0.0  # bytes the threads load (the CPU emulation counts these)
     stored: float = 0.0
+    added: float = 0.0  # bytes the threads add atomically
 
     def scaled(self, factor: float) -> "Kernel":
         """The same kernel ``factor`` times (its launches and all its work)."""
         return Kernel(self.name, self.blocks, self.threads, max(1, round(self.launches * factor)), self.registers,
                       self.shared_bytes, self.instructions * factor, self.dram_bytes * factor,
-                      self.l2_bytes * factor, self.flops * factor, self.chain, self.gemm, self.loaded * factor,
-                      self.stored * factor)
+                      self.l2_bytes * factor, self.flops * factor, self.atomic_sectors * factor, self.chain,
+                      self.gemm, self.loaded * factor, self.stored * factor, self.added * factor)
 
 
 def resident_blocks(kernel: Kernel, machine: Machine) -> int:
@@ -132,7 +137,8 @@ def terms(kernel: Kernel, machine: Machine) -> Dict[str, float]:
         "launch": kernel.launches * machine.launch_s,
         "issue": kernel.instructions / (active_sms * 4 * machine.clock_hz),
         "DRAM": kernel.dram_bytes / (machine.dram_bytes_per_s * machine.dram_efficiency),
-        "L2": kernel.l2_bytes / machine.l2_bytes_per_s,
+        "L2": (kernel.l2_bytes + kernel.atomic_sectors * SECTOR * machine.atomic_sector_cost)
+        / machine.l2_bytes_per_s,
         "FP32": kernel.flops / machine.fp32_flops,
         "latency": kernel.launches * max(1.0, waves) * kernel.chain / machine.clock_hz if blocks else 0.0,
     }

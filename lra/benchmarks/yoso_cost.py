@@ -29,10 +29,13 @@ from lra.benchmarks import yoso_paper_model as paper
 from lra.benchmarks.gpu_model import H100, RTX_2080_TI, Kernel, Machine, bound, seconds
 from lra.benchmarks.yoso_call import Buckets, Call, around_operator, measured  # noqa: F401 (the emulation test's)
 
-# The model of the kernels csrc/yoso compiles today, whose load/store counts the CPU emulation checks
-# (tests/test_cuda_emulation.py).
-fast_hash, bucket_rows, gather_rows = before.fast_hash, before.bucket_rows, before.gather_rows
-heavy_tables, token_gradients = before.heavy_tables, before.token_gradients
+# The model of the kernels csrc/yoso compiles today, whose load, store and atomic counts the CPU emulation
+# checks (tests/test_cuda_emulation.py): each takes a Call and returns a Kernel (loaded, stored, added).
+fast_hash, bucket_rows, gather_rows, scatter_rows = (after.fast_hash, after.bucket_rows, after.gather_rows,
+                                                     after.scatter_rows)
+find_heavy, number_heavy, token_gradients, scatter_pairs = (after.find_heavy, after.number_heavy,
+                                                            after.token_gradients, after.scatter_pairs)
+heavy_tables = before.heavy_tables  # the kernels before issue 44 (key_tables_kernel, query_tables_kernel)
 
 TABLE4 = Path(__file__).resolve().parents[1] / "results" / "paper_numbers" / "yoso_iclr_table4_attention_efficiency.csv"
 DESIGNS = ("before", "after, sorted", "after, atomic")
@@ -84,7 +87,8 @@ def kernels(c: Call, design: str, machine: Machine = H100) -> Dict[str, List[Ker
     if design == "before":
         forward, backward = before.forward(c, machine), before.backward(c, machine)
     else:
-        forward, backward = after.forward(c, design.endswith("atomic"), machine), after.backward(c, machine)
+        atomic = design.endswith("atomic")
+        forward, backward = after.forward(c, atomic, machine), after.backward(c, atomic, machine)
     return {"forward": forward + [around_operator(c, False, machine)],
             "backward": backward + [around_operator(c, True, machine)]}
 
@@ -176,15 +180,33 @@ def sweep_table(name: str, batch_heads: int, d: int, lengths: List[int]) -> str:
     return "\n".join(lines)
 
 
-SENSITIVE = ("dram_latency", "l2_latency", "l1_latency", "shared_latency", "l2_bytes_per_s", "dram_efficiency",
-             "gemm_efficiency", "launch_s")
+def paths_table(c: Call = LISTOPS, machine: Machine = H100) -> str:
+    """The two paths after issue 44 against the code length τ at the ListOps call (n = 2,048): the
+    atomic forward indexes rows by code while 2^τ ≤ 2n, and buckets shrink as τ grows."""
+    lines = ["| τ | keys per bucket | sorted: forward / backward ms | atomic: forward / backward ms "
+             "| sorted ÷ atomic |", "|--:|--:|--:|--:|--:|"]
+    for tau in (8, 10, 11, 12, 14, 16, 20):
+        call = Call(c.B, c.n, c.d, c.dv, c.m, tau)
+        sorted_, atomic = (yoso_seconds(call, design, machine) for design in DESIGNS[1:])
+        lines.append(f"| {tau} | {call.stats.per_query:.3g} | {sorted_['forward'] * 1e3:.2f} / "
+                     f"{sorted_['backward'] * 1e3:.2f} | {atomic['forward'] * 1e3:.2f} / "
+                     f"{atomic['backward'] * 1e3:.2f} | {sum(sorted_.values()) / sum(atomic.values()):.2f} |")
+    scalar, vector = (seconds(after.scatter_pairs(c, machine, vector_atomics=v), machine) for v in (False, True))
+    lines += ["", f"The atomic backward's kernel adds a row with 4-byte atomics, 16 sector updates for 128 bytes: "
+                  f"{scalar * 1e6:,.0f} µs at τ = {c.bits}; with float4 atomics (sm_90) it would take "
+                  f"{vector * 1e6:,.0f} µs (a projection of a change not made)."]
+    return "\n".join(lines)
+
+
+SENSITIVE = ("dram_latency", "l2_latency", "l1_latency", "shared_latency", "l2_bytes_per_s", "atomic_sector_cost",
+             "dram_efficiency", "gemm_efficiency", "launch_s")
 
 
 def sensitivity(lengths: List[int]) -> str:
     """Each estimated constant of both machines × 0.7 and × 1.3 (an efficiency at most 1): the
     calibration's range, the ListOps call before and after issue 44 and the BERT-base crossover."""
     lines = ["| constant | × | Table 4: model ÷ paper | ListOps call before / after, sorted / after, atomic (ms) "
-             "| BERT-base crossover (after, atomic) |", "|:--|--:|--:|--:|--:|"]
+             "| BERT-base crossover (after, sorted / atomic) |", "|:--|--:|--:|--:|--:|"]
     for field in SENSITIVE:
         for factor in (0.7, 1.3):
             ceiling = 1.0 if field.endswith("efficiency") else float("inf")
@@ -193,9 +215,10 @@ def sensitivity(lengths: List[int]) -> str:
             ratios = [r for cell in calibration(machine=turing) if cell.method.startswith("YOSO") for r in cell.ratios]
             listops = " / ".join(f"{sum(yoso_seconds(LISTOPS, design, hopper).values()) * 1e3:.2f}"
                                  for design in DESIGNS)
-            n = crossover(sweep(12, 64, lengths, machine=hopper), "after, atomic")
+            rows = sweep(12, 64, lengths, machine=hopper)
+            n = [crossover(rows, design) for design in DESIGNS[1:]]
             lines.append(f"| {field} | {factor} | {min(ratios):.2f} … {max(ratios):.2f} | {listops} | "
-                         f"{f'{n:,}' if n else 'none'} |")
+                         + " / ".join(f"{x:,}" if x else "none" for x in n) + " |")
     return "\n".join(lines)
 
 
@@ -213,6 +236,7 @@ def report(lengths: List[int]) -> str:
         "## Projection against n on an H100", "",
         sweep_table("BERT-base attention module", 12, 64, lengths), "",
         sweep_table("yoso_speed's default shape", 16, 32, lengths), "",
+        "## Which path, where: the ListOps call against the code length τ (a projection)", "", paths_table(), "",
         "## Sensitivity: each estimated constant 30 % off, on both machines", "", sensitivity(lengths), "",
     ]
     return "\n".join(parts) + "\n"

@@ -1,154 +1,284 @@
-"""The CUDA kernels of csrc/yoso after issue 44, on paper: the deterministic sorted path and the atomic
-path (the YOSO authors' design: atomicAdd into per-hash tables), as lra.benchmarks.gpu_model counts
-them. What changed from lra.benchmarks.yoso_kernels_before:
+"""The CUDA kernels of csrc/yoso after issue 44, on paper, as lra.benchmarks.gpu_model counts them: the
+deterministic sorted path (when torch's deterministic algorithms are on, the trainer's default) and the
+atomic path (the YOSO authors' design, atomicAdd into shared rows). Read from the code (yoso_cuda_hash.cu,
+yoso_cuda_kernels.cu, yoso_cuda_heavy.cu, yoso_cuda_gradients.cu, yoso_cuda_host.cpp); registers from
+ptxas (nvcc 13.0, sm_90, no stack frame). What changed from lra.benchmarks.yoso_kernels_before:
 
-- hashing: a warp per token, the Walsh–Hadamard stages by warp shuffles (and in registers above 32
-  coordinates), positions by shifts and masks, the bits kept in registers; 8 tokens per block;
-- chunks of a fixed size (``CHUNK_BYTES`` of tables), not the L2's, so results do not depend on the GPU;
-- the backward in one pass: a thread per sorted position finds the heavy runs (a bucket's first
-  position searches its run on both sides), tables only for those, and each gradient kernel runs
-  once over every pair, its token's rows and sums in registers (templated on head dim);
-- the atomic path's forward: per chunk the tables [pairs, 2^τ, dv] cleared, a warp per key adds its
-  value row into its bucket's row under each hash with atomicAdd (a 128-byte line per warp), a warp
-  per query sums its rows; no sort of the keys. Its backward is the same single-writer gradient
-  kernels (pair weights cannot be tabled without dv × d tables per bucket).
+- hashing: a token's padded vector held by P/S lanes, S = 4 coordinates each (P ≤ 128), the transform's
+  stages in registers and warp shuffles, positions by shifts and masks; 16 tokens per block at P = 32;
+- chunks of a fixed budget (attention.workspace_mb, not the L2's): the same on every GPU; a chunk's
+  tables may outgrow L2, and then their rows go through DRAM;
+- the atomic cumulation: rows indexed by code (2^τ ≤ 2n: no sort), cleared per chunk, a warp per
+  (key, hash) adds its value row with atomicAdd, the gather reads a query's rows without searching;
+- the backward in one pass: heavy runs flagged by a thread per sorted key position, numbered by a
+  prefix sum (torch's cumsum), tables only for them; then, deterministic, one launch per gradient over
+  every pair, a team of d/4 lanes per token (its rows in registers, float4 loads) visiting its m
+  hashes; or, atomic, a team per (hash, query) adding each colliding pair's share into ∇K, ∇V and its
+  sum into ∇Q with scalar atomicAdds (a row of d floats is d/4 lanes × 4 atomics: 16 sector updates
+  for a 128-byte row).
+
+``loaded``, ``stored`` and ``added`` count the bytes the threads load, store and add atomically, as the
+CPU emulation counts them (every lane of a team loads the code and walks the binary search itself).
 """
 
 from __future__ import annotations
 
 import math
-from typing import List
+from typing import List, Tuple
 
 from lra.benchmarks import yoso_kernels_before as before
-from lra.benchmarks.gpu_model import H100, SECTOR, Kernel, Machine
-from lra.benchmarks.yoso_call import WARP, Call, dependent_latency, torch_sort
+from lra.benchmarks.gpu_model import H100, SECTOR, Kernel, Machine, streaming
+from lra.benchmarks.yoso_call import WARP, Call, dependent_latency, max_of_poisson, torch_sort
 
-CHUNK_BYTES = 32 * 2**20  # tables per chunk of (sequence, hash) pairs, whatever the GPU
-TOKENS_PER_BLOCK = 8
-TOKEN_THREADS = 128
+WORKSPACE_BYTES = 256 * 2**20  # attention.workspace_mb: tables per chunk of (sequence, hash) pairs
+ROWS_PER_BLOCK = 8
+GRADIENT_THREADS = 128
 
 
-def chunk_pairs(c: Call, floats_per_pair: float) -> int:
-    return max(1, min(c.pairs, 65535, int(CHUNK_BYTES / 4 // max(floats_per_pair, 1))))
+def team_lanes(c: Call) -> int:
+    """Lanes per token in the gradient kernels: d/4 for the templated head dims, else a warp."""
+    return c.d // 4 if c.d == c.dv and c.d in (16, 32, 64, 128) else WARP
 
 
 def fast_hash(c: Call, machine: Machine = H100) -> Kernel:
-    """A warp per token: each lane holds P/32 coordinates (or a token per 32/P lanes below 32); per
-    product three diagonal products (L1 hits), log2 min(P, 32) shuffle stages and log2(P/32) stages in
-    registers per transform, a bit per code in registers. For q and k (two launches)."""
+    """A block of 16 tokens (P = 32; 128 threads); per product three rounds of a diagonal (S loads from
+    L1) and a transform: log2 S stages in registers, log2(P/S) by shuffles; the bits in registers; a
+    group's codes staged in shared memory and stored side by side. For q and k (two launches)."""
     P, R = c.padded, c.products
-    per_lane = max(1, P // WARP)
-    lanes_per_token = min(P, WARP)
-    shuffle_stages, register_stages = int(math.log2(lanes_per_token)), int(math.log2(per_lane))
-    transform = shuffle_stages * per_lane * 4 + register_stages * per_lane * 2
-    per_product = 3 * (per_lane * 2 + transform) + per_lane * 3 + 4
+    S = P if P <= 4 else 4 if P <= 128 else P // WARP
+    lanes = P // S
+    threads = min(128, 4096 // S)
+    tokens_per_block = threads // lanes
+    shuffles, in_lane = int(math.log2(lanes)), int(math.log2(S))
+    per_product = 3 * (2 * S + in_lane * S + shuffles * (4 * S + 2)) + 3 * S + 4  # per lane = per warp
+    groups = math.ceil(R / c.bits)
     tokens = c.B * c.n
-    warps = tokens * lanes_per_token / WARP
+    warps = tokens * lanes / WARP
+    blocks = c.B * math.ceil(c.n / tokens_per_block)
     diag = dependent_latency(machine, R * 3 * P * 4)
-    chain = machine.dram_latency + R * 3 * (diag + shuffle_stages * (machine.shared_latency + 4) + register_stages * 4)
-    return Kernel("fast_hash (q, k)", blocks=warps / TOKENS_PER_BLOCK, threads=WARP * TOKENS_PER_BLOCK, launches=2,
-                  registers=48, instructions=2 * warps * (R * per_product + 20 + c.m / WARP * 4),
+    chain = machine.dram_latency + R * 3 * (diag + in_lane * 4 + shuffles * (machine.shared_latency + 8)) \
+        + groups * (2 * machine.shared_latency + machine.l2_latency)
+    held = blocks * tokens_per_block  # a block's tokens past n load the diagonals too
+    return Kernel("fast_hash (q, k)", blocks=blocks, threads=threads, launches=2, registers=32,
+                  shared_bytes=P * tokens_per_block * 4,
+                  instructions=2 * warps * (R * per_product + 20 + groups * (S + 12)),
                   dram_bytes=2 * (tokens * 4 * (c.d + c.m) + c.B * R * 3 * P * 4),
                   l2_bytes=2 * tokens * 4 * (c.d + c.m), chain=chain,
-                  loaded=2 * tokens * 4 * c.d + 2 * warps * R * 3 * P * 4 / (WARP // lanes_per_token),
-                  stored=2 * tokens * 4 * c.m)
+                  loaded=2 * 4 * (tokens * c.d + held * 3 * P * R), stored=2 * tokens * 4 * c.m)
 
 
-def sorted_forward(c: Call, machine: Machine = H100) -> List[Kernel]:
-    """The sorted path's forward: the kernels of before, in chunks of CHUNK_BYTES of tables."""
-    chunk = chunk_pairs(c, c.n * c.dv)
-    rows, gather = before.bucket_rows(c, machine), before.gather_rows(c, machine)
+def cumulation_plan(c: Call, atomic: bool) -> Tuple[bool, int, int]:
+    """(direct rows, rows per pair, pairs per chunk) as yoso_cuda_host.cpp chooses them."""
+    direct = atomic and 2**c.bits <= 2 * c.n
+    rows = 2**c.bits if direct else c.n
+    chunk = max(1, min(WORKSPACE_BYTES // 4 // (rows * c.dv), c.pairs, 65535))
+    return direct, rows, chunk
+
+
+def _row_miss(c: Call, rows: int, chunk: int, machine: Machine) -> float:
+    """The share of a chunk's table rows that are not in L2 when read again (tables past ~80 % of L2)."""
+    table = chunk * rows * c.dv * 4
+    return max(0.0, 1.0 - 0.8 * machine.l2_bytes / table)
+
+
+def bucket_rows(c: Call, machine: Machine = H100) -> Kernel:
+    """Deterministic: before's bucket_rows (38 registers), its rows through DRAM where the chunk's
+    tables outgrow L2."""
+    _, rows, chunk = cumulation_plan(c, False)
+    kernel = before.bucket_rows(c, machine)
+    written = c.pairs * c.stats.distinct * c.dv * 4
+    return Kernel(kernel.name, blocks=math.ceil(c.n / ROWS_PER_BLOCK) * chunk, threads=kernel.threads,
+                  launches=math.ceil(c.pairs / chunk), registers=38, instructions=kernel.instructions,
+                  dram_bytes=kernel.dram_bytes + written * _row_miss(c, rows, chunk, machine),
+                  l2_bytes=kernel.l2_bytes, chain=kernel.chain, loaded=kernel.loaded, stored=kernel.stored)
+
+
+def rows_cleared(c: Call, machine: Machine = H100) -> Kernel:
+    """Atomic: each chunk's rows zeroed (the caller's fill) before the keys add into them."""
+    _, rows, chunk = cumulation_plan(c, True)
     launches = math.ceil(c.pairs / chunk)
-    batches = before.chunk_batches(c, chunk)
-    rows = Kernel(rows.name, blocks=math.ceil(c.n / 8) * chunk, threads=rows.threads, launches=launches,
-                  registers=rows.registers, instructions=rows.instructions, dram_bytes=rows.dram_bytes,
-                  l2_bytes=rows.l2_bytes, chain=rows.chain, loaded=rows.loaded, stored=rows.stored)
-    visits = c.n * launches * batches
-    gather = Kernel(gather.name, blocks=math.ceil(c.n / 8) * batches, threads=gather.threads, launches=launches,
-                    registers=gather.registers, shared_bytes=gather.shared_bytes, instructions=gather.instructions,
-                    dram_bytes=c.pairs * c.n * 4 + visits * 8 * c.dv, l2_bytes=gather.l2_bytes, chain=gather.chain,
-                    loaded=gather.loaded, stored=visits * 4 * c.dv)
-    return [fast_hash(c, machine), *torch_sort(c, 1, machine), rows, gather]
+    table = c.pairs * rows * c.dv * 4
+    clear = streaming("atomic: rows cleared", table, machine)
+    return Kernel(clear.name, blocks=clear.blocks / launches, threads=256, launches=launches,
+                  instructions=clear.instructions, dram_bytes=table * _row_miss(c, rows, chunk, machine),
+                  l2_bytes=table, chain=clear.chain)
 
 
-def atomic_forward(c: Call, machine: Machine = H100) -> List[Kernel]:
-    """The atomic path's forward: per chunk, tables cleared, atomicAdd of value rows, rows gathered."""
-    floats = 2**c.bits * c.dv
-    chunk = chunk_pairs(c, floats)
-    launches = math.ceil(c.pairs / chunk)
-    batches = before.chunk_batches(c, chunk)
+def scatter_rows(c: Call, machine: Machine = H100) -> Kernel:
+    """Atomic: a warp per (key, hash): its code (every lane), its row (by code, or a binary search in
+    the sorted codes), its weight (every lane), its value row added with atomicAdd (4 sectors per 32
+    coordinates)."""
+    direct, rows, chunk = cumulation_plan(c, True)
+    warps = c.pairs * c.n
+    search = 0 if direct else c.search
     slices = math.ceil(c.dv / WARP)
-    table_bytes = c.pairs * floats * 4
-    visits = c.pairs * c.n  # (token, hash)
-    warps = c.n * launches * batches  # (token, chunk): a warp visits its sequence's hashes in the chunk
-    hashes = min(chunk, c.m)
-    clear = Kernel("atomic: tables cleared", blocks=chunk * floats / 1024, threads=256, launches=launches,
-                   instructions=table_bytes / 16 / WARP * 2, l2_bytes=table_bytes, chain=machine.l2_latency)
-    scatter = Kernel("atomic: values added into tables", blocks=math.ceil(c.n / TOKENS_PER_BLOCK) * batches,
-                     threads=WARP * TOKENS_PER_BLOCK, launches=launches, registers=32,
-                     instructions=warps * 20 + visits * slices * 8,
-                     dram_bytes=c.pairs * c.n * 4 + c.B * c.n * 4 * (c.dv + 1),
-                     l2_bytes=warps * (c.dv * 4 + hashes * 4) + visits * slices * 2 * 128,
-                     chain=machine.dram_latency + hashes * machine.shared_latency,
-                     loaded=warps * (c.dv + hashes + 1) * 4, stored=visits * c.dv * 4)
-    in_flight = 4
-    gather = Kernel("atomic: rows gathered", blocks=math.ceil(c.n / TOKENS_PER_BLOCK) * batches,
-                    threads=WARP * TOKENS_PER_BLOCK, launches=launches, registers=40,
-                    instructions=warps * 30 + visits * slices * 8,
-                    dram_bytes=c.pairs * c.n * 4 + warps * 8 * c.dv,
-                    l2_bytes=warps * (hashes * 4 + 2 * c.dv * 4) + visits * slices * 128,
-                    chain=machine.dram_latency + math.ceil(hashes / in_flight) * machine.l2_latency
-                    + machine.l2_latency,
-                    loaded=warps * (hashes + c.dv) * 4 + visits * c.dv * 4, stored=warps * c.dv * 4)
-    return [fast_hash(c, machine), clear, scatter, gather]
+    miss = _row_miss(c, rows, chunk, machine)
+    sectors = warps * slices * 4
+    return Kernel("atomic: values added into rows", blocks=math.ceil(c.n / ROWS_PER_BLOCK) * chunk,
+                  threads=WARP * ROWS_PER_BLOCK, launches=math.ceil(c.pairs / chunk), registers=40,
+                  instructions=warps * (20 + search * 7 + slices * 6),
+                  dram_bytes=c.pairs * c.n * 4 + c.B * c.n * 4 * (c.dv + 1) + sectors * SECTOR * 2 * miss,
+                  l2_bytes=warps * (3 * SECTOR + c.dv * 4), atomic_sectors=sectors,
+                  chain=machine.l2_latency * 3 + search * dependent_latency(machine, c.n * 4),
+                  loaded=warps * 4 * (WARP * (2 + search) + c.dv), stored=0, added=warps * c.dv * 4)
 
 
-def heavy_runs(c: Call, machine: Machine = H100) -> Kernel:
-    """A thread per sorted position of both sides: a bucket's first position (where the code changes)
-    finds its run's end and the other side's run (three binary searches) and counts it if heavy. A
-    warp's lanes search one pair's sorted codes (L1-resident) for neighbouring codes, so most of their
-    loads share sectors: a twentieth of them reach L2."""
+def gather_rows(c: Call, atomic: bool = False, machine: Machine = H100) -> Kernel:
+    """before's gather_rows (56 registers): a lane per hash finds the query's row (direct: its code),
+    then the warp reads the rows one hash after another; direct rows are read for every hash."""
     b = c.stats
-    positions = 2 * c.pairs * c.n
-    starts = 2 * c.pairs * b.distinct
-    search = dependent_latency(machine, c.n * 4)
-    return Kernel("heavy runs counted (both sides)", blocks=positions / 256, threads=256, registers=32,
-                  instructions=positions / WARP * 12 + starts / WARP * 3 * c.search * 6 * 2,
-                  dram_bytes=positions * 4, l2_bytes=positions * 4 + starts * 3 * c.search * SECTOR * 0.05,
-                  chain=machine.l2_latency + 3 * c.search * search,
-                  loaded=positions * 8 + starts * 3 * c.search * 4, stored=0)
+    direct, rows, chunk = cumulation_plan(c, atomic)
+    launches = math.ceil(c.pairs / chunk)
+    batches = before.chunk_batches(c, chunk)
+    visits = c.n * launches * batches
+    hit = 1.0 if direct else b.hit
+    search = 0.0 if direct else c.search
+    finds = 1 if direct else 2 + search
+    per_group = 20 + search * 6 + min(c.m, WARP) * (5 + hit * 45)
+    latency = dependent_latency(machine, c.n * 4)
+    miss = _row_miss(c, rows, chunk, machine)
+    row_latency = machine.l2_latency + miss * (machine.dram_latency - machine.l2_latency)
+    per_row = machine.shared_latency + machine.l1_latency + 10 + row_latency + 10
+    groups = math.ceil(min(chunk, c.m) / WARP)
+    chain = groups * (machine.dram_latency + search * (latency + machine.l2_latency) / 2 + machine.l2_latency
+                      + 2 * machine.shared_latency + min(c.m, WARP) * (hit * per_row + (1 - hit) * 35))
+    row_bytes = c.pairs * c.n * hit * c.dv * 4
+    return Kernel("gather_rows", blocks=math.ceil(c.n / ROWS_PER_BLOCK) * batches, threads=WARP * ROWS_PER_BLOCK,
+                  launches=launches, registers=56, shared_bytes=ROWS_PER_BLOCK * WARP * 4,
+                  instructions=visits * (per_group * math.ceil(c.m / WARP) + 40),
+                  dram_bytes=c.pairs * c.n * 4 + visits * 8 * c.dv + row_bytes * miss,
+                  l2_bytes=c.pairs * c.n * (SECTOR * (1 + search / 2) + hit * SECTOR) + row_bytes, chain=chain,
+                  loaded=c.pairs * c.n * 4 * (finds + hit * (WARP + c.dv)) + visits * 4 * c.dv,
+                  stored=visits * 4 * c.dv)
+
+
+def find_heavy(c: Call, machine: Machine = H100) -> Kernel:
+    """A thread per (pair, position): table_of_q cleared, and a run's first key position with room for
+    heavy_side_minimum keys loads the run's last such key (a longer run, none with uniform codes,
+    searches its length and its queries)."""
+    positions = c.pairs * c.n
+    minimum = before.heavy_minimum(c)
+    starts = c.pairs * c.stats.distinct * max(0, c.n - minimum + 1) / c.n
+    return Kernel("heavy runs flagged", blocks=positions / 256, threads=256, registers=22,
+                  instructions=positions / WARP * 20, dram_bytes=positions * 12, l2_bytes=positions * 12,
+                  chain=2 * machine.l2_latency + machine.dram_latency,
+                  loaded=positions * 8 - c.pairs * 4 + starts * 4, stored=positions * 8)
+
+
+def number_heavy(c: Call, machine: Machine = H100) -> Kernel:
+    """A thread per (pair, key position): the scan where it steps numbers a heavy bucket (none here)."""
+    positions = c.pairs * c.n
+    return Kernel("heavy runs numbered", blocks=positions / 256, threads=256, registers=30,
+                  instructions=positions / WARP * 12, dram_bytes=positions * 8, l2_bytes=positions * 12,
+                  chain=machine.dram_latency + machine.l2_latency, loaded=positions * 8 - 4, stored=positions * 4)
+
+
+def heavy_search(c: Call, machine: Machine = H100) -> List[Kernel]:
+    """Heavy runs flagged, counted by torch's cumsum, numbered, and the tables' launch, which finds no
+    heavy bucket with uniform codes."""
+    if heavy_capacity(c) == 0:
+        return []
+    scan = streaming("heavy runs counted (torch.cumsum)", c.pairs * c.n * 8, machine, launches=2)
+    return [find_heavy(c, machine), scan, number_heavy(c, machine),
+            heavy_grid(c, "heavy tables (none with uniform codes)", machine)]
+
+
+def heavy_capacity(c: Call) -> int:
+    """Heavy buckets with tables: at most a pair's tokens over the heavy minimum, and the workspace's."""
+    return min(c.pairs * (c.n // before.heavy_minimum(c)), WORKSPACE_BYTES // 4 // (c.dv * (2 * c.d + 1)))
+
+
+def heavy_grid(c: Call, name: str, machine: Machine) -> Kernel:
+    """heavy_tables or heavy_apply: up to 2,048 blocks of 128 threads, each reading the count (0)."""
+    blocks = min(heavy_capacity(c), 2048)
+    return Kernel(name, blocks=blocks, threads=128, registers=44, instructions=blocks * 4 * 10,
+                  l2_bytes=blocks * SECTOR, chain=machine.l2_latency, loaded=blocks * 128 * 4, stored=0)
+
+
+def _team_costs(c: Call, machine: Machine, lanes: int) -> Tuple[float, float, float]:
+    """(instructions a warp issues per colliding pair, per hash before its pairs, the chain of one pair)."""
+    slots = max(1, (c.d + lanes - 1) // lanes)
+    per_pair = 12 + 2 * slots + 2 * int(math.log2(lanes)) + 2 + 2 * slots
+    per_hash = 8 + 7 * c.search + 4
+    pair_chain = (machine.l1_latency + 150 + 2 * machine.l2_latency
+                  + int(math.log2(lanes)) * (machine.shared_latency + 5) + 10)
+    return per_pair, per_hash, pair_chain
 
 
 def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
-    """query_gradients or key_gradients in one launch over every pair: a thread per token and sequence
-    visits its m hashes; its rows and sums in registers (templated on head dim: no stack frame), so a
-    colliding token costs its loads and two FMAs per coordinate. ∇Q, or ∇K and ∇V, written once."""
+    """Deterministic query_gradients or key_gradients: a team per token over its m hashes, one launch."""
     b = c.stats
     key = side == "key"
-    own = c.d + c.dv if key else c.d
-    registers = min(255, 32 + c.d + (2 * c.dv if key else c.dv))
-    per_pair = 10 + 2 * c.dv + 2 * c.d + (c.dv if key else 0)
-    per_hash = 6 + 2 * c.search * 6 + b.hit * (2 * c.search * 6 + 10) + c.lane_max * per_pair
-    warps = c.B * c.n / WARP
+    lanes = team_lanes(c)
+    teams_per_warp = WARP // lanes
+    per_pair, per_hash, pair_chain = _team_costs(c, machine, lanes)
+    longest = max_of_poisson(b.per_query, teams_per_warp)
+    busy = 1 - (1 - b.hit) ** teams_per_warp  # a warp with at least one team in a non-empty bucket
+    warps = c.B * c.n / teams_per_warp
     search = dependent_latency(machine, c.n * 4)
-    pair_chain = 3 * machine.l2_latency + c.dv * 4
-    chain = c.m * (machine.l2_latency + 2 * c.search * search + b.hit * 2 * c.search * search
-                   + c.lane_max * pair_chain)
+    chain = machine.dram_latency + c.m * (machine.l2_latency + c.search * search + machine.l1_latency
+                                          + busy * machine.l2_latency + longest * pair_chain)
     collisions = c.pairs * c.n * b.per_query
-    loaded_per_hash = 1 + 2 * c.search + b.hit * 2 * c.search + b.per_query * ((1 if key else 2) + c.dv + c.d)
-    return Kernel(f"{side}_gradients", blocks=math.ceil(c.n / TOKEN_THREADS) * c.B, threads=TOKEN_THREADS,
-                  registers=registers, instructions=warps * (c.m * per_hash + 8 * own),
-                  dram_bytes=c.B * c.n * 4 * (c.d + c.dv + own) + c.pairs * c.n * 12,
-                  l2_bytes=collisions * (4 * (c.dv + c.d) + 2 * SECTOR) + c.pairs * c.n * 12, chain=chain,
-                  loaded=c.pairs * c.n * 4 * loaded_per_hash + c.B * c.n * 4 * (c.dv + own + (1 if key else 0)),
+    own = c.d + c.dv if key else c.d
+    per_token_hash = lanes * 4 * (2 + c.search) + b.hit * lanes * 4 * 2 + b.per_query * (
+        lanes * 4 * (2 if key else 3) + 4 * (c.dv + c.d))
+    return Kernel(f"{side}_gradients", blocks=math.ceil(c.B * c.n * lanes / GRADIENT_THREADS),
+                  threads=GRADIENT_THREADS, registers=54 if key else 56,
+                  instructions=warps * (c.m * (per_hash + busy * 4 + longest * per_pair) + 30),
+                  dram_bytes=c.B * c.n * 4 * (c.d + c.dv + own) + c.pairs * c.n * 16,
+                  l2_bytes=collisions * (4 * (c.dv + c.d) + 2 * SECTOR) + c.pairs * c.n / teams_per_warp * 2 * SECTOR,
+                  chain=chain,
+                  loaded=c.pairs * c.n * per_token_hash + c.B * c.n * 4 * (c.dv + (lanes if key else 0)),
                   stored=c.B * c.n * 4 * own)
 
 
-def backward(c: Call, machine: Machine = H100) -> List[Kernel]:
-    """The default backward (exact pair weights), both paths: its sorts, the heavy runs, two kernels."""
-    return [*torch_sort(c, 2, machine), heavy_runs(c, machine), token_gradients(c, "query", machine),
-            token_gradients(c, "key", machine)]
+def scatter_pairs(c: Call, machine: Machine = H100, vector_atomics: bool = False) -> Kernel:
+    """Atomic: a team per (hash, query), in parallel over hashes: its bucket's pairs each add their
+    share into ∇K and ∇V, and their sum into ∇Q, with scalar atomicAdds; heavy buckets left to the
+    tables (none with uniform codes). ``vector_atomics``: what float4 atomicAdds (sm_90) would cost
+    instead, a row's sectors updated once each."""
+    b = c.stats
+    lanes = team_lanes(c)
+    teams_per_warp = WARP // lanes
+    slots = max(1, (c.d + lanes - 1) // lanes)
+    per_pair, per_hash, pair_chain = _team_costs(c, machine, lanes)
+    longest = max_of_poisson(b.per_query, teams_per_warp)
+    busy = 1 - (1 - b.hit) ** teams_per_warp
+    warps = c.pairs * c.n / teams_per_warp
+    search = dependent_latency(machine, c.n * 4)
+    collisions = c.pairs * c.n * b.per_query
+    sectors_per_row = math.ceil(c.d * 4 / SECTOR)
+    if lanes * 4 <= c.d and not vector_atomics:  # slot s of every lane: 4-byte atomics 16 bytes apart
+        sectors_per_row = slots * math.ceil(lanes * 16 / SECTOR)
+    atomic_sectors = collisions * 2 * sectors_per_row + c.pairs * c.n * b.hit * sectors_per_row
+    chain = machine.dram_latency + c.search * search + machine.l1_latency + machine.l2_latency \
+        + busy * machine.l2_latency + longest * (pair_chain + 2 * slots * 4)
+    loaded = c.pairs * c.n * (lanes * 4 * (2 + c.search) + b.hit * (lanes * 4 * 2 + 4 * (c.dv + c.d))) \
+        + collisions * (lanes * 4 * 3 + 4 * (c.dv + c.d))
+    kernel = Kernel("atomic: pairs added into ∇Q, ∇K, ∇V", threads=GRADIENT_THREADS, registers=56,
+                    blocks=math.ceil(c.pairs * c.n * lanes / GRADIENT_THREADS),
+                    instructions=warps * (per_hash + busy * (8 + 4 * slots) + longest * (per_pair + 6 * slots)),
+                    dram_bytes=c.B * c.n * 4 * 2 * (c.d + c.dv) + c.B * c.n * 4 * (2 * c.d + c.dv) * 2
+                    + c.pairs * c.n * 16,
+                    l2_bytes=collisions * (4 * (c.dv + c.d) + 2 * SECTOR), atomic_sectors=atomic_sectors, chain=chain,
+                    loaded=loaded, stored=0, added=collisions * 4 * (c.d + c.dv) + c.pairs * c.n * b.hit * 4 * c.d)
+    return kernel
 
 
 def forward(c: Call, atomic: bool, machine: Machine = H100) -> List[Kernel]:
-    return atomic_forward(c, machine) if atomic else sorted_forward(c, machine)
+    if atomic:
+        direct, _, _ = cumulation_plan(c, True)
+        sort = [] if direct else torch_sort(c, 1, machine)
+        return [fast_hash(c, machine), *sort, rows_cleared(c, machine), scatter_rows(c, machine),
+                gather_rows(c, True, machine)]
+    return [fast_hash(c, machine), *torch_sort(c, 1, machine), bucket_rows(c, machine),
+            gather_rows(c, False, machine)]
+
+
+def backward(c: Call, atomic: bool, machine: Machine = H100) -> List[Kernel]:
+    """The default backward (exact pair weights): both sorts, the heavy runs, then the gradients."""
+    common = [*torch_sort(c, 2, machine), *heavy_search(c, machine)]
+    if atomic:
+        applied = [heavy_grid(c, "atomic: heavy tables applied (none)", machine)] if heavy_capacity(c) > 0 else []
+        return [*common, scatter_pairs(c, machine), *applied]
+    return [*common, token_gradients(c, "query", machine), token_gradients(c, "key", machine)]

@@ -99,7 +99,8 @@ def cumulation(c: Module, machine: Machine, name: str) -> List[Kernel]:
     step1 = Kernel(f"{name}: step 1 (atomicAdd into tables)", blocks=blocks, threads=256, launches=chunks,
                    registers=33, instructions=chunks * (warps * 15 + visits * 8),
                    dram_bytes=chunks * (warps * TABLE_ROW + visits * miss * 2 * TABLE_ROW),
-                   l2_bytes=chunks * (warps * (TABLE_ROW + c.m * 4) + visits * 2 * TABLE_ROW),
+                   l2_bytes=chunks * warps * (TABLE_ROW + c.m * 4),
+                   atomic_sectors=chunks * visits * TABLE_ROW / SECTOR,
                    chain=2 * machine.dram_latency + c.m * machine.shared_latency)
     in_flight = UNROLL if c.m <= 32 else 32
     step2 = Kernel(f"{name}: step 2 (rows summed)", blocks=blocks, threads=256, launches=chunks, registers=53,
@@ -126,7 +127,8 @@ def weighted_cumulation(c: Module, machine: Machine, name: str) -> List[Kernel]:
     scale = streaming(f"{name}: (τ/2)·k", 2 * c.unit, machine)
     per_thread = Kernel(f"{name}: counting sort (3 passes, offsets)", blocks=visits / 256, threads=256,
                         launches=3, registers=14, instructions=3 * visits / 32 * 20,
-                        dram_bytes=3 * visits * 8 + 2 * counts, l2_bytes=3 * visits * (8 + 2 * SECTOR),
+                        dram_bytes=3 * visits * 8 + 2 * counts, l2_bytes=3 * visits * 8 + visits * SECTOR,
+                        atomic_sectors=2 * visits,
                         chain=3 * machine.dram_latency + machine.l2_latency)
     rows = 2**c.tau
     prefix = Kernel(f"{name}: counting sort (prefix sums)", blocks=c.sequences * c.m, threads=min(rows, 256),
@@ -144,7 +146,8 @@ def weighted_cumulation(c: Module, machine: Machine, name: str) -> List[Kernel]:
     gather = Kernel(f"{name}: gather and atomicAdd (ver4)", blocks=blocks, threads=256, registers=63,
                     shared_bytes=shared, instructions=blocks * per_block,
                     dram_bytes=blocks * (3 * HEAD_DIM * 4 * 2 + c.m * 4 * 3),
-                    l2_bytes=blocks * (512 + c.m * found * SECTOR + distinct * 3 * 2 * TABLE_ROW),
+                    l2_bytes=blocks * (512 + c.m * found * SECTOR + distinct * 2 * TABLE_ROW),
+                    atomic_sectors=blocks * distinct * 2 * TABLE_ROW / SECTOR,
                     chain=2 * machine.dram_latency + 200 + rounds * (machine.l2_latency + 18 * machine.shared_latency)
                     + rounds * (machine.l2_latency + 17 * machine.shared_latency) + 200)
     return [scale, zeros, per_thread, prefix, gather]
