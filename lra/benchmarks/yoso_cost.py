@@ -202,23 +202,31 @@ SENSITIVE = ("dram_latency", "l2_latency", "l1_latency", "shared_latency", "l2_b
              "dram_efficiency", "gemm_efficiency", "launch_s")
 
 
-def sensitivity(lengths: List[int]) -> str:
+def sensitivity_rows(lengths: List[int]) -> List[Dict]:
     """Each estimated constant of both machines × 0.7 and × 1.3 (an efficiency at most 1): the
-    calibration's range, the ListOps call before and after issue 44 and the BERT-base crossover."""
-    lines = ["| constant | × | Table 4: model ÷ paper | ListOps call before / after, sorted / after, atomic (ms) "
-             "| BERT-base crossover (after, sorted / atomic) |", "|:--|--:|--:|--:|--:|"]
+    calibration's ratios, the ListOps call (ms) per design and the BERT-base crossovers after issue 44."""
+    rows = []
     for field in SENSITIVE:
         for factor in (0.7, 1.3):
             ceiling = 1.0 if field.endswith("efficiency") else float("inf")
             turing, hopper = (replace(m, **{field: min(ceiling, getattr(m, field) * factor)})
                               for m in (RTX_2080_TI, H100))
             ratios = [r for cell in calibration(machine=turing) if cell.method.startswith("YOSO") for r in cell.ratios]
-            listops = " / ".join(f"{sum(yoso_seconds(LISTOPS, design, hopper).values()) * 1e3:.2f}"
-                                 for design in DESIGNS)
-            rows = sweep(12, 64, lengths, machine=hopper)
-            n = [crossover(rows, design) for design in DESIGNS[1:]]
-            lines.append(f"| {field} | {factor} | {min(ratios):.2f} … {max(ratios):.2f} | {listops} | "
-                         + " / ".join(f"{x:,}" if x else "none" for x in n) + " |")
+            listops = {design: sum(yoso_seconds(LISTOPS, design, hopper).values()) * 1e3 for design in DESIGNS}
+            bert = sweep(12, 64, lengths, machine=hopper)
+            rows.append({"constant": field, "factor": factor, "ratios": (min(ratios), max(ratios)), "listops": listops,
+                         "crossovers": [crossover(bert, design) for design in DESIGNS[1:]]})
+    return rows
+
+
+def sensitivity(lengths: List[int]) -> str:
+    lines = ["| constant | × | Table 4: model ÷ paper | ListOps call before / after, sorted / after, atomic (ms) "
+             "| BERT-base crossover (after, sorted / atomic) |", "|:--|--:|--:|--:|--:|"]
+    for row in sensitivity_rows(lengths):
+        listops = " / ".join(f"{row['listops'][design]:.2f}" for design in DESIGNS)
+        crossings = " / ".join(f"{n:,}" if n else "none" for n in row["crossovers"])
+        lines.append(f"| {row['constant']} | {row['factor']} | {row['ratios'][0]:.2f} … {row['ratios'][1]:.2f} | "
+                     f"{listops} | {crossings} |")
     return "\n".join(lines)
 
 
