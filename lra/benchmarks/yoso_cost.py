@@ -27,7 +27,7 @@ from lra.benchmarks import yoso_kernels_after as after
 from lra.benchmarks import yoso_kernels_before as before
 from lra.benchmarks import yoso_paper_model as paper
 from lra.benchmarks.gpu_model import H100, RTX_2080_TI, Kernel, Machine, bound, seconds
-from lra.benchmarks.yoso_call import Buckets, Call, around_operator, measured  # noqa: F401 (the emulation test's)
+from lra.benchmarks.yoso_call import Call, around_operator, measured  # noqa: F401 (measured: the emulation tests)
 
 # The model of the kernels csrc/yoso compiles today, whose load, store and atomic counts the CPU emulation
 # checks (tests/test_cuda_emulation.py): each takes a Call and returns a Kernel (loaded, stored, added).
