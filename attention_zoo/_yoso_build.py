@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import fcntl
 import hashlib
 import importlib.util
@@ -248,9 +249,13 @@ def _build_once(build: BuildPlan, build_directory: Path) -> None:
                       "sources": sorted(set(build.sources) | set(HEADERS))}
             stamp.write_text(json.dumps(record) + "\n")
             os.replace(stamp, build_directory / COMPLETE_STAMP)
-    except PermissionError as error:
+    except OSError as error:  # a cache folder that cannot be made or written (a file in its place)
+        if error.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST):
+            raise
+        blocker = next((p for p in (build_directory, *build_directory.parents) if p.exists() and not p.is_dir()), None)
+        what = f"{error.strerror}: {blocker} is a file" if blocker is not None else error.strerror
         raise KernelUnavailable(
-            f"cannot build the YOSO {build.kind.upper()} kernels in {build_directory} ({error.strerror}); "
+            f"cannot build the YOSO {build.kind.upper()} kernels in {build_directory} ({what}); "
             "set LRA_KERNEL_CACHE to a folder you can write, or attention.impl=torch"
         ) from error
 

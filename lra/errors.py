@@ -11,3 +11,8 @@ class ConfigError(UserError):
     """A configuration value or key that no run can use (exit status 2, like a usage error)."""
 
     exit_code = 2
+
+
+class TrainingDiverged(UserError, FloatingPointError):
+    """The training loss stopped being finite: a run of these settings cannot go on (its line names the
+    settings to change); a FloatingPointError too, as it was before it had a type of its own."""

@@ -1,4 +1,4 @@
-"""Fault injection for tests: a named point where a test can have this process signal itself."""
+"""Fault injection for tests: a named point where a test can have this process signal itself, or fail."""
 
 from __future__ import annotations
 
@@ -12,18 +12,27 @@ _FAULT_COUNTS: Dict[str, int] = {}
 
 def fault_point(name: str, path=None) -> None:
     """Test hook: ``LRA_FAULT=<name>:<count>[:<ACTION>]`` acts the count-th time this process passes
-    ``name``. ACTION is a signal (default SIGKILL; SIGINT raises KeyboardInterrupt, as ctrl-C does)
-    the process sends itself, to prove that a run killed (or preempted, with SIGUSR2 under submitit)
-    there resumes exactly; or an errno name (ENOSPC, EROFS, EACCES, …), raised as that OSError on ``path``, to prove that a full or
-    read-only disk is met with one line and nothing lost. With ``LRA_FAULT_ONCE=<file>`` it fires
-    only while that file does not exist, and creates it: once per sweep, not once per requeued
-    attempt. Inert unless the variable is set."""
+    ``name``; several faults are separated by commas (``step:3:SIGTERM,stopping:1:SIGHUP``: a signal,
+    then a second one while the run stops). ACTION is a signal (default SIGKILL) the process sends
+    itself, to prove that a run killed (or preempted, with SIGUSR2 under submitit), or interrupted
+    (SIGINT, SIGTERM, SIGHUP: :mod:`lra.signals`) there resumes exactly — where such a signal is ignored
+    (a background job's SIGINT, SIGHUP under nohup) the interruption it would cause is raised instead;
+    an errno name (ENOSPC, EROFS, EACCES, …), raised as that OSError on ``path``, to prove that a full
+    or read-only disk is met with one line and nothing lost; or OOM, an out-of-memory error as CUDA's
+    allocator raises it. With ``LRA_FAULT_ONCE=<file>`` it fires only while that file does not exist,
+    and creates it: once per sweep, not once per requeued attempt. Inert unless the variable is set."""
     spec = os.environ.get("LRA_FAULT")
-    if not spec or not spec.startswith(name + ":"):
+    if not spec or name + ":" not in spec:
         return
-    _FAULT_COUNTS[name] = _FAULT_COUNTS.get(name, 0) + 1
-    _, count, *action = spec.split(":")
-    if _FAULT_COUNTS[name] != int(count):
+    for fault in spec.split(","):
+        if fault.startswith(name + ":"):
+            _act(name, fault, path)
+
+
+def _act(name: str, fault: str, path) -> None:
+    _FAULT_COUNTS[fault] = _FAULT_COUNTS.get(fault, 0) + 1
+    _, count, *action = fault.split(":")
+    if _FAULT_COUNTS[fault] != int(count):
         return
     once = os.environ.get("LRA_FAULT_ONCE")
     if once:
@@ -34,6 +43,13 @@ def fault_point(name: str, path=None) -> None:
     if action and action[0].startswith("E") and hasattr(errno, action[0]):
         code = getattr(errno, action[0])
         raise OSError(code, os.strerror(code), None if path is None else str(path))
-    if action == ["SIGINT"]:  # what ctrl-C raises in Python, also where SIGINT is ignored (a background job)
-        raise KeyboardInterrupt
-    os.kill(os.getpid(), getattr(signal, action[0]) if action else signal.SIGKILL)
+    if action == ["OOM"]:
+        import torch
+
+        raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB (injected at {name})")
+    number = getattr(signal, action[0]) if action else signal.SIGKILL
+    if number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) and signal.getsignal(number) == signal.SIG_IGN:
+        from lra.signals import Interrupted
+
+        raise Interrupted(number)
+    os.kill(os.getpid(), number)

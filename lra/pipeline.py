@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from lra import distributed
+from lra.faults import fault_point
 from lra.loggers import NullLogger, build_logger
 from lra.pretrainer import pretrained_encoder
 from lra.pretraining import objective, pretrains
@@ -21,9 +22,10 @@ def train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], a
     """Build everything from ``cfg`` (validated), resume from the run directory if it holds a
     checkpoint, (pretrain,) train, test. ``run`` is owned by this process (:meth:`RunDirectory.claim`).
 
-    Any failure rewrites ``metrics.json`` with status ``failed`` and the error, then re-raises;
-    except that a resume writes nothing until its checkpoint is loaded, so a resume that fails
-    leaves the previous record as it was.
+    Any failure rewrites ``metrics.json`` with status ``failed`` and the error, a signal with status
+    ``interrupted`` and the signal's name (:meth:`lra.records.RunRecord.stop`), then re-raises; except
+    that a resume writes nothing until its checkpoint is loaded, so a resume that fails leaves the
+    previous record as it was.
     """
     ranks = distributed.setup()
     try:
@@ -56,7 +58,8 @@ def _train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], 
         return result
     except BaseException as exc:
         try:
-            record.fail(exc if not isinstance(exc, KeyboardInterrupt) else "interrupted (KeyboardInterrupt)")
+            fault_point("stopping")  # tests: a second signal while the run stops
+            record.stop(exc)
         except OSError:  # e.g. the disk is full: the last record written stays as it was
             pass
         if logger is not None:

@@ -25,6 +25,7 @@ class Pretrainer(Trainer):
     ``pretrain.history_every`` steps, then the encoder's weights saved for stage 2."""
 
     stage_name = "pretraining "
+    lr_setting = "pretrain.lr"
 
     def __init__(self, cfg, run: RunDirectory | Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),
                  record=None, attention=None):
@@ -47,7 +48,8 @@ class Pretrainer(Trainer):
         return build(cfg, self.attention, announce, ranks, language_model=self.objective)
 
     def describe_stage(self) -> dict:
-        return {"pretrain_objective": self.objective, "pretrain_num_parameters": self.num_parameters,
+        return {"pretrain_status": "running", "pretrain_objective": self.objective,
+                "pretrain_num_parameters": self.num_parameters,
                 "pretrain_mask_probability": self.mask_probability if self.objective == "masked" else None,
                 "pretrain_max_steps": self.cfg.trainer.max_steps, "pretrain_from": None}
 

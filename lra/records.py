@@ -12,9 +12,13 @@ from typing import Any, Dict
 
 import torch
 
+from lra import signals
 from lra.io import atomic_write_json
 
 METRICS = "metrics.json"
+# A record's status: "running" (being trained, or killed without a word: SIGKILL, a power cut),
+# "completed", "failed" (the error says why) or "interrupted" (SIGINT, SIGTERM, SIGHUP: resumable).
+INTERRUPTED = "interrupted"
 HISTORY = "history.json"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,7 +78,8 @@ class RunRecord:
     def update(self, **fields: Any) -> None:
         self.data.update(fields)
         if self.write and not self.provisional:
-            atomic_write_json(self.path, self.data)
+            with signals.deferred():  # a signal meanwhile is raised once the record is whole
+                atomic_write_json(self.path, self.data)
 
     def confirm(self) -> None:
         """The run is this folder's from now on (a resume's checkpoint has loaded): write from here."""
@@ -84,3 +89,16 @@ class RunRecord:
     def fail(self, error: BaseException | str, **fields: Any) -> None:
         message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
         self.update(status="failed", error=message, **fields)
+
+    def stop(self, exc: BaseException) -> None:
+        """The run ended before completing: ``interrupted`` with the signal's name (``signal``: SIGINT,
+        SIGTERM or SIGHUP; ``error``: "interrupted (SIGTERM)") for a signal, else ``failed`` with the
+        error. A stage still running (self-pretraining's ``pretrain_status``) ends the same way."""
+        if isinstance(exc, KeyboardInterrupt):
+            interrupted = signals.as_interrupted(exc)
+            fields = {"status": INTERRUPTED, "error": interrupted.reason, "signal": interrupted.signal_name}
+        else:
+            fields = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+        if self.data.get("pretrain_status") == "running":
+            fields["pretrain_status"] = fields["status"]
+        self.update(**fields)

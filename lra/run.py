@@ -71,7 +71,8 @@ class RunDirectory:
         if not record:
             return "a run"
         what = f"{record.get('label') or record.get('attention')} on {record.get('task')}, seed {record.get('seed')}"
-        return f"a {record.get('status') or 'started'} run ({what})"
+        status = record.get("status") or "started"
+        return f"{'an' if status[:1] in 'aeiou' else 'a'} {status} run ({what})"
 
     # ------------------------------------------------------------------ ownership
     def claim(self, fresh: bool) -> None:
@@ -113,6 +114,24 @@ class RunDirectory:
                 return None  # closing the file releases the lock taken just now
         except OSError:
             return None
+
+    def last_holder_alive(self) -> Optional[bool]:
+        """Whether the process that last held this folder (its lock file's "process PID on HOST") is
+        still alive, read without taking the lock; None where that cannot be told from here (no lock
+        file, another host). A record still ``running`` whose holder is gone was killed (SIGKILL, the
+        out-of-memory killer, a power cut) and resumes exactly."""
+        import re
+
+        from lra.io import pid_alive
+
+        try:
+            text = (self.path / LOCK).read_text()
+        except OSError:
+            return None
+        found = re.match(r"process (\d+) on (\S+) ", text)
+        if found is None or found.group(2) != socket.gethostname():
+            return None
+        return pid_alive(int(found.group(1)))
 
     def _occupied(self) -> UserError:
         holder = self.holder()

@@ -24,7 +24,7 @@ from lra.chance import ChanceLevel
 from lra.config import typed
 from lra.data.cache import TokenSplit
 from lra.determinism import NondeterminismLog
-from lra.errors import UserError
+from lra.errors import TrainingDiverged, UserError
 from lra.io import atomic_write_json
 from lra.profiling.measure import process_peak_mb
 from lra.records import HISTORY, RunRecord, describe_device, git_commit
@@ -68,13 +68,15 @@ class TrainWindow:
         self.steps += 1
         self.examples += metrics["examples"]
 
-    def read(self, ranks: distributed.Ranks, step: int) -> dict:
+    def read(self, ranks: distributed.Ranks, step: int, lr_setting: str = "trainer.lr") -> dict:
+        """The window's metrics; :class:`TrainingDiverged` (one line naming ``lr_setting``, this stage's
+        learning rate, and trainer.grad_clip) if the loss was not finite at one of its steps."""
         loss, correct, nonfinite, aux, predictions = distributed.sum_across(self.sums, ranks).tolist()
         if nonfinite:
-            raise FloatingPointError(
+            raise TrainingDiverged(
                 f"the training loss was not finite at a step between {step - self.steps + 1} and {step} (read every "
-                "trainer.log_every steps); no checkpoint was written after it: start a new run with a lower "
-                "trainer.lr or with trainer.grad_clip set")
+                f"trainer.log_every steps); no checkpoint was written after it: start a new run with a lower "
+                f"{lr_setting} or with trainer.grad_clip set")
         predicted = predictions if self.counts_predictions else self.examples * ranks.world
         metrics = {"train/loss": loss / (self.steps * ranks.world), "train/accuracy": 100.0 * correct / max(predicted, 1)}
         if self.has_aux:
@@ -142,6 +144,7 @@ class Trainer:
                            run_dir=str(self.run_dir), **self.describe_stage())
 
     stage_name = ""  # the progress line's prefix
+    lr_setting = "trainer.lr"  # the setting of this stage's learning rate, named when the loss diverges
 
     @property
     def run_dir(self) -> Path:
@@ -312,7 +315,7 @@ class Trainer:
             checkpoint_now = step % trainer.checkpoint_every == 0 or step == trainer.max_steps
             if step % trainer.log_every == 0 or evaluate_now or checkpoint_now:
                 read_started = time.perf_counter()
-                train_metrics = window.read(self.ranks, step)  # the one wait for the device in these steps
+                train_metrics = window.read(self.ranks, step, self.lr_setting)  # the one wait for the device here
                 self.state.train_seconds += time.perf_counter() - read_started
                 train_metrics["train/lr"] = self.scheduler.get_last_lr()[0]
                 throughput = self.state.train_tokens / self.state.train_seconds

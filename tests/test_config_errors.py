@@ -114,3 +114,39 @@ def test_lra_train_refuses_bad_input_with_one_line_and_no_record(tmp_path, data_
     assert result.returncode == 2 and line.startswith("error: ") and expected in line, result.stderr
     assert expected not in result.stdout, "the console gets the line once"
     assert not [p for p in tmp_path.rglob("*") if p.is_file()], "a refused config leaves no record and no folder"
+
+
+# A dry run (--cfg job|hydra|all, -c) validates as the real run does: the same line, the same status, nothing
+# printed on stdout and nothing written.
+DRY_RUNS = [
+    (["+trainer.max_step=10"], ["--cfg", "job"]),  # printed the invalid config with exit 0
+    (["trainer.grad_clip=-1"], ["--cfg", "job"]),
+    (["trainer.grad_clip=-1"], ["--cfg", "hydra"]),
+    (["attention=nystrom", "attention.num_landmarks=5000"], ["--cfg", "all"]),  # a rule across fields
+    (["pretrain.from=no/such/run"], ["-c", "job"]),
+    (["trainer.device=cpu", "trainer.precision=bf16"], ["--cfg=job", "--resolve"]),
+]
+
+
+@pytest.mark.parametrize("overrides,flags", DRY_RUNS, ids=[" ".join(o + f) for o, f in DRY_RUNS])
+def test_a_dry_run_refuses_what_the_real_run_refuses_with_the_same_line(tmp_path, data_dir, overrides, flags):
+    real = run_command(["lra-train", "trainer=smoke", *overrides], tmp_path / "real", data_dir, check=False)
+    dry = run_command(["lra-train", "trainer=smoke", *overrides, *flags], tmp_path / "dry", data_dir, check=False)
+    (line,) = real.stderr.strip().splitlines()
+    assert real.returncode == 2 and dry.returncode == 2 and dry.stderr.strip() == line, (real.stderr, dry.stderr)
+    assert dry.stdout == "", "the refused config is not printed"
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_a_valid_dry_run_prints_its_config_and_a_resumes_dry_run_checks_the_saved_config(tmp_path, data_dir):
+    shown = run_command(["lra-train", "trainer=smoke", "trainer.grad_clip=1", "--cfg", "job"], tmp_path, data_dir)
+    assert "grad_clip: 1" in shown.stdout and shown.stderr == ""
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "resolved.yaml").write_text("{{{not yaml")
+    dry = run_command(["lra-train", f"resume={run}", "--cfg", "job"], tmp_path, data_dir, check=False)
+    assert sorted(p.name for p in run.rglob("*")) == [".hydra", "resolved.yaml"], "a dry run writes nothing"
+    real = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False)
+    (line,) = dry.stderr.strip().splitlines()
+    assert dry.returncode == real.returncode == 1 and real.stderr.strip() == line and dry.stdout == ""
+    assert line.startswith(f"error: cannot resume {run}: its .hydra/resolved.yaml is unreadable"), line

@@ -119,10 +119,12 @@ def test_a_resume_takes_only_this_runs_training_checkpoint(tmp_path, data_dir, r
 def test_ctrl_c_records_the_run_as_interrupted_and_a_resume_completes_it(tmp_path, data_dir):
     interrupted = run_command(["lra-train", *SHORT], tmp_path, data_dir, env_extra={"LRA_FAULT": "step:3:SIGINT"},
                               check=False)
-    assert interrupted.returncode == 130 and last_line(interrupted).startswith("error: interrupted (ctrl-C)")
-    assert "Traceback" not in interrupted.stderr
     (run,) = run_dirs(tmp_path)
-    assert read_json(run / "metrics.json")["status"] == "failed"
+    assert interrupted.returncode == 130 and last_line(interrupted) == (
+        f"error: interrupted (ctrl-C); resume it with: lra-train resume={run}")
+    assert "Traceback" not in interrupted.stderr
+    record = read_json(run / "metrics.json")
+    assert (record["status"], record["signal"], record["error"]) == ("interrupted", "SIGINT", "interrupted (ctrl-C)")
     run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
     assert read_json(run / "metrics.json")["status"] == "completed"
 

@@ -103,15 +103,84 @@ def os_error_line(exc: BaseException) -> Optional[str]:
     return None
 
 
-def exit_on_disk_error(exc: BaseException) -> None:
-    """End the process with one line (exit 1) if ``exc`` is a disk error (:func:`os_error_line`);
-    return otherwise, for the caller to re-raise."""
+def path_kind_line(exc: BaseException) -> Optional[str]:
+    """One line for a file where a folder is expected (or a folder where a file is), anywhere in
+    ``exc``'s causes: e.g. ``LRA_DATA_DIR/<task>`` or ``LRA_KERNEL_CACHE`` being a file; None otherwise."""
+    from pathlib import Path
+
+    for cause in _causes(exc):
+        if not isinstance(cause, OSError) or cause.errno not in (errno.ENOTDIR, errno.EISDIR, errno.EEXIST):
+            continue
+        if not cause.filename:
+            continue
+        path = Path(os.fsdecode(cause.filename))
+        if cause.errno == errno.EISDIR:
+            return f"{path} is a folder where a file is expected: move it away, or choose another path"
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            return (f"{blocker} is a file where a folder is expected: move or delete that file, or choose "
+                    "another folder")
+        if cause.errno == errno.EEXIST:
+            return f"{path} already exists: move it away, or choose another path"
+    return None
+
+
+def _memory_line(exc: BaseException) -> Optional[str]:
     import sys
 
-    line = os_error_line(exc)
-    if line is not None:
-        print(f"error: {line}", file=sys.stderr)
-        sys.exit(1)
+    torch = sys.modules.get("torch")
+    out_of_memory = (MemoryError,) + ((torch.OutOfMemoryError,) if torch is not None else ())
+    for cause in _causes(exc):
+        cpu_allocator = isinstance(cause, RuntimeError) and "can't allocate memory" in str(cause)
+        if isinstance(cause, out_of_memory) or cpu_allocator:
+            detail = str(cause).strip().splitlines()[0][:200] if str(cause).strip() else type(cause).__name__
+            return (f"out of memory ({detail}); for lra-train, a larger trainer.grad_accumulation runs the "
+                    "same batch in smaller pieces, or lower trainer.batch_size, trainer.eval_batch_size or "
+                    "trainer.max_length")
+    return None
+
+
+def failure(exc: BaseException) -> Optional[tuple]:
+    """The one decision of which failures end a command with one ``error:`` line rather than a
+    traceback: ``(line, exit status)``, or None for a bug (its traceback is what to report).
+
+    An interruption (SIGINT, SIGTERM, SIGHUP: :mod:`lra.signals`) → 128 + the signal's number; bad
+    input (:class:`lra.errors.UserError`: a diverged run too) → its status; the compiled kernels
+    unavailable, a full disk, a read-only or forbidden folder, a name too long, a file where a folder is
+    expected and memory exhausted → 1."""
+    import sys
+
+    from lra import signals
+    from lra.errors import UserError
+
+    if isinstance(exc, KeyboardInterrupt):
+        interrupted = signals.as_interrupted(exc)
+        advice = interrupted.advice or "what was finished is kept, what was being written is not"
+        return f"{interrupted.reason}; {advice}", interrupted.exit_code
+    if isinstance(exc, UserError):
+        return str(exc), exc.exit_code
+    kernels = sys.modules.get("attention_zoo._yoso_build")  # loaded by whoever could have raised its error
+    for cause in _causes(exc):
+        if kernels is not None and isinstance(cause, kernels.KernelUnavailable):
+            return str(cause), 1
+        if isinstance(cause, UserError) and cause is exc.__cause__:  # raised through a library (Hydra's instantiate)
+            return str(cause), cause.exit_code
+    for line in (os_error_line(exc), path_kind_line(exc), _memory_line(exc)):
+        if line is not None:
+            return line, 1
+    return None
+
+
+def exit_on_known_failure(exc: BaseException) -> None:
+    """End the process with one line if :func:`failure` has one for ``exc``; return otherwise, for
+    the caller to re-raise (a bug keeps its traceback)."""
+    import sys
+
+    known = failure(exc)
+    if known is not None:
+        log_to_file(f"error: {known[0]}")
+        print(f"error: {known[0]}", file=sys.stderr)
+        sys.exit(known[1])
 
 
 def exit_on_user_error(exc, folder=None) -> None:
@@ -130,32 +199,25 @@ def exit_on_user_error(exc, folder=None) -> None:
     sys.exit(exc.exit_code)
 
 
-INTERRUPTED = 130  # the shell's status for a process ended by SIGINT
 
 
 def at_the_edge(main):
-    """Decorate a console command's ``main``: its bad input (``UserError``), a full disk, a read-only
-    or forbidden folder, a name too long and ctrl-C end it with one ``error:`` line and a non-zero
-    exit status instead of a traceback; anything else keeps its traceback (a bug to report)."""
+    """Decorate a console command's ``main``: it runs under the signal policy (:mod:`lra.signals`:
+    SIGINT, SIGTERM and SIGHUP interrupt it), and every failure :func:`failure` knows (bad input, an
+    interruption, a full disk, …) ends it with one ``error:`` line and that exit status instead of a
+    traceback; anything else keeps its traceback (a bug to report)."""
     import functools
-    import sys
 
-    from lra.errors import UserError
+    from lra import signals
 
     @functools.wraps(main)
     def wrapped(*args, **kwargs):
-        try:
-            return main(*args, **kwargs)
-        except UserError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            print("error: interrupted (ctrl-C); what was finished is kept, what was being written is not",
-                  file=sys.stderr)
-            sys.exit(INTERRUPTED)
-        except Exception as exc:
-            exit_on_disk_error(exc)
-            raise
+        with signals.interruptible():
+            try:
+                return main(*args, **kwargs)
+            except (Exception, KeyboardInterrupt) as exc:
+                exit_on_known_failure(exc)
+                raise
 
     return wrapped
 
@@ -200,21 +262,27 @@ def one_line_user_errors(task):
             print(message, file=sys.stderr)
             sys.exit(exc.exit_code)
         except Exception as exc:  # inside Hydra's job, or it would add its "Error executing job" line
-            exit_on_disk_error(exc)
+            exit_on_known_failure(exc)
             raise
 
     return wrapped
 
 
-def run_app(run, valid_keys) -> None:
+def run_app(run, valid_keys, check_shown=None) -> None:
     """Run a Hydra app's ``run`` so that a config mistake ends with one line (exit 2) naming the fix,
-    and bad input, a disk error or ctrl-C with one line as :func:`at_the_edge` says; other errors keep
-    their traceback. Set HYDRA_FULL_ERROR=1 to see Hydra's own traceback."""
+    and bad input, a disk error or an interruption with one line as :func:`at_the_edge` says; other
+    errors keep their traceback. Set HYDRA_FULL_ERROR=1 to see Hydra's own traceback.
+
+    ``check_shown(overrides)``: the app's validation of a composed config, run before Hydra prints it
+    for ``--cfg job|hydra|all``, so that a dry run refuses what the real run would, with the same line."""
     import os
     import sys
 
+    from lra import signals
+
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        run()
+        with signals.interruptible():
+            run()
         return
     os.environ["HYDRA_FULL_ERROR"] = "1"
     from lra.errors import UserError
@@ -222,6 +290,8 @@ def run_app(run, valid_keys) -> None:
     @at_the_edge
     def guarded():
         try:
+            if check_shown is not None:
+                _check_dry_run(check_shown)
             run()
         except (UserError, KeyboardInterrupt):
             raise
@@ -236,3 +306,23 @@ def run_app(run, valid_keys) -> None:
             sys.exit(2)
 
     guarded()
+
+
+def _check_dry_run(check_shown) -> None:
+    """``--cfg``/``-c`` on the command line: validate the config Hydra is about to print."""
+    import sys
+
+    import contextlib
+    import io
+
+    from hydra._internal.utils import get_args_parser
+
+    if not any(a in ("-c", "--cfg") or a.startswith("--cfg=") for a in sys.argv[1:]):
+        return
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            args = get_args_parser().parse_args(sys.argv[1:])
+    except SystemExit:  # Hydra's own parser reports a malformed command line when it runs
+        return
+    if args.cfg is not None:
+        check_shown(list(args.overrides))

@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from lra import validation
+from lra import signals, validation
 from lra.commands import config_errors
 from lra.config import CONF_DIR, register_configs, register_resolvers, saved_run_config, typed
 from lra.errors import ConfigError, UserError
@@ -107,6 +107,14 @@ def _start_resume(folder: RunDirectory, hydra_cfg) -> Optional[DictConfig]:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def run(cfg: DictConfig):
+    """One job: its signals (:mod:`lra.signals`; owned here only in a launcher's worker process, where
+    no command edge runs), its folder, its record, and one line for every failure the edge knows."""
+    owner = not signals.installed()
+    with signals.interruptible():
+        return _run_job(cfg, worker=owner)
+
+
+def _run_job(cfg: DictConfig, worker: bool):
     from lra.pipeline import train
 
     hydra_cfg = HydraConfig.get()
@@ -130,17 +138,53 @@ def run(cfg: DictConfig):
             log.error("error: %s", exc)
             return math.nan
         config_errors.exit_on_user_error(exc, folder)
+    except KeyboardInterrupt as exc:  # SIGINT, SIGTERM, SIGHUP: the run's record says interrupted
+        stopped = _interrupted(signals.as_interrupted(exc), folder, hydra_cfg, multirun)
+        if folder.main and not folder.owned:  # stopped before the run took its folder: Hydra's empty one goes
+            folder.remove_if_empty()
+        if multirun and worker and os.environ.get("LRA_SWEEP_PARENT"):  # a worker of hydra/launcher=local_gpus
+            _end_worker(stopped)
+        config_errors.log_to_file(f"error: {stopped}")  # the edge prints it on the console
+        raise stopped from None
     except Exception as exc:
-        line = config_errors.os_error_line(exc)  # a full disk, a read-only folder, a name too long
+        known = config_errors.failure(exc)  # a diverged run, a full disk, the kernels unavailable, ...
         if multirun:  # one failed job must not end the sweep; its metrics.json says failed
-            log.error("error: %s", line) if line else log.exception("job failed")
+            log.error("error: %s", known[0]) if known else log.exception("job failed")
             return math.nan
-        config_errors.exit_on_disk_error(exc)
+        config_errors.exit_on_known_failure(exc)
         raise
     finally:
         folder.release()
     print(line)
     return _objective(result, started.optimized_metric)
+
+
+def _interrupted(exc: signals.Interrupted, folder: RunDirectory, hydra_cfg, multirun: bool) -> signals.Interrupted:
+    """``exc`` with what to do next: resume the run, or continue the sweep (a signal stops a whole sweep:
+    the jobs before this one keep their records, this one's says interrupted, no further job starts)."""
+    unfinished = folder.owned and folder.holds_run() and not folder.completed()
+    if multirun:
+        sweep = Path(hydra_cfg.sweep.dir).resolve()
+        exc.advice = (f"the sweep stopped at job {hydra_cfg.job.num} ({folder.path}); continue it with the same "
+                      f"command and hydra.sweep.dir={shlex.quote(str(sweep))}: finished jobs are kept, unfinished "
+                      "ones resume")
+    elif unfinished:
+        exc.advice = f"resume it with: lra-train resume={shlex.quote(str(folder.path))}"
+    return exc
+
+
+def _end_worker(stopped: signals.Interrupted) -> None:
+    """A worker process of hydra/launcher=local_gpus whose job was interrupted takes no further job: it
+    passes the signal on to its sweep (which stops its other workers the same way, hydra_plugins/
+    lra_launcher/local_gpus.py), says why and ends with the signal's status (its record is written)."""
+    parent = int(os.environ["LRA_SWEEP_PARENT"])
+    if parent == os.getppid():
+        os.kill(parent, stopped.signal_number)
+    log.error("error: %s", stopped)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(stopped.exit_code)
 
 
 def _objective(result: dict, metric: str) -> float:
@@ -167,9 +211,29 @@ def _valid_keys(path: str) -> list:
         return []
 
 
+def _validate_dry_run(overrides: list) -> None:
+    """``--cfg job|hydra|all``: the composed config is refused as the real run would refuse it (the same
+    line, exit 2); a resume's dry run checks the config that run saved."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides)
+    finally:
+        GlobalHydra.instance().clear()
+    if cfg.resume:
+        cfg = RunDirectory(cfg.resume).load_resolved(saved_run_config)
+    validate(cfg)
+
+
 def main() -> None:
     """Console entry: Hydra errors become one line (set HYDRA_FULL_ERROR=1 for a traceback)."""
-    config_errors.run_app(run, _valid_keys)
+    from lra.io import check_hydra_output_overrides  # Hydra makes hydra.run.dir before run(): checked first
+
+    config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:])
+    config_errors.run_app(run, _valid_keys, check_shown=_validate_dry_run)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,12 @@ from lra.pretraining import SPT_SUFFIX
 from lra.records import METRICS
 
 TASK_ORDER = ["listops", "text", "retrieval", "image", "pathfinder"]
-# Rows in the order of the YOSO paper's Table 3; unknown labels follow alphabetically.
+# Rows in the order of the YOSO paper's Table 3, then LRA Table 1's other rows and the learning-to-hash
+# table's; unknown labels follow alphabetically.
 LABEL_ORDER = ["None", "Softmax", "YOSO-E", "Nystromformer", "Longformer", "Linformer", "Reformer",
                "Performer", "YOSO-16", "YOSO-32", "YOSO-64", "YOSO-128", "YOSO-C-16", "YOSO-C-32", "*YOSO-16",
-               "*YOSO-32", "*YOSO-C-16", "LSH", "LHA"]
+               "*YOSO-32", "*YOSO-C-16", "Local Attention", "Sparse Transformer", "Sinkhorn Transformer",
+               "Synthesizer", "BigBird", "Linear Transformer", "RFA", "LSH", "LHA"]
 MISSING, FAILED = "—", "failed"
 REFERENCES = {  # --reference NAME → the shipped CSV
     "yoso": "yoso_icml2021_table3_lra.csv",
@@ -36,7 +38,9 @@ PAPER_NAMES = {"Softmax": ["Softmax", "Transformer"]}
 
 
 REQUIRED = ("label", "task", "status")  # what a record needs to sit in a table
-STATUS_RANK = {"completed": 0, "running": 1, "failed": 2}  # which duplicate of a (backend, task, seed) to keep
+# which duplicate of a (backend, task, seed) to keep
+STATUS_RANK = {"completed": 0, "running": 1, "interrupted": 1, "failed": 2}
+FINISHED = ("completed", "failed")  # any other status (running, interrupted) is an unfinished run
 
 
 def record_files(paths: Iterable[Path]) -> List[Path]:
@@ -169,6 +173,7 @@ def summarize(runs: pd.DataFrame, metric: str = "test_accuracy", exclude_stuck: 
         rows.append({"backend": label, "task": task, "mean": done.mean() if len(done) else math.nan,
                      "std": done.std(ddof=1) if len(done) > 1 else math.nan, "seeds": len(done),
                      "failed": int((group["status"] == "failed").sum()),
+                     "unfinished": int((~group["status"].isin(FINISHED)).sum()),
                      "stuck": int(stuck.sum()), "completed": len(completed[metric].dropna()),
                      "median": done.median() if len(done) else math.nan,
                      "tokens_per_s": completed.get("train_tokens_per_second", pd.Series()).mean(),
@@ -206,7 +211,8 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
     means["average"] = means[tasks].mean(axis=1).where(complete)
     cells = pd.DataFrame(MISSING, index=labels, columns=[*tasks, "average"])
     for _, row in summary.iterrows():
-        note = f", {row['failed']} failed" if row["failed"] else ""
+        note = (f", {row['failed']} failed" if row["failed"] else "") + (
+            f", {row['unfinished']} unfinished" if row["unfinished"] else "")
         if row["stuck"]:
             note = (f"; {row['stuck']} of {row['completed']} at chance" + (", excluded" if exclude_stuck else "")
                     + note)
@@ -344,12 +350,35 @@ def validation_notes(runs: pd.DataFrame) -> str:
 
 def failures(records: Iterable[dict]) -> str:
     """The failed runs among ``records`` (duplicates the table dropped included), one line each with
-    its error, so that no failed or refused job goes unseen; empty when none failed."""
+    its error, then the unfinished ones (:func:`unfinished`), so that no failed, refused, interrupted or
+    killed job goes unseen; empty when every run completed."""
+    records = list(records)
     failed = [r for r in records if r.get("status") == "failed"]
-    if not failed:
-        return ""
     lines = [f"- {r['run_dir']}: {r.get('error') or 'no error recorded'}" for r in failed]
-    return f"failed runs ({len(failed)}):\n" + "\n".join(lines)
+    text = f"failed runs ({len(failed)}):\n" + "\n".join(lines) if failed else ""
+    later = unfinished(records)
+    return text + ("\n\n" if text and later else "") + later
+
+
+def unfinished(records: Iterable[dict]) -> str:
+    """Runs neither completed nor failed, one line each: interrupted by a signal, running now, or
+    ``running`` with its process gone (killed by SIGKILL, the out-of-memory killer, a power cut: no
+    handler could record it), each with the command that resumes it; empty when there is none."""
+    import shlex
+
+    from lra.run import RunDirectory
+
+    lines = []
+    for r in records:
+        if r.get("status") in FINISHED:
+            continue
+        alive = RunDirectory(r["run_dir"]).last_holder_alive() if r.get("status") == "running" else None
+        state = {True: "running (its process is alive)", False: "killed while running (its process is gone)",
+                 None: "running, or killed (its process cannot be checked from here)"}[alive] \
+            if r.get("status") == "running" else (r.get("error") or str(r.get("status")))
+        resume = "" if alive else f"; resume with: lra-train resume={shlex.quote(r['run_dir'])}"
+        lines.append(f"- {r['run_dir']}: {state} at step {r.get('steps')}{resume}")
+    return f"unfinished runs ({len(lines)}):\n" + "\n".join(lines) if lines else ""
 
 
 def render(directories: List[Path], warn=lambda message: None) -> str:

@@ -1,0 +1,153 @@
+"""One signal policy for every command and every stage.
+
+SIGINT (ctrl-C), SIGTERM (``kill``, ``timeout``, ``docker stop``, ``scancel``, a cluster's preemption)
+and SIGHUP (a closed terminal) end a command the same way: :class:`Interrupted` is raised where the
+main thread is, everything unwinds as for ctrl-C (a run records ``interrupted`` with the signal's
+name, temporary files are removed, the run folder's lock is released), and the command's edge
+(:func:`lra.commands.config_errors.at_the_edge`) prints one ``error:`` line and exits with
+128 + the signal's number, the status a shell gives a process that signal killed.
+
+The rules:
+
+- One owner per process: the outermost :func:`interruptible` (a command's edge; in a launcher's
+  worker process, the sweep job) installs the handlers, nested ones change nothing.
+- Only signals at their default action are taken over: one that is ignored stays ignored (``nohup``
+  ignores SIGHUP, a shell's background job SIGINT), and a handler someone else installed stays
+  (submitit owns SIGTERM and SIGUSR2 in its jobs: its requeue on preemption).
+- The first signal interrupts; any further one while the process stops is noted and ignored, so that
+  the record of the interruption is written whole (two SIGHUPs when a terminal closes, ctrl-C
+  pressed twice). A process that still does not end can be killed (SIGKILL): that leaves a record
+  ``running`` that ``lra-table`` reports as unfinished, and the run resumes exactly all the same.
+- A first signal that arrives inside :func:`deferred` (a record being written) is raised when the
+  block ends, so a record is never left half-updated by an interruption.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Callable, List, Optional
+
+HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """The process was asked to stop by ``signal_number``. A :class:`KeyboardInterrupt`, so that
+    code written for ctrl-C (cleanup in ``except BaseException``, libraries) treats every signal alike."""
+
+    def __init__(self, signal_number: int = signal.SIGINT, advice: str = ""):
+        self.signal_number = int(signal_number)
+        self.advice = advice  # what to do next, added by the code that knows (e.g. the resume command)
+        super().__init__(self.signal_name)
+
+    def __reduce__(self):  # pickled whole (a launcher returns a job's exception to the sweep)
+        return type(self), (self.signal_number, self.advice)
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signal_number).name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signal_number
+
+    @property
+    def reason(self) -> str:
+        """``interrupted (ctrl-C)``, ``interrupted (SIGTERM)``: the record's error and the console's line."""
+        return "interrupted (ctrl-C)" if self.signal_number == signal.SIGINT else f"interrupted ({self.signal_name})"
+
+    def __str__(self) -> str:
+        return self.reason + (f"; {self.advice}" if self.advice else "")
+
+
+def as_interrupted(exc: BaseException) -> Interrupted:
+    """``exc`` as an :class:`Interrupted`: a bare KeyboardInterrupt (raised by code, or by Python's own
+    SIGINT handler where ours is not installed) is ctrl-C's."""
+    return exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
+
+
+class _State:
+    def __init__(self):
+        self.previous: Optional[dict] = None  # signal → the handler before ours, while ours are installed
+        self.first: Optional[int] = None  # the signal that interrupts this process
+        self.pending: Optional[int] = None  # that signal, when it arrived inside deferred()
+        self.deferring = 0
+        self.hooks: List[Callable[[int], None]] = []
+
+
+_state = _State()
+
+
+def _handle(number: int, frame) -> None:
+    if _state.first is not None:
+        return  # already stopping: a further signal must not cut the record of the first one short
+    _state.first = number
+    for hook in list(_state.hooks):
+        hook(number)
+    if _state.deferring:
+        _state.pending = number
+        return
+    raise Interrupted(number)
+
+
+def _takes_over(current) -> bool:
+    return current in (signal.SIG_DFL, signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def interruptible():
+    """Within this block, SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (module docstring).
+    Nested blocks, and blocks outside the main thread (where Python allows no handler), change nothing."""
+    if _state.previous is not None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for number in HANDLED:
+        current = signal.getsignal(number)
+        if _takes_over(current):
+            previous[number] = current
+            signal.signal(number, _handle)
+    _state.previous, _state.first, _state.pending = previous, None, None
+    try:
+        yield
+    finally:
+        if _state.first is None:  # ended normally: the handlers go back as they were
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+            _state.previous = None
+        # Interrupted: ours stay, ignoring any further signal while the process ends (exit handlers included).
+
+
+def installed() -> bool:
+    """Whether an :func:`interruptible` block owns this process's signals."""
+    return _state.previous is not None
+
+
+def handles(number: int) -> bool:
+    """Whether ``number`` raises :class:`Interrupted` here (False where it is ignored or someone else's)."""
+    return signal.getsignal(number) is _handle
+
+
+@contextlib.contextmanager
+def deferred():
+    """A first signal arriving in this block is raised when it ends (a record written whole)."""
+    _state.deferring += 1
+    try:
+        yield
+    finally:
+        _state.deferring -= 1
+        if not _state.deferring and _state.pending is not None:
+            number, _state.pending = _state.pending, None
+            raise Interrupted(number)
+
+
+@contextlib.contextmanager
+def on_interruption(hook: Callable[[int], None]):
+    """Call ``hook(signal number)`` on this block's first signal, before :class:`Interrupted` is raised
+    (e.g. a launcher passes the signal on to its worker processes and waits for their records)."""
+    _state.hooks.append(hook)
+    try:
+        yield
+    finally:
+        _state.hooks.remove(hook)

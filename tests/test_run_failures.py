@@ -1,0 +1,113 @@
+"""One error edge around the whole job (lra/commands/config_errors.failure): what fails inside a run that
+passed validation — a diverged loss, compiled kernels that cannot be built, a file where a data folder
+must be, memory exhausted — ends with one ``error:`` line naming the fix and exit 1, never a traceback,
+and the run's record says ``failed`` with the same words; in a sweep the job is recorded and the sweep
+goes on."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+from helpers import needs_kernels
+
+QUICK = ["trainer=smoke", "trainer.max_steps=4", "trainer.eval_every=2", "trainer.checkpoint_every=2", *SMALL_LISTOPS]
+DIVERGED = "the training loss was not finite at a step between"
+
+
+def one_error_line(result):
+    """The single ``error:`` line of a command that failed with exit 1 and no traceback."""
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 1 and len(lines) == 1, (result.returncode, result.stderr)
+    assert result.stderr.strip().splitlines()[-1] == lines[0] and "Traceback" not in result.stderr + result.stdout
+    return lines[0].removeprefix("error: ")
+
+
+def failed_record(root):
+    (run,) = run_dirs(root)
+    record = read_json(run / "metrics.json")
+    assert record["status"] == "failed", record
+    return record
+
+
+def test_a_diverged_run_is_one_line_naming_the_learning_rate_and_grad_clip(tmp_path, data_dir):
+    """The issue's case: trainer.lr=10 on the smoke preset diverges within its first 10 steps."""
+    result = run_command(["lra-train", "trainer=smoke", "trainer.lr=10", *SMALL_LISTOPS], tmp_path, data_dir,
+                         check=False)
+    line = one_error_line(result)
+    assert line.startswith(DIVERGED)
+    assert line.endswith("start a new run with a lower trainer.lr or with trainer.grad_clip set")
+    assert failed_record(tmp_path)["error"] == f"TrainingDiverged: {line}"
+    (run,) = run_dirs(tmp_path)
+    assert not (run / "checkpoints" / "last.pt").exists(), "no checkpoint was written after the loss diverged"
+
+
+def test_a_diverged_pretraining_stage_names_its_own_learning_rate(tmp_path, data_dir):
+    result = run_command(["lra-train", *QUICK, "pretrain=masked", "pretrain.lr=1000"], tmp_path, data_dir, check=False)
+    line = one_error_line(result)
+    assert line.startswith(DIVERGED) and "a lower pretrain.lr or with trainer.grad_clip set" in line
+    record = failed_record(tmp_path)
+    assert record["pretrain_status"] == "failed", "stage 1 is the stage that failed"
+
+
+@needs_kernels
+def test_a_kernel_cache_that_is_a_file_is_one_line_naming_lra_kernel_cache(tmp_path, data_dir):
+    cache = tmp_path / "kernels"
+    cache.write_text("not a folder")
+    result = run_command(["lra-train", *QUICK, "attention=yoso", "attention.impl=cpu"], tmp_path, data_dir,
+                         env_extra={"LRA_KERNEL_CACHE": str(cache)}, check=False)
+    line = one_error_line(result)
+    assert line.startswith(f"cannot build the YOSO CPU kernels in {cache}/") and f"{cache} is a file" in line
+    assert line.endswith("set LRA_KERNEL_CACHE to a folder you can write, or attention.impl=torch")
+    assert failed_record(tmp_path)["error"] == f"KernelUnavailable: {line}"
+    assert cache.read_text() == "not a folder"
+
+
+def test_a_task_data_folder_that_is_a_file_is_one_line(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "listops").write_text("not a folder")
+    result = run_command(["lra-train", *QUICK], tmp_path, data, check=False)
+    line = one_error_line(result)
+    assert f"{data / 'listops'}" in line and "is a file" in line, line
+    assert (data / "listops").read_text() == "not a folder"
+
+
+def test_memory_exhausted_mid_run_is_one_line_naming_the_settings_that_use_less(tmp_path, data_dir):
+    result = run_command(["lra-train", *QUICK], tmp_path, data_dir, env_extra={"LRA_FAULT": "step:3:OOM"}, check=False)
+    line = one_error_line(result)
+    assert line.startswith("out of memory (CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert "trainer.grad_accumulation" in line and "trainer.batch_size" in line
+    record = failed_record(tmp_path)
+    assert record["error"].startswith("OutOfMemoryError: CUDA out of memory") and record["steps"] == 2
+
+
+def test_memory_exhausted_during_validation_is_the_same_line(tmp_path, data_dir):
+    result = run_command(["lra-train", *QUICK], tmp_path, data_dir, env_extra={"LRA_FAULT": "eval_batch:2:OOM"},
+                         check=False)
+    assert one_error_line(result).startswith("out of memory (")
+    assert failed_record(tmp_path)["error"].startswith("OutOfMemoryError:")
+
+
+def test_a_diverged_job_of_a_sweep_is_recorded_and_the_sweep_goes_on(tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    result = run_command(["lra-train", "-m", "trainer=smoke", "trainer.lr=10,1e-3", *SMALL_LISTOPS,
+                          f"hydra.sweep.dir={sweep}"], tmp_path, data_dir)
+    assert "Traceback" not in result.stderr + result.stdout
+    diverged = read_json(sweep / "0" / "metrics.json")
+    assert diverged["status"] == "failed" and DIVERGED in diverged["error"]
+    assert read_json(sweep / "1" / "metrics.json")["status"] == "completed"
+    table = (sweep / "table.md").read_text()
+    assert "failed runs (1):" in table and f"{sweep / '0'}: TrainingDiverged: {DIVERGED}" in table
+
+
+@pytest.mark.parametrize("command", [["lra-prepare", "listops"], ["lra-train", *QUICK]],
+                         ids=["lra-prepare", "lra-train"])
+def test_memory_exhausted_while_the_data_is_converted_is_one_line_in_both_commands(tmp_path, command):
+    """The same edge for a command with no run record (lra-prepare) as for a run (lra-train)."""
+    data = tmp_path / "data"
+    args = [*command, "--data-dir", str(data), *[o for o in SMALL_LISTOPS if "max_length=256" not in o]] \
+        if command[0] == "lra-prepare" else command
+    result = run_command(args, tmp_path, data, env_extra={"LRA_FAULT": "cache_example:5:OOM"}, check=False)
+    assert one_error_line(result).startswith("out of memory (")
+    assert not [p for p in data.rglob("*") if p.name.startswith(".")], "no staging folder left behind"

@@ -1,0 +1,227 @@
+"""One signal policy (lra/signals.py): SIGINT, SIGTERM and SIGHUP end every command and every stage with
+a record that says ``interrupted`` with the signal's name, one ``error:`` line and exit 128 + the
+signal's number, and the run resumes to exactly the uninterrupted result; a sweep stops whole, each
+job it was running recorded; a SIGKILL's ``running`` record is reported by lra-table as unfinished.
+Signals are delivered at deterministic points through lra/faults.py's hooks (no sleeps)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+
+RESUMABLE = ["trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=3", "trainer.checkpoint_every=3",
+             "attention=softmax", "seed=3", *SMALL_LISTOPS]
+SPT = ["trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=3", "trainer.checkpoint_every=3",
+       "trainer.train_subset=null", "trainer.eval_subset=null", "attention=softmax", "seed=5", "pretrain=masked",
+       *SMALL_LISTOPS]
+SHORT = ["trainer=smoke", "trainer.max_steps=4", "trainer.eval_every=2", "trainer.checkpoint_every=2", *SMALL_LISTOPS]
+COMPARED = ("steps", "best_step", "best_val_accuracy", "test_accuracy")
+
+
+def error_lines(result):
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+def assert_one_line(result, code, start):
+    """Exit ``code``, stderr ending with exactly one ``error:`` line that starts with ``start``, no traceback."""
+    lines = error_lines(result)
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert len(lines) == 1 and lines[0].startswith(start), result.stderr
+    assert result.stderr.strip().splitlines()[-1] == lines[0], "the error line is the last word"
+    assert "Traceback" not in result.stderr + result.stdout
+    return lines[0]
+
+
+def final_state(run):
+    weights = torch.load(run / "checkpoints" / "last.pt", weights_only=False)["model"]
+    return read_json(run / "metrics.json"), read_json(run / "history.json"), weights
+
+
+def assert_same_result(run, expected):
+    metrics, history, weights = final_state(run)
+    expected_metrics, expected_history, expected_weights = expected
+    assert metrics["status"] == "completed" and metrics["error"] is None and "signal" not in metrics
+    for key in COMPARED:
+        assert metrics[key] == expected_metrics[key], key
+    assert history == expected_history
+    for name, tensor in expected_weights.items():
+        assert torch.equal(weights[name], tensor), name
+    assert not list(run.rglob("*.tmp")), "no temporary file survives"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, data_dir):
+    root = tmp_path_factory.mktemp("uninterrupted")
+    run_command(["lra-train", *RESUMABLE], root, data_dir)
+    (run,) = run_dirs(root)
+    return final_state(run)
+
+
+# (faults, the signal the record names, exit status, the console's words)
+INTERRUPTIONS = {
+    "SIGTERM between steps, ctrl-C while it stops": ("step:3:SIGTERM,stopping:1:SIGINT", "SIGTERM", 143,
+                                                     "interrupted (SIGTERM)"),
+    "SIGTERM during validation": ("eval_batch:8:SIGTERM", "SIGTERM", 143, "interrupted (SIGTERM)"),
+    "SIGTERM inside a checkpoint write": ("checkpoint_write:2:SIGTERM", "SIGTERM", 143, "interrupted (SIGTERM)"),
+    "two SIGHUPs (a terminal closing)": ("step:5:SIGHUP,stopping:1:SIGHUP", "SIGHUP", 129, "interrupted (SIGHUP)"),
+}
+
+
+@pytest.mark.parametrize("case", INTERRUPTIONS)
+def test_a_signal_is_recorded_as_interrupted_and_the_run_resumes_exactly(tmp_path, data_dir, uninterrupted, case):
+    faults, name, code, words = INTERRUPTIONS[case]
+    stopped = run_command(["lra-train", *RESUMABLE], tmp_path, data_dir, env_extra={"LRA_FAULT": faults}, check=False)
+    (run,) = run_dirs(tmp_path)
+    line = assert_one_line(stopped, code, f"error: {words}")
+    assert line.endswith(f"resume it with: lra-train resume={run}"), line
+    record = read_json(run / "metrics.json")
+    assert (record["status"], record["signal"], record["error"]) == ("interrupted", name, words)
+    assert f"error: {words}" in (run / "train.log").read_text(), "the run's log says why it stopped"
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert run_dirs(tmp_path) == [run]
+    assert_same_result(run, uninterrupted)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_spt(tmp_path_factory, data_dir):
+    root = tmp_path_factory.mktemp("spt")
+    run_command(["lra-train", *SPT], root, data_dir)
+    (run,) = run_dirs(root)
+    return final_state(run)
+
+
+@pytest.mark.parametrize("fault,name", [("step:2:SIGTERM", "SIGTERM"), ("checkpoint_write:3:SIGHUP", "SIGHUP")],
+                         ids=["SIGTERM in stage 1", "SIGHUP while the encoder is written"])
+def test_a_signal_in_stage_one_of_pretraining_is_recorded_and_resumes_exactly(tmp_path, data_dir, uninterrupted_spt,
+                                                                               fault, name):
+    stopped = run_command(["lra-train", *SPT], tmp_path, data_dir, env_extra={"LRA_FAULT": fault}, check=False)
+    assert_one_line(stopped, 128 + getattr(signal, name), f"error: interrupted ({name})")
+    (run,) = run_dirs(tmp_path)
+    record = read_json(run / "metrics.json")
+    assert (record["status"], record["signal"]) == ("interrupted", name)
+    assert record["pretrain_status"] == "interrupted", "stage 1's own status says it was the stage interrupted"
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert_same_result(run, uninterrupted_spt)
+    assert read_json(run / "metrics.json")["pretrain_status"] == "completed"
+
+
+def test_a_signal_stops_a_sweep_whose_jobs_keep_their_records_and_the_same_command_continues_it(tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    args = ["lra-train", "-m", "seed=0,1,2", *SHORT, f"hydra.sweep.dir={sweep}"]
+    stopped = run_command(args, tmp_path, data_dir, env_extra={"LRA_FAULT": "step:7:SIGTERM"}, check=False)  # job 1
+    line = assert_one_line(stopped, 143, "error: interrupted (SIGTERM); the sweep stopped at job 1")
+    assert f"hydra.sweep.dir={sweep}" in line
+    assert read_json(sweep / "0" / "metrics.json")["status"] == "completed"
+    record = read_json(sweep / "1" / "metrics.json")
+    assert (record["status"], record["signal"], record["steps"]) == ("interrupted", "SIGTERM", 2)
+    assert not (sweep / "2").exists(), "no job starts once the sweep is interrupted"
+    table = run_command(["lra-table", str(sweep)], tmp_path, data_dir).stdout
+    assert "(1; " in table and "1 unfinished" in table and "runs: 1 completed, 1 interrupted" in table
+    assert f"unfinished runs (1):\n- {sweep / '1'}: interrupted (SIGTERM) at step 2; resume with: " \
+           f"lra-train resume={sweep / '1'}" in table, table
+    run_command(args, tmp_path, data_dir)
+    records = [read_json(sweep / str(job) / "metrics.json") for job in range(3)]
+    assert [r["status"] for r in records] == ["completed"] * 3
+    assert [r["resumed_at_steps"] for r in records] == [[], [2], []], "the interrupted job resumed, no other"
+    assert "unfinished" not in (sweep / "table.md").read_text()
+
+
+def test_a_signal_to_one_worker_of_a_local_gpus_sweep_stops_every_job_with_its_record(tmp_path, data_dir):
+    """hydra/launcher=local_gpus: jobs in worker processes. One worker's SIGTERM reaches the sweep, which
+    passes it on to the other worker: both running jobs record interrupted, then the sweep ends (143)."""
+    sweep = tmp_path / "sweep"
+    stopped = run_command(["lra-train", "-m", "hydra/launcher=local_gpus", "hydra.launcher.n_jobs=2", "seed=0,1",
+                           *SHORT, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir,
+                          env_extra={"LRA_FAULT": "step:3:SIGTERM", "LRA_FAULT_ONCE": str(tmp_path / "once")},
+                          check=False)
+    line = assert_one_line(stopped, 143, "error: interrupted (SIGTERM); the sweep stopped")
+    assert f"hydra.sweep.dir={sweep.resolve()}" in line
+    records = [read_json(sweep / str(job) / "metrics.json") for job in (0, 1)]
+    assert [(r["status"], r["signal"]) for r in records] == [("interrupted", "SIGTERM")] * 2, records
+
+
+def test_a_killed_run_stays_running_and_lra_table_reports_it_unfinished_with_its_resume_command(tmp_path, data_dir):
+    killed = run_command(["lra-train", *SHORT, "hydra.run.dir=runs/killed"], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "step:3"}, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    run_command(["lra-train", *SHORT, "seed=1", "hydra.run.dir=runs/done"], tmp_path, data_dir)
+    run = tmp_path / "runs" / "killed"
+    assert read_json(run / "metrics.json")["status"] == "running", "SIGKILL cannot be caught"
+    table = run_command(["lra-table", str(tmp_path / "runs")], tmp_path, data_dir).stdout
+    assert "(1; " in table and "1 unfinished)" in table, "counted as unfinished in its cell, not as a result"
+    assert f"- {run}: killed while running (its process is gone) at step 2; resume with: lra-train resume={run}" \
+        in table, table
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert "unfinished" not in run_command(["lra-table", str(tmp_path / "runs")], tmp_path, data_dir).stdout
+
+
+def test_sigterm_in_lra_prepare_is_one_line_and_leaves_no_staging_folder(tmp_path, data_dir):
+    data = tmp_path / "data"
+    generate = [o for o in SMALL_LISTOPS if not o.startswith("task.max_length")]
+    result = run_command(["lra-prepare", "listops", "--data-dir", str(data), *generate], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "cache_example:30:SIGTERM"}, check=False)
+    assert_one_line(result, 143, "error: interrupted (SIGTERM); what was finished is kept")
+    assert [p for p in data.rglob("*") if p.name.startswith(".")] == [] and not list(data.rglob("manifest.json"))
+
+
+# ------------------------------------------------------------------ the policy itself, in a fresh interpreter
+def policy(body: str, ignore=()) -> subprocess.CompletedProcess:
+    """Run ``body`` (with ``signals``, ``os``, ``signal`` imported) under ``signals.interruptible()`` in a new
+    Python whose ``ignore`` signals start ignored (as under nohup); its output and exit status."""
+    code = ("import os, signal, sys\nfrom lra import signals\n"
+            f"for number in {[int(s) for s in ignore]}:\n    signal.signal(number, signal.SIG_IGN)\n" + body)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_the_first_signal_raises_with_its_status_and_a_later_one_cannot_cut_the_stop_short():
+    result = policy("""
+try:
+    with signals.interruptible():
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("not reached")
+except signals.Interrupted as stopped:
+    os.kill(os.getpid(), signal.SIGINT)  # a second signal while stopping: ignored
+    os.kill(os.getpid(), signal.SIGHUP)
+    print(stopped.reason, stopped.signal_name, stopped.exit_code, isinstance(stopped, KeyboardInterrupt))
+""")
+    assert result.stdout.split("\n")[0] == "interrupted (SIGTERM) SIGTERM 143 True", result.stderr
+
+
+def test_a_signal_during_a_record_write_is_raised_once_the_record_is_whole(tmp_path):
+    result = policy(f"""
+from lra import records
+write = records.atomic_write_json
+def signal_then_write(path, data):
+    os.kill(os.getpid(), signal.SIGHUP)  # the signal arrives as the record is being written
+    write(path, data)
+records.atomic_write_json = signal_then_write
+record = records.RunRecord({str(tmp_path)!r}, status="running")
+with signals.interruptible():
+    try:
+        record.update(steps=5)
+    except signals.Interrupted as stopped:
+        print("raised after the write:", stopped.signal_name)
+""")
+    assert result.stdout.strip() == "raised after the write: SIGHUP", result.stderr
+    assert read_json(tmp_path / "metrics.json")["steps"] == 5
+
+
+def test_an_ignored_signal_stays_ignored_and_another_handler_stays_its_owners():
+    """nohup's ignored SIGHUP is kept; a handler installed before (submitit's SIGTERM) is kept; the rest
+    are taken over and given back when the block ends without a signal."""
+    result = policy("""
+signal.signal(signal.SIGTERM, lambda number, frame: print("their handler"))
+with signals.interruptible():
+    os.kill(os.getpid(), signal.SIGHUP)
+    os.kill(os.getpid(), signal.SIGTERM)
+    print("still running;", signals.handles(signal.SIGINT), signals.handles(signal.SIGHUP))
+print("given back:", signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+""", ignore=[signal.SIGHUP])
+    assert result.stdout.splitlines() == ["their handler", "still running; True False", "given back: True"], \
+        result.stderr
