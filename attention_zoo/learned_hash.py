@@ -16,8 +16,9 @@ KL(ψ_K ‖ softmax H_K)), averaged over real tokens and heads, where the attent
 A = softmax(q̂ k̂ᵀ/√d) over real keys. Both are estimated in O(n · B · r) with r positive random
 features φ (FAVOR+, redrawn every training step from the seeded generator, as the authors redraw
 them), A_ij ≈ φ(q_i)·φ(k_j) / Ẑ_i with Ẑ_i = φ(q_i)·Σ_j φ(k_j): see :func:`utility_targets`. The
-authors give no loss weight; 1.0 is ours (the scorers see no other gradient, so it only sets their
-learning rate relative to the model's).
+paper's appendix A.5 weights the loss λ = 0.05 on LRA (the LHA row of ``experiment=lha_table3``); the
+default 1.0 is ours (the scorers see no other gradient, and Adam's steps do not depend on a gradient's
+scale, so under Adam the weight reaches them only through ε).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The paper presets: every row of experiment=yoso_table3 and experiment=lra_table1 is a backend
-whose label is a row of the paper's shipped table, with the reference's quirks on; a smoke sweep of
-each runs end to end and compares with the paper through lra-table."""
+"""The YOSO Table 3 presets (experiment=yoso_table3, experiment=spt): every row is a backend whose label
+is a row of the paper's shipped table, with the reference's quirks on, and equals the configuration it
+cites (CITED: each value with its source); a smoke sweep of each runs end to end and compares with the
+paper through lra-table. LRA Table 1 and the learning-to-hash table: tests/test_lra_presets.py."""
 
 from pathlib import Path
 
@@ -8,15 +9,13 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-import attention_zoo
 from conftest import SMALL_LISTOPS, read_json, run_command
 from helpers import compose_config
 from lra.config import CONF_DIR
-from lra.model import Classifier
 from lra.results.table import PAPER_NAMES, REFERENCES
 from lra.validation import attention_spec
 
-PAPERS = {"yoso_table3": "yoso", "lra_table1": "lra"}
+PAPERS = {"yoso_table3": "yoso"}
 
 
 def sweep_list(experiment: str, group: str) -> list:
@@ -55,14 +54,12 @@ def test_yoso_table3_rows_carry_the_table_settings():
     assert attention("yoso_32").backward_projections is None  # the paper's per-pair estimator
     assert attention("yoso_e").backward == "lower_bound"
     assert (attention("nystromformer").landmarks, attention("nystromformer").pinv_init) == ("padded_segments", "batch")
-    assert compose_config("experiment=yoso_table3").model.pooling.value == "mean_zeroed_padding"
     for task, tau_length in (("listops", 2048), ("text", 4096), ("image", 1024)):
         assert compose_config("experiment=yoso_table3", f"task={task}").task.max_length == tau_length
 
 
 YOSO_CODE = "mlpen/YOSO"
 NYSTROM_LRA = "mlpen/Nystromformer LRA/code"
-LRA_CODE = "google-research/long-range-arena lra_benchmarks"
 # Every value a paper-table row sets, with where the cited configuration says so. A row's own YAML may set
 # only values listed here; values the cited code has but our backend cannot express are in DEVIATIONS.
 CITED = {
@@ -118,33 +115,57 @@ CITED = {
     "yoso_table3/longformer": {
         "window_size": (128, "the authors' configs (docs/reference-setup.md)"),
         "num_global_tokens": (1, f"{YOSO_CODE} attention_longformer.py first_token_view")},
-    "lra_table1/transformer": {},
-    "lra_table1/linformer": {
-        "proj_dim": (16, f"{LRA_CODE}/models/linformer/linformer_attention.py low_rank_features=16 (no config changes it)"),
-        "share_kv": (True, f"{LRA_CODE}/models/linformer/linformer_attention.py: one lr_kernel for key and value"),
-        "share_across_layers": (False, f"{LRA_CODE}/models/linformer/linformer_attention.py: a kernel per layer")},
-    "lra_table1/longformer": {
-        "window_size": (512, f"{LRA_CODE}/models/longformer/longformer.py sliding_window_size=512"),
-        "num_global_tokens": (0, f"{LRA_CODE}/models/longformer/longformer.py global_mask=None")},
-    "lra_table1/performer": {},
-    "lra_table1/reformer": {
-        "num_hashes": (1, f"{LRA_CODE}/models/reformer/reformer_attention.py n_hashes=1")},
 }
+# The experiments' own settings (every row and task), as the mlpen code the rows cite has them.
+MLPEN_MODEL = {
+    "model.padding_mask": ("nonzero_ids", f"{YOSO_CODE} LRA/dataset.py: mask = (input_ids != 0)"),
+    "model.pooling": ("mean_zeroed_padding", f"{YOSO_CODE} LRA/model.py returns norm(X) * mask[:, :, None]; "
+                                             "LRA/model_wrapper.py pooling MEAN: inp.mean(dim = 1), over the padded length")}
+EXPERIMENT_CITED = {"yoso_table3": MLPEN_MODEL, "spt": MLPEN_MODEL}
+
+
+@pytest.mark.parametrize("experiment", sorted(EXPERIMENT_CITED))
+def test_the_experiments_carry_the_cited_models_quirks(experiment):
+    resolved = OmegaConf.to_container(compose_config(f"experiment={experiment}"), resolve=True, enum_to_str=True)
+    for field, (value, source) in EXPERIMENT_CITED[experiment].items():
+        group, key = field.split(".")
+        assert resolved[group][key] == value, f"{experiment}: {field} = {resolved[group][key]!r}, but {source} says {value!r}"
+
+
+def test_mean_zeroed_padding_pools_as_the_mlpen_model_and_the_others_do_not():
+    """mlpen's pooling, written out: (norm(X) · mask).mean(dim=1) on the encoder's final states, mask =
+    ids != 0 (the padded positions' own states are not zero: they are what mean_unmasked averages)."""
+    import torch
+
+    from lra.model import Classifier
+
+    cfg = compose_config("experiment=yoso_table3", "row=yoso_table3/softmax", "task=listops", "task.max_length=64")
+    ids = torch.randint(1, 17, (3, 64), generator=torch.Generator().manual_seed(0))
+    ids[0, 40:], ids[1, 7:] = 0, 0
+    pooled = {}
+    for pooling in ("mean_zeroed_padding", "mean_unmasked", "mean"):
+        cfg.model.pooling = pooling
+        torch.manual_seed(0)
+        model = Classifier(cfg.model, cfg.task, attention_spec(cfg), 64).eval()
+        with torch.no_grad():
+            pooled[pooling] = model.encoder(ids, torch.ones_like(ids, dtype=torch.bool))
+            states, _ = model.encoder.hidden_states(ids, torch.ones_like(ids, dtype=torch.bool))
+    mlpen = (states * (ids != 0)[:, :, None]).mean(dim=1)
+    torch.testing.assert_close(pooled["mean_zeroed_padding"], mlpen)
+    for other in ("mean_unmasked", "mean"):
+        assert (pooled[other][:2] - mlpen[:2]).norm() > 0.1 * mlpen[:2].norm()
+    torch.testing.assert_close(pooled["mean_unmasked"][2], mlpen[2])  # no padding: the same
+
+
 # Settings of the cited code that our backends cannot express: each is listed in docs/attention.md.
 DEVIATIONS = {
     "yoso_table3/longformer": "attention-probability dropout 0.1",
-    "lra_table1/transformer": "attention-probability dropout",
-    "lra_table1/performer": "ReLU",
-    "lra_table1/reformer": "n/10",
-    "lra_table1/longformer": "255",
 }
 
 
 @pytest.mark.parametrize("row", sorted(CITED))
 def test_every_row_equals_the_configuration_it_cites(row):
-    experiment = row.split("/")[0]
-    extra = ["setup=lra_table1/listops"] if experiment == "lra_table1" else []
-    cfg = compose_config(f"experiment={experiment}", *extra, f"row={row}")
+    cfg = compose_config(f"experiment={row.split('/')[0]}", f"row={row}")
     resolved = OmegaConf.to_container(cfg.attention, resolve=True)
     for option, (value, source) in CITED[row].items():
         assert resolved[option] == value, f"{row}: attention.{option} = {resolved[option]!r}, but {source} says {value!r}"
@@ -160,16 +181,6 @@ def test_every_row_is_in_the_table_of_cited_values_and_every_deviation_is_docume
     section = docs[docs.index("## Paper presets and the configurations they cite"):]
     for row, phrase in DEVIATIONS.items():
         assert f"`{row}`" in section and phrase in section, f"{row}: its deviation ({phrase}) is not in docs/attention.md"
-
-
-@pytest.mark.parametrize("setup", sweep_list("lra_table1", "setup"))
-def test_lra_table1_setups_build_their_model(setup):
-    cfg = compose_config("experiment=lra_table1", f"setup={setup}", "row=lra_table1/transformer")
-    assert cfg.task.name == Path(setup).name
-    model = Classifier(cfg.model, cfg.task, attention_zoo.spec("softmax"), 64)
-    width = {"listops": 512, "text": 256, "retrieval": 128, "image": 32, "pathfinder": 32}[cfg.task.name]
-    assert model.encoder.norm.normalized_shape == (width,)
-    assert str(cfg.trainer.lr_schedule.value) in ("rsqrt", "cosine")
 
 
 def run_sweep(tmp_path, data_dir, *overrides):
@@ -198,10 +209,3 @@ def test_spt_smoke_sweep_pretrains_every_row_and_tables_it_beside_from_scratch(t
     assert {r["label"].removesuffix(" +SPT") for r in pretrained} == {r["label"] for r in records if r not in pretrained}
     table = run_command(["lra-table", str(sweep), "--side-by-side"], tmp_path, data_dir).stdout
     assert "listops +SPT Δ" in table and "| *YOSO-C-16 " in table
-
-
-def test_lra_table1_smoke_sweep_completes_every_row(tmp_path, data_dir):
-    _, records = run_sweep(tmp_path, data_dir, "experiment=lra_table1", "setup=lra_table1/listops",
-                           "model.num_layers=2", "model.dim=64", "model.num_heads=2", "model.head_dim=32")
-    assert len(records) == 5 and all(r["status"] == "completed" for r in records)
-    assert {r["label"] for r in records} == {"Softmax", "Longformer", "Linformer", "Reformer", "Performer"}
