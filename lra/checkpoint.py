@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import random
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
@@ -44,8 +46,40 @@ def save(path: Path, payload: Dict[str, Any]) -> None:
     fault_point("after_checkpoint")
 
 
+def save_bytes(path: Path, data: bytes) -> None:
+    """Write a checkpoint's bytes (read and checked elsewhere) atomically, unchanged."""
+    atomic_write(path, lambda handle: handle.write(data), mode="wb")
+
+
 def load(path: Path) -> Dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def verified_encoder(path: Path, recorded_sha256: Optional[str], setting: str) -> bytes:
+    """The bytes of a finished stage 1's encoder (``path``), after checking them against the SHA-256
+    its run's record names (``pretrain_encoder_sha256``): an encoder replaced by another run's, or
+    damaged, is one :class:`UserError` line naming ``setting`` (e.g. ``pretrain.from=<run>``) — never
+    fine-tuned from. The bytes returned are the ones checked (load them with :func:`load_bytes`)."""
+    run = Path(path).parent.parent
+    if not recorded_sha256:
+        raise UserError(f"{setting}: its record ({run / 'metrics.json'}) names no SHA-256 of {path} "
+                        "(pretrain_encoder_sha256), so that encoder cannot be checked; resume that run once "
+                        f"(lra-train resume={run}) to complete its record, or pretrain again")
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError(f"{setting}: cannot read {path} ({exc.strerror}); pass a run whose encoder is readable") from None
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != recorded_sha256:
+        raise UserError(f"{setting}: {path} is not the encoder that run's record names (SHA-256 {actual[:12]}…, "
+                        f"recorded {str(recorded_sha256)[:12]}…): it was replaced or damaged; pass the run that "
+                        "pretrained this encoder, or pretrain again (a new run with the same pretrain=...)")
+    return data
+
+
+def load_bytes(data: bytes) -> Dict[str, Any]:
+    """:func:`load` of a checkpoint's bytes already read (and checked)."""
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
 KEPT = "the run's metrics.json is left as it was — start a new run with the same overrides"

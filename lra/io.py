@@ -1,4 +1,5 @@
-"""Atomic file writes: write a temporary file in the same folder, fsync, rename over the target."""
+"""Atomic file writes (a temporary file in the same folder, fsync, rename over the target), and the
+one check of an output path that every command makes before it writes anything."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Sequence
 
+from lra.errors import UserError
 from lra.faults import fault_point
 
 
@@ -87,3 +89,85 @@ def save_figure(figure, path: Path, rect=(0, 0, 1, 1)) -> None:
     figure.tight_layout(rect=rect)
     atomic_write(path, lambda handle: figure.savefig(handle, dpi=110, format="png"), mode="wb")
     plt.close(figure)
+
+
+# ----------------------------------------------------------------------------- output paths
+def _nearest_existing(path: Path) -> Path:
+    return next(p for p in (path, *path.parents) if p.exists() or p.is_symlink())
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why ``folder`` (an existing folder) cannot take new files, or None when it can."""
+    try:
+        fault_point("output_check", folder)  # tests: LRA_FAULT=output_check:1:EROFS (see lra.faults)
+    except OSError as exc:
+        return exc.strerror.lower()
+    if os.access(folder, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return "read-only file system" if read_only else "permission denied"
+
+
+def check_output_folder(path: Path | str, setting: str, reads: Iterable[Path | str] = (), fix: str | None = None) -> Path:
+    """Check, before anything is written, that ``path`` can be this command's output folder: it is
+    a folder or can be made one (missing folders are created when the command writes, like
+    ``mkdir -p``), it is not a file, it sits on a writable file system in a folder this process may
+    write, and it is none of the folders the command reads (``reads``). Returns the absolute path;
+    raises one :class:`UserError` line naming ``setting`` (the option or key that chose the path)
+    and ``fix`` (default: give that setting another folder)."""
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    fix = fix or f"give {setting} another folder"
+    existing = _nearest_existing(path)
+    if not existing.is_dir():
+        kind = "a broken symbolic link" if existing.is_symlink() and not existing.exists() else "a file"
+        if existing == path:
+            raise UserError(f"{setting}: {path} is {kind}, not a folder; {fix} (a missing one is created)")
+        raise UserError(f"{setting}: {existing} is {kind}, so no folder {path} can be made under it; move it away "
+                        f"or {fix}")
+    why = _unwritable(existing)
+    if why is not None:
+        where = path if existing == path else f"{existing} (where {path} would be made)"
+        raise UserError(f"{setting}: cannot write into {where} ({why}); {fix}")
+    resolved = path.resolve()
+    for read in reads:
+        if resolved == Path(read).expanduser().resolve():
+            raise UserError(f"{setting}: {path} is a folder this command reads ({read}); {fix}, so that nothing "
+                            "it reads is overwritten")
+    return path
+
+
+def check_output_file(path: Path | str, setting: str, reads: Iterable[Path | str] = (),
+                      reserved: Sequence[tuple] = ()) -> Path:
+    """Check, before anything is written, that ``path`` can be this command's output file: not a
+    folder, its folder as :func:`check_output_folder` requires, and none of the files the command
+    reads (``reads``; a symbolic link to one counts as that file). ``reserved`` lists (folder, name,
+    why): no file called ``name`` anywhere under ``folder`` (e.g. a run record's name under the
+    folders lra-table reads). Returns the absolute path; raises one :class:`UserError` line."""
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    if path.is_dir():
+        raise UserError(f"{setting}: {path} is a folder; give {setting} a file name (e.g. {path / 'table.md'})")
+    check_output_folder(path.parent, setting, fix=f"give {setting} a path in another folder")
+    resolved = path.resolve()
+    for read in reads:
+        if resolved == Path(read).expanduser().resolve():
+            raise UserError(f"{setting}: {path} is a file this command reads"
+                            + (f" ({read})" if Path(read) != path else "") + f"; give {setting} another file, so "
+                            "that nothing it reads is overwritten")
+    for folder, name, why in reserved:
+        folder = Path(folder).expanduser().resolve()
+        if resolved.name == name and folder in resolved.parents:
+            raise UserError(f"{setting}: {path} would be read back as {why}; give {setting} another name")
+    return path
+
+
+def check_hydra_output_overrides(argv: Sequence[str], reads: Iterable[Path | str] = ()) -> None:
+    """``hydra.run.dir=`` and ``hydra.sweep.dir=`` on a command line: Hydra makes those folders before
+    the command's own code runs, so they are checked here first (values with ``${…}`` are Hydra's to
+    resolve and are left to it)."""
+    for argument in argv:
+        key, _, value = argument.partition("=")
+        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value and "${" not in value:
+            check_output_folder(value.strip("'\""), key.lstrip("+"), reads)

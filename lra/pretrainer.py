@@ -114,13 +114,13 @@ def pretrained_encoder(cfg, run: RunDirectory, record, announce, ranks, attentio
     source = source_run(cfg)
     if source is not None:
         path = finished_encoder(source)
-        weights = _load_encoder(path)
         fields = {k: v for k, v in read_record(source).items() if k.startswith("pretrain_")}
+        data = checkpoint.verified_encoder(path, fields.get("pretrain_encoder_sha256"), f"pretrain.from={source}")
+        weights = _load_encoder(path, data)
         own = stage_dir / ENCODER
-        if ranks.main:
-            checkpoint.save(own, {"encoder": weights, "steps": fields.get("pretrain_steps"), "from": str(source)})
-        record.update(**(fields | {"pretrain_from": str(source), "pretrain_encoder": str(own),
-                                   "pretrain_encoder_sha256": sha256_file(path)}))
+        if ranks.main:  # the checked bytes, unchanged: the copy has the SHA-256 the record names
+            checkpoint.save_bytes(own, data)
+        record.update(**(fields | {"pretrain_from": str(source), "pretrain_encoder": str(own)}))
         announce(f"fine-tuning the encoder pretrained in {source}")
         return weights
     pretrainer = Pretrainer(cfg, run, announce, ranks, record=record, attention=attention)
@@ -135,9 +135,10 @@ def pretrained_encoder(cfg, run: RunDirectory, record, announce, ranks, attentio
     return weights
 
 
-def _load_encoder(path: Path) -> dict:
+def _load_encoder(path: Path, data: bytes | None = None) -> dict:
+    """The encoder weights in ``path`` (or in ``data``, its bytes already read and checked)."""
     try:
-        return checkpoint.load(path)["encoder"]
+        return (checkpoint.load(path) if data is None else checkpoint.load_bytes(data))["encoder"]
     except Exception as exc:
         raise UserError(f"cannot read the pretrained encoder {path} ({type(exc).__name__}); run the "
                         "pretraining stage again (a new run with the same pretrain=...)") from None

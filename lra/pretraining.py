@@ -21,8 +21,10 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
+from lra import checkpoint
 from lra.config import TrainRunConfig, saved_run_config, typed
 from lra.errors import ConfigError
+from lra.records import read_record
 from lra.run import PRETRAIN as STAGE_DIR, RESOLVED
 
 ENCODER = "encoder.pt"  # stage 1's final encoder weights: what stage 2 starts from
@@ -123,6 +125,7 @@ def check_source(cfg) -> None:
     if own != "none" and own != objective(saved):
         raise ConfigError(f"{given} pretrained with pretrain={objective(saved)}, not pretrain={own}; "
                           f"pass pretrain={objective(saved)} (or leave pretrain=none) with it")
+    checkpoint.verified_encoder(finished_encoder(source), read_record(source).get("pretrain_encoder_sha256"), given)
 
 
 def _difference(ours, theirs) -> str:

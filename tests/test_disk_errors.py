@@ -105,3 +105,64 @@ def test_a_folder_with_spaces_and_parentheses_works_and_every_printed_command_ru
     assert shlex.split(rebuild)[:2] == ["rm", "-r"] and shlex.split(rebuild)[2].startswith(str(tmp_path / "the data"))
     subprocess.run(shlex.split(rebuild), cwd=tmp_path, check=True)  # the shell command, exactly as printed
     run_command([*args[:-1], "hydra.run.dir=run3"], tmp_path, data_dir)
+
+
+def test_a_disk_that_fills_under_a_buffered_write_still_removes_the_staging_folder(tmp_path):
+    """A full disk fails a buffered file at its next flush, and again when it is closed: the builder's
+    clean-up must not stop at that second error (it left its staging folder in the cache). /dev/full
+    is such a disk for one file."""
+    import errno
+
+    import numpy as np
+
+    from lra.data.cache import CacheBuilder
+
+    with pytest.raises(OSError) as full:
+        with CacheBuilder(tmp_path / "cache") as builder:
+            writer = builder.split("train")
+            writer._raw[0].close()
+            writer._raw[0] = open("/dev/full", "wb")  # this split's token file is on a full disk from here on
+            for _ in range(1000):  # more than a file buffer: a flush fails
+                writer.add([np.zeros(100, dtype=np.uint8)], 0)
+    assert full.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == [], "no staging folder stays"
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """mount(size) → a tmpfs of that size under tmp_path: a real full disk (root with permission to
+    mount only; skipped otherwise). Unmounted at the end."""
+    import shutil
+    import subprocess
+
+    mounted = []
+
+    def mount(size: str):
+        folder = tmp_path / f"disk-{size}"
+        folder.mkdir()
+        if shutil.which("mount") is None or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                                                            str(folder)], capture_output=True).returncode:
+            pytest.skip("no permission to mount a small file system here")
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.parametrize("size", ["16k", "80k"], ids=["while tokens are written", "while arrays are written"])
+def test_lra_prepare_on_a_really_full_disk_is_one_line_and_leaves_no_staging_folder(tmp_path, data_dir, small_disk, size):
+    """The issue's case on a real file system: the token files fill a 16 KiB disk (the staging folder
+    stayed), or they fit in 80 KiB and the arrays made of them do not (written through a memory map,
+    that ended the process with SIGBUS). Either way: one line, nothing left in the cache."""
+    from lra.data import listops
+
+    release = tmp_path / "release"
+    listops.write_tsv_files(listops.GeneratorSettings(num_train=200, num_val=50, num_test=50, min_length=20,
+                                                      max_length=400), release / "listops-1000")
+    disk = small_disk(size)
+    result = run_command(["lra-prepare", "listops", "--source", "lra_release", "--path", str(release), "--data-dir",
+                          str(disk)], tmp_path, data_dir, check=False)
+    assert "No space left on device" in one_error_line(result)
+    assert [p for p in disk.rglob("*") if p.name.startswith(".")] == [] and not list(disk.rglob("manifest.json"))

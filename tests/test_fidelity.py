@@ -172,6 +172,14 @@ def test_lra_fidelity_smoke_on_a_trained_checkpoint(tmp_path, data_dir):
     last = damaged.stderr.strip().splitlines()[-1]
     assert damaged.returncode == 1 and last.startswith("error: cannot read the weights in run/checkpoints/best.pt"), last
     assert "Traceback" not in damaged.stderr and "lra-train resume=" in last
+    best.unlink()  # a run that has not validated yet: its last weights, said loudly, never silently
+    latest = run_command(["lra-fidelity", "preset=smoke", "sections=[oracles]", "checkpoint=run", "hydra.run.dir=out3"],
+                         tmp_path, data_dir)
+    assert "run has no best.pt (it has not validated yet): measuring last.pt" in latest.stderr + latest.stdout
+    said = "(last.pt: the run has no best.pt yet)"
+    assert f"captured from run, last.pt: the run has no best.pt yet" in (tmp_path / "out3" / "fidelity.md").read_text()
+    inputs = set(pd.read_csv(tmp_path / "out3" / "fidelity_oracles.csv")["input"])
+    assert inputs == {"random", f"listops layer 0 {said}", f"listops layer 1 {said}"}, inputs
 
 
 def test_fidelity_input_mistakes_end_with_one_line_naming_the_fix(tmp_path):

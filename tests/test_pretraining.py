@@ -4,6 +4,7 @@ into stage 1, the weight hand-over, exact resume in either stage, and ``pretrain
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -230,6 +231,34 @@ def test_pretrain_from_fine_tunes_a_finished_stage_one_exactly_as_the_one_comman
     other = compose_config(*STAGE_ONE, "attention=yoso", f"pretrain.from={uninterrupted_spt}", f"data_dir={data_dir}")
     with pytest.raises(ConfigError, match="pretrained with another attention \\('softmax' there, 'yoso' here\\)"):
         validate(other)
+
+
+def test_pretrain_from_refuses_an_encoder_that_is_not_the_one_its_record_names(tmp_path, data_dir, uninterrupted_spt):
+    """The source's encoder.pt replaced by another encoder (its SHA-256 is not the record's
+    pretrain_encoder_sha256): one line, exit 1, no record pairing that encoder with the source's stage 1."""
+    import shutil
+
+    from lra.errors import UserError
+
+    source = tmp_path / "source"
+    shutil.copytree(uninterrupted_spt, source)
+    encoder = source / "pretrain" / "encoder.pt"
+    payload = torch.load(encoder, weights_only=False)
+    payload["encoder"] = {name: tensor + 1 for name, tensor in payload["encoder"].items()}  # another run's weights
+    torch.save(payload, encoder)
+    replaced = encoder.read_bytes()
+    refused = run_command(["lra-train", *STAGE_ONE, f"pretrain.from={source}", "hydra.run.dir=new"], tmp_path, data_dir,
+                          check=False)
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 1 and len(errors) == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert f"{encoder} is not the encoder that run's record names" in errors[0]
+    assert not (tmp_path / "new" / "metrics.json").exists() and not (tmp_path / "new" / "pretrain").exists()
+    assert encoder.read_bytes() == replaced, "the source is left as it was"
+    record = read_json(source / "metrics.json")
+    del record["pretrain_encoder_sha256"]  # a record that names no encoder: nothing to check it against
+    (source / "metrics.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match="names no SHA-256 of .*encoder.pt"):
+        validate(compose_config(*STAGE_ONE, f"pretrain.from={source}", f"data_dir={data_dir}"))
 
 
 @pytest.mark.parametrize("name", attention_zoo.names())

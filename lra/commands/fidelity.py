@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lra.commands import config_errors
 from lra.config import FIDELITY_CONF_DIR, register_configs, register_resolvers
+from lra.io import check_hydra_output_overrides
 
 log = logging.getLogger("lra.fidelity")
 register_configs()
@@ -53,15 +54,25 @@ def measure(cfg, device) -> dict:
 @hydra.main(version_base="1.3", config_path=str(FIDELITY_CONF_DIR), config_name="lra_fidelity")
 @config_errors.one_line_user_errors
 def run(cfg: DictConfig) -> None:
+    from lra.checkpoint import BEST, LAST
+    from lra.fidelity import inputs as sources
     from lra.fidelity import report
     from lra.build import resolve_device
+    from lra.commands.profile import tool_output_dir
     from lra.validation import validate_tool
 
     validate_tool(cfg)
+    out_dir = tool_output_dir(cfg, reads=_reads(cfg.checkpoint))
+    where = ""
+    if cfg.checkpoint:
+        sources.load_run_config(Path(cfg.checkpoint))  # a run folder, else one line
+        weights = sources.checkpoint_weights(Path(cfg.checkpoint))
+        where = f"; captured from {cfg.checkpoint}, {sources.NO_BEST if weights.name == LAST else weights.name}"
+        if weights.name == LAST:
+            log.warning("%s has no %s (it has not validated yet): measuring %s, its latest weights; every captured "
+                        "input says so", cfg.checkpoint, BEST, LAST)
     device = resolve_device(cfg.device, announce=log.info)
-    out_dir = Path(cfg.output_dir)
     rows = measure(cfg, device)
-    where = f"; captured from {cfg.checkpoint}" if cfg.checkpoint else ""
     title = (f"attention fidelity on {device}: random q, k, v of {cfg.num_heads} heads × {cfg.head_dim} "
              f"(q·k/√d std {cfg.score_std}), seeds {list(cfg.seeds)}{where}")
     report.write(rows, out_dir, title)
@@ -70,10 +81,20 @@ def run(cfg: DictConfig) -> None:
     print(f"wrote {out_dir}/fidelity.{{md,json}}, fidelity_<section>.csv and .png")
 
 
+def _reads(run_dir) -> list:
+    """The folders lra-fidelity reads when it captures from a run: never its output folder."""
+    return [] if not run_dir else [Path(run_dir), Path(run_dir) / "checkpoints", Path(run_dir) / ".hydra"]
+
+
 def main() -> None:
-    """Console entry: a config mistake becomes one line naming the valid keys."""
+    """Console entry: a config mistake becomes one line naming the valid keys; a Hydra folder that
+    cannot be written (Hydra makes it first) one line too."""
+    import sys
+
     from lra.tool_configs import FidelityConfig
 
+    checkpoints = [a.partition("=")[2] for a in sys.argv[1:] if a.partition("=")[0].lstrip("+") == "checkpoint"]
+    config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], _reads(checkpoints[-1] if checkpoints else None))
     config_errors.run_app(run, config_errors.schema_keys(FidelityConfig))
 
 

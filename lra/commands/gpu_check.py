@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import List, Optional
 
 import attention_zoo
+from lra.errors import UserError
+from lra.io import check_output_folder
 from lra.records import REPO_ROOT, git_commit
 
 OUTPUTS = ("summary.md", "build.log", "pytest.log", "kernels.md", "kernels_bert.md", "profile.csv", "profile.png",
@@ -270,6 +272,10 @@ def main(argv=None) -> int:
         if not torch.cuda.is_available():
             parser.error("no CUDA device on this machine: run lra-gpu-check on a GPU machine, or --device cpu --quick")
     out = args.out or Path("runs") / "gpu-check" / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
+    try:
+        check_output_folder(out, "--out")  # a file there, a read-only disk: one line, before any step runs
+    except UserError as exc:
+        parser.exit(1, f"error: {exc}\n")
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lra-gpu-check-") as scratch_name:

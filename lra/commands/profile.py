@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lra.commands import config_errors
 from lra.config import PROFILE_CONF_DIR, register_configs, register_resolvers
-from lra.io import atomic_write_text
+from lra.io import atomic_write_text, check_hydra_output_overrides, check_output_folder
 from lra.profiling import measure
 
 log = logging.getLogger("lra.profile")
@@ -64,6 +64,21 @@ def largest_batch(spec: dict, cfg) -> dict:
     return best or row
 
 
+def tool_output_dir(cfg, reads=()) -> Path:
+    """A tool's ``output_dir``, checked before anything is measured (:func:`lra.io.check_output_folder`);
+    refused, it leaves no folder: the one Hydra made for this job (its .hydra/ alone) goes too."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from lra.errors import UserError
+
+    try:
+        return check_output_folder(cfg.output_dir, "output_dir", reads=reads)
+    except UserError:
+        hydra_cfg = HydraConfig.get()
+        config_errors.remove_hydra_leftovers(hydra_cfg.runtime.output_dir, hydra_cfg.job.name)
+        raise
+
+
 @hydra.main(version_base="1.3", config_path=str(PROFILE_CONF_DIR), config_name="lra_profile")
 @config_errors.one_line_user_errors
 def run(cfg: DictConfig) -> None:
@@ -72,8 +87,8 @@ def run(cfg: DictConfig) -> None:
     from lra.validation import validate_tool
 
     validate_tool(cfg)
+    out_dir = tool_output_dir(cfg)
     device = _device(cfg.device)
-    out_dir = Path(cfg.output_dir)
     rows = []
     for backend in cfg.backends:
         spec = {"backend": backend, "batch": cfg.batch_size, "device": device, "num_heads": cfg.num_heads,
@@ -101,9 +116,13 @@ def run(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    """Console entry: a config mistake becomes one line naming the valid keys."""
+    """Console entry: a config mistake becomes one line naming the valid keys; a Hydra folder that
+    cannot be written (Hydra makes it first) one line too."""
+    import sys
+
     from lra.tool_configs import ProfileConfig
 
+    config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:])
     config_errors.run_app(run, config_errors.schema_keys(ProfileConfig))
 
 

@@ -14,8 +14,11 @@ from pathlib import Path
 import pandas as pd
 
 from lra.commands.config_errors import at_the_edge
-from lra.io import atomic_write_text
-from lra.results import chart
+from lra.errors import UserError
+from lra.io import atomic_write_text, check_output_file
+from lra.records import HISTORY, METRICS
+from lra.results import chart, validity
+from lra.run import CHECKPOINTS, LOCK, LOG, PRETRAIN, RESOLVED
 from lra.results.table import (REFERENCES, collect_wandb, comparison, deduplicate, failures, load_reference, numbers,
                                read_records, record_files, side_by_side, status_counts, to_latex, to_markdown,
                                validation_notes)
@@ -58,7 +61,10 @@ def main(argv=None) -> None:
         parser.exit(2, f"error: cannot read the reference table {args.reference!r} ({exc}); use one of "
                        f"{', '.join(REFERENCES)} or a CSV with a 'method' column\n")
     warn = lambda message: print(f"note: {message}", file=sys.stderr)  # noqa: E731
-    records = read_records(record_files(args.directories), warn) if args.directories else []
+    files = record_files(args.directories)
+    _check_outputs(args, files)
+    records = read_records(files, warn) if args.directories else []
+    screened = [*validity.TABLE_FIELDS, *_numeric_metric(records, args.metric, warn)]
     frames = [pd.DataFrame(deduplicate(records, warn))] if args.directories else []
     if args.wandb:
         try:
@@ -68,6 +74,8 @@ def main(argv=None) -> None:
             parser.exit(1, f"error: cannot read the W&B project {args.wandb!r} ({reason}); log in with "
                            "`wandb login` (or set WANDB_API_KEY) and check ENTITY/PROJECT\n")
     runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    for field in (f for f in screened if f in runs):  # numbers or None once screened (None when all were invalid)
+        runs[field] = pd.to_numeric(runs[field])
     if not runs.empty:
         numeric = sorted(c for c in runs.columns if pd.api.types.is_numeric_dtype(runs[c]) and c != "seed")
         if args.metric not in runs.columns:
@@ -87,7 +95,8 @@ def main(argv=None) -> None:
     if table.empty:
         text = "(no runs found)"
     elif args.format == "markdown":
-        failed, notes = failures(records), validation_notes(runs)
+        failed = failures(records)
+        notes = "\n\n".join(n for n in (validation_notes(runs), validity.notes(records)) if n)
         text = (to_markdown(table) + f"\n\nruns: {status_counts(runs)}" + (f"\n\n{notes}" if notes else "")
                 + (f"\n\n{failed}" if failed else ""))
     elif args.format == "latex":
@@ -103,9 +112,43 @@ def main(argv=None) -> None:
             atomic_write_text(args.output, text.rstrip("\n") + "\n")
         except OSError as exc:
             parser.exit(1, f"error: cannot write {args.output} ({exc.strerror}); give --output a path in a folder "
-                           "that exists and that you may write to\n")
+                           "you may write to\n")
     else:
         sys.stdout.write(text.rstrip("\n") + "\n")
+
+
+# What a run folder holds (lra.run, lra.records): a table written there takes none of these names.
+RUN_FILES = (METRICS, HISTORY, LOG, LOCK, RESOLVED.parts[0], CHECKPOINTS, PRETRAIN)
+
+
+def _numeric_metric(records, metric: str, warn) -> list:
+    """[metric] when it is a number in some record (then each record's value is screened like the
+    table's own fields, :mod:`lra.results.validity`), else [] (e.g. --metric label: refused later)."""
+    if metric in validity.TABLE_FIELDS or not any(validity.is_number(r.get(metric)) for r in records):
+        return []
+    for record in records:
+        validity.screen(record, [metric], warn, str(Path(record["run_dir"]) / METRICS))
+    return [metric]
+
+
+def _check_outputs(args, records) -> None:
+    """--output and --plot, before anything is read or written: a file name in a folder this process
+    may write (missing folders are made), never a file lra-table reads (a run record, the reference
+    CSV), never named ``metrics.json`` (the next table would read it as a run record), and never one
+    of a run folder's own files (:data:`RUN_FILES`)."""
+    reads = [*records, *([args.reference] if args.reference and args.reference not in REFERENCES else [])]
+    outputs = [(option, path) for option, path in (("--output", args.output), ("--plot", args.plot)) if path]
+    for option, path in outputs:
+        path = check_output_file(path, option, reads=reads)
+        if path.name == METRICS:
+            raise UserError(f"{option}: {path} is named like a run record (lra-table would read it as one); "
+                            f"give {option} another name")
+        run = next((folder for folder in path.parents if (folder / METRICS).is_file()), None)
+        if run is not None and path.relative_to(run).parts[0] in RUN_FILES:
+            raise UserError(f"{option}: {path} is one of the files of the run in {run}, which lra-table never "
+                            f"replaces; give {option} another name")
+    if len(outputs) == 2 and args.output.resolve() == args.plot.resolve():
+        raise UserError(f"--output and --plot are the same file ({args.output}); give them two names")
 
 
 def _plot(parser, args, table, tasks, warn) -> None:

@@ -26,6 +26,7 @@ from lra.faults import fault_point
 from lra.io import atomic_write_text, readable_by_group, remove_stale
 
 MANIFEST = "manifest.json"
+MANIFEST_DIGEST = "manifest_sha256"  # the SHA-256 of the manifest's other fields (caches built before it lack it)
 FORMAT_VERSION = 1
 
 
@@ -40,6 +41,13 @@ def sha256_file(path: Path, chunk_size: int = 1 << 22) -> str:
 def settings_fingerprint(settings: dict) -> str:
     """A short stable hash of JSON-serialisable settings, used to name cache directories."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def manifest_digest(manifest: dict) -> str:
+    """The SHA-256 of every field of a manifest but the digest itself (keys sorted): an edit of any
+    field — counts, aliases, the raw folder — shows."""
+    fields = {key: value for key, value in manifest.items() if key != MANIFEST_DIGEST}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass
@@ -140,18 +148,23 @@ class SplitWriter:
         for doc, handle in enumerate(self._raw):
             raw = Path(handle.name)
             name = f"{self.split}.tokens{doc}.npy"
-            count = raw.stat().st_size // self.dtype.itemsize
-            target = np.lib.format.open_memmap(self.folder / name, mode="w+", dtype=self.dtype, shape=(count,))
-            if count:
-                source = np.memmap(raw, dtype=self.dtype, mode="r")
-                for start in range(0, count, 1 << 24):  # chunked copy: memory stays bounded
-                    target[start : start + (1 << 24)] = source[start : start + (1 << 24)]
-                del source
-            target.flush()
-            del target
+            _raw_to_npy(raw, self.folder / name, self.dtype)
             raw.unlink()
             paths[name] = self.folder / name
         return paths
+
+
+def _raw_to_npy(raw: Path, target: Path, dtype: np.dtype) -> None:
+    """The raw token file as a one-dimensional ``.npy``: the header, then the bytes copied in chunks
+    with plain writes (memory stays bounded; a full disk is an ``OSError``, where writing through a
+    memory map would kill the process with SIGBUS and leave the staging folder behind)."""
+    count = raw.stat().st_size // dtype.itemsize
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (count,)}
+    with open(target, "wb") as out, open(raw, "rb") as source:
+        np.lib.format.write_array_header_1_0(out, header)
+        while chunk := source.read(1 << 24):
+            out.write(chunk)
+            fault_point("cache_finish", target)
 
 
 class CacheBuilder:
@@ -178,10 +191,16 @@ class CacheBuilder:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        for writer in self.writers.values():
-            for handle in writer._raw:
-                handle.close()
-        shutil.rmtree(self.staging, ignore_errors=True)
+        try:
+            for writer in self.writers.values():
+                for handle in writer._raw:
+                    try:
+                        handle.close()
+                    except OSError:  # its buffer could not be written (a full disk): the folder goes anyway
+                        if exc_info[0] is None:
+                            raise
+        finally:
+            shutil.rmtree(self.staging, ignore_errors=True)
 
     def split(self, name: str, num_documents: int = 1, dtype=np.uint8) -> SplitWriter:
         self.writers[name] = SplitWriter(self.staging, name, num_documents, dtype, self.num_classes)
@@ -210,6 +229,8 @@ class CacheBuilder:
             **self.extra,
         }
         manifest["fingerprint"] = settings_fingerprint({"files": files, "settings": settings})
+        manifest = json.loads(json.dumps(manifest))  # as a reader will see it (tuples are lists)
+        manifest[MANIFEST_DIGEST] = manifest_digest(manifest)
         atomic_write_text(self.staging / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
         if self.cache_dir.exists() and not (self.cache_dir / MANIFEST).is_file():
             shutil.rmtree(self.cache_dir)  # a leftover without a manifest is not a cache
@@ -223,8 +244,13 @@ class CacheBuilder:
         return manifest
 
 
-def load_cache(cache_dir: Path, rebuild_command: str) -> Tuple[Dict[str, TokenSplit], dict]:
-    """Load and verify a cache written by :func:`write_cache`; arrays are memory-mapped."""
+def load_cache(cache_dir: Path, rebuild_command: str, settings: Optional[dict] = None,
+               splits: Sequence[str] = ()) -> Tuple[Dict[str, TokenSplit], dict]:
+    """Load a cache written by :class:`CacheBuilder`, arrays memory-mapped, after checking it against
+    its manifest: the manifest's own digest and fingerprint, every file's SHA-256, the files each split
+    must have and nothing else, counts and offsets that agree with the arrays, ``settings`` (the
+    settings this cache must have been built with) and the ``splits`` it must provide. Anything else
+    is one :class:`UserError` naming ``rebuild_command``."""
 
     def damaged(reason: str) -> UserError:
         return UserError(
@@ -235,37 +261,77 @@ def load_cache(cache_dir: Path, rebuild_command: str) -> Tuple[Dict[str, TokenSp
         manifest = json.loads((cache_dir / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
         raise damaged(f"unreadable {MANIFEST}: {exc}") from None
-    if not isinstance(manifest, dict) or not all(isinstance(manifest.get(k), dict) for k in ("files", "num_documents", "counts")):
-        raise damaged(f"{MANIFEST} lacks its files, documents or counts")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise damaged(f"format version {manifest.get('format_version')}, expected {FORMAT_VERSION}")
+    problem = _manifest_problem(manifest, settings)
+    if problem:
+        raise damaged(f"{MANIFEST} {problem}")
     for filename, expected in manifest["files"].items():
         path = cache_dir / filename
         if not path.is_file():
             raise damaged(f"{filename} is missing")
         if sha256_file(path) != expected:
             raise damaged(f"{filename} does not match its checksum")
-    splits = {}
+    loaded = {}
     for split, num_documents in manifest["num_documents"].items():
         load = lambda name: np.load(cache_dir / f"{split}.{name}.npy", mmap_mode="r")  # noqa: E731
-        splits[split] = TokenSplit(
-            tokens=[load(f"tokens{d}") for d in range(num_documents)],
-            offsets=[np.asarray(load(f"offsets{d}")) for d in range(num_documents)],
-            labels=np.asarray(load("labels")),
-        )
+        try:
+            loaded[split] = TokenSplit(
+                tokens=[load(f"tokens{d}") for d in range(num_documents)],
+                offsets=[np.asarray(load(f"offsets{d}")) for d in range(num_documents)],
+                labels=np.asarray(load("labels")),
+            )
+        except (OSError, ValueError) as exc:
+            raise damaged(f"the {split} split's arrays are unreadable ({exc})") from None
+        problem = _split_problem(loaded[split], manifest["counts"][split])
+        if problem:
+            raise damaged(f"the {split} split {problem}")
     for alias, target in manifest.get("aliases", {}).items():  # e.g. IMDb: validation = test
-        splits[alias] = splits[target]
+        loaded[alias] = loaded[target]
         manifest["counts"][alias] = manifest["counts"][target]
-    return splits, manifest
+    missing = [split for split in splits if split not in loaded]
+    if missing:
+        raise damaged(f"it has no {', '.join(missing)} split")
+    return loaded, manifest
 
 
-def check_writable(folder: Path, what: str, fix: str) -> None:
-    """Raise a :class:`UserError` naming ``fix`` unless ``folder`` can be created and written."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
-            pass
-    except OSError as exc:
-        raise UserError(f"{what} {folder} is not writable ({exc.strerror}); {fix}") from None
+def _manifest_problem(manifest, settings: Optional[dict]) -> Optional[str]:
+    """What is wrong with a manifest's own fields (None when nothing): their types, its digest and
+    fingerprint, the file list each split implies, the aliases, and the settings it must record."""
+    if not isinstance(manifest, dict) or not all(isinstance(manifest.get(k), dict)
+                                                  for k in ("files", "num_documents", "counts")):
+        return "lacks its files, documents or counts"
+    if manifest.get("format_version") != FORMAT_VERSION:
+        return f"has format version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}"
+    if MANIFEST_DIGEST in manifest and manifest[MANIFEST_DIGEST] != manifest_digest(manifest):
+        return "was changed after the cache was built (its fields do not match their digest)"
+    recomputed = settings_fingerprint({"files": manifest["files"], "settings": manifest.get("settings")})
+    if manifest.get("fingerprint") != recomputed:
+        return "does not match its fingerprint (its files or settings were changed)"
+    if settings is not None and manifest.get("settings") != settings:
+        return "records other settings than this cache's (its folder name is the fingerprint of the settings)"
+    documents, counts = manifest["num_documents"], manifest["counts"]
+    expected = set()
+    for split, number in documents.items():
+        if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+            return f"gives the {split} split {number!r} documents per example"
+        if not isinstance(counts.get(split), int) or isinstance(counts.get(split), bool):
+            return f"has no count for the {split} split"
+        expected |= {f"{split}.labels.npy",
+                     *(f"{split}.{kind}{d}.npy" for kind in ("tokens", "offsets") for d in range(number))}
+    if set(manifest["files"]) != expected:
+        wrong = sorted(set(manifest["files"]) ^ expected)
+        return f"lists other files than its splits have ({', '.join(wrong[:3])})"
+    aliases = manifest.get("aliases", {})
+    if not isinstance(aliases, dict) or any(a in documents or t not in documents for a, t in aliases.items()):
+        return f"has aliases {aliases!r} that do not name a stored split under a new name"
+    return None
 
 
+def _split_problem(split: TokenSplit, count: int) -> Optional[str]:
+    """What is wrong with one loaded split (None when nothing): its count and offsets against its arrays."""
+    if len(split.labels) != count:
+        return f"has {len(split.labels)} labels but its count is {count}"
+    for tokens, offsets in zip(split.tokens, split.offsets):
+        if (offsets.ndim != 1 or len(offsets) != count + 1 or (len(offsets) and offsets[0] != 0)
+                or offsets[-1] != len(tokens) or bool(np.any(np.diff(offsets) < 0))):
+            return "has offsets that do not cut its tokens into its examples"
+    return None

@@ -11,19 +11,21 @@ original it draws from a seeded ``random.Random``, so the same settings give the
 from __future__ import annotations
 
 import csv
+import json
 import os
 import random
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, List, Sequence, Tuple, Union
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from attention_zoo.options import number, whole
+from lra.data.cache import sha256_file
 from lra.errors import UserError
 from lra.faults import fault_point
-from lra.io import remove_stale
+from lra.io import atomic_write_text, remove_stale
 
 # Draws in a row without a new kept tree after which the length window is taken to be exhausted.
 STALL_LIMIT = 1_000_000
@@ -193,6 +195,46 @@ def write_tsv_files(settings: GeneratorSettings, folder: Path, progress=None) ->
             handle.close()
     for split, path in temporary.items():
         path.replace(folder / f"basic_{split}.tsv")
+
+
+GENERATED = "generator.json"  # the generator's record: its settings and the SHA-256 of each file it wrote
+NOT_GENERATED = "not generated"
+
+
+def write_generated(settings: GeneratorSettings, folder: Path, progress=None) -> None:
+    """:func:`write_tsv_files`, then the record (:data:`GENERATED`) that :func:`generated_problem`
+    checks the files against before they are read."""
+    write_tsv_files(settings, folder, progress)
+    files = {f"basic_{split}.tsv": sha256_file(folder / f"basic_{split}.tsv") for split in SPLITS}
+    atomic_write_text(folder / GENERATED, json.dumps({"settings": settings.as_dict(), "files": files}, indent=2) + "\n")
+
+
+def generated_problem(settings: GeneratorSettings, folder: Path) -> Optional[str]:
+    """None when ``folder`` holds the files ``settings`` generate, as its record says they were written;
+    :data:`NOT_GENERATED` when it holds none of them; otherwise what differs (a file changed, truncated
+    or missing, a record missing or of other settings)."""
+    names = [f"basic_{split}.tsv" for split in SPLITS]
+    if not (folder / GENERATED).exists() and not any((folder / name).exists() for name in names):
+        return NOT_GENERATED
+    try:
+        record = json.loads((folder / GENERATED).read_text())
+        recorded = record["files"]
+        if record["settings"] != settings.as_dict():
+            return f"{GENERATED} records other settings"
+    except FileNotFoundError:
+        return f"has no {GENERATED} (the record of what was generated)"
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"has an unreadable {GENERATED} (or one written before checksums were recorded)"
+    for split, name in zip(SPLITS, names):
+        path = folder / name
+        if not path.is_file():
+            return f"lacks {name}"
+        if sha256_file(path) != recorded.get(name):
+            with open(path, "rb") as handle:
+                rows = max(sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b"")) - 1, 0)
+            return (f"{name} changed since it was generated ({rows:,} rows on disk, {settings.sizes()[split]:,} "
+                    "generated)")
+    return None
 
 
 def read_tsv_rows(path: Path) -> Iterator[Tuple[int, str, int]]:

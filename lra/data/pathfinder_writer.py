@@ -1,18 +1,23 @@
 """The generated Pathfinder images written in the LRA release's file layout (``imgs/<folder>/
-sample_<i>.png`` and ``metadata/<folder>.npy``), folder by folder in worker processes, resumable.
-The images themselves come from :mod:`lra.data.pathfinder_generator`."""
+sample_<i>.png`` and ``metadata/<folder>.npy``), folder by folder in worker processes, resumable,
+with the SHA-256 of each folder's files (``checksums/<folder>.json``) to check them against before
+they are read. The images themselves come from :mod:`lra.data.pathfinder_generator`."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 from attention_zoo.options import whole
 from lra.data.pathfinder_generator import Geometry, generate_scene
 from lra.io import atomic_write_text, remove_stale
+
+CHECKSUMS = "checksums"  # <root>/checksums/<folder>.json: {"metadata": sha256, "images": {name: sha256}}
 
 
 @dataclass
@@ -38,24 +43,112 @@ def metadata_line(g: Geometry, folder: int, index: int, label: int, margin: int)
             f"{g.distractor_length} {g.paddle_length} {g.paddle_thickness} {margin} 1")
 
 
-def _write_folder(args) -> int:
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _draw(g: Geometry, image_dir: Path, seed: int, folder: int, index: int) -> tuple:
+    """Draw image ``index`` and write it atomically (a concurrent job generating the same, seeded,
+    folder never exposes a half-written PNG); returns (its metadata line, the PNG's SHA-256)."""
+    import io
+
     from PIL import Image
 
+    scene = generate_scene(g, seed, index)
+    buffer = io.BytesIO()
+    Image.fromarray(scene.image).save(buffer, format="PNG")
+    temporary = image_dir / f".sample_{index}.{os.getpid()}.png"
+    temporary.write_bytes(buffer.getvalue())
+    os.replace(temporary, image_dir / f"sample_{index}.png")
+    return metadata_line(g, folder, index, scene.label, scene.margin), _sha256(buffer.getvalue())
+
+
+def _write_folder(args) -> int:
     g, root, seed, folder, first, count = args
-    image_dir = Path(root) / "imgs" / str(folder)
+    root = Path(root)
+    image_dir = root / "imgs" / str(folder)
     image_dir.mkdir(parents=True, exist_ok=True)
     remove_stale(image_dir, r"\.sample_\d+\.(?P<pid>\d+)\.png")  # left by a killed generation
-    lines = []
+    lines, images = [], {}
     for index in range(first, first + count):
-        scene = generate_scene(g, seed, index)
-        # Atomic: a concurrent job generating the same (seeded) folder never exposes a half-written PNG.
-        temporary = image_dir / f".sample_{index}.{os.getpid()}.png"
-        Image.fromarray(scene.image).save(temporary, format="PNG")
-        os.replace(temporary, image_dir / f"sample_{index}.png")
-        lines.append(metadata_line(g, folder, index, scene.label, scene.margin))
+        line, images[f"sample_{index}.png"] = _draw(g, image_dir, seed, folder, index)
+        lines.append(line)
+    metadata = "\n".join(lines) + "\n"
+    (root / CHECKSUMS).mkdir(exist_ok=True)
+    atomic_write_text(root / CHECKSUMS / f"{folder}.json",
+                      json.dumps({"metadata": _sha256(metadata.encode()), "images": images}, indent=1))
     # The metadata file is written last and atomically: it marks the folder complete.
-    atomic_write_text(Path(root) / "metadata" / f"{folder}.npy", "\n".join(lines) + "\n")
+    atomic_write_text(root / "metadata" / f"{folder}.npy", metadata)
     return count
+
+
+def _folders(settings: "GeneratorSettings") -> List[tuple]:
+    """(folder, first image, image count) of every folder ``settings`` asks for."""
+    return [(folder, first, min(settings.images_per_folder, settings.num_images - first))
+            for folder, first in enumerate(range(0, settings.num_images, settings.images_per_folder))]
+
+
+def damaged_files(settings: "GeneratorSettings", root: Path) -> tuple:
+    """What differs from what was generated in ``root``: (folders to draw again, each with why;
+    single images to draw again, as (folder, index); metadata files that no folder of ``settings``
+    has). A folder whose metadata file or checksum record is missing, unreadable or changed is drawn
+    again whole; a changed, missing or replaced image alone."""
+    root = Path(root)
+    folders: Dict[int, str] = {}
+    images: Set[tuple] = set()
+    expected = {f"{folder}.npy" for folder, _, _ in _folders(settings)}
+    extra = sorted(p for p in (root / "metadata").glob("*.npy") if p.name not in expected)
+    for folder, first, count in _folders(settings):
+        metadata = root / "metadata" / f"{folder}.npy"
+        try:
+            record = json.loads((root / CHECKSUMS / f"{folder}.json").read_text())
+            recorded_images = record["images"]
+            if _sha256(metadata.read_bytes()) != record["metadata"]:
+                folders[folder] = f"metadata/{folder}.npy changed"
+                continue
+        except FileNotFoundError as exc:
+            folders[folder] = f"{Path(exc.filename).relative_to(root)} is missing"
+            continue
+        except (OSError, ValueError, KeyError, TypeError):
+            folders[folder] = f"{CHECKSUMS}/{folder}.json is unreadable"
+            continue
+        for index in range(first, first + count):
+            name = f"sample_{index}.png"
+            try:
+                same = _sha256((root / "imgs" / str(folder) / name).read_bytes()) == recorded_images.get(name)
+            except OSError:
+                same = False
+            if not same:
+                images.add((folder, index))
+    return folders, images, extra
+
+
+def repair_release(g: Geometry, settings: "GeneratorSettings", root: Path, announce: Callable[[str], None]) -> None:
+    """Check the generated release in ``root`` against its checksum records and draw again, from the
+    seed, whatever differs (an edited, replaced, truncated or missing file), saying so in one line:
+    generated data is never read unchecked, and never refused when the seed can make it again."""
+    root = Path(root)
+    folders, images, extra = damaged_files(settings, root)
+    if not (folders or images or extra):
+        return
+    named = [f"{why} (folder {folder})" for folder, why in sorted(folders.items())]
+    named += [f"imgs/{folder}/sample_{index}.png changed" for folder, index in sorted(images)]
+    named += [f"metadata/{path.name} is not one of its folders" for path in extra]
+    announce(f"the generated Pathfinder data in {root} differs from what was generated ({'; '.join(named[:3])}"
+             + (f"; {len(named)} differences in all" if len(named) > 3 else "")
+             + f"): drawing it again from seed {settings.seed}")
+    for path in extra:
+        path.unlink()
+    for folder, first, count in _folders(settings):
+        if folder in folders:
+            _write_folder((g, str(root), settings.seed, folder, first, count))
+    for folder in sorted({folder for folder, _ in images} - set(folders)):
+        record_path = root / CHECKSUMS / f"{folder}.json"
+        record = json.loads(record_path.read_text())
+        for index in sorted(index for f, index in images if f == folder):
+            _, record["images"][f"sample_{index}.png"] = _draw(g, root / "imgs" / str(folder), settings.seed, folder,
+                                                               index)
+        atomic_write_text(record_path, json.dumps(record, indent=1))
 
 
 def write_release(g: Geometry, settings: GeneratorSettings, root: Path,
@@ -67,8 +160,7 @@ def write_release(g: Geometry, settings: GeneratorSettings, root: Path,
     root = Path(root)
     (root / "metadata").mkdir(parents=True, exist_ok=True)
     jobs: List[tuple] = []
-    for folder, first in enumerate(range(0, settings.num_images, settings.images_per_folder)):
-        count = min(settings.images_per_folder, settings.num_images - first)
+    for folder, first, count in _folders(settings):
         if (root / "metadata" / f"{folder}.npy").is_file():
             if progress:
                 progress(count)

@@ -22,10 +22,10 @@ from tqdm import tqdm
 
 from lra.config import typed_task
 from lra.data import byte_text, image, listops, pathfinder, pathfinder_generator, pathfinder_writer, retrieval
-from lra.data.cache import MANIFEST, CacheBuilder, TokenSplit, check_writable, load_cache, settings_fingerprint
+from lra.data.cache import MANIFEST, CacheBuilder, TokenSplit, load_cache, settings_fingerprint
 from lra.data.sources import AUTO, SOURCES
 from lra.errors import UserError
-from lra.io import atomic_write_json
+from lra.io import atomic_write_json, check_output_folder
 
 SPLITS = ("train", "val", "test")
 
@@ -98,7 +98,7 @@ def load_task_data(
     if not (cache_dir / MANIFEST).is_file():
         if not (prepare or conversion.automatic):
             raise UserError(f"no prepared {task.name} data ({task.source}) in {data_dir}; prepare it once with: {command}")
-        _writable(data_dir)
+        _writable(cache_dir.parent)
         announce(f"preparing {task.name} ({task.source}) into {cache_dir}")
         with CacheBuilder(cache_dir, num_classes=task.num_classes) as builder:
             builder.extra["raw_folder"] = raw_folder or conversion.locate()
@@ -106,7 +106,8 @@ def load_task_data(
             builder.commit(cache_settings(task, conversion))
     rebuild_with = (f"rm -r {shlex.quote(str(cache_dir))} and run the same command again" if conversion.automatic
                     else f"{command} --force")
-    splits, manifest = load_cache(cache_dir, rebuild_command=rebuild_with)
+    expected = json.loads(json.dumps(cache_settings(task, conversion)))  # as its manifest records them
+    splits, manifest = load_cache(cache_dir, rebuild_command=rebuild_with, settings=expected, splits=SPLITS)
     data = PreparedData(splits, manifest, cache_dir)
     if task.validation == "heldout":
         data.splits, data.validation = heldout(data.splits, task.heldout_size, task.heldout_seed, task.name)
@@ -198,10 +199,11 @@ def prepare_command(task, data_dir: Path) -> str:
     return shlex.join(parts)  # quoted for the shell: paths may hold spaces
 
 
-def _writable(data_dir: Path) -> None:
-    check_writable(
-        data_dir, "the data directory", "set data_dir=<a writable folder> (or the LRA_DATA_DIR variable)"
-    )
+def _writable(folder: Path) -> None:
+    """The folder under data_dir about to be written (a cache's or generated data's): one line when it
+    cannot be (a file in the way, a read-only disk); data_dir is the setting that chose it."""
+    check_output_folder(folder, "the data directory (data_dir)",
+                        fix="set data_dir=<a writable folder> (or LRA_DATA_DIR; lra-prepare's --data-dir)")
 
 
 def _progress(items: Iterable, total: Optional[int], description: str):
@@ -211,28 +213,23 @@ def _progress(items: Iterable, total: Optional[int], description: str):
 # ----------------------------------------------------------------------------- ListOps
 def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
     if task.source == "generate":
-        settings = dataclasses.replace(task.generator)  # a copy: a smoke run shrinks it
+        generator = dataclasses.replace(task.generator)  # a copy: a smoke run shrinks it
         # A smoke run needs only its subsets: generate just those (a distinct, smaller dataset).
         if train_subset is not None:
-            settings.num_train = min(settings.num_train, train_subset)
+            generator.num_train = min(generator.num_train, train_subset)
         if eval_subset is not None:
-            settings.num_val = min(settings.num_val, eval_subset)
-            settings.num_test = min(settings.num_test, eval_subset)
-        raw_dir = data_dir / "listops" / "generated" / settings_fingerprint(settings.as_dict())
-        if not all((raw_dir / f"basic_{s}.tsv").is_file() for s in SPLITS):
-            _writable(data_dir)
-            total = settings.num_train + settings.num_val + settings.num_test
-            announce(f"ListOps data not found: generating {total:,} examples (seed {settings.seed}) into {raw_dir}")
-            with tqdm(total=total, desc="generating ListOps", unit="ex", disable=None) as bar:
-                listops.write_tsv_files(settings, raw_dir, progress=bar)
-            atomic_write_json(raw_dir / "generator.json", settings.as_dict())
-        identity = {"generator": settings.as_dict()}
+            generator.num_val = min(generator.num_val, eval_subset)
+            generator.num_test = min(generator.num_test, eval_subset)
+        raw_dir = data_dir / "listops" / "generated" / settings_fingerprint(generator.as_dict())
+        identity = {"generator": generator.as_dict()}
     else:
         raw_dir = _find_listops_release(task.path)
         files = {s: raw_dir / f"basic_{s}.tsv" for s in SPLITS}
         identity = {"folder": str(raw_dir), "files": {s: [f.stat().st_size, f.stat().st_mtime_ns] for s, f in files.items()}}
 
     def build(builder: CacheBuilder, announce) -> None:
+        if task.source == "generate":
+            _generated_listops(generator, raw_dir, announce)
         for split in SPLITS:
             writer = builder.split(split, num_documents=1, dtype=np.uint8)
             path = raw_dir / f"basic_{split}.tsv"
@@ -246,6 +243,24 @@ def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
     }
     released = task.source == "lra_release"
     return Conversion(settings, build, automatic=True, locate=lambda: str(raw_dir) if released else None)
+
+
+def _generated_listops(settings, raw_dir: Path, announce) -> None:
+    """Generated ListOps in ``raw_dir`` exactly as the generator wrote it (checked against its record,
+    :func:`lra.data.listops.generated_problem`): generated when absent, generated again from the seed
+    when anything differs (an edited label, a removed row), with one line saying so. Never refused:
+    the seed makes the same files again."""
+    problem = listops.generated_problem(settings, raw_dir)
+    if problem is None:
+        return
+    total = settings.num_train + settings.num_val + settings.num_test
+    if problem == listops.NOT_GENERATED:
+        announce(f"ListOps data not found: generating {total:,} examples (seed {settings.seed}) into {raw_dir}")
+    else:
+        announce(f"the generated ListOps in {raw_dir} {problem}: generating it again from seed {settings.seed}")
+    _writable(raw_dir)
+    with tqdm(total=total, desc="generating ListOps", unit="ex", disable=None) as bar:
+        listops.write_generated(settings, raw_dir, progress=bar)
 
 
 def _find_listops_release(path: Optional[str]) -> Path:
@@ -346,22 +361,16 @@ def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversi
     except ValueError as exc:
         raise UserError(f"{exc} (task.resolution / task.difficulty)") from None
     if task.source == "generate":
-        settings = dataclasses.replace(task.generator)  # a copy: a smoke run shrinks it
+        generator = dataclasses.replace(task.generator)  # a copy: a smoke run shrinks it
         if train_subset is not None or eval_subset is not None:  # a smoke run: only what its subsets need
             fractions = pathfinder.SPLIT_FRACTIONS
             needed = max(train_subset / fractions["train"] if train_subset else 0,
                          eval_subset / fractions["val"] if eval_subset else 0)
-            settings.num_images = min(settings.num_images, int(np.ceil(needed * 1.1)) + 10)
-        identity = {"generator": {**settings.as_dict(), "workers": None}, "geometry": geometry.__dict__,
+            generator.num_images = min(generator.num_images, int(np.ceil(needed * 1.1)) + 10)
+        identity = {"generator": {**generator.as_dict(), "workers": None}, "geometry": geometry.__dict__,
                     "revision": pathfinder_generator.REVISION}
         root = (data_dir / "pathfinder" / "generated" / settings_fingerprint(identity)
                 / f"pathfinder{task.resolution}" / pathfinder_generator.release_folder_name(task.difficulty))
-        if not (root / "complete.json").is_file():
-            _writable(data_dir)
-            announce(f"Pathfinder data not found: generating {settings.num_images:,} images (seed {settings.seed}) into {root}")
-            with tqdm(total=settings.num_images, desc="generating Pathfinder", unit="img", disable=None) as bar:
-                pathfinder_writer.write_release(geometry, settings, root, progress=bar.update)
-            atomic_write_json(root / "complete.json", identity)
     else:
         root = None
         identity = {"release": "lra_release"}
@@ -370,6 +379,8 @@ def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversi
                 "split_seed": task.split_seed}
 
     def build(builder: CacheBuilder, announce) -> None:
+        if task.source == "generate":
+            _generated_pathfinder(geometry, generator, identity, root, announce)
         writers = {split: builder.split(split, num_documents=1, dtype=np.uint8) for split in SPLITS}
         skipped = {split: 0 for split in SPLITS}
         rows = pathfinder.iterate_split_examples(locate(), task.resolution, task.split_seed)
@@ -386,6 +397,20 @@ def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversi
         return root if root is not None else pathfinder.find_release(task.path, task.resolution, task.difficulty)
 
     return Conversion(settings, build, automatic=task.source == "generate", locate=lambda: str(locate()))
+
+
+def _generated_pathfinder(geometry, settings, identity: dict, root: Path, announce) -> None:
+    """Generated Pathfinder images in ``root``, checked against their checksum records before they are
+    read: generated when absent (an interrupted generation resumes), drawn again from the seed where
+    anything differs (:func:`lra.data.pathfinder_writer.repair_release`), with one line saying so."""
+    if not (root / "complete.json").is_file():
+        _writable(root)
+        announce(f"Pathfinder data not found: generating {settings.num_images:,} images (seed {settings.seed}) "
+                 f"into {root}")
+        with tqdm(total=settings.num_images, desc="generating Pathfinder", unit="img", disable=None) as bar:
+            pathfinder_writer.write_release(geometry, settings, root, progress=bar.update)
+        atomic_write_json(root / "complete.json", identity)
+    pathfinder_writer.repair_release(geometry, settings, root, announce)
 
 
 def _resolved(path: Optional[str]) -> Optional[str]:

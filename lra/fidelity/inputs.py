@@ -56,20 +56,31 @@ def load_run_config(run_dir: Path):
     return RunDirectory(run_dir).load_resolved(saved_run_config)
 
 
+NO_BEST = f"{checkpoint.LAST}: the run has no {checkpoint.BEST} yet"  # what a capture from the last weights says
+
+
+def checkpoint_weights(run_dir: Path) -> Path:
+    """The weights ``lra-fidelity`` captures from: the run's best checkpoint, else its last one (a run
+    that has not validated yet; every captured input then says so, :data:`NO_BEST`), else one line."""
+    paths = [Path(run_dir) / "checkpoints" / name for name in (checkpoint.BEST, checkpoint.LAST)]
+    found = next((p for p in paths if p.is_file()), None)
+    if found is None:
+        raise UserError(f"no checkpoint in {run_dir}/checkpoints (looked for {checkpoint.BEST}, {checkpoint.LAST}); "
+                        f"train it first, or resume it with: lra-train resume={run_dir}")
+    return found
+
+
 def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.device) -> List[AttentionInputs]:
-    """Every layer's attention inputs when the run's best (else last) weights read the first
-    ``examples`` sequences of ``split`` (the first document of a dual-encoder pair)."""
+    """Every layer's attention inputs when the run's best (else last, said in each input's name)
+    weights read the first ``examples`` sequences of ``split`` (the first document of a dual-encoder pair)."""
     from lra.data.prepare import load_task_data
     from lra.model import Classifier, input_length
     from lra.validation import attention_spec
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
-    paths = [run_dir / "checkpoints" / name for name in (checkpoint.BEST, checkpoint.LAST)]
-    found = next((p for p in paths if p.is_file()), None)
-    if found is None:
-        raise UserError(f"no checkpoint in {run_dir}/checkpoints (looked for {checkpoint.BEST}, {checkpoint.LAST}); "
-                        f"train it first, or resume it with: lra-train resume={run_dir}")
+    found = checkpoint_weights(run_dir)
+    weights = f" ({NO_BEST})" if found.name == checkpoint.LAST else ""
     max_length = input_length(cfg.task.max_length, cfg.trainer.max_length)
     model = Classifier(cfg.model, cfg.task, attention_spec(cfg), max_length)
     try:
@@ -98,6 +109,6 @@ def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.devi
     layers = len(model.encoder.blocks)
     result = []
     for layer, (module, (q, k, v, mask)) in enumerate(captured[:layers]):
-        result.append(AttentionInputs(f"{cfg.task.name} layer {layer}", None, q.float(), k.float(), v.float(),
+        result.append(AttentionInputs(f"{cfg.task.name} layer {layer}{weights}", None, q.float(), k.float(), v.float(),
                                       mask.bool(), trained_backend=module))
     return result

@@ -146,7 +146,8 @@ def plot(tables: Dict[str, pd.DataFrame], out_dir: Path) -> None:
         rows = math.ceil(len(settings) / columns)
         figure, axes = plt.subplots(rows, columns, figsize=(6.5 * columns, 4.4 * rows), squeeze=False)
         sparse = (tables["backends"].dropna(subset=["keys_per_query"]).assign(setting=lambda f: _setting(f))
-                  if "backends" in tables else pd.DataFrame(columns=["setting"]))
+                  if "backends" in tables else pd.DataFrame(columns=["setting", "label", "keys_per_query",
+                                                                     "relative_error"]))  # sections=[oracles] alone
         floor = 1e-3  # errors below it (the exact limits, ~1e-15) are drawn on the floor
         # The oracles in black and grey; each backend one colour and marker in every panel, named in
         # one legend (annotations collided where backends keep similar numbers of keys).

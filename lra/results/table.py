@@ -19,6 +19,7 @@ import pandas as pd
 
 from lra.pretraining import SPT_SUFFIX
 from lra.records import METRICS
+from lra.results import validity
 
 TASK_ORDER = ["listops", "text", "retrieval", "image", "pathfinder"]
 # Rows in the order of the YOSO paper's Table 3, then LRA Table 1's other rows and the learning-to-hash
@@ -56,7 +57,8 @@ def record_files(paths: Iterable[Path]) -> List[Path]:
 
 
 def read_records(paths: Iterable[Path], warn=lambda message: None) -> List[dict]:
-    """The readable run records among ``paths``; each unreadable one is skipped with a ``warn``."""
+    """The readable run records among ``paths``; each unreadable one is skipped with a ``warn``, and
+    each value a table cannot use (:mod:`lra.results.validity`) is left out with one."""
     records = []
     for path in paths:
         try:
@@ -68,6 +70,7 @@ def read_records(paths: Iterable[Path], warn=lambda message: None) -> List[dict]
             warn(f"skipped {path}: a run record needs the fields {', '.join(REQUIRED)}")
             continue
         record["run_dir"] = str(Path(path).parent)
+        validity.screen(record, validity.TABLE_FIELDS, warn, str(path))
         records.append(record)
     return records
 
@@ -175,6 +178,7 @@ def summarize(runs: pd.DataFrame, metric: str = "test_accuracy", exclude_stuck: 
                      "failed": int((group["status"] == "failed").sum()),
                      "unfinished": int((~group["status"].isin(FINISHED)).sum()),
                      "stuck": int(stuck.sum()), "completed": len(completed[metric].dropna()),
+                     "invalid": validity.invalid_count(completed, metric),
                      "median": done.median() if len(done) else math.nan,
                      "tokens_per_s": completed.get("train_tokens_per_second", pd.Series()).mean(),
                      "peak_memory_mb": completed.get("peak_memory_mb", pd.Series()).mean(),
@@ -213,14 +217,17 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
     for _, row in summary.iterrows():
         note = (f", {row['failed']} failed" if row["failed"] else "") + (
             f", {row['unfinished']} unfinished" if row["unfinished"] else "")
+        invalid = f"{row['invalid']} invalid" if row["invalid"] else ""
         if row["stuck"]:
             note = (f"; {row['stuck']} of {row['completed']} at chance" + (", excluded" if exclude_stuck else "")
                     + note)
         if row["seeds"]:
             spread = f" ± {row['std']:.2f}" if row["seeds"] > 1 else ""
-            text = f"{row[statistic]:.2f}{spread} ({row['seeds']}{note})"
+            text = f"{row[statistic]:.2f}{spread} ({row['seeds']}{', ' + invalid if invalid else ''}{note})"
         elif row["stuck"]:
             text = f"stuck ({row['stuck']} of {row['completed']} at chance, excluded)"
+        elif invalid:
+            text = f"invalid ({row['invalid']}{note})"
         else:
             text = FAILED if row["failed"] else MISSING
         cells.loc[row["backend"], row["task"]] = text
@@ -385,6 +392,6 @@ def render(directories: List[Path], warn=lambda message: None) -> str:
     records = read_records(record_files(directories), warn)
     runs = pd.DataFrame(deduplicate(records, warn))
     failed = failures(records)
-    notes = validation_notes(runs)
+    notes = "\n\n".join(n for n in (validation_notes(runs), validity.notes(records)) if n)
     return (f"{to_markdown(comparison(runs))}\n\nruns: {status_counts(runs)}" + (f"\n\n{notes}" if notes else "")
             + (f"\n\n{failed}" if failed else ""))

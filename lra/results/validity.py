@@ -1,0 +1,60 @@
+"""Which numbers of a run record a table may use: an accuracy is a finite percentage in [0, 100], a
+throughput, a memory peak or a time a finite number ≥ 0. A value that is none of these (``Infinity``,
+``NaN``, −3, 250, a string) is left out of every statistic, and the table says so: the cell counts it
+(``1 invalid``), a note under the table and a ``note:`` line on standard error name the run and the
+value. A table never averages it into ``inf ± nan``."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable, List, Optional
+
+# Fields every table reads; lra-table adds its --metric.
+TABLE_FIELDS = ("test_accuracy", "best_val_accuracy", "train_tokens_per_second", "peak_memory_mb", "wall_time_seconds",
+                "num_parameters")
+INVALID = "invalid_values"  # the record's key: {field: what is wrong with its value}
+
+
+def problem(field: str, value) -> Optional[str]:
+    """What is wrong with ``value`` as the record's ``field`` (None when nothing, or when it is absent)."""
+    if value is None:
+        return None
+    if not is_number(value):
+        return f"{field} is {value!r}, not a number"
+    if not math.isfinite(value):
+        return f"{field} is {value}, not a finite number"
+    if field.endswith("accuracy") and not 0 <= value <= 100:
+        return f"{field} is {value}, outside 0 … 100 (percent)"
+    if not field.endswith("accuracy") and value < 0:
+        return f"{field} is {value}, below 0"
+    return None
+
+
+def screen(record: dict, fields: Iterable[str], warn: Callable[[str], None], where: str) -> None:
+    """Set each field of ``fields`` whose value is invalid to None in ``record`` and name it in
+    ``record[INVALID]``, with a ``warn`` line naming ``where`` (the record's file)."""
+    found = record.setdefault(INVALID, {})
+    for field in dict.fromkeys(fields):
+        why = problem(field, record.get(field))
+        if why is not None:
+            found[field] = why
+            record[field] = None
+            warn(f"{where}: {why}; left out of the table")
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def invalid_count(group, field: str) -> int:
+    """How many records of ``group`` (a DataFrame of records) had ``field`` invalid."""
+    if INVALID not in group:
+        return 0
+    return int(group[INVALID].map(lambda found: isinstance(found, dict) and field in found).sum())
+
+
+def notes(records: Iterable[dict]) -> str:
+    """One line per record with an invalid value (the run and what is wrong), for under a table."""
+    lines: List[str] = [f"- {r['run_dir']}: {'; '.join(r[INVALID].values())}" for r in records if r.get(INVALID)]
+    return "invalid values, left out of the table (the record is damaged or was edited):\n" + "\n".join(lines) \
+        if lines else ""

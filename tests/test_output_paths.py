@@ -1,0 +1,193 @@
+"""Every command checks where it will write before it writes (lra.io.check_output_folder /
+check_output_file): a file where a folder is expected, a read-only folder, a file in the way of a
+missing folder, and a path the same command reads are one ``error:`` line and a non-zero exit, with
+nothing written and nothing finished changed; a missing folder is made."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import SMALL_LISTOPS, run_command
+from lra.commands.table import main as table_main
+from lra.errors import UserError
+from lra.io import check_output_file, check_output_folder
+
+RECORD = {"label": "Softmax", "task": "listops", "seed": 0, "status": "completed", "test_accuracy": 36.0}
+
+
+def one_error_line(result, code=1):
+    errors = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]
+    assert result.returncode == code and len(errors) == 1, result.stderr
+    assert "Traceback" not in result.stderr and "Error executing job" not in result.stderr, result.stderr
+    return errors[0]
+
+
+def snapshot(folder):
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
+            for p in sorted(folder.rglob("*"))}
+
+
+def write_run(folder, record=RECORD):
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps(record))
+    (folder / ".hydra").mkdir()
+    (folder / ".hydra" / "resolved.yaml").write_text("seed: 0\n")
+    return folder
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """A folder this process cannot write: permissions for a user; for root (whom permissions do not
+    stop), a read-only tmpfs where mounting is allowed; skipped otherwise."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    if shutil.which("mount") is None or subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
+                                                        capture_output=True).returncode:
+        pytest.skip("running as root without permission to mount a read-only file system")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+# ----------------------------------------------------------------------------- the check itself
+def test_the_output_check_refuses_files_unwritable_folders_and_what_the_command_reads(tmp_path, read_only):
+    (tmp_path / "file").write_text("x")
+    record = write_run(tmp_path / "run") / "metrics.json"
+    (tmp_path / "link.md").symlink_to(record)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    refused = {
+        "a file": lambda: check_output_folder(tmp_path / "file", "out"),
+        "under a file": lambda: check_output_folder(tmp_path / "file" / "sub", "out"),
+        "a broken link": lambda: check_output_folder(tmp_path / "dangling", "out"),
+        "read-only": lambda: check_output_folder(read_only, "out"),
+        "under read-only": lambda: check_output_folder(read_only / "new" / "deeper", "out"),
+        "a folder it reads": lambda: check_output_folder(tmp_path / "run" / ".." / "run", "out", reads=[tmp_path / "run"]),
+        "a file given a folder": lambda: check_output_file(tmp_path / "run", "--output"),
+        "a file it reads": lambda: check_output_file(record, "--output", reads=[record]),
+        "a link to a file it reads": lambda: check_output_file(tmp_path / "link.md", "--output", reads=[record]),
+        "a file in a read-only folder": lambda: check_output_file(read_only / "t.md", "--output"),
+    }
+    for case, check in refused.items():
+        with pytest.raises(UserError) as error:
+            check()
+        assert str(error.value).split(":")[0] in ("out", "--output"), (case, error.value)
+    before = snapshot(tmp_path / "run")
+    assert check_output_folder(tmp_path / "new" / "deeper", "out") == tmp_path / "new" / "deeper"
+    assert not (tmp_path / "new").exists(), "the check makes nothing; the command makes the folder when it writes"
+    assert check_output_file(tmp_path / "run" / "table.md", "--output", reads=[record]) == tmp_path / "run" / "table.md"
+    assert snapshot(tmp_path / "run") == before
+
+
+def test_an_injected_read_only_file_system_is_refused_by_the_check(tmp_path, monkeypatch):
+    """The same refusal on any machine (root in a container cannot always mount a read-only disk)."""
+    monkeypatch.setenv("LRA_FAULT", "output_check:1:EROFS")
+    with pytest.raises(UserError, match=r"out: cannot write into .* \(read-only file system\); give out another"):
+        check_output_folder(tmp_path, "out")
+
+
+# ----------------------------------------------------------------------------- lra-table
+def test_lra_table_never_writes_its_table_over_the_record_it_reads(tmp_path, data_dir):
+    """The issue's case: the record stays byte for byte, one line, exit 1; a later table still has the run."""
+    run = write_run(tmp_path / "run")
+    before = snapshot(run)
+    result = run_command(["lra-table", str(run), "--output", str(run / "metrics.json")], tmp_path, data_dir, check=False)
+    assert "is a file this command reads" in one_error_line(result)
+    assert snapshot(run) == before
+    assert "36.00** (1)" in run_command(["lra-table", str(run)], tmp_path, data_dir).stdout
+
+
+def lra_table(*args, capsys):
+    try:
+        table_main([str(a) for a in args])
+    except SystemExit as end:
+        return end.code, capsys.readouterr().err
+    return 0, capsys.readouterr().err
+
+
+def test_lra_table_output_paths(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    run = write_run(runs / "a")
+    other = write_run(tmp_path / "elsewhere" / "b")
+    (tmp_path / "link.md").symlink_to(run / "metrics.json")
+    (tmp_path / "file").write_text("x")
+    before = snapshot(tmp_path)
+    refused = {  # --output (or --plot) → the words of its one line
+        ("--output", tmp_path / "link.md"): "is a file this command reads",
+        ("--output", other / "metrics.json"): "is named like a run record",  # a record the command does not read
+        ("--output", runs / "new" / "metrics.json"): "is named like a run record",
+        ("--output", run / ".hydra" / "resolved.yaml"): "one of the files of the run",
+        ("--output", run / "checkpoints" / "table.md"): "one of the files of the run",
+        ("--output", run): "is a folder; give --output a file name",
+        ("--output", tmp_path / "file" / "table.md"): "is a file, not a folder",
+        ("--plot", run / "metrics.json"): "is a file this command reads",
+    }
+    for (option, path), words in refused.items():
+        code, err = lra_table(runs, option, path, capsys=capsys)
+        assert code == 1 and f"error: {option}: " in err and words in err, (option, path, err)
+    assert snapshot(tmp_path) == before, "nothing was written by a refused command"
+    code, err = lra_table(runs, "--output", tmp_path / "new" / "folders" / "table.md", capsys=capsys)
+    assert code == 0 and "36.00** (1)" in (tmp_path / "new" / "folders" / "table.md").read_text(), err
+    code, err = lra_table(runs, "--output", run / "table.md", capsys=capsys)  # a table beside a run's own files
+    assert code == 0 and (run / "table.md").is_file()
+    code, err = lra_table(runs, "--output", tmp_path / "t.md", "--plot", tmp_path / "t.md", capsys=capsys)
+    assert code == 1 and "are the same file" in err
+
+
+# ----------------------------------------------------------------------------- the other commands
+def test_tool_output_folders_that_are_files_or_read_what_the_tool_reads_are_one_line(tmp_path, data_dir):
+    (tmp_path / "file").write_text("x")
+    run = write_run(tmp_path / "run")
+    before = snapshot(run)
+    cases = [
+        (["lra-profile", "preset=smoke", "output_dir=file"], "output_dir: ", "is a file, not a folder"),
+        (["lra-fidelity", "preset=smoke", "output_dir=file/sub"], "output_dir: ", "is a file, so no folder"),
+        (["lra-fidelity", "preset=smoke", "checkpoint=run", "output_dir=run"], "output_dir: ", "a folder this command"),
+        (["lra-fidelity", "preset=smoke", "checkpoint=run", "hydra.run.dir=run"], "hydra.run.dir: ", "a folder this command"),
+        (["lra-profile", "preset=smoke", "hydra.run.dir=file"], "hydra.run.dir: ", "is a file, not a folder"),
+        (["lra-gpu-check", "--device", "cpu", "--quick", "--out", "file"], "--out: ", "is a file, not a folder"),
+        (["lra-train", "trainer=smoke", "hydra.run.dir=file"], "hydra.run.dir: ", "is a file, not a folder"),
+        (["lra-prepare", "listops", "--data-dir", "file"], "the data directory (data_dir): ", "is a file, so no folder"),
+    ]
+    for args, setting, words in cases:
+        line = one_error_line(run_command(args, tmp_path, data_dir, check=False))
+        assert line.startswith(f"error: {setting}") and words in line, (args, line)
+    assert snapshot(run) == before, "the run read by lra-fidelity is unchanged"
+    assert not (tmp_path / "runs").exists() or not [p for p in (tmp_path / "runs").rglob("*") if p.is_file()], \
+        "a refused tool leaves no folder of Hydra's behind"
+
+
+def test_a_task_folder_that_is_a_file_in_the_data_directory_is_one_line(tmp_path, data_dir):
+    """LRA_DATA_DIR/<task> a file (NotADirectoryError before): lra-train and lra-prepare say which file."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "listops").write_text("not a folder")
+    for args in (["lra-train", "trainer=smoke", "trainer.max_steps=2", *SMALL_LISTOPS, "hydra.run.dir=run"],
+                 ["lra-prepare", "listops", *[o for o in SMALL_LISTOPS if "max_length=256" not in o]]):
+        line = one_error_line(run_command(args, tmp_path, data, check=False))
+        assert f"(data_dir): {data / 'listops'} is a file, so no folder" in line and "LRA_DATA_DIR" in line, line
+
+
+@pytest.mark.parametrize("command", ["lra-profile", "lra-fidelity", "lra-gpu-check", "lra-train", "lra-prepare",
+                                     "lra-table"])
+def test_a_read_only_output_folder_is_one_line_for_every_command(tmp_path, data_dir, read_only, command):
+    run = write_run(tmp_path / "run")
+    args = {"lra-profile": ["preset=smoke", f"output_dir={read_only / 'out'}"],
+            "lra-fidelity": ["preset=smoke", f"output_dir={read_only}"],
+            "lra-gpu-check": ["--device", "cpu", "--quick", "--out", str(read_only / "out")],
+            "lra-train": ["trainer=smoke", f"hydra.run.dir={read_only / 'run'}"],
+            "lra-prepare": ["listops", "--data-dir", str(read_only)],
+            "lra-table": [str(run), "--output", str(read_only / "table.md")]}[command]
+    line = one_error_line(run_command([command, *args], tmp_path, data_dir, check=False))
+    assert "cannot write into" in line and ("read-only file system" in line or "permission denied" in line), line
