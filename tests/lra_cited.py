@@ -179,6 +179,15 @@ for task, local in (("listops", 4), ("text", 2), ("retrieval", 2), ("image", 4))
     ROW_TASKS[("lha_table3/lha", task)] = {"attention.local_heads": (local, f"{LHA_A5}: variant (d), LHA heads beside "
                                                                             "local ones; half of each (ours)")}
 
+# What the cited code does that our backends cannot express: each row's entry in docs/attention.md
+# ("Paper presets and the configurations they cite") must name it.
+DEVIATIONS = {
+    "lra_table1/performer": "ReLU(x) + 0.001",
+    "lra_table1/reformer": "n/10-long chunks",
+    "lra_table1/longformer": "255 keys before it",
+    "lra_table1/linformer": "attention-probability dropout",
+}
+
 # Rows of each table (the experiment's sweep), and the paper each compares with.
 TABLE_ROWS = {
     "lra_table1": [f"lra_table1/{row}" for row in ("transformer", "local", "sparse_transformer", "longformer",

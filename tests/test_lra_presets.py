@@ -18,7 +18,7 @@ from helpers import compose_config
 from lra.config import CONF_DIR
 from lra.results.table import PAPER_NAMES, REFERENCES
 from lra.validation import attention_spec, validate
-from lra_cited import REFERENCE, ROW_TASKS, ROWS, SETUPS, TABLE_ROWS, TABLE_TASKS, expected
+from lra_cited import DEVIATIONS, REFERENCE, ROW_TASKS, ROWS, SETUPS, TABLE_ROWS, TABLE_TASKS, expected
 
 COMBINATIONS = [(table, row, task) for table in TABLE_ROWS for row in TABLE_ROWS[table] for task in TABLE_TASKS[table]]
 
@@ -81,6 +81,15 @@ def test_each_table_sweeps_its_rows_and_each_row_is_a_row_of_the_paper(table):
     labels = [attention_spec(composed(table, row, TABLE_TASKS[table][0])).label for row in TABLE_ROWS[table]]
     found = [({label, *PAPER_NAMES.get(label, [])} & names).pop() for label in labels]
     assert sorted(found) == sorted(names), f"{table}: every row of the paper, once"
+
+
+def test_every_deviation_from_the_cited_code_is_documented():
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "attention.md").read_text()
+    section = docs[docs.index("## Paper presets and the configurations they cite"):]
+    section = section[:section.index("\n## ", 3)]
+    for row, phrase in DEVIATIONS.items():
+        line = next((line for line in section.splitlines() if line.startswith(f"| `{row}` |")), "")
+        assert phrase in line, f"{row}: its deviation ({phrase}) is not in docs/attention.md's table"
 
 
 def test_the_efficiency_view_flags_rows_outside_the_parameter_budget():
