@@ -42,3 +42,36 @@ def test_a_step_over_its_limit_is_killed_with_everything_it_started(tmp_path):
     except (ProcessLookupError, FileNotFoundError):
         alive = False
     assert not alive, "the step's grandchild survived its step"
+
+
+def test_a_signal_ends_the_check_with_one_line_its_step_killed_and_a_summary(tmp_path):
+    """SIGTERM while a step runs (a cluster's preemption, `timeout`): the step's group is killed, summary.md
+    says which step was interrupted and which ran, and the check ends with one error line and 128 + 15.
+    The step itself sends the signal to the check, then blocks: the order is fixed, no sleep involved."""
+    marker = tmp_path / "step.pid"
+    script = ("import os, signal, threading\n"
+              f"open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+              "os.kill(os.getppid(), signal.SIGTERM)\n"
+              "threading.Event().wait()\n")  # blocks until its group is killed
+    driver = ("import sys\n"
+              "from lra.commands import gpu_check\n"
+              "gpu_check.plan = lambda *a, **k: [\n"
+              "    gpu_check.Step('first', [sys.executable, '-c', 'print(1)'], 60, 'first.log'),\n"
+              f"    gpu_check.Step('stopped', [sys.executable, '-c', {script!r}], 60, 'stopped.log'),\n"
+              "    gpu_check.Step('never', [sys.executable, '-c', 'print(3)'], 60, 'never.log')]\n"
+              "sys.exit(gpu_check.main(['--device', 'cpu', '--out', sys.argv[1]]))\n")
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", driver, str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 128 + 15, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: interrupted (SIGTERM)"), done.stderr
+    assert "summary.md" in errors[0] and "Traceback" not in done.stderr
+    summary = (out / "summary.md").read_text()
+    assert "| first | passed |" in summary and "| stopped | interrupted (SIGTERM) |" in summary
+    assert "| never | not run |" in summary and not (out / "never.log").exists()
+    step = int(marker.read_text())
+    try:
+        alive = open(f"/proc/{step}/stat").read().split()[2] != "Z"
+    except FileNotFoundError:
+        alive = False
+    assert not alive, "the interrupted step outlived the check"

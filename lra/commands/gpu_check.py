@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import List, Optional
 
 import attention_zoo
-from lra.errors import UserError
+from lra import signals
+from lra.commands.config_errors import at_the_edge
 from lra.io import check_output_folder
 from lra.records import REPO_ROOT, git_commit
 
@@ -161,6 +162,7 @@ def run_step(step: Step, out: Path) -> None:
         step.status = "skipped"
         return
     started = time.perf_counter()
+    step.status = "running"
     target = out / step.output if step.output else out / ".step.log"
     with open(target, "w") as log:
         log.write("$ " + " ".join(step.command) + "\n")
@@ -174,7 +176,7 @@ def run_step(step: Step, out: Path) -> None:
             step.status = f"timed out after {step.limit_s:.0f} s"
         finally:
             _kill_group(process)
-    step.seconds = time.perf_counter() - started
+            step.seconds = time.perf_counter() - started
     if step.status != "passed":
         step.notes.append(_tail(target))
     if not step.output:
@@ -247,6 +249,7 @@ def summary(steps: List[Step], device: str, quick: bool, total_s: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+@at_the_edge
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="lra-gpu-check", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -272,21 +275,27 @@ def main(argv=None) -> int:
         if not torch.cuda.is_available():
             parser.error("no CUDA device on this machine: run lra-gpu-check on a GPU machine, or --device cpu --quick")
     out = args.out or Path("runs") / "gpu-check" / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
-    try:
-        check_output_folder(out, "--out")  # a file there, a read-only disk: one line, before any step runs
-    except UserError as exc:
-        parser.exit(1, f"error: {exc}\n")
+    check_output_folder(out, "--out")  # a file there, a read-only disk: one line, before any step runs
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lra-gpu-check-") as scratch_name:
         scratch = Path(scratch_name)
         steps = (reference_plan(args.device, args.jobs_per_gpu, scratch) if args.reference
                  else plan(args.device, args.quick, args.jobs_per_gpu, scratch))
-        for step in steps:
-            print(f"[lra-gpu-check] {step.name} ...", flush=True)
-            run_step(step, out)
-            print(f"[lra-gpu-check] {step.name}: {step.status} ({step.seconds:.0f} s)", flush=True)
-        collect(steps, out, scratch)
+        try:
+            for step in steps:
+                print(f"[lra-gpu-check] {step.name} ...", flush=True)
+                run_step(step, out)
+                print(f"[lra-gpu-check] {step.name}: {step.status} ({step.seconds:.0f} s)", flush=True)
+            collect(steps, out, scratch)
+        except KeyboardInterrupt as exc:  # SIGINT, SIGTERM, SIGHUP: the step's group is killed; what ran is summarized
+            interrupted = signals.as_interrupted(exc)
+            for step in steps:
+                if step.status == "running":
+                    step.status = interrupted.reason
+            (out / "summary.md").write_text(summary(steps, args.device, args.quick, time.perf_counter() - started))
+            interrupted.advice = f"the steps that finished are summarized in {out / 'summary.md'}"
+            raise interrupted from None
     (out / "summary.md").write_text(summary(steps, args.device, args.quick, time.perf_counter() - started))
     print(f"[lra-gpu-check] wrote {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}")
     return 0 if all(s.status in ("passed", "skipped") for s in steps) else 1
