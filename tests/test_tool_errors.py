@@ -25,8 +25,10 @@ def compose_tool_config(command, overrides):
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from lra.config import FIDELITY_CONF_DIR, PROFILE_CONF_DIR
+    from lra.config import FIDELITY_CONF_DIR, PROFILE_CONF_DIR, register_configs, register_resolvers
 
+    register_resolvers()  # as the tools' commands do on import: their search path names the config folder,
+    register_configs()  # and their configs extend the stored schemas
     root, name = {"lra-profile": (PROFILE_CONF_DIR, "lra_profile"), "lra-fidelity": (FIDELITY_CONF_DIR, "lra_fidelity")}[command]
     with initialize_config_dir(config_dir=str(root), version_base="1.3"):
         cfg = compose(config_name=name, overrides=overrides, return_hydra_config=True)
