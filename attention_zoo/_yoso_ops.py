@@ -5,6 +5,11 @@ same algorithm, behind one dispatch on ``engine``: ``kernel`` (compiled) or ``to
 
 Shapes: B = batch·heads, m hashes, τ bits, n tokens, d head dim, dv value dim.
 
+On CUDA the cumulation and the default backward take one of two paths at each call, by torch's own
+switch (``torch.are_deterministic_algorithms_enabled()``, which ``trainer.deterministic`` sets): with
+deterministic algorithms, sorted codes and one writer per output (bitwise repeatable); without, the
+YOSO authors' atomicAdd cumulation (faster, float sums in arrival order, as ``index_add_`` on CUDA).
+
 - Hashing (Andoni et al. 2015): x ↦ H D3 H D2 H D1 x, H the unnormalized Walsh–Hadamard matrix on
   P = next power of two ≥ d coordinates, Di random ±1 diagonals. A code's τ bits come from τ
   independent products (product g·τ + t gives bit t of hashes g·P … g·P + P − 1), so τ·⌈m/P⌉

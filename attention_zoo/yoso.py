@@ -19,7 +19,9 @@ and Y_i = (1/m) Σ_h Σ_{j: same bucket} v_j — an unbiased estimate of Σ_j (1
 - ``expectation``: the dense gradient of YOSO-E (O(n²)), for studies.
 
 ``impl``: ``auto`` (the compiled kernels for the tensors' device, with a warning if they cannot be
-built), ``cpu``/``cuda`` (the kernels or an error), ``torch`` (the vectorized PyTorch reference).
+built), ``cpu``/``cuda`` (the kernels or an error), ``torch`` (the vectorized PyTorch reference). The
+CUDA kernels are bitwise repeatable under torch's deterministic algorithms (``trainer.deterministic``)
+and use the authors' atomicAdd cumulation otherwise (attention_zoo._yoso_ops).
 Random draws come from the global (seeded) generator in training and from a per-module seed in
 evaluation. YOSO-C adds a depthwise convolution of the masked V along the sequence (one filter per
 head, no bias) to the normalized output.

@@ -1,10 +1,10 @@
-// Device helpers shared by the YOSO CUDA kernels (yoso_cuda_kernels.cu, yoso_cuda_gradients.cu).
+// Device helpers shared by the YOSO CUDA kernels (yoso_cuda_*.cu): binary search in sorted codes, the
+// code check, and the team: the lanes of a warp that hold one token's rows between them.
 #pragma once
 
 #include <stdint.h>
 
-#include <algorithm>
-
+#include "yoso_cuda_kernels.h"
 #include "yoso_simt.h"
 
 namespace yoso {
@@ -15,45 +15,111 @@ constexpr int kWarp = 32;
 YOSO_DEVICE int lower_bound(const int32_t* sorted, int count, int32_t value) {
   int low = 0, high = count;
   while (low < high) {
-    const int mid = (low + high) / 2;
+    const int mid = (low + high) >> 1;
     if (load(sorted + mid) < value) low = mid + 1; else high = mid;
   }
   return low;
 }
 
-// [first, last) of the run of `value` in a sorted array (first == last when absent).
-struct Run {
-  int first, last;
-  YOSO_DEVICE int size() const { return last - first; }
-};
-
-YOSO_DEVICE Run find_run(const int32_t* sorted, int count, int32_t value) {
-  return {lower_bound(sorted, count, value), lower_bound(sorted, count, value + 1)};
+// The first position of `code` in a sorted run of `count` codes, or -1 when the run lacks it.
+YOSO_DEVICE int find_first(const int32_t* sorted, int count, int32_t code) {
+  const int at = lower_bound(sorted, count, code);
+  return at < count && load(sorted + at) == code ? at : -1;
 }
 
-// The hashes [begin, end) of sequence b that a chunk of (sequence, hash) pairs [first_pair, end_pair) holds.
-struct HashRange {
-  int64_t begin, end;
-};
-
-YOSO_DEVICE HashRange chunk_hashes(int64_t b, int64_t m, int64_t first_pair, int64_t end_pair) {
-  return {first_pair > b * m ? first_pair - b * m : 0, end_pair < (b + 1) * m ? end_pair - b * m : m};
-}
-
-// The code at codes[index], trapped unless it is a tau-bit code.
+// The code at codes[index], trapped unless it is a tau-bit code (see YOSO_TRAP: a trap ends the CUDA
+// context; the host never passes such codes unless they were corrupted).
 YOSO_DEVICE int32_t checked_code(const int32_t* codes, int64_t index, int tau) {
   const int32_t code = load(codes + index);
   YOSO_TRAP(code >= 0 && code < (int32_t(1) << tau));
   return code;
 }
 
-// Pairs per chunk: as many as `floats_per_pair` of tables allow within the budget (the workspace and
-// the L2 cache), at least one, at most what grid.y holds.
-inline int64_t pairs_per_chunk(int64_t total_pairs, int64_t floats_per_pair, int64_t workspace_bytes,
-                               int64_t l2_bytes) {
-  const int64_t budget = std::min(workspace_bytes, l2_bytes) / 4;
-  const int64_t fit = floats_per_pair > 0 ? budget / floats_per_pair : total_pairs;
-  return std::max<int64_t>(1, std::min<int64_t>({fit, total_pairs, 65535}));
-}
+// One token's vectors split over a team of consecutive lanes. D > 0 (16, 32, 64, 128; the head dim and
+// the value dim both D): D/4 lanes, lane `rank` holding coordinates 4·rank … 4·rank + 3 (one float4
+// load or store a row, rows 16-byte aligned). D = 0 (any dims up to kMaxHeadDim): 32 lanes, lane `rank`
+// holding coordinates rank, rank + 32, … below the row's width. Every vector lives in registers.
+template <int D>
+struct Team {
+  static constexpr int kLanes = D == 0 ? kWarp : D / 4;
+  static constexpr int kSlots = D == 0 ? kMaxHeadDim / kWarp : 4;
+  static_assert(D == 0 || D == 16 || D == 32 || D == 64 || D == 128, "teams of 4, 8, 16 or 32 lanes");
+
+  int rank;       // this lane's place in the team
+  unsigned mask;  // the team's lanes in the warp
+
+  YOSO_DEVICE static Team of_thread() {
+    const unsigned lane = threadIdx.x & (kWarp - 1);
+    const unsigned first = lane & ~unsigned(kLanes - 1);
+    return {static_cast<int>(lane - first), (kLanes == kWarp ? 0xffffffffu : ((1u << kLanes) - 1u)) << first};
+  }
+  YOSO_DEVICE int coordinate(int s) const { return D == 0 ? s * kWarp + rank : rank * 4 + s; }
+
+  // This lane's coordinates of row[0, width) (0 past the width).
+  YOSO_DEVICE void read(const float* row, int width, float (&x)[kSlots]) const {
+    if constexpr (D > 0) {
+      const float4 packed = load(reinterpret_cast<const float4*>(row) + rank);
+      x[0] = packed.x, x[1] = packed.y, x[2] = packed.z, x[3] = packed.w;
+    } else {
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) x[s] = coordinate(s) < width ? load(row + coordinate(s)) : 0.0f;
+    }
+  }
+  // row[coordinate] = x for this lane's coordinates below the width.
+  YOSO_DEVICE void write(float* row, int width, const float (&x)[kSlots]) const {
+    if constexpr (D > 0) {
+      store(reinterpret_cast<float4*>(row) + rank, float4{x[0], x[1], x[2], x[3]});
+    } else {
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        if (coordinate(s) < width) store(row + coordinate(s), x[s]);
+      }
+    }
+  }
+  // row[coordinate] += x, atomically (other teams add to the same rows).
+  YOSO_DEVICE void add(float* row, int width, const float (&x)[kSlots]) const {
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      if (D > 0 || coordinate(s) < width) atomic_add(row + coordinate(s), x[s]);
+    }
+  }
+  // The dot product of two rows, each held as this team holds them: every lane gets the same sum (a
+  // butterfly over the team's lanes, in one fixed order).
+  YOSO_DEVICE float dot(const float (&x)[kSlots], const float (&y)[kSlots]) const {
+    float sums[1] = {0.0f};
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) sums[0] += x[s] * y[s];
+    reduce(sums);
+    return sums[0];
+  }
+  template <int N>
+  YOSO_DEVICE void reduce(float (&sums)[N]) const {
+#pragma unroll
+    for (int half = kLanes / 2; half > 0; half >>= 1) {
+      float other[N];
+#pragma unroll
+      for (int k = 0; k < N; ++k) other[k] = sums[k];
+      exchange_xor(mask, other, half);
+#pragma unroll
+      for (int k = 0; k < N; ++k) sums[k] += other[k];
+    }
+  }
+  // sum[e] += Σ_l row_l · table[l][e] over l < rows (table rows `width` floats apart, 16-byte aligned when
+  // D > 0), for this lane's coordinates e: a vector (whose coordinates are read whole from `row`, the same
+  // address for every lane of the team) times a table.
+  YOSO_DEVICE void add_times_table(const float* row, int rows, const float* table, int width,
+                                   float (&sum)[kSlots]) const {
+    for (int l = 0; l < rows; ++l) {
+      const float a = load(row + l);
+      float t[kSlots];
+      read(table + int64_t(l) * width, width, t);
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) sum[s] += a * t[s];
+    }
+  }
+};
+
+// Global memory of a 16-byte-aligned row layout: every pointer aligned, so float4 accesses are legal.
+inline bool aligned16(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
 
 }  // namespace yoso

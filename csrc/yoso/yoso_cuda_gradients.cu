@@ -1,7 +1,8 @@
-// CUDA kernels of YOSO attention's backward (yoso_cuda_kernels.h): the default lower-bound backward
-// with exact pair weights, and the *YOSO exact-derivative backward. One thread per token owns its
-// gradient rows and visits its bucket under each hash in turn, so every output element has a single
-// writer and one summation order: no atomics, bitwise repeatable. Through yoso_simt.h, as the forward.
+// CUDA kernels of YOSO attention's backward (yoso_cuda_kernels.h): the default lower-bound backward with
+// exact pair weights, deterministic or atomic, and the *YOSO exact-derivative backward. A team of lanes
+// (yoso_cuda_common.h) holds one token's rows in registers; it finds its bucket under a hash by one binary
+// search, then reads the bucket's table (heavy) or walks the other side's tokens (light). Templated on
+// the head dim (16, 32, 64, 128 with value dim equal; 0: any dims): no stack. Through yoso_simt.h.
 #include <algorithm>
 
 #include "yoso_cuda_common.h"
@@ -11,270 +12,285 @@
 namespace yoso {
 namespace {
 
-constexpr int kTableThreads = 32;  // a warp per table slot: most slots hold no heavy run
-constexpr int kTokenThreads = 128;
+constexpr int kThreads = 128;
 
-struct Geometry {
-  int64_t m, nq, nk;
-  int d, dv;
-  int64_t slots_k, slots_q, minimum;  // table slots per pair on each side; heavy runs start this far apart
-  YOSO_DEVICE int64_t key_table(int64_t local_pair, int64_t slot) const {
-    return (local_pair * slots_k + slot) * int64_t(dv) * d;
-  }
-  YOSO_DEVICE int64_t query_table(int64_t local_pair, int64_t slot) const {
-    return (local_pair * slots_q + slot) * int64_t(dv) * (d + 1);
-  }
-};
-
-Geometry geometry(int64_t m, int64_t nq, int64_t nk, int d, int dv) {
-  const int64_t minimum = heavy_side_minimum(d, dv);
-  return {m, nq, nk, d, dv, (nk + minimum - 1) / minimum, (nq + minimum - 1) / minimum, minimum};
+template <int D>
+YOSO_DEVICE int64_t team_index() {
+  return (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / Team<D>::kLanes;
 }
 
-int64_t floats_per_pair(const Geometry& g) {
-  return g.slots_k * int64_t(g.dv) * g.d + g.slots_q * int64_t(g.dv) * (g.d + 1);
-}
+YOSO_DEVICE int32_t table_of(const int32_t* tables, int64_t at) { return tables != nullptr ? load(tables + at) : -1; }
 
-// The heavy bucket (if any) whose run in `own` (sorted, length n_own) starts within the window of
-// table slot `slot`: its run, or an empty one. `other` holds the other side's sorted codes.
-YOSO_DEVICE Run heavy_run_in_slot(const int32_t* own, int64_t n_own, const int32_t* other, int64_t n_other,
-                                  int64_t slot, const Geometry& g, bool own_is_keys) {
-  const int64_t end = slot * g.minimum + g.minimum < n_own ? slot * g.minimum + g.minimum : n_own;
-  for (int64_t t = slot * g.minimum; t < end; ++t) {
-    const int32_t code = load(own + t);
-    if (t > 0 && load(own + t - 1) == code) continue;
-    const Run run = find_run(own, static_cast<int>(n_own), code);
-    const Run partner = find_run(other, static_cast<int>(n_other), code);
-    const int64_t queries = own_is_keys ? partner.size() : run.size(), keys = own_is_keys ? run.size() : partner.size();
-    if (heavy_bucket(queries, keys, g.d, g.dv)) return run;
-  }
-  return {0, 0};
-}
-
-// M = sum_{j in the run} w_j v_j k_j^T [dv x d] for each heavy key run of the chunk's pairs.
-YOSO_GLOBAL void key_tables_kernel(const int32_t* sorted_q, const int32_t* sorted_k, const int32_t* order_k,
-                                   const float* k, const float* v, const float* key_weight, float* tables,
-                                   int64_t first_pair, Geometry g) {
-  const int64_t local = blockIdx.y, pair = first_pair + local, b = pair / g.m;
-  YOSO_DYNAMIC_SHARED(int, bounds);  // the slot's heavy run, found by one thread for the block
-  if (threadIdx.x == 0) {
-    const Run found = heavy_run_in_slot(sorted_k + pair * g.nk, g.nk, sorted_q + pair * g.nq, g.nq, blockIdx.x, g, true);
-    bounds[0] = found.first;
-    bounds[1] = found.last;
-  }
-  __syncthreads();
-  const Run run{bounds[0], bounds[1]};
-  if (run.size() == 0) return;
-  float* table = tables + g.key_table(local, blockIdx.x);
-  for (int cell = threadIdx.x; cell < g.dv * g.d; cell += blockDim.x) {
-    const int l = cell / g.d, e = cell % g.d;
-    float sum = 0.0f;
-    for (int r = run.first; r < run.last; ++r) {
-      const int64_t j = load(order_k + pair * g.nk + r);
-      const float w = load(key_weight + b * g.nk + j);
-      if (w != 0.0f) sum += w * load(v + (b * g.nk + j) * g.dv + l) * load(k + (b * g.nk + j) * g.d + e);
-    }
-    store(table + cell, sum);
-  }
-}
-
-// N = sum_{i in the run} g_i q_i^T [dv x d] and sum_i g_i [dv] for each heavy query run.
-YOSO_GLOBAL void query_tables_kernel(const int32_t* sorted_q, const int32_t* order_q, const int32_t* sorted_k,
-                                     const float* q, const float* grad, float* tables, int64_t first_pair, Geometry g) {
-  const int64_t local = blockIdx.y, pair = first_pair + local, b = pair / g.m;
-  YOSO_DYNAMIC_SHARED(int, bounds);
-  if (threadIdx.x == 0) {
-    const Run found = heavy_run_in_slot(sorted_q + pair * g.nq, g.nq, sorted_k + pair * g.nk, g.nk, blockIdx.x, g, false);
-    bounds[0] = found.first;
-    bounds[1] = found.last;
-  }
-  __syncthreads();
-  const Run run{bounds[0], bounds[1]};
-  if (run.size() == 0) return;
-  float* table = tables + g.query_table(local, blockIdx.x);
-  for (int cell = threadIdx.x; cell < g.dv * (g.d + 1); cell += blockDim.x) {
-    const int l = cell / (g.d + 1), e = cell % (g.d + 1);  // column d: the sum of the g_i
-    float sum = 0.0f;
-    for (int r = run.first; r < run.last; ++r) {
-      const int64_t i = load(order_q + pair * g.nq + r);
-      const float gl = load(grad + (b * g.nq + i) * g.dv + l);
-      sum += e < g.d ? gl * load(q + (b * g.nq + i) * g.d + e) : gl;
-    }
-    store(table + cell, sum);
-  }
-}
-
-// ∇Q_i += (τ/2m) Σ_h Σ_{j in i's bucket} w_j (g_i·v_j) k_j over the chunk's hashes of one batch element.
-YOSO_GLOBAL void query_gradients_kernel(const int32_t* codes_q, const int32_t* sorted_q, const int32_t* sorted_k,
-                                        const int32_t* order_k, const float* k, const float* v,
-                                        const float* key_weight, const float* grad, const float* tables,
-                                        float* grad_q, int64_t first_pair, int64_t end_pair, Geometry g, int tau,
-                                        float scale) {
-  const int64_t b = first_pair / g.m + blockIdx.y, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= g.nq) return;
-  float g_i[kMaxHeadDim], sum[kMaxHeadDim];
-  for (int l = 0; l < g.dv; ++l) g_i[l] = load(grad + (b * g.nq + i) * g.dv + l);
-  for (int e = 0; e < g.d; ++e) sum[e] = 0.0f;
-  const HashRange hashes = chunk_hashes(b, g.m, first_pair, end_pair);
-  for (int64_t h = hashes.begin; h < hashes.end; ++h) {
-    const int64_t pair = b * g.m + h;
-    const int32_t code = checked_code(codes_q, pair * g.nq + i, tau);
-    const Run keys = find_run(sorted_k + pair * g.nk, static_cast<int>(g.nk), code);
-    if (keys.size() == 0) continue;
-    const Run queries = find_run(sorted_q + pair * g.nq, static_cast<int>(g.nq), code);
-    if (heavy_bucket(queries.size(), keys.size(), g.d, g.dv)) {
-      const float* table = tables + g.key_table(pair - first_pair, keys.first / g.minimum);
-      for (int l = 0; l < g.dv; ++l) {
-        for (int e = 0; e < g.d; ++e) sum[e] += g_i[l] * load(table + l * g.d + e);
-      }
+// Deterministic. One team per query i, over every hash in turn: ∇Q_i = (τ/2m) Σ_h Σ_{j in i's bucket}
+// w_j (g_i·v_j) k_j, a heavy bucket's part as g_i M. One writer per row, one order.
+template <int D>
+YOSO_GLOBAL void query_gradients_kernel(Backward a, Heavy heavy, float scale) {
+  using T = Team<D>;
+  const T team = T::of_thread();
+  const int64_t token = team_index<D>();
+  if (token >= a.B * a.nq) return;
+  const int64_t b = token / a.nq;
+  const int i = static_cast<int>(token - b * a.nq);
+  float g[T::kSlots], sum[T::kSlots] = {};
+  team.read(a.grad + token * a.dv, a.dv, g);
+  for (int h = 0; h < a.m; ++h) {
+    const int64_t pair = b * a.m + h;
+    const int32_t code = checked_code(a.codes_q, pair * a.nq + i, a.tau);
+    const int32_t* sorted = a.sorted_k + pair * a.nk;
+    const int first = find_first(sorted, a.nk, code);
+    if (first < 0) continue;
+    const int32_t id = table_of(heavy.table_of_k, pair * a.nk + first);
+    if (id >= 0) {
+      team.add_times_table(a.grad + token * a.dv, a.dv, heavy.pool + id * heavy.table_floats, a.d, sum);
       continue;
     }
-    for (int r = keys.first; r < keys.last; ++r) {
-      const int64_t j = load(order_k + pair * g.nk + r);
-      const float w = load(key_weight + b * g.nk + j);
+    for (int r = first; r < a.nk && load(sorted + r) == code; ++r) {
+      const int64_t j = b * a.nk + load(a.order_k + pair * a.nk + r);
+      const float w = load(a.key_weight + j);
       if (w == 0.0f) continue;
-      float dot = 0.0f;
-      for (int l = 0; l < g.dv; ++l) dot += g_i[l] * load(v + (b * g.nk + j) * g.dv + l);
-      for (int e = 0; e < g.d; ++e) sum[e] += w * dot * load(k + (b * g.nk + j) * g.d + e);
+      float v[T::kSlots], k[T::kSlots];
+      team.read(a.v + j * a.dv, a.dv, v);
+      const float weight = w * team.dot(g, v);
+      team.read(a.k + j * a.d, a.d, k);
+#pragma unroll
+      for (int s = 0; s < T::kSlots; ++s) sum[s] += weight * k[s];
     }
   }
-  for (int e = 0; e < g.d; ++e) {
-    float* out = grad_q + (b * g.nq + i) * g.d + e;
-    store(out, load(out) + scale * sum[e]);
-  }
+#pragma unroll
+  for (int s = 0; s < T::kSlots; ++s) sum[s] *= scale;
+  team.write(a.grad_q + token * a.d, a.d, sum);
 }
 
-// ∇K_j += (τ/2m) w_j Σ_h Σ_{i in j's bucket} (g_i·v_j) q_i and ∇V_j += (w_j/m) Σ_h Σ_i g_i.
-YOSO_GLOBAL void key_gradients_kernel(const int32_t* codes_k, const int32_t* sorted_q, const int32_t* order_q,
-                                      const int32_t* sorted_k, const float* q, const float* v,
-                                      const float* key_weight, const float* grad, const float* tables,
-                                      float* grad_k, float* grad_v, int64_t first_pair, int64_t end_pair, Geometry g,
-                                      int tau, float scale, float inv_m) {
-  const int64_t b = first_pair / g.m + blockIdx.y, j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= g.nk) return;
-  const float w = load(key_weight + b * g.nk + j);
-  if (w == 0.0f) return;  // a padded key: no gradient
-  float v_j[kMaxHeadDim], sum_k[kMaxHeadDim], sum_v[kMaxHeadDim];
-  for (int l = 0; l < g.dv; ++l) {
-    v_j[l] = load(v + (b * g.nk + j) * g.dv + l);
-    sum_v[l] = 0.0f;
-  }
-  for (int e = 0; e < g.d; ++e) sum_k[e] = 0.0f;
-  const HashRange hashes = chunk_hashes(b, g.m, first_pair, end_pair);
-  for (int64_t h = hashes.begin; h < hashes.end; ++h) {
-    const int64_t pair = b * g.m + h;
-    const int32_t code = checked_code(codes_k, pair * g.nk + j, tau);
-    const Run queries = find_run(sorted_q + pair * g.nq, static_cast<int>(g.nq), code);
-    if (queries.size() == 0) continue;
-    const Run keys = find_run(sorted_k + pair * g.nk, static_cast<int>(g.nk), code);
-    if (heavy_bucket(queries.size(), keys.size(), g.d, g.dv)) {
-      const float* table = tables + g.query_table(pair - first_pair, queries.first / g.minimum);
-      for (int l = 0; l < g.dv; ++l) {
-        for (int e = 0; e < g.d; ++e) sum_k[e] += v_j[l] * load(table + l * (g.d + 1) + e);
-        sum_v[l] += load(table + l * (g.d + 1) + g.d);
-      }
+// Deterministic. One team per key j: ∇K_j = (τ/2m) w_j Σ_h Σ_{i in j's bucket} (g_i·v_j) q_i and
+// ∇V_j = (w_j/m) Σ_h Σ_i g_i, a heavy bucket's part as v_j N and Σ g.
+template <int D>
+YOSO_GLOBAL void key_gradients_kernel(Backward a, Heavy heavy, float scale, float inv_m) {
+  using T = Team<D>;
+  const T team = T::of_thread();
+  const int64_t token = team_index<D>();
+  if (token >= a.B * a.nk) return;
+  const float w = load(a.key_weight + token);
+  if (w == 0.0f) return;  // a padded key: no gradient (the rows stay 0)
+  const int64_t b = token / a.nk;
+  const int j = static_cast<int>(token - b * a.nk);
+  float v[T::kSlots], sum_k[T::kSlots] = {}, sum_v[T::kSlots] = {};
+  team.read(a.v + token * a.dv, a.dv, v);
+  for (int h = 0; h < a.m; ++h) {
+    const int64_t pair = b * a.m + h;
+    const int32_t code = checked_code(a.codes_k, pair * a.nk + j, a.tau);
+    const int32_t* sorted = a.sorted_q + pair * a.nq;
+    const int first = find_first(sorted, a.nq, code);
+    if (first < 0) continue;
+    const int32_t id = table_of(heavy.table_of_q, pair * a.nq + first);
+    if (id >= 0) {
+      const float* N = heavy.pool + id * heavy.table_floats + int64_t(a.dv) * a.d;
+      float g[T::kSlots];
+      team.add_times_table(a.v + token * a.dv, a.dv, N, a.d, sum_k);
+      team.read(N + int64_t(a.dv) * a.d, a.dv, g);
+#pragma unroll
+      for (int s = 0; s < T::kSlots; ++s) sum_v[s] += g[s];
       continue;
     }
-    for (int r = queries.first; r < queries.last; ++r) {
-      const int64_t i = load(order_q + pair * g.nq + r);
-      float dot = 0.0f;
-      for (int l = 0; l < g.dv; ++l) {
-        const float gl = load(grad + (b * g.nq + i) * g.dv + l);
-        dot += gl * v_j[l];
-        sum_v[l] += gl;
+    for (int r = first; r < a.nq && load(sorted + r) == code; ++r) {
+      const int64_t i = b * a.nq + load(a.order_q + pair * a.nq + r);
+      float g[T::kSlots], q[T::kSlots];
+      team.read(a.grad + i * a.dv, a.dv, g);
+      const float weight = team.dot(g, v);
+      team.read(a.q + i * a.d, a.d, q);
+#pragma unroll
+      for (int s = 0; s < T::kSlots; ++s) {
+        sum_v[s] += g[s];
+        sum_k[s] += weight * q[s];
       }
-      for (int e = 0; e < g.d; ++e) sum_k[e] += dot * load(q + (b * g.nq + i) * g.d + e);
     }
   }
-  for (int e = 0; e < g.d; ++e) {
-    float* out = grad_k + (b * g.nk + j) * g.d + e;
-    store(out, load(out) + scale * w * sum_k[e]);
+#pragma unroll
+  for (int s = 0; s < T::kSlots; ++s) {
+    sum_k[s] *= scale * w;
+    sum_v[s] *= inv_m * w;
   }
-  for (int l = 0; l < g.dv; ++l) {
-    float* out = grad_v + (b * g.nk + j) * g.dv + l;
-    store(out, load(out) + inv_m * w * sum_v[l]);
+  team.write(a.grad_k + token * a.d, a.d, sum_k);
+  team.write(a.grad_v + token * a.dv, a.dv, sum_v);
+}
+
+// Atomic (the authors' design: tokens add into shared rows). One team per (pair, query i): the pairs of a
+// light bucket, each adding its share to ∇K_j and ∇V_j and, summed, to ∇Q_i, with atomicAdd. A heavy
+// bucket is left to heavy_apply_kernel.
+template <int D>
+YOSO_GLOBAL void scatter_pairs_kernel(Backward a, Heavy heavy, float scale, float inv_m) {
+  using T = Team<D>;
+  const T team = T::of_thread();
+  const int64_t index = team_index<D>();
+  if (index >= a.B * a.m * a.nq) return;
+  const int64_t pair = index / a.nq, b = pair / a.m;
+  const int i = static_cast<int>(index - pair * a.nq);
+  const int32_t code = checked_code(a.codes_q, pair * a.nq + i, a.tau);
+  const int32_t* sorted = a.sorted_k + pair * a.nk;
+  const int first = find_first(sorted, a.nk, code);
+  if (first < 0 || table_of(heavy.table_of_k, pair * a.nk + first) >= 0) return;
+  const int64_t query = b * a.nq + i;
+  float g[T::kSlots], q[T::kSlots], sum[T::kSlots] = {};
+  team.read(a.grad + query * a.dv, a.dv, g);
+  team.read(a.q + query * a.d, a.d, q);
+  for (int r = first; r < a.nk && load(sorted + r) == code; ++r) {
+    const int64_t j = b * a.nk + load(a.order_k + pair * a.nk + r);
+    const float w = load(a.key_weight + j);
+    if (w == 0.0f) continue;
+    float v[T::kSlots], k[T::kSlots], to_k[T::kSlots], to_v[T::kSlots];
+    team.read(a.v + j * a.dv, a.dv, v);
+    const float weight = w * team.dot(g, v);
+    team.read(a.k + j * a.d, a.d, k);
+#pragma unroll
+    for (int s = 0; s < T::kSlots; ++s) {
+      sum[s] += weight * k[s];
+      to_k[s] = scale * weight * q[s];
+      to_v[s] = inv_m * w * g[s];
+    }
+    team.add(a.grad_k + j * a.d, a.d, to_k);
+    team.add(a.grad_v + j * a.dv, a.dv, to_v);
+  }
+#pragma unroll
+  for (int s = 0; s < T::kSlots; ++s) sum[s] *= scale;
+  team.add(a.grad_q + query * a.d, a.d, sum);
+}
+
+// Atomic. One block per numbered heavy bucket, its teams over the bucket's queries (∇Q_i += (τ/2m) g_i M)
+// and keys (∇K_j += (τ/2m) w_j v_j N, ∇V_j += (w_j/m) Σ g), with atomicAdd.
+template <int D>
+YOSO_GLOBAL void heavy_apply_kernel(Backward a, Heavy heavy, float scale, float inv_m) {
+  using T = Team<D>;
+  const T team = T::of_thread();
+  const int teams = blockDim.x / T::kLanes, slot = threadIdx.x / T::kLanes;
+  const int32_t total = load(heavy.scan + a.B * a.m * a.nk - 1);
+  const int64_t count = total < heavy.capacity ? total : heavy.capacity;
+  for (int64_t id = blockIdx.x; id < count; id += gridDim.x) {
+    int32_t run[5];  // pair, k_first, k_last, q_first, q_last
+    for (int f = 0; f < 5; ++f) run[f] = load(heavy.runs + id * 5 + f);
+    const int64_t pair = run[0], b = pair / a.m;
+    const float* M = heavy.pool + id * heavy.table_floats;
+    const float* N = M + int64_t(a.dv) * a.d;
+    for (int r = run[3] + slot; r < run[4]; r += teams) {
+      const int64_t i = b * a.nq + load(a.order_q + pair * a.nq + r);
+      float sum[T::kSlots] = {};
+      team.add_times_table(a.grad + i * a.dv, a.dv, M, a.d, sum);
+#pragma unroll
+      for (int s = 0; s < T::kSlots; ++s) sum[s] *= scale;
+      team.add(a.grad_q + i * a.d, a.d, sum);
+    }
+    for (int r = run[1] + slot; r < run[2]; r += teams) {
+      const int64_t j = b * a.nk + load(a.order_k + pair * a.nk + r);
+      const float w = load(a.key_weight + j);
+      if (w == 0.0f) continue;
+      float sum[T::kSlots] = {}, g[T::kSlots];
+      team.add_times_table(a.v + j * a.dv, a.dv, N, a.d, sum);
+      team.read(N + int64_t(a.dv) * a.d, a.dv, g);
+#pragma unroll
+      for (int s = 0; s < T::kSlots; ++s) {
+        sum[s] *= scale * w;
+        g[s] *= inv_m * w;
+      }
+      team.add(a.grad_k + j * a.d, a.d, sum);
+      team.add(a.grad_v + j * a.dv, a.dv, g);
+    }
   }
 }
 
-// One thread per token s: (1/m) Σ_h Σ_{o colliding} mask_o (s_s·w_o) ρ(a_s·o_o) o_o, ρ as yoso_math.h.
+// Deterministic. One team per token s: (1/m) Σ_h Σ_{o colliding} mask_o (s_s·w_o) ρ(a_s·o_o) o_o, ρ as
+// yoso_math.h.
+template <int D>
 YOSO_GLOBAL void pair_gradient_kernel(const int32_t* codes_s, const int32_t* sorted_o, const int32_t* order_o,
                                       const float* a, const float* o, const float* s, const float* w,
-                                      const float* mask_o, float* out, int64_t first_b, int m, int ns, int no, int d,
+                                      const float* mask_o, float* out, int64_t B, int m, int ns, int no, int d,
                                       int dv, int tau, float clamp, float inv_m) {
-  const int64_t b = first_b + blockIdx.y, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= ns) return;
-  float a_i[kMaxHeadDim], s_i[kMaxHeadDim], sum[kMaxHeadDim];
-  for (int l = 0; l < d; ++l) {
-    a_i[l] = load(a + (b * ns + i) * d + l);
-    sum[l] = 0.0f;
-  }
-  for (int l = 0; l < dv; ++l) s_i[l] = load(s + (b * ns + i) * dv + l);
+  using T = Team<D>;
+  const T team = T::of_thread();
+  const int64_t token = team_index<D>();
+  if (token >= B * ns) return;
+  const int64_t b = token / ns;
+  const int i = static_cast<int>(token - b * ns);
+  float a_i[T::kSlots], s_i[T::kSlots], sum[T::kSlots] = {};
+  team.read(a + token * d, d, a_i);
+  team.read(s + token * dv, dv, s_i);
   for (int h = 0; h < m; ++h) {
     const int64_t pair = b * m + h;
     const int32_t code = checked_code(codes_s, pair * ns + i, tau);
-    const Run run = find_run(sorted_o + pair * no, no, code);
-    for (int r = run.first; r < run.last; ++r) {
-      const int64_t j = load(order_o + pair * no + r);
-      const float mask = load(mask_o + b * no + j);
+    const int32_t* sorted = sorted_o + pair * no;
+    const int first = find_first(sorted, no, code);
+    if (first < 0) continue;
+    for (int r = first; r < no && load(sorted + r) == code; ++r) {
+      const int64_t j = b * no + load(order_o + pair * no + r);
+      const float mask = load(mask_o + j);
       if (mask == 0.0f) continue;
-      float x = 0.0f, sw = 0.0f;
-      for (int l = 0; l < d; ++l) x += a_i[l] * load(o + (b * no + j) * d + l);
-      for (int l = 0; l < dv; ++l) sw += s_i[l] * load(w + (b * no + j) * dv + l);
-      const float coefficient = mask * inv_m * sw * exact_ratio(x, tau, clamp);
-      for (int l = 0; l < d; ++l) sum[l] += coefficient * load(o + (b * no + j) * d + l);
+      float o_j[T::kSlots], w_j[T::kSlots], dots[2] = {0.0f, 0.0f};
+      team.read(o + j * d, d, o_j);
+      team.read(w + j * dv, dv, w_j);
+#pragma unroll
+      for (int u = 0; u < T::kSlots; ++u) {
+        dots[0] += a_i[u] * o_j[u];
+        dots[1] += s_i[u] * w_j[u];
+      }
+      team.reduce(dots);
+      const float coefficient = mask * inv_m * dots[1] * exact_ratio(dots[0], tau, clamp);
+#pragma unroll
+      for (int u = 0; u < T::kSlots; ++u) sum[u] += coefficient * o_j[u];
     }
   }
-  for (int l = 0; l < d; ++l) {
-    float* y = out + (b * ns + i) * d + l;
-    store(y, load(y) + sum[l]);
-  }
+  team.write(out + token * d, d, sum);
 }
 
-unsigned blocks_for(int64_t count, int threads) { return static_cast<unsigned>((count + threads - 1) / threads); }
+unsigned blocks_for(int64_t teams, int lanes) { return static_cast<unsigned>((teams * lanes + kThreads - 1) / kThreads); }
+
+template <int D>
+cudaError_t launch_gradients(const Backward& a, const Heavy& heavy, bool atomic, cudaStream_t stream) {
+  const float scale = static_cast<float>(a.tau) / (2.0f * a.m), inv_m = 1.0f / a.m;
+  constexpr int L = Team<D>::kLanes;
+  if (!atomic) {
+    const cudaError_t status = YOSO_LAUNCH(query_gradients_kernel<D>, dim3(blocks_for(a.B * a.nq, L)), dim3(kThreads), 0,
+                                           stream, a, heavy, scale);
+    if (status != cudaSuccess) return status;
+    return YOSO_LAUNCH(key_gradients_kernel<D>, dim3(blocks_for(a.B * a.nk, L)), dim3(kThreads), 0, stream, a, heavy,
+                       scale, inv_m);
+  }
+  const cudaError_t status = YOSO_LAUNCH(scatter_pairs_kernel<D>, dim3(blocks_for(a.B * a.m * a.nq, L)), dim3(kThreads),
+                                         0, stream, a, heavy, scale, inv_m);
+  if (status != cudaSuccess || heavy.table_of_k == nullptr) return status;
+  return YOSO_LAUNCH(heavy_apply_kernel<D>, dim3(static_cast<unsigned>(std::min<int64_t>(heavy.capacity, 2048))),
+                     dim3(kThreads), 0, stream, a, heavy, scale, inv_m);
+}
+
+// The instance for (d, dv): D when both are D and every row is 16-byte aligned, else 0 (any dims).
+int instance(int d, int dv, std::initializer_list<const void*> rows) {
+  if (d != dv || (d != 16 && d != 32 && d != 64 && d != 128)) return 0;
+  for (const void* row : rows) {
+    if (row != nullptr && !aligned16(row)) return 0;
+  }
+  return d;
+}
 
 }  // namespace
 
-int64_t exact_backward_workspace(int64_t B, int m, int nq, int nk, int d, int dv, int64_t workspace_bytes) {
-  const Geometry g = geometry(m, nq, nk, d, dv);
-  return pairs_per_chunk(B * m, floats_per_pair(g), workspace_bytes, l2_cache_bytes()) * floats_per_pair(g);
-}
-
-cudaError_t launch_exact_backward(const int32_t* codes_q, const int32_t* codes_k, const int32_t* sorted_q,
-                                  const int32_t* order_q, const int32_t* sorted_k, const int32_t* order_k,
-                                  const float* q, const float* k, const float* v, const float* key_weight,
-                                  const float* grad, float* grad_q, float* grad_k, float* grad_v, float* workspace,
-                                  int64_t workspace_floats, int64_t B, int m, int nq, int nk, int d, int dv, int tau,
-                                  cudaStream_t stream) {
-  if (d > kMaxHeadDim || dv > kMaxHeadDim) return cudaErrorInvalidValue;
-  const int64_t total = B * m;
-  if (total == 0 || nq == 0 || nk == 0) return cudaSuccess;
-  const Geometry g = geometry(m, nq, nk, d, dv);
-  const int64_t per_pair = floats_per_pair(g);
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(workspace_floats / per_pair, 65535));
-  float* key_tables = workspace;
-  const float scale = static_cast<float>(tau) / (2.0f * m);
-  for (int64_t first = 0; first < total; first += chunk) {
-    const int64_t end = std::min(total, first + chunk), pairs = end - first;
-    float* query_tables = workspace + pairs * g.slots_k * int64_t(dv) * d;
-    const unsigned batches = static_cast<unsigned>((end - 1) / m - first / m + 1);
-    const dim3 key_slots(static_cast<unsigned>(g.slots_k), static_cast<unsigned>(pairs));
-    const dim3 query_slots(static_cast<unsigned>(g.slots_q), static_cast<unsigned>(pairs));
-    cudaError_t status = YOSO_LAUNCH(key_tables_kernel, key_slots, dim3(kTableThreads), 2 * sizeof(int), stream,
-                                     sorted_q, sorted_k, order_k, k, v, key_weight, key_tables, first, g);
-    if (status != cudaSuccess) return status;
-    status = YOSO_LAUNCH(query_tables_kernel, query_slots, dim3(kTableThreads), 2 * sizeof(int), stream, sorted_q,
-                         order_q, sorted_k, q, grad, query_tables, first, g);
-    if (status != cudaSuccess) return status;
-    status = YOSO_LAUNCH(query_gradients_kernel, dim3(blocks_for(nq, kTokenThreads), batches), dim3(kTokenThreads), 0,
-                         stream, codes_q, sorted_q, sorted_k, order_k, k, v, key_weight, grad, key_tables, grad_q,
-                         first, end, g, tau, scale);
-    if (status != cudaSuccess) return status;
-    status = YOSO_LAUNCH(key_gradients_kernel, dim3(blocks_for(nk, kTokenThreads), batches), dim3(kTokenThreads), 0,
-                         stream, codes_k, sorted_q, order_q, sorted_k, q, v, key_weight, grad, query_tables, grad_k,
-                         grad_v, first, end, g, tau, scale, 1.0f / m);
+cudaError_t launch_backward(const Backward& a, const Heavy& heavy, bool atomic, cudaStream_t stream) {
+  if (a.d > kMaxHeadDim || a.dv > kMaxHeadDim) return cudaErrorInvalidValue;  // the host logic says so first
+  if (a.B * a.m == 0 || a.nq == 0 || a.nk == 0) return cudaSuccess;
+  if (heavy.table_of_k != nullptr) {
+    const cudaError_t status = launch_heavy_tables(a, heavy, stream);
     if (status != cudaSuccess) return status;
   }
-  return cudaSuccess;
+  switch (instance(a.d, a.dv, {a.q, a.k, a.v, a.grad, a.grad_q, a.grad_k, a.grad_v, heavy.pool})) {
+    case 16: return launch_gradients<16>(a, heavy, atomic, stream);
+    case 32: return launch_gradients<32>(a, heavy, atomic, stream);
+    case 64: return launch_gradients<64>(a, heavy, atomic, stream);
+    case 128: return launch_gradients<128>(a, heavy, atomic, stream);
+    default: return launch_gradients<0>(a, heavy, atomic, stream);
+  }
+}
+
+template <int D>
+cudaError_t launch_pairs(const int32_t* codes_s, const int32_t* sorted_o, const int32_t* order_o, const float* a,
+                         const float* o, const float* s, const float* w, const float* mask_o, float* out, int64_t B,
+                         int m, int ns, int no, int d, int dv, int tau, float clamp, cudaStream_t stream) {
+  return YOSO_LAUNCH(pair_gradient_kernel<D>, dim3(blocks_for(B * ns, Team<D>::kLanes)), dim3(kThreads), 0, stream,
+                     codes_s, sorted_o, order_o, a, o, s, w, mask_o, out, B, m, ns, no, d, dv, tau, clamp, 1.0f / m);
 }
 
 cudaError_t launch_pair_gradient(const int32_t* codes_s, const int32_t* sorted_o, const int32_t* order_o,
@@ -282,15 +298,14 @@ cudaError_t launch_pair_gradient(const int32_t* codes_s, const int32_t* sorted_o
                                  const float* mask_o, float* out, int64_t B, int m, int ns, int no, int d, int dv,
                                  int tau, float clamp, cudaStream_t stream) {
   if (d > kMaxHeadDim || dv > kMaxHeadDim) return cudaErrorInvalidValue;
-  if (B * ns == 0 || m == 0) return cudaSuccess;
-  for (int64_t first = 0; first < B; first += 65535) {
-    const unsigned batches = static_cast<unsigned>(std::min<int64_t>(65535, B - first));
-    const cudaError_t status = YOSO_LAUNCH(pair_gradient_kernel, dim3(blocks_for(ns, kTokenThreads), batches),
-                                           dim3(kTokenThreads), 0, stream, codes_s, sorted_o, order_o, a, o, s, w,
-                                           mask_o, out, first, m, ns, no, d, dv, tau, clamp, 1.0f / m);
-    if (status != cudaSuccess) return status;
+  if (B * ns == 0 || m == 0 || no == 0) return cudaSuccess;
+  switch (instance(d, dv, {a, o, s, w, out})) {
+    case 16: return launch_pairs<16>(codes_s, sorted_o, order_o, a, o, s, w, mask_o, out, B, m, ns, no, d, dv, tau, clamp, stream);
+    case 32: return launch_pairs<32>(codes_s, sorted_o, order_o, a, o, s, w, mask_o, out, B, m, ns, no, d, dv, tau, clamp, stream);
+    case 64: return launch_pairs<64>(codes_s, sorted_o, order_o, a, o, s, w, mask_o, out, B, m, ns, no, d, dv, tau, clamp, stream);
+    case 128: return launch_pairs<128>(codes_s, sorted_o, order_o, a, o, s, w, mask_o, out, B, m, ns, no, d, dv, tau, clamp, stream);
+    default: return launch_pairs<0>(codes_s, sorted_o, order_o, a, o, s, w, mask_o, out, B, m, ns, no, d, dv, tau, clamp, stream);
   }
-  return cudaSuccess;
 }
 
 }  // namespace yoso

@@ -1,17 +1,16 @@
-// Launchers of the YOSO CUDA kernels (yoso_cuda_kernels.cu, yoso_cuda_gradients.cu), called from
-// yoso_cuda.cpp with torch's tensors and stream, and from the CPU emulation's test driver. No torch
-// headers: the callers own the memory. B = batch·heads, m hashes, pair p = b·m + h.
+// Launchers of the YOSO CUDA kernels (yoso_cuda_hash.cu, yoso_cuda_kernels.cu, yoso_cuda_heavy.cu,
+// yoso_cuda_gradients.cu), called by the host logic of yoso_cuda_host.cpp, which owns the memory (it
+// sorts, scans and allocates through its caller: torch in yoso_cuda.cpp, a CPU stand-in in the
+// emulation's driver). No torch headers. B = batch·heads, m hashes, pair p = b·m + h.
 //
-// Buckets: the callers sort each pair's codes (stable; sorted codes and the token order, [B·m, n]
-// int32 each). A bucket is a run of equal codes: a query finds its keys by binary search, and a
-// bucket's table row is stored at the run's first sorted position, so tables hold at most n rows per
-// pair whatever tau is. Every output element is written by one thread, in one order, with no
-// atomics: results are bitwise repeatable.
+// Buckets: each pair's codes sorted (stable; sorted codes and token order, [B·m, n] int32 each). A bucket
+// is a run of equal codes: a token finds the other side's run by one binary search and walks it.
 //
-// Workspace: each launcher that needs tables has a *_workspace function giving the floats it will
-// use, at most max(workspace_bytes, one pair's tables) / 4 and at most the L2 cache per chunk of
-// pairs (so a chunk's tables stay in L2 between their writing and their reading); the caller
-// allocates that many and passes them in.
+// Two ways to cumulate, chosen by the caller per call:
+//  * deterministic (the default backward's when torch's deterministic algorithms are on): every output
+//    element has one writer that sums in one fixed order, no atomics: bitwise repeatable;
+//  * atomic (the YOSO authors' design): tokens add into shared table rows and gradient rows with
+//    atomicAdd, in parallel over hashes as well as tokens; float sums in arrival order.
 #pragma once
 
 #include <stdint.h>
@@ -20,40 +19,68 @@
 
 namespace yoso {
 
-// The device's L2 size in bytes (the emulation: an H100's 50 MB).
-int64_t l2_cache_bytes();
+// The largest head and value dims the gradient kernels keep per thread.
+constexpr int kMaxHeadDim = 256;
 
 // codes [B, m, n] (every one written) of x [B, n, d] under diagonals [B, R, 3, P].
 cudaError_t launch_fast_hash(const float* x, const float* diagonals, int32_t* codes, int64_t B, int n, int d, int R,
                              int P, int m, int tau, cudaStream_t stream);
 
-// out [B, nq, dv] += (1/m) sum_h sum_t weight_q[b,h|0,t,i] T_h[code_q(i), t], T_h[c, t] = sum_{code_k(j) = c}
-// weight_k[b,h|0,t,j] v_j: p weight channels, weights [B, mq|mk (1 or m), p, n]; dv <= kMaxHeadDim.
-int64_t cumulation_workspace(int64_t B, int m, int nk, int p, int dv, int64_t workspace_bytes);
-cudaError_t launch_cumulation(const int32_t* codes_q, const int32_t* sorted_k, const int32_t* order_k,
-                              const float* weight_q, int mq, const float* weight_k, int mk, int p, const float* values,
-                              float* out, float* workspace, int64_t workspace_floats, int64_t B, int m, int nq, int nk,
-                              int dv, int tau, cudaStream_t stream);
+// out [B, nq, dv] += (1/m) Σ_{h in [first, end) of b's pairs} Σ_t weight_q[b,h|0,t,i] T_h[row(code_q(i)), t]:
+// p weight channels, weights [B, mq|mk (1 or m), p, n], dv <= kMaxHeadDim. Rows: `direct`, row c is code c
+// (2^tau rows a pair, absent codes' rows 0); otherwise a code's row is the first position of its run in
+// sorted_k (nk rows a pair).
+struct Cumulation {
+  const int32_t *codes_q, *codes_k, *sorted_k, *order_k;
+  const float *weight_q, *weight_k, *values;
+  float* out;
+  int64_t B;
+  int m, mq, mk, p, nq, nk, dv, tau;
+};
+// Fills the rows of pairs [first, end) (rows_per_pair rows of p·dv floats each, from `rows`): deterministic,
+// the first position of each run sums the run (direct must be false); atomic, every key adds itself to its
+// row (the rows zeroed by the caller). Then every query reads its rows.
+cudaError_t launch_cumulation_chunk(const Cumulation& c, float* rows, int64_t rows_per_pair, bool direct,
+                                    bool atomic, int64_t first, int64_t end, cudaStream_t stream);
 
 // The default backward (eq. 4 with exact pair weights): grad_q, grad_k [B, n, d] and grad_v [B, nk, dv]
-// (zeroed by the caller) += the gradients of Y = (1/m) sum_h B_h (w . V). A bucket with many pairs goes
-// through its dv x d tables (M = sum w v k^T for the queries, N = sum g q^T and sum g for the keys).
-int64_t exact_backward_workspace(int64_t B, int m, int nq, int nk, int d, int dv, int64_t workspace_bytes);
-cudaError_t launch_exact_backward(const int32_t* codes_q, const int32_t* codes_k, const int32_t* sorted_q,
-                                  const int32_t* order_q, const int32_t* sorted_k, const int32_t* order_k,
-                                  const float* q, const float* k, const float* v, const float* key_weight,
-                                  const float* grad, float* grad_q, float* grad_k, float* grad_v, float* workspace,
-                                  int64_t workspace_floats, int64_t B, int m, int nq, int nk, int d, int dv, int tau,
-                                  cudaStream_t stream);
+// (zeroed by the caller) receive the gradients of Y = (1/m) Σ_h B_h (w · V). A heavy bucket (yoso_math.h)
+// goes through its tables: M = Σ w v kᵀ [dv x d] for its queries, N = Σ g qᵀ [dv x d] and Σ g [dv] for
+// its keys; a light one through its colliding pairs.
+struct Backward {
+  const int32_t *codes_q, *codes_k, *sorted_q, *order_q, *sorted_k, *order_k;
+  const float *q, *k, *v, *key_weight, *grad;
+  float *grad_q, *grad_k, *grad_v;
+  int64_t B;
+  int m, nq, nk, d, dv, tau;
+};
+// The heavy buckets found on the device, counted and numbered in one pass. Null table_of_*: none can be
+// heavy (every side shorter than heavy_side_minimum). runs[id] = {pair, k_first, k_last, q_first, q_last};
+// table_of_k[pair·nk + t] (table_of_q[pair·nq + t]) is the table of the bucket whose keys (queries) start
+// at sorted position t, or -1; table `id` is pool[id·table_floats, …): M, N, Σ g. Only the first `capacity`
+// heavy buckets (in pair and code order) have tables; the others are walked pair by pair.
+struct Heavy {
+  int32_t *table_of_q = nullptr, *table_of_k = nullptr, *flags = nullptr, *runs = nullptr;
+  const int32_t* scan = nullptr;  // inclusive prefix sum of flags: scan[B·m·nk - 1] heavy buckets in all
+  float* pool = nullptr;
+  int64_t capacity = 0, table_floats = 0;
+  int minimum = 0;  // heavy_side_minimum(d, dv)
+};
+int64_t table_floats(int d, int dv);
+// Marks the first key position of every heavy bucket in flags (0 elsewhere) and sets table_of_q to -1.
+cudaError_t launch_find_heavy(const Backward& a, const Heavy& heavy, cudaStream_t stream);
+// From the caller's scan of the flags: table_of_k, table_of_q and runs of the numbered buckets.
+cudaError_t launch_number_heavy(const Backward& a, const Heavy& heavy, cudaStream_t stream);
+// The tables of the numbered buckets (one block each; called by launch_backward).
+cudaError_t launch_heavy_tables(const Backward& a, const Heavy& heavy, cudaStream_t stream);
+// The tables of the numbered buckets, then every gradient: one launch each, over all pairs.
+cudaError_t launch_backward(const Backward& a, const Heavy& heavy, bool atomic, cudaStream_t stream);
 
-// The *YOSO backward (eq. 3): out [B, ns, d] (zeroed by the caller) += (1/m) sum_h sum_{o colliding}
-// mask_o (s_s . w_o) rho(a_s . o_o) o_o.
+// The *YOSO backward (eq. 3): out [B, ns, d] (zeroed by the caller) += (1/m) Σ_h Σ_{o colliding}
+// mask_o (s_s · w_o) ρ(a_s · o_o) o_o. Deterministic: one team per token s.
 cudaError_t launch_pair_gradient(const int32_t* codes_s, const int32_t* sorted_o, const int32_t* order_o,
                                  const float* a, const float* o, const float* s, const float* w,
                                  const float* mask_o, float* out, int64_t B, int m, int ns, int no, int d, int dv,
                                  int tau, float clamp, cudaStream_t stream);
-
-// The largest head and value dims the gradient kernels keep per thread.
-constexpr int kMaxHeadDim = 256;
 
 }  // namespace yoso

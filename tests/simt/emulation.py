@@ -1,6 +1,7 @@
-"""Build and run the CUDA kernels of csrc/yoso emulated on the CPU (tests/simt/yoso_driver.cpp):
-the same .cu sources compiled by the host compiler with -DYOSO_SIMT_EMULATION, plainly or under
-AddressSanitizer or ThreadSanitizer."""
+"""Build and run the CUDA kernels of csrc/yoso emulated on the CPU (tests/simt/yoso_driver.cpp): the
+same .cu sources and the same host logic (yoso_cuda_host.cpp) compiled by the host compiler with
+-DYOSO_SIMT_EMULATION and the SIMT runtime (tests/simt/runtime.cpp), plainly or under AddressSanitizer
+or ThreadSanitizer."""
 
 from __future__ import annotations
 
@@ -17,15 +18,18 @@ from typing import Dict, List
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCES = [REPO / "csrc" / "yoso" / name for name in ("yoso_cuda_kernels.cu", "yoso_cuda_gradients.cu")]
-DRIVER = REPO / "tests" / "simt" / "yoso_driver.cpp"
+SOURCES = [REPO / "csrc" / "yoso" / name for name in ("yoso_cuda_hash.cu", "yoso_cuda_kernels.cu", "yoso_cuda_heavy.cu",
+                                                      "yoso_cuda_gradients.cu", "yoso_cuda_host.cpp")]
+SIMT = REPO / "tests" / "simt"
+DRIVER = SIMT / "yoso_driver.cpp"
+RUNTIME = [SIMT / "runtime.cpp", SIMT / "runtime.h", SIMT / "context.h"]
 FLAGS = {
     "plain": ["-O2"],
     "asan": ["-O1", "-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=all"],
     "tsan": ["-O1", "-fsanitize=thread"],
 }
 SANITIZER_ENV = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:halt_on_error=1",
-                 "TSAN_OPTIONS": "halt_on_error=1:exitcode=66:report_signal_unsafe=0",
+                 "TSAN_OPTIONS": "halt_on_error=1:exitcode=66:report_signal_unsafe=0:atexit_sleep_ms=0",
                  "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
 
 
@@ -50,9 +54,10 @@ def build(variant: str, sources: List[Path] = SOURCES) -> Path:
     """The driver built with ``variant``'s flags, cached by the sources' and flags' hash (built once
     per checkout and worker-safe: a finished build is renamed into place)."""
     compiler = os.environ.get("CXX", "c++")
-    flags = ["-std=c++20", "-g", "-DYOSO_SIMT_EMULATION", f"-I{REPO / 'csrc' / 'yoso'}", *FLAGS[variant]]
+    flags = ["-std=c++20", "-g", "-Wno-unknown-pragmas", "-DYOSO_SIMT_EMULATION", f"-I{REPO / 'csrc' / 'yoso'}",
+             f"-I{SIMT}", *FLAGS[variant]]
     digest = hashlib.sha256(" ".join([compiler, *flags]).encode())
-    for path in [*sources, DRIVER, *sorted((REPO / "csrc" / "yoso").glob("*.h"))]:
+    for path in [*sources, DRIVER, *RUNTIME, *sorted((REPO / "csrc" / "yoso").glob("*.h"))]:
         digest.update(path.name.encode() + path.read_bytes())
     target = REPO / "build" / "test-simt" / f"{variant}-{digest.hexdigest()[:12]}" / "yoso_driver"
     if target.is_file():
@@ -60,7 +65,7 @@ def build(variant: str, sources: List[Path] = SOURCES) -> Path:
     target.parent.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=target.parent.parent))
     command = [compiler, *flags, *(arg for s in sources for arg in ("-x", "c++", str(s))), "-x", "c++", str(DRIVER),
-               "-o", str(staging / "yoso_driver"), "-lpthread"]
+               "-x", "c++", str(RUNTIME[0]), "-o", str(staging / "yoso_driver"), "-lpthread"]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode:
         shutil.rmtree(staging, ignore_errors=True)
@@ -80,6 +85,7 @@ class Launch:
     shared_bytes: int
     loaded_bytes: int
     stored_bytes: int
+    atomic_bytes: int
 
 
 @dataclass
@@ -92,19 +98,31 @@ class Result:
     stderr: str = ""
 
     def traffic(self, kernel: str) -> tuple:
-        """(loaded, stored) bytes summed over every launch of ``kernel``."""
-        chosen = [launch for launch in self.launches if launch.kernel == kernel]
+        """(loaded, stored) bytes summed over every launch of ``kernel`` (a template's every instance)."""
+        chosen = [launch for launch in self.launches if launch.kernel.split("<")[0] == kernel]
         return sum(x.loaded_bytes for x in chosen), sum(x.stored_bytes for x in chosen)
+
+    def atomics(self, kernel: str) -> int:
+        """Bytes added atomically by every launch of ``kernel``."""
+        return sum(x.atomic_bytes for x in self.launches if x.kernel.split("<")[0] == kernel)
+
+    def kernels(self) -> List[str]:
+        """The kernels launched, in order (template arguments as written in the source)."""
+        return [launch.kernel for launch in self.launches]
 
 
 OUTPUTS = {"fast_hash": {"codes": np.int32}, "cumulation": {"out": np.float32},
            "exact_backward": {"grad_q": np.float32, "grad_k": np.float32, "grad_v": np.float32},
-           "pair_gradient": {"out": np.float32}, "probe": {"codes": np.int32}}
+           "pair_gradient": {"out": np.float32}, "probe": {"codes": np.int32}, "racing_blocks": {"out": np.float32},
+           "neighbours": {"out": np.float32}, "unwritten_shared": {"codes": np.int32}}
 
 
 def run(variant: str, op: str, arrays: Dict[str, np.ndarray], ints: Dict[str, int], floats: Dict[str, float] = None,
         driver: Path = None, check: bool = True) -> Result:
-    """Run ``op`` of the emulated kernels; a sanitizer report or a failed emulation check raises."""
+    """Run ``op`` of the emulated kernels; a sanitizer report or a failed emulation check raises, and
+    so does an error of the host logic (exit status 3, one ``error:`` line) unless ``check`` is False.
+    ``ints`` may hold ``seed`` (the emulation's block and thread orders) and ``deterministic`` (0: the
+    atomic paths)."""
     driver = driver or build(variant)
     with tempfile.TemporaryDirectory() as folder:
         lines = [f"op {op}"] + [f"int {k} {int(v)}" for k, v in ints.items()]
@@ -119,7 +137,7 @@ def run(variant: str, op: str, arrays: Dict[str, np.ndarray], ints: Dict[str, in
                                    env={**os.environ, **SANITIZER_ENV})
         if check and completed.returncode:
             headlines = [line for line in completed.stderr.splitlines()
-                         if line.startswith(("ERROR: ", "SUMMARY: ", "WARNING: ThreadSanitizer"))
+                         if line.startswith(("ERROR: ", "SUMMARY: ", "WARNING: ThreadSanitizer", "error: "))
                          or line.startswith("simt: ") or " of size " in line or "runtime error" in line]
             raise AssertionError(f"the emulated {op} ({variant}) failed with status {completed.returncode}:\n"
                                  + "\n".join(headlines[:12]) + f"\n...\n{completed.stderr[-3000:]}")
@@ -132,7 +150,7 @@ def run(variant: str, op: str, arrays: Dict[str, np.ndarray], ints: Dict[str, in
             word, *rest = line.split()
             if word == "launch":
                 values = list(map(int, rest[1:]))
-                result.launches.append(Launch(rest[0], tuple(values[0:3]), tuple(values[3:6]), *values[6:9]))
+                result.launches.append(Launch(rest[0], tuple(values[0:3]), tuple(values[3:6]), *values[6:10]))
             elif word == "workspace_floats":
                 result.workspace_floats = int(rest[0])
             elif word == "max_rss_kb":

@@ -1,19 +1,23 @@
 // The test driver of the CUDA kernels emulated on the CPU (tests/test_cuda_emulation.py): it plays the
-// part of csrc/yoso/yoso_cuda.cpp (sorts each pair's codes, allocates outputs and the workspace the
-// launcher asks for) around the unchanged launchers of csrc/yoso/*.cu, compiled by the host compiler
-// with -DYOSO_SIMT_EMULATION (and a sanitizer). Usage: yoso_driver <folder>; the folder holds
-// request.txt and one raw little-endian .bin file per input array; the driver writes <name>.out.bin
-// per output and stats.txt (one line per kernel launch, and the workspace used).
+// part of csrc/yoso/yoso_cuda.cpp, calling the unchanged host logic of yoso_cuda_host.cpp with a CPU stand-in
+// for torch (memory filled with a garbage pattern, std::stable_sort, std::inclusive_scan) around the
+// unchanged launchers of csrc/yoso/*.cu, all compiled by the host compiler with -DYOSO_SIMT_EMULATION (and a
+// sanitizer). Usage: yoso_driver <folder>; the folder holds request.txt and one raw little-endian .bin file
+// per input array; the driver writes <name>.out.bin per output and stats.txt (one line per kernel launch, the
+// workspace allocated). An error of the host logic is one "error: ..." line on stderr and exit status 3.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <list>
 #include <map>
 #include <numeric>
-#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "yoso_cuda_kernels.h"
+#include "runtime.h"
+#include "yoso_cuda_host.h"
 
 namespace {
 
@@ -64,27 +68,73 @@ Request read_request(const std::string& folder) {
   return request;
 }
 
-// Each (batch, hash) pair's codes sorted stably, with the token order: what the torch wrapper does.
-void sort_codes(const std::vector<int32_t>& codes, int64_t pairs, int64_t n, std::vector<int32_t>& sorted,
-                std::vector<int32_t>& order) {
-  sorted.resize(codes.size());
-  order.resize(codes.size());
-  for (int64_t p = 0; p < pairs; ++p) {
-    int32_t* o = order.data() + p * n;
-    std::iota(o, o + n, 0);
-    const int32_t* c = codes.data() + p * n;
-    std::stable_sort(o, o + n, [&](int32_t a, int32_t b) { return c[a] < c[b]; });
-    for (int64_t r = 0; r < n; ++r) sorted[p * n + r] = c[o[r]];
+// torch's part, on the CPU: fresh memory holds garbage (the 0x7FA5A5A5 words of the emulated shared
+// memory, never a value the kernels use as a sentinel), sorts are stable, scans inclusive.
+class CpuDevice final : public yoso::Device {
+ public:
+  float* floats(int64_t count) override {
+    float_bytes += 4 * count;
+    return reinterpret_cast<float*>(garbage(count));
   }
-}
+  int32_t* ints(int64_t count) override { return garbage(count); }
+  void zero(float* data, int64_t count) override { std::memset(data, 0, count * sizeof(float)); }
+  std::pair<const int32_t*, const int32_t*> sort_rows(const int32_t* codes, int64_t rows, int64_t n) override {
+    int32_t *sorted = garbage(rows * n), *order = garbage(rows * n);
+    for (int64_t row = 0; row < rows; ++row) {
+      int32_t* o = order + row * n;
+      const int32_t* c = codes + row * n;
+      std::iota(o, o + n, 0);
+      std::stable_sort(o, o + n, [&](int32_t a, int32_t b) { return c[a] < c[b]; });
+      for (int64_t r = 0; r < n; ++r) sorted[row * n + r] = c[o[r]];
+    }
+    return {sorted, order};
+  }
+  const int32_t* inclusive_scan(const int32_t* values, int64_t count) override {
+    int32_t* out = garbage(count);
+    std::inclusive_scan(values, values + count, out);
+    return out;
+  }
+  cudaStream_t stream() override { return nullptr; }
+  void check(cudaError_t status, const char* what) override {
+    if (status != cudaSuccess) fail(std::string("yoso: CUDA ") + what + " failed: " + cudaGetErrorString(status));
+  }
+  [[noreturn]] void fail(const std::string& message) override { throw std::runtime_error(message); }
+  int64_t float_bytes = 0;
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) simt::fail(std::string(what) + " returned an error");
-}
+ private:
+  int32_t* garbage(int64_t count) {
+    blocks_.emplace_back(static_cast<size_t>(std::max<int64_t>(count, 1)), int32_t(0x7FA5A5A5));
+    return blocks_.back().data();
+  }
+  std::list<std::vector<int32_t>> blocks_;
+};
 
 // A kernel that does nothing, to probe the emulation's checks of a launch configuration.
 YOSO_GLOBAL void probe_kernel(int* marker) {
   if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0) *marker = 1;
+}
+
+// Probes of the emulation itself (tests/test_cuda_emulation.py): bugs it must catch, and its garbage.
+// Every block adds 1 to *counter with a plain read and write: a race between blocks.
+YOSO_GLOBAL void racing_blocks_kernel(float* counter) {
+  if (threadIdx.x == 0) yoso::store(counter, yoso::load(counter) + 1.0f);
+}
+// Thread t writes its slot of shared memory and reads thread t + 1's, after a barrier or (barrier = 0)
+// without one.
+YOSO_GLOBAL void neighbours_kernel(float* out, int barrier) {
+  YOSO_DYNAMIC_SHARED(float, slots);
+  slots[threadIdx.x] = static_cast<float>(threadIdx.x);
+  if (barrier) __syncthreads();
+  yoso::store(out + blockIdx.x * blockDim.x + threadIdx.x, slots[(threadIdx.x + 1) % blockDim.x]);
+}
+// Thread t reads word t of shared memory that nothing wrote.
+YOSO_GLOBAL void unwritten_shared_kernel(int32_t* out) {
+  YOSO_DYNAMIC_SHARED(int32_t, words);
+  yoso::store(out + blockIdx.x * blockDim.x + threadIdx.x, words[threadIdx.x]);
+}
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) simt::fail(std::string(what) + " returned an error");
 }
 
 }  // namespace
@@ -94,72 +144,77 @@ int main(int argc, char** argv) {
   const std::string folder = argv[1];
   Request r = read_request(folder);
   auto I = [&](const char* name) { return r.ints.at(name); };
-  int64_t workspace_floats = 0;
+  auto option = [&](const char* name, int64_t otherwise) { return r.ints.count(name) ? r.ints.at(name) : otherwise; };
+  simt::set_seed(static_cast<uint64_t>(option("seed", 0)));
+  const bool deterministic = option("deterministic", 1) != 0;
+  CpuDevice device;
   std::map<std::string, std::vector<float>> outputs_f32;
   std::map<std::string, std::vector<int32_t>> outputs_i32;
-  if (r.op == "fast_hash") {
-    auto& codes = outputs_i32["codes"];
-    codes.assign(I("B") * I("m") * I("n"), -1);  // poison: every code must be written
-    check(yoso::launch_fast_hash(r.f32["x"].data(), r.f32["diagonals"].data(), codes.data(), I("B"), I("n"), I("d"),
-                                 I("R"), I("P"), I("m"), I("tau"), nullptr),
-          "launch_fast_hash");
-  } else if (r.op == "cumulation") {
-    std::vector<int32_t> sorted_k, order_k;
-    sort_codes(r.i32["codes_k"], I("B") * I("m"), I("nk"), sorted_k, order_k);
-    workspace_floats = yoso::cumulation_workspace(I("B"), I("m"), I("nk"), I("p"), I("dv"), I("workspace_bytes"));
-    std::vector<float> workspace(workspace_floats);
-    auto& out = outputs_f32["out"];
-    out.assign(I("B") * I("nq") * I("dv"), 0.0f);
-    check(yoso::launch_cumulation(r.i32["codes_q"].data(), sorted_k.data(), order_k.data(), r.f32["weight_q"].data(),
-                                  I("mq"), r.f32["weight_k"].data(), I("mk"), I("p"), r.f32["values"].data(), out.data(),
-                                  workspace.data(), workspace_floats, I("B"), I("m"), I("nq"), I("nk"), I("dv"), I("tau"),
-                                  nullptr),
-          "launch_cumulation");
-  } else if (r.op == "exact_backward") {
-    std::vector<int32_t> sorted_q, order_q, sorted_k, order_k;
-    sort_codes(r.i32["codes_q"], I("B") * I("m"), I("nq"), sorted_q, order_q);
-    sort_codes(r.i32["codes_k"], I("B") * I("m"), I("nk"), sorted_k, order_k);
-    workspace_floats = yoso::exact_backward_workspace(I("B"), I("m"), I("nq"), I("nk"), I("d"), I("dv"),
-                                                      I("workspace_bytes"));
-    std::vector<float> workspace(workspace_floats);
-    auto &grad_q = outputs_f32["grad_q"], &grad_k = outputs_f32["grad_k"], &grad_v = outputs_f32["grad_v"];
-    grad_q.assign(I("B") * I("nq") * I("d"), 0.0f);
-    grad_k.assign(I("B") * I("nk") * I("d"), 0.0f);
-    grad_v.assign(I("B") * I("nk") * I("dv"), 0.0f);
-    check(yoso::launch_exact_backward(r.i32["codes_q"].data(), r.i32["codes_k"].data(), sorted_q.data(), order_q.data(),
-                                      sorted_k.data(), order_k.data(), r.f32["q"].data(), r.f32["k"].data(),
-                                      r.f32["v"].data(), r.f32["key_weight"].data(), r.f32["grad"].data(), grad_q.data(),
-                                      grad_k.data(), grad_v.data(), workspace.data(), workspace_floats, I("B"), I("m"),
-                                      I("nq"), I("nk"), I("d"), I("dv"), I("tau"), nullptr),
-          "launch_exact_backward");
-  } else if (r.op == "pair_gradient") {
-    std::vector<int32_t> sorted_o, order_o;
-    sort_codes(r.i32["codes_o"], I("B") * I("m"), I("no"), sorted_o, order_o);
-    auto& out = outputs_f32["out"];
-    out.assign(I("B") * I("ns") * I("d"), 0.0f);
-    check(yoso::launch_pair_gradient(r.i32["codes_s"].data(), sorted_o.data(), order_o.data(), r.f32["a"].data(),
-                                     r.f32["o"].data(), r.f32["s"].data(), r.f32["w"].data(), r.f32["mask_o"].data(),
-                                     out.data(), I("B"), I("m"), I("ns"), I("no"), I("d"), I("dv"), I("tau"),
-                                     static_cast<float>(r.floats.at("clamp")), nullptr),
-          "launch_pair_gradient");
-  } else if (r.op == "probe") {
-    int marker = 0;
-    if (I("opt_in")) check(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                static_cast<int>(I("opt_in"))), "cudaFuncSetAttribute");
-    check(YOSO_LAUNCH(probe_kernel, dim3(I("gx"), I("gy"), I("gz")), dim3(I("bx"), I("by"), I("bz")), I("shared"),
-                      nullptr, &marker),
-          "probe");
-    outputs_i32["codes"] = {marker};
-  } else {
-    simt::fail("unknown op " + r.op);
+  try {
+    if (r.op == "fast_hash") {
+      auto& codes = outputs_i32["codes"];
+      codes.assign(I("B") * I("m") * I("n"), int32_t(0x7FA5A5A5));  // garbage: every code must be written
+      yoso::fast_hash(device, r.f32["x"].data(), r.f32["diagonals"].data(), codes.data(), I("B"), I("n"), I("d"),
+                      I("R"), I("P"), I("m"), I("tau"));
+    } else if (r.op == "cumulation") {
+      auto& out = outputs_f32["out"];
+      out.assign(I("B") * I("nq") * I("dv"), 0.0f);
+      yoso::cumulation(device, r.i32["codes_q"].data(), r.i32["codes_k"].data(), r.f32["weight_q"].data(), I("mq"),
+                       r.f32["weight_k"].data(), I("mk"), I("p"), r.f32["values"].data(), out.data(), I("B"), I("m"),
+                       I("nq"), I("nk"), I("dv"), I("tau"), I("workspace_bytes"), deterministic);
+    } else if (r.op == "exact_backward") {
+      auto &grad_q = outputs_f32["grad_q"], &grad_k = outputs_f32["grad_k"], &grad_v = outputs_f32["grad_v"];
+      grad_q.assign(I("B") * I("nq") * I("d"), 0.0f);
+      grad_k.assign(I("B") * I("nk") * I("d"), 0.0f);
+      grad_v.assign(I("B") * I("nk") * I("dv"), 0.0f);
+      yoso::exact_backward(device, r.i32["codes_q"].data(), r.i32["codes_k"].data(), r.f32["q"].data(),
+                           r.f32["k"].data(), r.f32["v"].data(), r.f32["key_weight"].data(), r.f32["grad"].data(),
+                           grad_q.data(), grad_k.data(), grad_v.data(), I("B"), I("m"), I("nq"), I("nk"), I("d"),
+                           I("dv"), I("tau"), I("workspace_bytes"), deterministic);
+    } else if (r.op == "pair_gradient") {
+      auto& out = outputs_f32["out"];
+      out.assign(I("B") * I("ns") * I("d"), 0.0f);
+      yoso::pair_gradient(device, r.i32["codes_s"].data(), r.i32["codes_o"].data(), r.f32["a"].data(),
+                          r.f32["o"].data(), r.f32["s"].data(), r.f32["w"].data(), r.f32["mask_o"].data(), out.data(),
+                          I("B"), I("m"), I("ns"), I("no"), I("d"), I("dv"), I("tau"), r.floats.at("clamp"));
+    } else if (r.op == "probe") {
+      int marker = 0;
+      if (I("opt_in")) check(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  static_cast<int>(I("opt_in"))), "cudaFuncSetAttribute");
+      check(YOSO_LAUNCH(probe_kernel, dim3(I("gx"), I("gy"), I("gz")), dim3(I("bx"), I("by"), I("bz")), I("shared"),
+                        nullptr, &marker),
+            "probe");
+      outputs_i32["codes"] = {marker};
+    } else if (r.op == "racing_blocks") {
+      auto& out = outputs_f32["out"];
+      out.assign(1, 0.0f);
+      check(YOSO_LAUNCH(racing_blocks_kernel, dim3(I("blocks")), dim3(32), 0, nullptr, out.data()), "racing_blocks");
+    } else if (r.op == "neighbours") {
+      auto& out = outputs_f32["out"];
+      out.assign(I("blocks") * I("threads"), 0.0f);
+      check(YOSO_LAUNCH(neighbours_kernel, dim3(I("blocks")), dim3(I("threads")), I("threads") * 4, nullptr,
+                        out.data(), static_cast<int>(I("barrier"))),
+            "neighbours");
+    } else if (r.op == "unwritten_shared") {
+      auto& out = outputs_i32["codes"];
+      out.assign(I("blocks") * I("threads"), 0);
+      check(YOSO_LAUNCH(unwritten_shared_kernel, dim3(I("blocks")), dim3(I("threads")), I("threads") * 4, nullptr,
+                        out.data()),
+            "unwritten_shared");
+    } else {
+      simt::fail("unknown op " + r.op);
+    }
+  } catch (const std::runtime_error& error) {
+    std::fprintf(stderr, "error: %s\n", error.what());
+    return 3;
   }
   for (auto& [name, data] : outputs_f32) write_array(folder + "/" + name + ".out.bin", data);
   for (auto& [name, data] : outputs_i32) write_array(folder + "/" + name + ".out.bin", data);
   std::ofstream stats(folder + "/stats.txt");
-  for (const auto& l : simt::state().launches) {
+  for (const auto& l : simt::launches()) {
     stats << "launch " << l.kernel << " " << l.grid.x << " " << l.grid.y << " " << l.grid.z << " " << l.block.x << " "
           << l.block.y << " " << l.block.z << " " << l.shared_bytes << " " << l.loaded_bytes << " " << l.stored_bytes
-          << "\n";
+          << " " << l.atomic_bytes << "\n";
   }
   // The peak resident set of this program: VmHWM, not getrusage's ru_maxrss, which keeps the peak of the
   // process before exec (the Python test that starts the driver).
@@ -169,6 +224,6 @@ int main(int argc, char** argv) {
   while (std::getline(status, line)) {
     if (line.rfind("VmHWM:", 0) == 0) peak_kb = std::stoll(line.substr(6));
   }
-  stats << "workspace_floats " << workspace_floats << "\n" << "max_rss_kb " << peak_kb << "\n";
+  stats << "workspace_floats " << device.float_bytes / 4 << "\n" << "max_rss_kb " << peak_kb << "\n";
   return 0;
 }

@@ -1,0 +1,115 @@
+// The host side of the YOSO CUDA kernels (yoso_cuda_host.h): checks, sorting, the workspace, launches.
+// Nothing here waits for the device: sizes come from the arguments, counts found on the device stay there.
+#include "yoso_cuda_host.h"
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+
+#include "yoso_cuda_kernels.h"
+#include "yoso_math.h"
+
+namespace yoso {
+
+int narrow(Device& device, int64_t value, const char* name) {
+  if (value > 2147483647) {
+    device.fail(std::string("yoso: ") + name + " = " + std::to_string(value) +
+                " exceeds the 32-bit range of the CUDA kernels");
+  }
+  return static_cast<int>(value);
+}
+
+namespace {
+
+void check_dims(Device& device, int64_t d, int64_t dv, const char* what) {
+  if (d > kMaxHeadDim || dv > kMaxHeadDim) {
+    device.fail(std::string("yoso: the CUDA ") + what + " takes head and value dims up to " +
+                std::to_string(kMaxHeadDim) + ", got " + std::to_string(d) + " and " + std::to_string(dv) +
+                "; use attention.impl=torch");
+  }
+}
+
+}  // namespace
+
+void fast_hash(Device& device, const float* x, const float* diagonals, int32_t* codes, int64_t B, int64_t n, int64_t d,
+               int64_t R, int64_t P, int64_t m, int64_t tau) {
+  const int N = narrow(device, n, "n"), D = narrow(device, d, "head_dim"), products = narrow(device, R, "products");
+  const int padded = narrow(device, P, "P"), hashes = narrow(device, m, "num_hashes");
+  const int bits = narrow(device, tau, "hash_code_len");
+  if (B * n == 0) return;
+  device.check(launch_fast_hash(x, diagonals, codes, B, N, D, products, padded, hashes, bits, device.stream()),
+               "fast_hash");
+}
+
+void cumulation(Device& device, const int32_t* codes_q, const int32_t* codes_k, const float* weight_q, int64_t mq,
+                const float* weight_k, int64_t mk, int64_t p, const float* values, float* out, int64_t B, int64_t m,
+                int64_t nq, int64_t nk, int64_t dv, int64_t tau, int64_t workspace_bytes, bool deterministic) {
+  check_dims(device, 0, dv, "cumulation");
+  const Cumulation c{codes_q, codes_k, nullptr, nullptr, weight_q, weight_k, values, out, B,
+                     narrow(device, m, "num_hashes"), narrow(device, mq, "weight_q hashes"),
+                     narrow(device, mk, "weight_k hashes"), narrow(device, p, "channels"), narrow(device, nq, "queries"),
+                     narrow(device, nk, "keys"), static_cast<int>(dv), narrow(device, tau, "hash_code_len")};
+  if (B * m == 0 || nq == 0 || nk == 0 || dv == 0) return;
+  Cumulation call = c;
+  const bool atomic = !deterministic, direct = atomic && (int64_t(1) << tau) <= 2 * nk;
+  if (!direct) std::tie(call.sorted_k, call.order_k) = device.sort_rows(codes_k, B * m, nk);
+  const int64_t rows_per_pair = direct ? int64_t(1) << tau : nk, per_pair = rows_per_pair * p * dv;
+  const int64_t total = B * m, chunk = std::clamp<int64_t>(workspace_bytes / 4 / std::max<int64_t>(per_pair, 1), 1,
+                                                          std::min<int64_t>(total, 65535));
+  float* rows = device.floats(chunk * per_pair);
+  for (int64_t first = 0; first < total; first += chunk) {
+    const int64_t end = std::min(total, first + chunk);
+    if (atomic) device.zero(rows, (end - first) * per_pair);
+    device.check(launch_cumulation_chunk(call, rows, rows_per_pair, direct, atomic, first, end, device.stream()),
+                 "cumulation");
+  }
+}
+
+void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes_k, const float* q, const float* k,
+                    const float* v, const float* key_weight, const float* grad, float* grad_q, float* grad_k,
+                    float* grad_v, int64_t B, int64_t m, int64_t nq, int64_t nk, int64_t d, int64_t dv, int64_t tau,
+                    int64_t workspace_bytes, bool deterministic) {
+  check_dims(device, d, dv, "backward");
+  Backward a{codes_q, codes_k, nullptr, nullptr, nullptr, nullptr, q, k, v, key_weight, grad, grad_q, grad_k, grad_v,
+             B, narrow(device, m, "num_hashes"), narrow(device, nq, "queries"), narrow(device, nk, "keys"),
+             static_cast<int>(d), static_cast<int>(dv), narrow(device, tau, "hash_code_len")};
+  // dv = 0: every pair's weight g·v is 0 and ∇V has no columns; all gradients stay 0 (nor is there a head dim
+  // to divide by: heavy_side_minimum needs dv + 2d > 0).
+  if (B * m == 0 || nq == 0 || nk == 0 || dv == 0) return;
+  narrow(device, B * m * std::max(nq, nk), "(batch·heads)·hashes·tokens");
+  std::tie(a.sorted_q, a.order_q) = device.sort_rows(codes_q, B * m, nq);
+  std::tie(a.sorted_k, a.order_k) = device.sort_rows(codes_k, B * m, nk);
+  Heavy heavy;
+  heavy.minimum = static_cast<int>(heavy_side_minimum(d, dv));
+  heavy.table_floats = table_floats(a.d, a.dv);
+  // Heavy buckets are disjoint runs of at least `minimum` tokens on each side: at most this many a pair.
+  const int64_t most = B * m * (std::min(nq, nk) / heavy.minimum);
+  heavy.capacity = std::min(most, workspace_bytes / 4 / heavy.table_floats);
+  if (heavy.capacity > 0) {
+    heavy.flags = device.ints(B * m * nk);
+    heavy.table_of_q = device.ints(B * m * nq);
+    device.check(launch_find_heavy(a, heavy, device.stream()), "exact_weight_backward (finding heavy buckets)");
+    heavy.scan = device.inclusive_scan(heavy.flags, B * m * nk);
+    heavy.table_of_k = heavy.flags;
+    heavy.runs = device.ints(heavy.capacity * 5);
+    heavy.pool = device.floats(heavy.capacity * heavy.table_floats);
+    device.check(launch_number_heavy(a, heavy, device.stream()), "exact_weight_backward (numbering heavy buckets)");
+  }
+  device.check(launch_backward(a, heavy, !deterministic, device.stream()), "exact_weight_backward");
+}
+
+void pair_gradient(Device& device, const int32_t* codes_s, const int32_t* codes_o, const float* a, const float* o,
+                   const float* s, const float* w, const float* mask_o, float* out, int64_t B, int64_t m, int64_t ns,
+                   int64_t no, int64_t d, int64_t dv, int64_t tau, double clamp) {
+  check_dims(device, d, dv, "*YOSO backward");
+  const int M = narrow(device, m, "num_hashes"), NS = narrow(device, ns, "n"), NO = narrow(device, no, "n");
+  const int bits = narrow(device, tau, "hash_code_len");
+  if (B * m == 0 || ns == 0 || no == 0 || d == 0) return;
+  const auto [sorted_o, order_o] = device.sort_rows(codes_o, B * m, no);
+  device.check(launch_pair_gradient(codes_s, sorted_o, order_o, a, o, s, w, mask_o, out, B, M, NS, NO,
+                                    static_cast<int>(d), static_cast<int>(dv), bits, static_cast<float>(clamp),
+                                    device.stream()),
+               "pair_gradient");
+}
+
+}  // namespace yoso
