@@ -1,5 +1,6 @@
 """On a CUDA device (``pytest -m cuda``, lra-gpu-check; skipped elsewhere): every backend trains a step
-under fp16 and bf16 autocast, compiles with Inductor, and the YOSO kernels agree with the CPU kernels."""
+under fp16 and bf16 autocast, compiles with Inductor, and the YOSO kernels agree with the PyTorch path on
+both of their CUDA paths (sorted under deterministic algorithms, atomic otherwise)."""
 
 from __future__ import annotations
 
@@ -85,3 +86,45 @@ def test_sampling_backends_replay_under_cuda_graphs(name):
         losses.append(loss.item())
     assert all(torch.isfinite(torch.tensor(losses))) and losses[0] != losses[1]  # fresh hashes per replay
     assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("tau", [2, 8], ids=["heavy-buckets", "light-buckets"])
+@pytest.mark.parametrize("deterministic", [True, False], ids=["sorted", "atomic"])
+def test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwise(deterministic, tau):
+    """The CUDA cumulation and default backward take the sorted single-writer path under torch's
+    deterministic algorithms (the trainer's default) and the atomicAdd path otherwise: both equal the
+    PyTorch path to float32 rounding (τ = 2: buckets of ~75 tokens, through their tables; τ = 8: pairs),
+    and the sorted path gives the same bits twice."""
+    import torch.nn.functional as F
+
+    from attention_zoo import _yoso_ops as ops
+    from attention_zoo.yoso import draw, hash_codes
+
+    batch, n, d, dv, m = 4, 300, 32, 32, 8
+    g = torch.Generator().manual_seed(tau)
+    q = F.normalize(torch.randn(batch, n, d, generator=g), dim=-1)
+    k = F.normalize(q + F.normalize(torch.randn(batch, n, d, generator=g), dim=-1), dim=-1)
+    v, grad = torch.randn(batch, n, dv, generator=g), torch.randn(batch, n, dv, generator=g)
+    mask = (torch.rand(batch, n, generator=g) > 0.2).float()
+    q, k, v, grad, mask = (t.cuda() for t in (q, k, v, grad, mask))
+    torch.manual_seed(tau)
+    draws = draw(batch, d, dv, m, tau, "hadamard", dv, None, "cuda")
+    codes_q, codes_k = (hash_codes(x, draws, m, tau, "kernel") for x in (q, k))
+    assert torch.equal(codes_q, hash_codes(q, draws, m, tau, "torch"))
+    ones = torch.ones(batch, 1, 1, n, device="cuda")
+
+    def call(engine):
+        return (ops.cumulation(codes_q, codes_k, ones, mask[:, None, None], v, tau, engine),
+                *ops.exact_weight_backward(codes_q, codes_k, q, k, v, mask, grad, tau, engine))
+
+    reference = call("torch")
+    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    try:
+        runs = [call("kernel") for _ in range(2)]
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+    for got, want in zip(runs[0], reference):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5 * max(1.0, want.abs().max().item()))
+    if deterministic:
+        assert all(torch.equal(a, b) for a, b in zip(*runs))
