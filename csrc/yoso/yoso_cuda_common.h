@@ -78,9 +78,13 @@ struct Team {
   }
   // row[coordinate] += x, atomically (other teams add to the same rows).
   YOSO_DEVICE void add(float* row, int width, const float (&x)[kSlots]) const {
+    if constexpr (D > 0) {
+      atomic_add4(reinterpret_cast<float4*>(row) + rank, float4{x[0], x[1], x[2], x[3]});
+    } else {
 #pragma unroll
-    for (int s = 0; s < kSlots; ++s) {
-      if (D > 0 || coordinate(s) < width) atomic_add(row + coordinate(s), x[s]);
+      for (int s = 0; s < kSlots; ++s) {
+        if (coordinate(s) < width) atomic_add(row + coordinate(s), x[s]);
+      }
     }
   }
   // The dot product of two rows, each held as this team holds them: every lane gets the same sum (a

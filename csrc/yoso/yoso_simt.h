@@ -46,6 +46,18 @@ __device__ __forceinline__ void store(T* address, T value) {
 }
 // A float added to global memory by one atomic instruction (a reduction: its result is not read back).
 __device__ __forceinline__ void atomic_add(float* address, float value) { atomicAdd(address, value); }
+// Four consecutive floats (16-byte aligned) added atomically: one vector atomic from sm_90 on (one update of
+// their 32-byte sector instead of four), four scalar ones before.
+__device__ __forceinline__ void atomic_add4(float4* address, float4 value) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(address, value);
+#else
+  atomicAdd(&address->x, value.x);
+  atomicAdd(&address->y, value.y);
+  atomicAdd(&address->z, value.z);
+  atomicAdd(&address->w, value.w);
+#endif
+}
 // values of this lane replaced by those of lane (lane ^ lane_mask) of the same warp; every lane named in
 // `mask` takes part with the same mask.
 template <int COUNT>
@@ -177,6 +189,13 @@ inline void store(T* address, T value) {
 inline void atomic_add(float* address, float value) {
   simt::this_thread().atomic += sizeof(float);
   std::atomic_ref<float>(*address).fetch_add(value, std::memory_order_relaxed);
+}
+inline void atomic_add4(float4* address, float4 value) {
+  if (reinterpret_cast<uintptr_t>(address) % 16 != 0) simt::fail("a vector atomic on an address not 16-byte aligned");
+  atomic_add(&address->x, value.x);
+  atomic_add(&address->y, value.y);
+  atomic_add(&address->z, value.z);
+  atomic_add(&address->w, value.w);
 }
 template <int COUNT>
 inline void exchange_xor(unsigned mask, float (&values)[COUNT], int lane_mask) {  // one rendezvous for all
