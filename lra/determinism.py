@@ -3,8 +3,10 @@
 ``trainer.deterministic=true`` sets ``torch.use_deterministic_algorithms(True, warn_only=True)``:
 an op without a deterministic implementation (a CUDA scatter-add with float atomics, say) then
 warns instead of stopping the run. The warning alone scrolls away; :class:`NondeterminismLog`
-collects the ops it names, so that the record says which ops made the run non-repeatable. The
-YOSO kernels keep no float atomics (csrc/yoso: one writer per output), so they never alert."""
+collects the ops it names, so that the record says which ops made the run non-repeatable. YOSO's
+CUDA kernels read the same setting at each call: with deterministic algorithms on they take the
+sorted path (one writer per output, no float atomics), off the authors' atomicAdd cumulation
+(csrc/yoso/yoso_cuda.cpp); so they never alert, and the record's ``deterministic`` says which ran."""
 
 from __future__ import annotations
 
