@@ -152,8 +152,12 @@ for row, (layers, dim, heads, qkv, mlp, extra) in {
     source = f"{CIFAR}/{row}_base.py" + (" (num_head = 4: the evident num_heads, which the encoder would otherwise "
                                           "refuse as an unknown keyword)" if row == "bigbird" else "")
     per_task(row, "image", **sizes(source, layers, dim, heads, qkv, mlp), **{k: (v, source) for k, v in extra.items()})
+SINKHORN_MEAN = (f"{LRA}/models/sinkhorn_transformer/sinkhorn_transformer.py: SinkhornTransformerEncoder pools only by "
+                 "'MEAN' (another classifier_pool raises)")
 per_task("sinkhorn", "image", **cite(f"{CIFAR}/sinkhorn_base.py", model__num_layers=1, model__dropout=0.1,
-                                     trainer__weight_decay=0.7, attention__block_size=64))
+                                     trainer__weight_decay=0.7, attention__block_size=64),
+         **cite(SINKHORN_MEAN, model__pooling="mean_unmasked"))
+per_task("sinkhorn", "text", **cite(SINKHORN_MEAN, model__pooling="mean_unmasked"))
 for row, (layers, dim, heads, qkv, mlp, dropout, extra) in {
         "transformer": (4, 32, 4, 16, 32, 0.2, {}),
         "bigbird": (4, 64, 2, 32, 64, 0.2, {"attention.block_size": 64}),
@@ -186,6 +190,7 @@ DEVIATIONS = {
     "lra_table1/reformer": "n/10-long chunks",
     "lra_table1/longformer": "255 keys before it",
     "lra_table1/linformer": "attention-probability dropout",
+    "lra_table1/sinkhorn": "one Dense layer",
 }
 
 # Rows of each table (the experiment's sweep), and the paper each compares with.
