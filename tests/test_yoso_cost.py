@@ -90,6 +90,23 @@ def test_projections_grow_with_n_and_the_new_kernels_beat_the_old_ones():
         yoso_cost.yoso_seconds(listops, "before").values())
 
 
+def test_the_atomic_backward_updates_a_rows_sectors_once_with_float4_atomics_and_per_slot_without():
+    """csrc/yoso (a63867c): from sm_90 on a lane adds its 4 coordinates with one float4 atomicAdd, so a
+    32-float row (8 lanes x 16 bytes) updates its 4 sectors once; before sm_90 four 4-byte atomics 16
+    bytes apart touch all 4 sectors per slot (16 updates). The bytes added are the same."""
+    c = Call(8, 512, 32, 32)
+    b = c.stats
+    rows = c.pairs * c.n * b.per_query * 2 + c.pairs * c.n * b.hit  # dK and dV per pair, dQ per query
+    hopper = yoso_cost.scatter_pairs(c, H100)
+    assert H100.vector_atomics and not RTX_2080_TI.vector_atomics
+    assert hopper.atomic_sectors == pytest.approx(rows * 4)
+    scalar = yoso_cost.scatter_pairs(c, H100, vector_atomics=False)
+    assert scalar.atomic_sectors == pytest.approx(rows * 16)
+    assert scalar.added == hopper.added == pytest.approx(rows * 32 * 4)
+    assert yoso_cost.scatter_pairs(c, RTX_2080_TI).atomic_sectors == pytest.approx(rows * 16)
+    assert gpu_model.seconds(hopper, H100) < gpu_model.seconds(scalar, H100)
+
+
 def test_the_command_prints_the_calibration_and_the_projection_with_its_crossover(tmp_path):
     out = tmp_path / "cost.md"
     result = subprocess.run([sys.executable, "-m", "lra.benchmarks.yoso_cost", "--lengths", "1024", "32768",

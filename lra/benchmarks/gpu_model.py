@@ -55,9 +55,15 @@ class Machine:
     dram_latency: int  # cycles
     shared_latency: int  # cycles: a shared-memory access, a shuffle or a barrier
     launch_s: float  # per kernel launch, host and device
+    compute_capability: int  # 75: Turing, 90: Hopper
     dram_efficiency: float = 0.85  # the fraction of the datasheet bandwidth a streaming kernel sustains
     atomic_sector_cost: float = 1.0  # sectors of L2 bandwidth one atomic sector update takes
     gemm_efficiency: float = 0.8  # of fp32_flops, cuBLAS SGEMM at large sizes
+
+    @property
+    def vector_atomics(self) -> bool:
+        """Whether atomicAdd takes a float4 (one update of its sector instead of four): sm_90 and later."""
+        return self.compute_capability >= 90
 
     @property
     def issue_per_s(self) -> float:
@@ -72,7 +78,7 @@ class Machine:
 RTX_2080_TI = Machine("RTX 2080 Ti", sms=68, clock_hz=1.545e9, dram_bytes_per_s=616e9, l2_bytes=5632 * 1024,
                       l2_bytes_per_s=2.2e12, fp32_flops=13.4e12, max_threads_per_sm=1024, max_blocks_per_sm=16,
                       registers_per_sm=65536, shared_bytes_per_sm=64 * 1024, l1_latency=32, l2_latency=190,
-                      dram_latency=500, shared_latency=25, launch_s=5e-6)
+                      dram_latency=500, shared_latency=25, launch_s=5e-6, compute_capability=75)
 
 # H100 SXM5 (GH100): NVIDIA's datasheet and Hopper tuning guide (132 SMs, 1,980 MHz at the 67 TFLOP/s
 # FP32 rate, 3.35 TB/s HBM3, 50 MB L2, 2,048 threads, 32 blocks, 64 K registers and 228 KB shared
@@ -81,7 +87,8 @@ RTX_2080_TI = Machine("RTX 2080 Ti", sms=68, clock_hz=1.545e9, dram_bytes_per_s=
 H100 = Machine("H100 SXM5", sms=132, clock_hz=1.98e9, dram_bytes_per_s=3.35e12, l2_bytes=50 * 2**20,
                l2_bytes_per_s=5.5e12, fp32_flops=67e12, max_threads_per_sm=2048, max_blocks_per_sm=32,
                registers_per_sm=65536, shared_bytes_per_sm=228 * 1024, l1_latency=40, l2_latency=260,
-               dram_latency=650, shared_latency=25, launch_s=3e-6, dram_efficiency=0.9)
+               dram_latency=650, shared_latency=25, launch_s=3e-6, compute_capability=90,
+               dram_efficiency=0.9)
 
 
 @dataclass(frozen=True)

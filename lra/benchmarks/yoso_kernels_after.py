@@ -2,7 +2,7 @@
 deterministic sorted path (when torch's deterministic algorithms are on, the trainer's default) and the
 atomic path (the YOSO authors' design, atomicAdd into shared rows). Read from the code (yoso_cuda_hash.cu,
 yoso_cuda_kernels.cu, yoso_cuda_heavy.cu, yoso_cuda_gradients.cu, yoso_cuda_host.cpp); registers from
-ptxas (nvcc 13.0, sm_90, no stack frame). What changed from lra.benchmarks.yoso_kernels_before:
+ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c). What changed from lra.benchmarks.yoso_kernels_before:
 
 - hashing: a token's padded vector held by P/S lanes, S = 4 coordinates each (P ≤ 128), the transform's
   stages in registers and warp shuffles, positions by shifts and masks; 16 tokens per block at P = 32;
@@ -14,8 +14,8 @@ ptxas (nvcc 13.0, sm_90, no stack frame). What changed from lra.benchmarks.yoso_
   prefix sum (torch's cumsum), tables only for them; then, deterministic, one launch per gradient over
   every pair, a team of d/4 lanes per token (its rows in registers, float4 loads) visiting its m
   hashes; or, atomic, a team per (hash, query) adding each colliding pair's share into ∇K, ∇V and its
-  sum into ∇Q with scalar atomicAdds (a row of d floats is d/4 lanes × 4 atomics: 16 sector updates
-  for a 128-byte row).
+  sum into ∇Q with atomicAdd: from sm_90 on one float4 atomic per lane (a63867c; a 128-byte row, 4
+  sector updates), before sm_90 four 4-byte ones (the same row, 16 sector updates).
 
 ``loaded``, ``stored`` and ``added`` count the bytes the threads load, store and add atomically, as the
 CPU emulation counts them (every lane of a team loads the code and walks the binary search itself).
@@ -24,7 +24,7 @@ CPU emulation counts them (every lane of a team loads the code and walks the bin
 from __future__ import annotations
 
 import math
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from lra.benchmarks import yoso_kernels_before as before
 from lra.benchmarks.gpu_model import H100, SECTOR, Kernel, Machine, streaming
@@ -188,10 +188,11 @@ def heavy_capacity(c: Call) -> int:
     return min(c.pairs * (c.n // before.heavy_minimum(c)), WORKSPACE_BYTES // 4 // (c.dv * (2 * c.d + 1)))
 
 
-def heavy_grid(c: Call, name: str, machine: Machine) -> Kernel:
-    """heavy_tables or heavy_apply: up to 2,048 blocks of 128 threads, each reading the count (0)."""
+def heavy_grid(c: Call, name: str, machine: Machine, registers: int = 40) -> Kernel:
+    """heavy_tables (40 registers) or heavy_apply (42 at d = 32): up to 2,048 blocks of 128 threads,
+    each reading the count (0)."""
     blocks = min(heavy_capacity(c), 2048)
-    return Kernel(name, blocks=blocks, threads=128, registers=44, instructions=blocks * 4 * 10,
+    return Kernel(name, blocks=blocks, threads=128, registers=registers, instructions=blocks * 4 * 10,
                   l2_bytes=blocks * SECTOR, chain=machine.l2_latency, loaded=blocks * 128 * 4, stored=0)
 
 
@@ -232,11 +233,13 @@ def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
                   stored=c.B * c.n * 4 * own)
 
 
-def scatter_pairs(c: Call, machine: Machine = H100, vector_atomics: bool = False) -> Kernel:
+def scatter_pairs(c: Call, machine: Machine = H100, vector_atomics: Optional[bool] = None) -> Kernel:
     """Atomic: a team per (hash, query), in parallel over hashes: its bucket's pairs each add their
-    share into ∇K and ∇V, and their sum into ∇Q, with scalar atomicAdds; heavy buckets left to the
-    tables (none with uniform codes). ``vector_atomics``: what float4 atomicAdds (sm_90) would cost
-    instead, a row's sectors updated once each."""
+    share into ∇K and ∇V, and their sum into ∇Q, with atomicAdd; heavy buckets left to the tables
+    (none with uniform codes). A templated team (d = 16 … 128) adds a lane's 4 coordinates with one
+    float4 atomic where the machine has them (sm_90 on: a row's sectors updated once each), else
+    with four 4-byte atomics 16 bytes apart (every sector of the row once per slot);
+    ``vector_atomics`` overrides the machine (the what-if of the other build)."""
     b = c.stats
     lanes = team_lanes(c)
     teams_per_warp = WARP // lanes
@@ -247,17 +250,20 @@ def scatter_pairs(c: Call, machine: Machine = H100, vector_atomics: bool = False
     warps = c.pairs * c.n / teams_per_warp
     search = dependent_latency(machine, c.n * 4)
     collisions = c.pairs * c.n * b.per_query
+    vector = (machine.vector_atomics if vector_atomics is None else vector_atomics) and lanes * 4 == c.d
+    atomics_per_row = 1 if vector else slots  # atomic instructions a lane issues per row
     sectors_per_row = math.ceil(c.d * 4 / SECTOR)
-    if lanes * 4 <= c.d and not vector_atomics:  # slot s of every lane: 4-byte atomics 16 bytes apart
+    if lanes * 4 <= c.d and not vector:  # slot s of every lane: 4-byte atomics 16 bytes apart
         sectors_per_row = slots * math.ceil(lanes * 16 / SECTOR)
     atomic_sectors = collisions * 2 * sectors_per_row + c.pairs * c.n * b.hit * sectors_per_row
     chain = machine.dram_latency + c.search * search + machine.l1_latency + machine.l2_latency \
-        + busy * machine.l2_latency + longest * (pair_chain + 2 * slots * 4)
+        + busy * machine.l2_latency + longest * (pair_chain + 2 * atomics_per_row * 4)
     loaded = c.pairs * c.n * (lanes * 4 * (2 + c.search) + b.hit * (lanes * 4 * 2 + 4 * (c.dv + c.d))) \
         + collisions * (lanes * 4 * 3 + 4 * (c.dv + c.d))
-    kernel = Kernel("atomic: pairs added into ∇Q, ∇K, ∇V", threads=GRADIENT_THREADS, registers=56,
+    kernel = Kernel("atomic: pairs added into ∇Q, ∇K, ∇V", threads=GRADIENT_THREADS, registers=48,
                     blocks=math.ceil(c.pairs * c.n * lanes / GRADIENT_THREADS),
-                    instructions=warps * (per_hash + busy * (8 + 4 * slots) + longest * (per_pair + 6 * slots)),
+                    instructions=warps * (per_hash + busy * (8 + 3 * slots + atomics_per_row)
+                                          + longest * (per_pair + 4 * slots + 2 * atomics_per_row)),
                     dram_bytes=c.B * c.n * 4 * 2 * (c.d + c.dv) + c.B * c.n * 4 * (2 * c.d + c.dv) * 2
                     + c.pairs * c.n * 16,
                     l2_bytes=collisions * (4 * (c.dv + c.d) + 2 * SECTOR), atomic_sectors=atomic_sectors, chain=chain,
@@ -279,6 +285,6 @@ def backward(c: Call, atomic: bool, machine: Machine = H100) -> List[Kernel]:
     """The default backward (exact pair weights): both sorts, the heavy runs, then the gradients."""
     common = [*torch_sort(c, 2, machine), *heavy_search(c, machine)]
     if atomic:
-        applied = [heavy_grid(c, "atomic: heavy tables applied (none)", machine)] if heavy_capacity(c) > 0 else []
+        applied = [heavy_grid(c, "atomic: heavy tables applied (none)", machine, 42)] if heavy_capacity(c) > 0 else []
         return [*common, scatter_pairs(c, machine), *applied]
     return [*common, token_gradients(c, "query", machine), token_gradients(c, "key", machine)]
