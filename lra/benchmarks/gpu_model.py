@@ -19,12 +19,13 @@ chain of dependent latencies one block walks (cycles). :func:`terms` turns that 
   blocks, or a long chain of dependent loads per block, is latency-bound however few bytes it moves.
 
 The time is the launch term plus the largest of the others (the work overlaps; only launches
-serialise). Latencies are in cycles of the SM clock (L1 32 / 40, L2 190 / 260, DRAM 500 / 650,
-shared memory, shuffle or barrier 25 on Turing / Hopper), of the order that microbenchmarks measured
-(Jia et al. 2019, "Dissecting the NVidia Turing T4 GPU via Microbenchmarking", for Turing's SM;
-Luo et al. 2024, "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture", for Hopper's),
-rounded, DRAM's taken in the published 300–500 ns range. ``python -m lra.benchmarks.yoso_cost``
-shows what each estimated constant, 30 % off, does to the calibration and to the projection.
+serialise). Latencies are in cycles of the SM clock, as microbenchmarks measured them: on Turing
+(Jia et al. 2019, "Dissecting the NVidia Turing T4 GPU via Microbenchmarking", arXiv:1903.07486,
+Table 3.1: L1 32, L2 188, shared memory 19; DRAM 500, an estimate: the report gives none) and on
+Hopper (Luo et al. 2024, "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture",
+arXiv:2402.13499, Table IV, H800 PCIe: L1 41, L2 263, shared memory 29, global memory 479); a
+shuffle or a barrier is taken at the shared-memory latency. ``python -m lra.benchmarks.yoso_cost``
+shows what each of these constants, 30 % off, does to the calibration and to the projection.
 """
 
 from __future__ import annotations
@@ -73,22 +74,28 @@ class Machine:
 
 # RTX 2080 Ti (TU102), the YOSO paper's GPU: NVIDIA's datasheet (68 SMs, 1,545 MHz boost,
 # 616 GB/s, 5.5 MB L2, 13.4 TFLOP/s FP32) and the Turing tuning guide (1,024 threads, 16 blocks,
-# 64 K registers and 64 KB shared memory per SM). L2 bandwidth: 64 bytes a clock per L2 slice,
-# 22 slices at the boost clock (≈ 2.2 TB/s). Launches: PyTorch 1.x eager, ~5 µs each.
+# 64 K registers and 64 KB shared memory per SM). Latencies: Jia et al. 2019, Table 3.1, measured on
+# the T4 (TU104, the same Turing SM): L1 hit 32 cycles, L2 hit ~188, shared memory 19 (no conflict).
+# L2 bandwidth: the T4's measured 1,270 GB/s (their Table 3.4; 4 MB of L2 behind 8 memory controllers,
+# 1,590 MHz) scaled to the TU102's 5.5 MB behind 11 at 1,545 MHz: ≈ 1.7 TB/s. DRAM latency (not
+# published for Turing) and the 85 % a streaming kernel sustains are estimates (the T4 copy benchmark
+# reached 68.8 % of its GDDR6 bandwidth, the V100 83.3 %). Launches: PyTorch 1.x eager, ~5 µs each.
 RTX_2080_TI = Machine("RTX 2080 Ti", sms=68, clock_hz=1.545e9, dram_bytes_per_s=616e9, l2_bytes=5632 * 1024,
-                      l2_bytes_per_s=2.2e12, fp32_flops=13.4e12, max_threads_per_sm=1024, max_blocks_per_sm=16,
-                      registers_per_sm=65536, shared_bytes_per_sm=64 * 1024, l1_latency=32, l2_latency=190,
-                      dram_latency=500, shared_latency=25, launch_s=5e-6, compute_capability=75)
+                      l2_bytes_per_s=1270e9 * 11 / 8 * 1545 / 1590, fp32_flops=13.4e12, max_threads_per_sm=1024,
+                      max_blocks_per_sm=16, registers_per_sm=65536, shared_bytes_per_sm=64 * 1024, l1_latency=32,
+                      l2_latency=188, dram_latency=500, shared_latency=19, launch_s=5e-6, compute_capability=75)
 
 # H100 SXM5 (GH100): NVIDIA's datasheet and Hopper tuning guide (132 SMs, 1,980 MHz at the 67 TFLOP/s
 # FP32 rate, 3.35 TB/s HBM3, 50 MB L2, 2,048 threads, 32 blocks, 64 K registers and 228 KB shared
-# memory per SM). L2 bandwidth ≈ 5.5 TB/s (microbenchmarks of the partitioned L2). Launches from
-# one C++ operator (no Python between them): ~3 µs each.
+# memory per SM). Latencies and bandwidths: Luo et al. 2024 (arXiv:2402.13499), Tables IV and V,
+# measured on the H800 PCIe (the same GH100 SM and 50 MB L2): L1 40.7, shared memory 29.0, L2 263.0,
+# global memory 478.8 cycles; L2 3,942.4 bytes a clock (here at 1,980 MHz: 7.8 TB/s); global
+# memory 1,861.5 of 2,039 GB/s (91 %). Launches from one C++ operator (no Python between them): ~3 µs.
 H100 = Machine("H100 SXM5", sms=132, clock_hz=1.98e9, dram_bytes_per_s=3.35e12, l2_bytes=50 * 2**20,
-               l2_bytes_per_s=5.5e12, fp32_flops=67e12, max_threads_per_sm=2048, max_blocks_per_sm=32,
-               registers_per_sm=65536, shared_bytes_per_sm=228 * 1024, l1_latency=40, l2_latency=260,
-               dram_latency=650, shared_latency=25, launch_s=3e-6, compute_capability=90,
-               dram_efficiency=0.9)
+               l2_bytes_per_s=3942.4 * 1.98e9, fp32_flops=67e12, max_threads_per_sm=2048, max_blocks_per_sm=32,
+               registers_per_sm=65536, shared_bytes_per_sm=228 * 1024, l1_latency=41, l2_latency=263,
+               dram_latency=479, shared_latency=29, launch_s=3e-6, compute_capability=90,
+               dram_efficiency=0.91)
 
 
 @dataclass(frozen=True)

@@ -175,8 +175,13 @@ def sweep_table(name: str, batch_heads: int, d: int, lengths: List[int]) -> str:
     lines.append("")
     for design in DESIGNS:
         n = crossover(rows, design)
-        lines.append(f"- crossover with SDPA-bf16, YOSO {design}: " + (f"n = {n:,}" if n else "none up to "
-                                                                         f"n = {lengths[-1]:,}"))
+        text = f"n = {n:,}" if n else f"none up to n = {lengths[-1]:,}"
+        if n and n != lengths[0]:
+            before = lengths[lengths.index(n) - 1]
+            step = max(1, (n - before) // 16)
+            finer = crossover(sweep(batch_heads, d, list(range(before, n + 1, step))), design)
+            text += f" (between {before:,} and {n:,}, steps of {step:,}: from n = {finer:,})"
+        lines.append(f"- crossover with SDPA-bf16, YOSO {design}: {text}")
     return "\n".join(lines)
 
 
@@ -208,7 +213,8 @@ SENSITIVE = ("dram_latency", "l2_latency", "l1_latency", "shared_latency", "l2_b
 
 
 def sensitivity_rows(lengths: List[int]) -> List[Dict]:
-    """Each estimated constant of both machines × 0.7 and × 1.3 (an efficiency at most 1): the
+    """Each memory-system, efficiency and launch constant of both machines × 0.7 and × 1.3 (an
+    efficiency at most 1; the latencies and L2 bandwidths are measured on sibling GPUs): the
     calibration's ratios, the ListOps call (ms) per design and the BERT-base crossovers after issue 44."""
     rows = []
     for field in SENSITIVE:
@@ -250,7 +256,8 @@ def report(lengths: List[int]) -> str:
         sweep_table("BERT-base attention module", 12, 64, lengths), "",
         sweep_table("yoso_speed's default shape", 16, 32, lengths), "",
         "## Which path, where: the ListOps call against the code length τ (a projection)", "", paths_table(), "",
-        "## Sensitivity: each estimated constant 30 % off, on both machines", "", sensitivity(lengths), "",
+        "## Sensitivity: each latency, bandwidth, efficiency and launch constant 30 % off, on both machines", "",
+        sensitivity(lengths), "",
     ]
     return "\n".join(parts) + "\n"
 
