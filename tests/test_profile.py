@@ -52,3 +52,16 @@ def test_a_misspelled_profile_key_is_one_line_naming_the_valid_ones(tmp_path):
     assert result.returncode == 2
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: unknown key 'lenghts'") and "lengths" in last, last
+
+
+def test_growth_per_doubling_is_each_length_over_the_one_before():
+    rows = [{"backend": "quad", "label": "Quadratic", "n": n, "step_ms": 1e-6 * n**2, "training_peak_mb": 2e-6 * n**2}
+            for n in (1024, 2048, 4096)]
+    rows += [{"backend": "lin", "label": "Linear", "n": n, "step_ms": 0.01 * n, "training_peak_mb": 0.5 * n}
+             for n in (1024, 2048)]
+    rows.append({"backend": "lin", "label": "Linear", "n": 4096, "error": "out of memory"})
+    table = report.growth_table(pd.DataFrame(rows).reindex(columns=report.COLUMNS))
+    lines = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in table.splitlines()
+             if line.startswith("| Quadratic") or line.startswith("| Linear")}
+    assert lines["Quadratic"] == ["4.00× / 4.00×", "4.00× / 4.00×"]
+    assert lines["Linear"] == ["2.00× / 2.00×", "—"]  # no growth shown into a failed cell

@@ -37,6 +37,26 @@ def exponents(frame: pd.DataFrame, min_length: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def growth_table(frame: pd.DataFrame) -> str:
+    """Per backend, how much its training step's time and peak memory grow each time n doubles
+    (``time× / memory×`` from n/2 to n): about 2× for a linear method, 4× for a quadratic one."""
+    done = frame[frame["error"].isna()]
+    lengths = sorted(done["n"].unique())
+    steps = [(a, b) for a, b in zip(lengths, lengths[1:]) if b == 2 * a]
+    if not steps:
+        return "(no two complete lengths a doubling apart)"
+    table = pd.DataFrame("—", index=list(dict.fromkeys(frame["label"])), columns=[f"{a} → {b}" for a, b in steps])
+    for label, group in done.groupby("label", sort=False):
+        by_n = group.set_index("n")
+        for a, b in steps:
+            if a in by_n.index and b in by_n.index:
+                time = by_n.loc[b, "step_ms"] / by_n.loc[a, "step_ms"]
+                memory = by_n.loc[b, "training_peak_mb"] / by_n.loc[a, "training_peak_mb"]
+                table.loc[label, f"{a} → {b}"] = f"{time:.2f}× / {memory:.2f}×"
+    return ("**growth per doubling of n, training step time× / training peak memory×**\n\n"
+            + table.rename_axis("backend").to_markdown())
+
+
 def paper_table(frame: pd.DataFrame) -> str:
     """Rows: backends; per n: ``fwd / bwd`` ms and ``cache / train / test`` MB; OOM cells marked."""
     def cell(row, kind) -> str:
@@ -108,7 +128,7 @@ def write(rows: List[Dict], out_dir: Path, min_length: int, title: str) -> pd.Da
                       .to_json(orient="records", indent=1))
     atomic_write_text(out_dir / "exponents.csv", fits.to_csv(index=False))
     fitted = fits.round(2).to_markdown(index=False) if not fits.empty else "(no complete cells)"
-    atomic_write_text(out_dir / "profile.md", f"# {title}\n\n{paper_table(frame)}\n\n"
+    atomic_write_text(out_dir / "profile.md", f"# {title}\n\n{paper_table(frame)}\n\n{growth_table(frame)}\n\n"
                                               f"**fitted exponents over n ≥ {min_length}**\n\n{fitted}\n")
     plot(frame, fits, out_dir / "profile.png", title)
     return frame
