@@ -20,11 +20,15 @@ The rules:
   ``running`` that ``lra-table`` reports as unfinished, and the run resumes exactly all the same.
 - A first signal that arrives inside :func:`deferred` (a record being written) is raised when the
   block ends, so a record is never left half-updated by an interruption.
+- Before a command's edge is reached (its imports: torch alone takes seconds) and after it is left,
+  :func:`guard_startup`'s handler ends the process at once with the same line and status: nothing is
+  being written then.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from typing import Callable, List, Optional
@@ -91,8 +95,26 @@ def _handle(number: int, frame) -> None:
     raise Interrupted(number)
 
 
+def _end_outside_the_edge(number: int, frame) -> None:
+    """:func:`guard_startup`'s handler: one line and 128 + the signal's number, nothing to unwind."""
+    os.write(2, f"error: {Interrupted(number).reason}; nothing was being written\n".encode())
+    os._exit(128 + number)
+
+
 def _takes_over(current) -> bool:
-    return current in (signal.SIG_DFL, signal.default_int_handler)
+    return current in (signal.SIG_DFL, signal.default_int_handler, _end_outside_the_edge)
+
+
+def guard_startup() -> None:
+    """From a console command's first import until its edge's :func:`interruptible` takes over (and
+    again once that has ended), SIGINT, SIGTERM and SIGHUP end the process with the policy's line and
+    status instead of a KeyboardInterrupt traceback in an import, or a silent death. Signals that are
+    ignored or someone else's are left alone, as :func:`interruptible` leaves them."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for number in HANDLED:
+        if _takes_over(signal.getsignal(number)):
+            signal.signal(number, _end_outside_the_edge)
 
 
 @contextlib.contextmanager

@@ -15,12 +15,14 @@ import torch
 
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 
+# One layer: what a signal does to a run does not depend on the model's depth, and every run here costs half.
 RESUMABLE = ["trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=3", "trainer.checkpoint_every=3",
-             "attention=softmax", "seed=3", *SMALL_LISTOPS]
+             "attention=softmax", "seed=3", "model.num_layers=1", *SMALL_LISTOPS]
 SPT = ["trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=3", "trainer.checkpoint_every=3",
        "trainer.train_subset=null", "trainer.eval_subset=null", "attention=softmax", "seed=5", "pretrain=masked",
-       *SMALL_LISTOPS]
-SHORT = ["trainer=smoke", "trainer.max_steps=4", "trainer.eval_every=2", "trainer.checkpoint_every=2", *SMALL_LISTOPS]
+       "model.num_layers=1", *SMALL_LISTOPS]
+SHORT = ["trainer=smoke", "trainer.max_steps=4", "trainer.eval_every=2", "trainer.checkpoint_every=2",
+         "model.num_layers=1", *SMALL_LISTOPS]
 COMPARED = ("steps", "best_step", "best_val_accuracy", "test_accuracy")
 
 
@@ -63,27 +65,35 @@ def uninterrupted(tmp_path_factory, data_dir):
     return final_state(run)
 
 
-# (faults, the signal the record names, exit status, the console's words)
-INTERRUPTIONS = {
-    "SIGTERM between steps, ctrl-C while it stops": ("step:3:SIGTERM,stopping:1:SIGINT", "SIGTERM", 143,
-                                                     "interrupted (SIGTERM)"),
-    "SIGTERM during validation": ("eval_batch:8:SIGTERM", "SIGTERM", 143, "interrupted (SIGTERM)"),
-    "SIGTERM inside a checkpoint write": ("checkpoint_write:2:SIGTERM", "SIGTERM", 143, "interrupted (SIGTERM)"),
-    "two SIGHUPs (a terminal closing)": ("step:5:SIGHUP,stopping:1:SIGHUP", "SIGHUP", 129, "interrupted (SIGHUP)"),
+# (faults, the signal the record names, exit status, the console's words). Each chain interrupts one run at
+# its points in turn, a resume between them (fault counts start again in each process), then resumes it to the
+# end: every point is checked as alone, and the run resumes exactly after several interruptions, with two
+# commands fewer than a run per point.
+CHAINS = {
+    "SIGTERM between steps (ctrl-C while it stops), then two SIGHUPs (a terminal closing)": [
+        ("step:3:SIGTERM,stopping:1:SIGINT", "SIGTERM", 143, "interrupted (SIGTERM)"),  # before step 3's checkpoint
+        ("step:5:SIGHUP,stopping:1:SIGHUP", "SIGHUP", 129, "interrupted (SIGHUP)"),  # after it: resumes from step 3
+    ],
+    "SIGTERM inside a checkpoint write, then during validation": [
+        ("checkpoint_write:2:SIGTERM", "SIGTERM", 143, "interrupted (SIGTERM)"),  # step 3's last.pt, not yet renamed
+        ("eval_batch:8:SIGTERM", "SIGTERM", 143, "interrupted (SIGTERM)"),  # step 6's validation, its 2nd batch
+    ],
 }
 
 
-@pytest.mark.parametrize("case", INTERRUPTIONS)
-def test_a_signal_is_recorded_as_interrupted_and_the_run_resumes_exactly(tmp_path, data_dir, uninterrupted, case):
-    faults, name, code, words = INTERRUPTIONS[case]
-    stopped = run_command(["lra-train", *RESUMABLE], tmp_path, data_dir, env_extra={"LRA_FAULT": faults}, check=False)
-    (run,) = run_dirs(tmp_path)
-    line = assert_one_line(stopped, code, f"error: {words}")
-    assert line.endswith(f"resume it with: lra-train resume={run}"), line
-    record = read_json(run / "metrics.json")
-    assert (record["status"], record["signal"], record["error"]) == ("interrupted", name, words)
-    assert f"error: {words}" in (run / "train.log").read_text(), "the run's log says why it stopped"
-    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+@pytest.mark.parametrize("chain", CHAINS)
+def test_a_signal_is_recorded_as_interrupted_and_the_run_resumes_exactly(tmp_path, data_dir, uninterrupted, chain):
+    run = tmp_path / "runs" / "run"
+    command = ["lra-train", *RESUMABLE, f"hydra.run.dir={run}"]
+    for faults, name, code, words in CHAINS[chain]:
+        stopped = run_command(command, tmp_path, data_dir, env_extra={"LRA_FAULT": faults}, check=False)
+        line = assert_one_line(stopped, code, f"error: {words}")
+        assert line.endswith(f"resume it with: lra-train resume={run}"), line
+        record = read_json(run / "metrics.json")
+        assert (record["status"], record["signal"], record["error"]) == ("interrupted", name, words), faults
+        assert f"error: {words}" in (run / "train.log").read_text(), "the run's log says why it stopped"
+        command = ["lra-train", f"resume={run}"]
+    run_command(command, tmp_path, data_dir)
     assert run_dirs(tmp_path) == [run]
     assert_same_result(run, uninterrupted)
 
@@ -96,17 +106,19 @@ def uninterrupted_spt(tmp_path_factory, data_dir):
     return final_state(run)
 
 
-@pytest.mark.parametrize("fault,name", [("step:2:SIGTERM", "SIGTERM"), ("checkpoint_write:3:SIGHUP", "SIGHUP")],
-                         ids=["SIGTERM in stage 1", "SIGHUP while the encoder is written"])
-def test_a_signal_in_stage_one_of_pretraining_is_recorded_and_resumes_exactly(tmp_path, data_dir, uninterrupted_spt,
-                                                                               fault, name):
-    stopped = run_command(["lra-train", *SPT], tmp_path, data_dir, env_extra={"LRA_FAULT": fault}, check=False)
-    assert_one_line(stopped, 128 + getattr(signal, name), f"error: interrupted ({name})")
-    (run,) = run_dirs(tmp_path)
-    record = read_json(run / "metrics.json")
-    assert (record["status"], record["signal"]) == ("interrupted", name)
-    assert record["pretrain_status"] == "interrupted", "stage 1's own status says it was the stage interrupted"
-    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+def test_signals_in_stage_one_of_pretraining_are_recorded_and_it_resumes_exactly(tmp_path, data_dir, uninterrupted_spt):
+    """SIGTERM in stage 1, then (resumed) SIGHUP while its encoder is written, then the run to its end."""
+    run = tmp_path / "runs" / "run"
+    command = ["lra-train", *SPT, f"hydra.run.dir={run}"]
+    for fault, name in (("step:2:SIGTERM", "SIGTERM"), ("checkpoint_write:3:SIGHUP", "SIGHUP")):
+        stopped = run_command(command, tmp_path, data_dir, env_extra={"LRA_FAULT": fault}, check=False)
+        assert_one_line(stopped, 128 + getattr(signal, name), f"error: interrupted ({name})")
+        record = read_json(run / "metrics.json")
+        assert (record["status"], record["signal"]) == ("interrupted", name)
+        assert record["pretrain_status"] == "interrupted", "stage 1's own status says it was the stage interrupted"
+        assert not (run / "pretrain" / "encoder.pt").exists(), "no encoder until stage 1 has finished writing it"
+        command = ["lra-train", f"resume={run}"]
+    run_command(command, tmp_path, data_dir)
     assert_same_result(run, uninterrupted_spt)
     assert read_json(run / "metrics.json")["pretrain_status"] == "completed"
 
@@ -150,11 +162,14 @@ def test_a_killed_run_stays_running_and_lra_table_reports_it_unfinished_with_its
     killed = run_command(["lra-train", *SHORT, "hydra.run.dir=runs/killed"], tmp_path, data_dir,
                          env_extra={"LRA_FAULT": "step:3"}, check=False)
     assert killed.returncode == -signal.SIGKILL
-    run_command(["lra-train", *SHORT, "seed=1", "hydra.run.dir=runs/done"], tmp_path, data_dir)
+    done = tmp_path / "runs" / "done"  # a finished seed beside it in the table: its record is all lra-table reads
+    done.mkdir()
+    (done / "metrics.json").write_text('{"label": "Softmax", "task": "listops", "seed": 1, "status": "completed", '
+                                       '"steps": 4, "test_accuracy": 12.5}')
     run = tmp_path / "runs" / "killed"
     assert read_json(run / "metrics.json")["status"] == "running", "SIGKILL cannot be caught"
     table = run_command(["lra-table", str(tmp_path / "runs")], tmp_path, data_dir).stdout
-    assert "(1; " in table and "1 unfinished)" in table, "counted as unfinished in its cell, not as a result"
+    assert "**12.50** (1, 1 unfinished)" in table, "counted as unfinished in its cell, not as a result"
     assert f"- {run}: killed while running (its process is gone) at step 2; resume with: lra-train resume={run}" \
         in table, table
     run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
@@ -225,3 +240,28 @@ print("given back:", signal.getsignal(signal.SIGINT) is signal.default_int_handl
 """, ignore=[signal.SIGHUP])
     assert result.stdout.splitlines() == ["their handler", "still running; True False", "given back: True"], \
         result.stderr
+
+
+def test_a_signal_while_a_command_starts_is_one_line_and_its_status_and_the_edge_takes_over_from_there():
+    """A console command's imports take seconds (torch): a ctrl-C there was a KeyboardInterrupt traceback
+    in some import, a SIGTERM or SIGHUP a silent death. Importing lra.commands (every console script's
+    first import) puts the start-up under the policy; a library user's process keeps its own handlers."""
+    started = subprocess.run([sys.executable, "-c", """
+import os, signal, sys
+sys.argv[0] = "/venv/bin/lra-table"
+import lra.commands
+from lra import signals
+with signals.interruptible():
+    print("the edge owns it:", signals.handles(signal.SIGTERM), flush=True)
+os.kill(os.getpid(), signal.SIGTERM)
+print("not reached")
+"""], capture_output=True, text=True, timeout=60)
+    assert started.stdout == "the edge owns it: True\n", started.stderr
+    assert (started.returncode, started.stderr) == (143, "error: interrupted (SIGTERM); nothing was being written\n")
+    library = subprocess.run([sys.executable, "-c", "import signal, lra.commands; "
+                              "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"],
+                             capture_output=True, text=True, timeout=60)
+    assert library.stdout == "True\n", library.stderr
+    ignored = policy("sys.argv[0] = 'lra-train'\nimport lra.commands\nos.kill(os.getpid(), signal.SIGHUP)\nprint('alive')",
+                     ignore=[signal.SIGHUP])
+    assert ignored.stdout == "alive\n", "nohup's ignored SIGHUP stays ignored"
