@@ -28,12 +28,28 @@ def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> N
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(temporary)
         except FileNotFoundError:
             pass
+        named = naming(exc, path)
+        if named is not None:
+            raise named from exc
         raise
+
+
+def naming(exc: BaseException, path) -> OSError | None:
+    """``exc``'s OS error again, naming ``path``, when it names no file: a write to a full disk does not
+    say which (``write(2)`` knows only its descriptor), and the error's one line must say where. None
+    when ``exc`` holds no such error (or it names its file already)."""
+    seen = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        if isinstance(exc, OSError) and exc.errno:
+            return OSError(exc.errno, exc.strerror, str(path)) if exc.filename is None else None
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -169,5 +185,9 @@ def check_hydra_output_overrides(argv: Sequence[str], reads: Iterable[Path | str
     resolve and are left to it)."""
     for argument in argv:
         key, _, value = argument.partition("=")
-        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value and "${" not in value:
-            check_output_folder(value.strip("'\""), key.lstrip("+"), reads)
+        key = key.lstrip("+")
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and not value.strip("'\" "):
+            raise UserError(f"{key} is empty, which would make the current folder ({Path.cwd()}) the output folder; "
+                            f"give {key} a folder, or leave it out")
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+            check_output_folder(value.strip("'\""), key, reads)

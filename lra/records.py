@@ -8,7 +8,7 @@ import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Callable, Dict, Optional
 
 import torch
 
@@ -68,16 +68,20 @@ class RunRecord:
               "best_val_accuracy", "test_accuracy", "train_tokens_per_second", "wall_time_seconds",
               "peak_memory_mb", "num_parameters", "git_commit", "device")
 
-    def __init__(self, run_dir: Path, write: bool = True, provisional: bool = False, **fields: Any):
+    def __init__(self, run_dir: Path, write: bool = True, provisional: bool = False,
+                 guard: Optional[Callable[[], None]] = None, **fields: Any):
         self.path = Path(run_dir) / METRICS
         self.write = write
         self.provisional = provisional
+        self.guard = guard  # raises when the record must not be written (its run's folder is gone)
         self.data: Dict[str, Any] = {name: None for name in self.FIELDS}
         self.data.update(fields)
 
     def update(self, **fields: Any) -> None:
         self.data.update(fields)
         if self.write and not self.provisional:
+            if self.guard is not None:
+                self.guard()
             with signals.deferred():  # a signal meanwhile is raised once the record is whole
                 atomic_write_json(self.path, self.data)
 
@@ -97,8 +101,16 @@ class RunRecord:
         if isinstance(exc, KeyboardInterrupt):
             interrupted = signals.as_interrupted(exc)
             fields = {"status": INTERRUPTED, "error": interrupted.reason, "signal": interrupted.signal_name}
-        else:
-            fields = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+        else:  # the same words as the console's error line where the edge has one (the fix included)
+            from lra.commands.config_errors import failure
+
+            known = failure(exc)
+            fields = {"status": "failed", "error": f"{type(exc).__name__}: {known[0] if known else exc}"}
         if self.data.get("pretrain_status") == "running":
             fields["pretrain_status"] = fields["status"]
-        self.update(**fields)
+        from lra.errors import UserError
+
+        try:
+            self.update(**fields)
+        except UserError:  # the guard: the run's folder is gone, so there is no record to write
+            pass

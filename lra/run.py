@@ -13,6 +13,7 @@ blocks the next.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import os
 import socket
@@ -34,12 +35,26 @@ PRETRAIN = "pretrain"  # self-pretraining's stage 1 (lra/pretraining.py)
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's job-log format
 
 
+class RunFolderGone(UserError):
+    """The run's folder was deleted or moved while the run wrote to it."""
+
+
+class FolderTaken(UserError):
+    """The folder a fresh run was to use belongs to another run (in use by a process: exit 1)."""
+
+
+class FolderHoldsRun(FolderTaken, ConfigError):
+    """The folder a fresh run was to use already holds another run (exit 2)."""
+
+
 class RunDirectory:
     def __init__(self, path: Path | str, main: bool = True):
         self.path = Path(path).resolve()
         self.main = main  # rank 0 of a torchrun job (or the only process): the one that writes
         self._lock_handle = None
         self._log_handler: Optional[logging.Handler] = None
+        self._identity: Optional[tuple] = None  # (device, inode) of the folder claimed
+        self._config_sha256: Optional[str] = None
 
     # ------------------------------------------------------------------ facts (no writes)
     @property
@@ -61,10 +76,19 @@ class RunDirectory:
         """Whether a fresh command with this resolved config continues the run here rather than
         starting another one: the run is unfinished and recorded exactly this config (a job that
         submitit or SLURM requeued, or the same command started again)."""
+        return not self.completed() and self.records_config(resolved_yaml)
+
+    def records_config(self, resolved_yaml: str) -> bool:
+        """Whether the run here recorded exactly this resolved config."""
         try:
-            return not self.completed() and (self.path / RESOLVED).read_text() == resolved_yaml
+            return (self.path / RESOLVED).read_text() == resolved_yaml
         except OSError:
             return False
+
+    def holds_refused_config(self) -> bool:
+        """Whether this folder holds only the record of a sweep job whose config was refused."""
+        return self.read_record().get("status") == "failed" and not (self.path / RESOLVED).exists() \
+            and not self.checkpoints.exists()
 
     def describe(self) -> str:
         record = self.read_record()
@@ -93,7 +117,8 @@ class RunDirectory:
             handle.close()
             fix = ("wait for that run to end (or stop it) before resuming it" if not fresh else
                    "train into a new folder (leave hydra.run.dir unset, or choose another)")
-            raise UserError(f"the run directory {self.path} is in use by {holder}; {fix}") from None
+            taken = FolderTaken if fresh else UserError
+            raise taken(f"the run directory {self.path} is in use by {holder}; {fix}") from None
         if fresh and self.holds_run():  # started by another process meanwhile
             handle.close()
             raise self._occupied()
@@ -102,6 +127,24 @@ class RunDirectory:
         handle.write(f"process {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})")
         handle.flush()
         self._lock_handle = handle
+        folder = os.stat(self.path)
+        self._identity = (folder.st_dev, folder.st_ino)
+
+    def check_present(self) -> None:
+        """Before this run writes into its folder: the folder it claimed is still there, at its path. A
+        folder deleted (or moved away) mid-run would otherwise be made again by the next write, holding a
+        record and checkpoints without the run's config or log: one :class:`RunFolderGone` line instead."""
+        if self._identity is None:
+            return
+        try:
+            now = os.stat(self.path)
+            same = (now.st_dev, now.st_ino) == self._identity
+        except OSError:
+            same = False
+        if not same:
+            raise RunFolderGone(f"the run folder {self.path} was deleted or moved while this run was writing to it; "
+                                "nothing more is written there: resume it where it was moved to (lra-train "
+                                "resume=<that folder>), or start it again")
 
     def holder(self) -> Optional[str]:
         """Who holds this folder's lock right now (None when nobody does), found without writing."""
@@ -136,11 +179,22 @@ class RunDirectory:
     def _occupied(self) -> UserError:
         holder = self.holder()
         if holder is not None:
-            return UserError(f"the run directory {self.path} is in use by {holder}; train into a new folder (leave "
-                             "hydra.run.dir unset, or choose another)")
-        return ConfigError(f"{self.path} already holds {self.describe()}; a new run never adopts an existing folder: "
+            return FolderTaken(f"the run directory {self.path} is in use by {holder}; train into a new folder (leave "
+                               "hydra.run.dir unset, or choose another)")
+        return FolderHoldsRun(f"{self.path} already holds {self.describe()}; a new run never adopts an existing folder: "
                            f"resume that run with `lra-train resume={self.path}`, or train into a new folder (leave "
                            "hydra.run.dir unset, or choose another)")
+
+    @property
+    def config_sha256(self) -> Optional[str]:
+        """SHA-256 of the run's saved config (:data:`RESOLVED`) as this process trains it (read once:
+        its checkpoints carry it, and a resume checks it against theirs), None without one."""
+        if self._config_sha256 is None:
+            try:
+                self._config_sha256 = hashlib.sha256((self.path / RESOLVED).read_bytes()).hexdigest()
+            except OSError:
+                return None
+        return self._config_sha256
 
     @property
     def owned(self) -> bool:
@@ -186,6 +240,7 @@ class RunDirectory:
         self._check_owned()
         if self.main:
             atomic_write_text(self.path / RESOLVED, OmegaConf.to_yaml(cfg, resolve=True))
+            self._config_sha256 = None
 
     def saved_overrides(self) -> list:
         path = self.path / ".hydra" / "overrides.yaml"
@@ -229,7 +284,7 @@ class RunDirectory:
         """The run's one record, written by rank 0 alone; ``provisional`` (a resume) writes nothing
         until :meth:`RunRecord.confirm` (its checkpoint has loaded)."""
         self._check_owned()
-        return RunRecord(self.path, write=self.main, provisional=provisional, **fields)
+        return RunRecord(self.path, write=self.main, provisional=provisional, guard=self.check_present, **fields)
 
     def remove_if_empty(self) -> None:
         """A refused fresh config leaves no folder: remove this one if nothing is in it (Hydra made it),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -106,6 +107,10 @@ def progress_line(step: int, total: int, loss: float, accuracy: float, throughpu
     is the run's (over resumes), the ETA extrapolates this session's ``pace`` (seconds per step)."""
 
     def clock(seconds: float) -> str:
+        if not math.isfinite(seconds):
+            return "?"
+        if seconds >= 100 * 365.25 * 86400:  # beyond timedelta's range too, e.g. trainer.max_steps=10**20
+            return f"{seconds / (365.25 * 86400):.3g} years"
         return str(datetime.timedelta(seconds=round(seconds)))
 
     return (f"step {step}/{total} ({100 * step // total}%) loss {loss:.3f} acc {accuracy:.1f} "
@@ -175,6 +180,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
             "sampler": self.sampler.state_dict(), "rng": checkpoint.rng_states(),
             "state": asdict(self.state), "best_weights": self.best_weights,
+            "config_sha256": self.folder.config_sha256,  # the config it was trained with (try_resume checks it)
         })
 
     def try_resume(self) -> bool:
@@ -183,6 +189,7 @@ class Trainer:
             self.record.confirm()
             return False
         path, payload = found
+        checkpoint.check_config(path, payload, self.folder.config_sha256)
         try:
             self.model.load_state_dict(payload["model"])
             self.optimizer.load_state_dict(payload["optimizer"])
@@ -343,7 +350,8 @@ class Trainer:
             self.state.best_val_accuracy, self.state.best_step = result["accuracy"], step
             self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
             if self.ranks.main:
-                checkpoint.save(self.checkpoint_dir / checkpoint.BEST, {"model": self.best_weights, "step": step})
+                checkpoint.save(self.checkpoint_dir / checkpoint.BEST, {"model": self.best_weights, "step": step,
+                                                                         "config_sha256": self.folder.config_sha256})
         entry = {"step": step, "val_loss": result["loss"], "val_accuracy": result["accuracy"],
                  "train_loss": train_metrics["train/loss"], "lr": train_metrics["train/lr"]}
         if "train/aux_loss" in train_metrics:

@@ -1,13 +1,18 @@
 """lra-prepare and data generation under faults: the printed rebuild command runs as printed, a
-damaged manifest is rebuilt, a killed generation or conversion is cleaned up and resumed, and an
-empty ListOps length window stops with the fix."""
+damaged manifest is rebuilt, a killed generation or conversion is cleaned up and resumed, an empty
+ListOps length window stops with the fix, and a folder in a generated file's place or a disk that fills
+while generating leaves no temporary file and is one line naming where."""
 
+import errno
 import json
+import os
 import signal
 
 import pytest
 
 from conftest import SMALL_LISTOPS, run_command
+from lra.commands.config_errors import failure
+from lra.data import listops
 
 
 # ---------------------------------------------------------------------------------- lra-prepare
@@ -85,3 +90,38 @@ def test_a_listops_length_window_with_no_expression_stops_the_generator_with_the
     settings = listops.GeneratorSettings(min_length=3, max_length=5, max_depth=1, num_train=10, num_val=1, num_test=1)
     with pytest.raises(UserError, match="found only 0 distinct expressions .* widen task.generator.min_length/max_length"):
         list(listops.generate(settings))
+
+
+# ---------------------------------------------------------------- the generator's own files in the way or on a full disk
+GENERATOR = listops.GeneratorSettings(num_train=96, num_val=24, num_test=24, min_length=20, max_length=200)
+
+
+def test_a_generated_file_replaced_by_a_folder_is_named_and_no_temporary_stays(tmp_path):
+    """The line named the generator's temporary file (.basic_train.tsv.<pid>.partial, never the user's to move)
+    and the three temporaries stayed behind."""
+    listops.write_generated(GENERATOR, tmp_path)
+    (tmp_path / "basic_train.tsv").unlink()
+    (tmp_path / "basic_train.tsv").mkdir()
+    with pytest.raises(OSError) as raised:
+        listops.write_generated(GENERATOR, tmp_path)
+    line, code = failure(raised.value)
+    assert (line, code) == (f"{tmp_path / 'basic_train.tsv'} is a folder where a file is expected: move it away, or "
+                            "choose another path", 1)
+    assert not list(tmp_path.glob(".*")), "no temporary file stays behind"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device whose writes fail ENOSPC)")
+def test_a_disk_that_fills_while_listops_is_generated_leaves_no_temporary_and_names_the_folder(tmp_path, monkeypatch):
+    """The buffered rows could not be written when the files were closed either: that second failure cut the
+    clean-up short and the partial files stayed; the disk error named no file."""
+
+    def full_disk(path, *args, **kwargs):  # the temporary is made, its writes go to /dev/full
+        open(path, "w").close()
+        return open("/dev/full", *args, **kwargs)
+
+    monkeypatch.setattr(listops, "open", full_disk, raising=False)
+    with pytest.raises(OSError) as raised:
+        listops.write_tsv_files(GENERATOR, tmp_path)
+    assert raised.value.errno == errno.ENOSPC
+    assert failure(raised.value)[0].startswith(f"No space left on device ({tmp_path}): free space on that disk")
+    assert list(tmp_path.iterdir()) == [], "no partial file stays behind"

@@ -79,7 +79,7 @@ def test_memory_exhausted_mid_run_is_one_line_naming_the_settings_that_use_less(
     assert line.startswith("out of memory (CUDA out of memory. Tried to allocate 2.00 GiB")
     assert "trainer.grad_accumulation" in line and "trainer.batch_size" in line
     record = failed_record(tmp_path)
-    assert record["error"].startswith("OutOfMemoryError: CUDA out of memory") and record["steps"] == 2
+    assert record["error"] == f"OutOfMemoryError: {line}" and record["steps"] == 2, "the record says the fix too"
 
 
 def test_memory_exhausted_during_validation_is_the_same_line(tmp_path, data_dir):
@@ -111,3 +111,39 @@ def test_memory_exhausted_while_the_data_is_converted_is_one_line_in_both_comman
     result = run_command(args, tmp_path, data, env_extra={"LRA_FAULT": "cache_example:5:OOM"}, check=False)
     assert one_error_line(result).startswith("out of memory (")
     assert not [p for p in data.rglob("*") if p.name.startswith(".")], "no staging folder left behind"
+
+
+def test_a_run_folder_deleted_mid_run_is_one_line_and_is_not_made_again(tmp_path, data_dir, monkeypatch):
+    """The next write made the folder again and the run ended 'completed' (exit 0) in a folder holding a record
+    and checkpoints but no config or log. Deleted at a fixed step, in this process (lra.faults' point)."""
+    import shutil
+
+    from lra import training
+    from lra.run import RunFolderGone
+    from helpers import train_in_process
+
+    run = tmp_path / "run"
+    steps = []
+
+    def delete_the_folder_at_step_three(name, path=None):
+        if name == "step":
+            steps.append(name)
+            if len(steps) == 3:
+                shutil.rmtree(run)
+
+    monkeypatch.setattr(training.checkpoint, "fault_point", delete_the_folder_at_step_three)
+    with pytest.raises(RunFolderGone) as gone:
+        train_in_process(run, *QUICK, f"data_dir={data_dir}")
+    assert str(gone.value) == (f"the run folder {run} was deleted or moved while this run was writing to it; nothing "
+                               "more is written there: resume it where it was moved to (lra-train resume=<that "
+                               "folder>), or start it again")
+    assert not run.exists(), "nothing made the folder again"
+
+
+def test_the_progress_line_of_a_run_longer_than_a_clock_holds_is_written(tmp_path):
+    """trainer.max_steps=10**23 (a valid count) ended its first progress line with an OverflowError traceback."""
+    from lra.training import progress_line
+
+    line = progress_line(40, 10**23, 2.25, 18.75, 25676.0, 31.0, 0.5)
+    assert line == "step 40/100000000000000000000000 (0%) loss 2.250 acc 18.8 tok/s 25,676 elapsed 0:00:31 eta 1.58e+15 years"
+    assert progress_line(1, 10, 1.0, 2.0, 3.0, float("inf"), 1.0).endswith("elapsed ? eta 0:00:09")

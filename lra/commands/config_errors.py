@@ -7,7 +7,8 @@ import errno
 import os
 from typing import Iterable, List, Optional
 
-from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from hydra.errors import (ConfigCompositionException, MissingConfigException, OverrideParseException,
+                          SearchPathException)
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, InterpolationResolutionError, ValidationError
 
 
@@ -48,14 +49,41 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
         if isinstance(cause, OverrideParseException):
             override = getattr(cause, "override", None)
             text = f" {override!r}" if override else ""
-            return (f"cannot parse the override{text}: {str(cause).splitlines()[0]}; a value with spaces or any of "
-                    "( ) [ ] { } , : = ' \" must be quoted for Hydra as well as for the shell, e.g. "
-                    "\"task.path='/data/my files (copy)'\"")
+            return (f"cannot parse the override{text}: {str(cause).splitlines()[0]}; a value with spaces, letters "
+                    "beyond ASCII or any of ( ) [ ] { } , : = ' \" must be quoted for Hydra as well as for the shell, "
+                    "e.g. \"task.path='/data/my files (copy)'\"")
         if isinstance(cause, InterpolationResolutionError):
             # "ValueError raised while resolving interpolation: <the resolver's message>"
             return str(cause).splitlines()[0].split("resolving interpolation: ", 1)[-1]
+        if isinstance(cause, SearchPathException):
+            return f"{str(cause).splitlines()[0]}; pass an existing folder to --config-dir, or leave it out"
+    group = _group_choice_line(exc)
+    if group is not None:
+        return group
     if isinstance(exc, ConfigCompositionException):
-        return str(exc).splitlines()[0]
+        return " ".join(line.strip() for line in str(exc).splitlines()[:2])
+    return None
+
+
+def _group_choice_line(exc: BaseException) -> Optional[str]:
+    """A config group given no choice or several on the command line (``task=null``, ``task=[listops,text]``):
+    Hydra fails deep in composing the defaults, naming neither the override nor the fix."""
+    import sys
+
+    text = "\n".join(str(cause) for cause in _causes(exc))
+    overrides = [(a.split("=", 1)[0].lstrip("+~"), a.split("=", 1)[1].strip()) for a in sys.argv[1:]
+                 if "=" in a and not a.startswith("-")]
+    groups = [(key, value) for key, value in overrides if "." not in key]  # a group's choice: key=option
+    if "Config group override must be a string or a list" in text:
+        for key, value in groups:
+            if value.lower() in ("null", "none", ""):
+                return (f"{key}={value}: a config group takes one of its choices, not null; pass {key}=<choice> "
+                        "(--help lists them), or leave it at its default")
+    if "Merge error" in text and "is not a subclass of" in text:
+        for key, value in groups:
+            if value.startswith("[") and value.endswith("]"):
+                return (f"{key}={value}: a config group takes one choice, not a list; to train each of them, sweep "
+                        f"them: -m {key}={value[1:-1]}")
     return None
 
 
@@ -111,17 +139,19 @@ def path_kind_line(exc: BaseException) -> Optional[str]:
     for cause in _causes(exc):
         if not isinstance(cause, OSError) or cause.errno not in (errno.ENOTDIR, errno.EISDIR, errno.EEXIST):
             continue
-        if not cause.filename:
-            continue
-        path = Path(os.fsdecode(cause.filename))
+        # A rename names its target second: that is the path in the way, not the temporary file renamed.
+        paths = [Path(os.fsdecode(name)) for name in (cause.filename2, cause.filename) if name]
         if cause.errno == errno.EISDIR:
-            return f"{path} is a folder where a file is expected: move it away, or choose another path"
-        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
-        if blocker is not None:
-            return (f"{blocker} is a file where a folder is expected: move or delete that file, or choose "
-                    "another folder")
-        if cause.errno == errno.EEXIST:
-            return f"{path} already exists: move it away, or choose another path"
+            folder = next((path for path in paths if path.is_dir()), paths[0] if paths else None)
+            if folder is not None:
+                return f"{folder} is a folder where a file is expected: move it away, or choose another path"
+        for path in paths:
+            blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+            if blocker is not None:
+                return (f"{blocker} is a file where a folder is expected: move or delete that file, or choose "
+                        "another folder")
+        if cause.errno == errno.EEXIST and paths:
+            return f"{paths[0]} already exists: move it away, or choose another path"
     return None
 
 
@@ -136,7 +166,7 @@ def _memory_line(exc: BaseException) -> Optional[str]:
             detail = str(cause).strip().splitlines()[0][:200] if str(cause).strip() else type(cause).__name__
             return (f"out of memory ({detail}); for lra-train, a larger trainer.grad_accumulation runs the "
                     "same batch in smaller pieces, or lower trainer.batch_size, trainer.eval_batch_size or "
-                    "trainer.max_length")
+                    "trainer.max_length, or a smaller model (model.dim, model.ff_dim, model.num_layers)")
     return None
 
 
@@ -234,7 +264,14 @@ def remove_hydra_leftovers(run_dir, job_name: str) -> None:
     if not run_dir.is_dir() or not {p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if not p.is_dir()} <= hydra_files:
         return
     shutil.rmtree(run_dir, ignore_errors=True)
-    if run_dir.parent.resolve() != Path.cwd().resolve():
+    cwd, folder = Path.cwd().resolve(), run_dir.parent.resolve()
+    while folder != cwd and cwd in folder.parents:  # the empty folders Hydra made above it (runs/profile/<date>)
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+        folder = folder.parent
+    if cwd not in run_dir.resolve().parents and run_dir.parent.resolve() != cwd:  # outside: the one above only
         with contextlib.suppress(OSError):
             run_dir.parent.rmdir()
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from lra.errors import UserError
 from lra.faults import fault_point
-from lra.io import atomic_write_text, readable_by_group, remove_stale
+from lra.io import atomic_write_text, naming, readable_by_group, remove_stale
 
 MANIFEST = "manifest.json"
 MANIFEST_DIGEST = "manifest_sha256"  # the SHA-256 of the manifest's other fields (caches built before it lack it)
@@ -201,6 +201,9 @@ class CacheBuilder:
                             raise
         finally:
             shutil.rmtree(self.staging, ignore_errors=True)
+        named = naming(exc_info[1], self.cache_dir) if exc_info[1] is not None else None
+        if named is not None:  # a full disk: the line says which cache could not be written
+            raise named from exc_info[1]
 
     def split(self, name: str, num_documents: int = 1, dtype=np.uint8) -> SplitWriter:
         self.writers[name] = SplitWriter(self.staging, name, num_documents, dtype, self.num_classes)

@@ -10,11 +10,13 @@ original it draws from a seeded ``random.Random``, so the same settings give the
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import random
 import statistics
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
@@ -25,7 +27,7 @@ from attention_zoo.options import number, whole
 from lra.data.cache import sha256_file
 from lra.errors import UserError
 from lra.faults import fault_point
-from lra.io import atomic_write_text, remove_stale
+from lra.io import atomic_write_text, naming, remove_stale
 
 # Draws in a row without a new kept tree after which the length window is taken to be exhausted.
 STALL_LIMIT = 1_000_000
@@ -174,8 +176,10 @@ def write_tsv_files(settings: GeneratorSettings, folder: Path, progress=None) ->
     remove_stale(folder, r"\.basic_\w+\.tsv\.(?P<pid>\d+)\.partial")  # left by a killed generation
     # Per-process temporary names: concurrent jobs of a sweep may generate the same (seeded) files.
     temporary = {split: folder / f".basic_{split}.tsv.{os.getpid()}.partial" for split in SPLITS}
-    handles = {split: open(path, "w", newline="") for split, path in temporary.items()}
+    handles = {}
     try:
+        for split, path in temporary.items():
+            handles[split] = open(path, "w", newline="")
         writers = {split: csv.writer(h, delimiter="\t", lineterminator="\n") for split, h in handles.items()}
         for writer in writers.values():
             writer.writerow(["Source", "Target"])
@@ -184,17 +188,20 @@ def write_tsv_files(settings: GeneratorSettings, folder: Path, progress=None) ->
             fault_point("listops_example", temporary[split])
             if progress is not None:
                 progress.update(1)
-    except BaseException:  # a full disk, ctrl-C, bad settings: no partial file stays behind
         for handle in handles.values():
-            handle.close()
+            handle.close()  # flushes: a full disk is met here too
+        for split, path in temporary.items():
+            path.replace(folder / f"basic_{split}.tsv")
+    except BaseException:  # a full disk, ctrl-C, bad settings, a folder in a file's way: no partial file stays
+        for handle in handles.values():
+            with contextlib.suppress(OSError):  # closing flushes, and a full disk fails that too
+                handle.close()
         for path in temporary.values():
             path.unlink(missing_ok=True)
+        named = naming(sys.exc_info()[1], folder)
+        if named is not None:
+            raise named from sys.exc_info()[1]
         raise
-    finally:
-        for handle in handles.values():
-            handle.close()
-    for split, path in temporary.items():
-        path.replace(folder / f"basic_{split}.tsv")
 
 
 GENERATED = "generator.json"  # the generator's record: its settings and the SHA-256 of each file it wrote
