@@ -55,11 +55,12 @@ def load(path: Path) -> Dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def verified_encoder(path: Path, recorded_sha256: Optional[str], setting: str) -> bytes:
+def verified_encoder(path: Path, recorded_sha256: Optional[str], setting: str, fix: Optional[str] = None) -> bytes:
     """The bytes of a finished stage 1's encoder (``path``), after checking them against the SHA-256
     its run's record names (``pretrain_encoder_sha256``): an encoder replaced by another run's, or
     damaged, is one :class:`UserError` line naming ``setting`` (e.g. ``pretrain.from=<run>``) — never
-    fine-tuned from. The bytes returned are the ones checked (load them with :func:`load_bytes`)."""
+    fine-tuned from (``fix``: what to do instead, when not pretrain.from's advice). The bytes returned
+    are the ones checked (load them with :func:`load_bytes`)."""
     run = Path(path).parent.parent
     if not recorded_sha256:
         raise UserError(f"{setting}: its record ({run / 'metrics.json'}) names no SHA-256 of {path} "
@@ -72,8 +73,8 @@ def verified_encoder(path: Path, recorded_sha256: Optional[str], setting: str) -
     actual = hashlib.sha256(data).hexdigest()
     if actual != recorded_sha256:
         raise UserError(f"{setting}: {path} is not the encoder that run's record names (SHA-256 {actual[:12]}…, "
-                        f"recorded {str(recorded_sha256)[:12]}…): it was replaced or damaged; pass the run that "
-                        "pretrained this encoder, or pretrain again (a new run with the same pretrain=...)")
+                        f"recorded {str(recorded_sha256)[:12]}…): it was replaced or damaged; " + (fix or "pass the run "
+                        "that pretrained this encoder, or pretrain again (a new run with the same pretrain=...)"))
     return data
 
 
@@ -83,6 +84,22 @@ def load_bytes(data: bytes) -> Dict[str, Any]:
 
 
 KEPT = "the run's metrics.json is left as it was — start a new run with the same overrides"
+
+
+def check_config(path: Path, payload: Dict[str, Any], config_sha256: Optional[str], reading: str = "resume from",
+                 fix: str = f"a run continues only as it was configured: put the run's own files back, or start a new "
+                            f"run with the settings you want; {KEPT.split(' — ')[0]}") -> None:
+    """A checkpoint is read only with the config it was trained with: the SHA-256 of the run's saved config
+    (``.hydra/resolved.yaml``) must be the one ``path`` was written with. A resume of an edited config (a
+    learning rate, more steps) would otherwise train on silently as another run, and another run's
+    checkpoint of the same shapes would be taken for this one's; checkpoints written before the digest was
+    recorded are not checked. ``reading``: what the refused command was doing; ``fix``: what to do instead."""
+    recorded = payload.get("config_sha256") if isinstance(payload, dict) else None
+    if recorded is None or config_sha256 is None or recorded == config_sha256:
+        return
+    raise UserError(f"cannot {reading} {path}: it is not this run's checkpoint, or the run's config was edited since "
+                    f"(the checkpoint was trained with a .hydra/resolved.yaml of SHA-256 {recorded[:12]}…, the run's is "
+                    f"{config_sha256[:12]}…); {fix}")
 
 
 def load_training(path: Path) -> Dict[str, Any]:

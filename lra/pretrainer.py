@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -109,8 +110,17 @@ def pretrained_encoder(cfg, run: RunDirectory, record, announce, ranks, attentio
     run.remove_interrupted_writes(stage_dir)  # a kill while the encoder was written
     own = finished_encoder(run_dir)
     if own is not None:  # stage 1 finished (or was copied) before a kill or preemption: its fields are kept
-        record.update(**{k: v for k, v in read_record(run_dir).items() if k.startswith("pretrain_")})
-        return _load_encoder(own)
+        fields = {k: v for k, v in read_record(run_dir).items() if k.startswith("pretrain_")}
+        recorded = fields.get("pretrain_encoder_sha256")
+        if recorded is None:  # killed between the encoder's write and its record's: the encoder is this run's own
+            data = own.read_bytes()
+            fields["pretrain_encoder_sha256"] = hashlib.sha256(data).hexdigest()
+        else:  # checked as pretrain.from's is: a replaced encoder is never fine-tuned from
+            data = checkpoint.verified_encoder(own, recorded, f"resume={run_dir}", fix=(
+                "put this run's encoder back, or start a new run (stage 2 would otherwise fine-tune another encoder "
+                "than its record names)"))
+        record.update(**fields)
+        return _load_encoder(own, data)
     source = source_run(cfg)
     if source is not None:
         path = finished_encoder(source)

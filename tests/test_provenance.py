@@ -235,3 +235,79 @@ def test_an_edited_manifest_ends_lra_train_with_one_line_and_the_printed_rebuild
     assert shlex.split(errors[0].split("rebuild it with: ")[1])[:3] == ["rm", "-r", str(cache)]
     shutil.rmtree(cache)  # what the line says to do, then the same command
     run_command(train, tmp_path, data_dir)
+
+
+# ----------------------------------------------------------------------------- a run's own config and encoder
+KILLED = ["lra-train", "trainer=smoke", "trainer.max_steps=4", "trainer.eval_every=2", "trainer.checkpoint_every=2",
+          "model.num_layers=1", *SMALL_LISTOPS]
+
+
+def run_files(run):
+    return {p.relative_to(run).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(run.rglob("*")) if p.is_file() and p.name not in (".lock", "train.log")}
+
+
+def refused_resume(run, root, data_dir, words):
+    """``lra-train resume=run``: one line holding ``words``, exit 1, and not a byte of the run changed."""
+    before = run_files(run)
+    result = run_command(["lra-train", f"resume={run}"], root, data_dir, check=False)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 1 and len(errors) == 1 and words in errors[0], result.stderr
+    assert "Traceback" not in result.stderr and run_files(run) == before
+    return errors[0]
+
+
+def test_a_resume_whose_saved_config_was_edited_is_refused_until_it_is_put_back(tmp_path, data_dir):
+    """An edited .hydra/resolved.yaml (a learning rate, more steps) was trained on silently: another run
+    under this run's record. The checkpoint carries the config's SHA-256."""
+    run = tmp_path / "run"
+    killed = run_command([*KILLED, f"hydra.run.dir={run}"], tmp_path, data_dir, env_extra={"LRA_FAULT": "step:3"},
+                         check=False)
+    assert killed.returncode == -9 and (run / "checkpoints" / "last.pt").is_file()
+    saved = (run / ".hydra" / "resolved.yaml").read_text()
+    (run / ".hydra" / "resolved.yaml").write_text(saved.replace("  lr: 0.0001\n", "  lr: 0.5\n"))
+    line = refused_resume(run, tmp_path, data_dir, "it is not this run's checkpoint, or the run's config was edited "
+                                                   "since (the checkpoint was trained with a .hydra/resolved.yaml of")
+    assert "put the run's own files back, or start a new run with the settings you want" in line
+    (run / ".hydra" / "resolved.yaml").write_text(saved)
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert json.loads((run / "metrics.json").read_text())["status"] == "completed"
+
+
+def test_a_resume_whose_own_encoder_was_replaced_is_refused(tmp_path, data_dir):
+    """A run killed in stage 2 before its first checkpoint fine-tuned whatever pretrain/encoder.pt held on
+    resume, under a record naming the original encoder's SHA-256; it is checked as pretrain.from's is."""
+    import torch
+
+    run = tmp_path / "run"
+    killed = run_command([*KILLED, "pretrain=masked", "pretrain.max_steps=2", f"hydra.run.dir={run}"], tmp_path,
+                         data_dir, env_extra={"LRA_FAULT": "step:3"}, check=False)  # stage 2's first step
+    encoder = run / "pretrain" / "encoder.pt"
+    assert killed.returncode == -9 and encoder.is_file() and not (run / "checkpoints").exists()
+    original = encoder.read_bytes()
+    payload = torch.load(encoder, weights_only=False)
+    first = next(iter(payload["encoder"]))
+    payload["encoder"][first] = payload["encoder"][first] + 1  # another encoder of the same shape
+    torch.save(payload, encoder)
+    line = refused_resume(run, tmp_path, data_dir, f"resume={run}: {encoder} is not the encoder that run's record names")
+    assert line.endswith("put this run's encoder back, or start a new run (stage 2 would otherwise fine-tune another "
+                         "encoder than its record names)")
+    encoder.write_bytes(original)
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    record = json.loads((run / "metrics.json").read_text())
+    assert record["status"] == "completed" and record["pretrain_encoder_sha256"] == hashlib.sha256(original).hexdigest()
+
+
+def test_lra_fidelity_refuses_a_best_checkpoint_that_another_run_trained(tmp_path, data_dir):
+    """Another run's best.pt of the same shapes (seed 1's in seed 0's folder) was measured as this run's."""
+    for seed in (0, 1):
+        run_command([*KILLED, f"seed={seed}", f"hydra.run.dir=run{seed}"], tmp_path, data_dir)
+    best = tmp_path / "run0" / "checkpoints" / "best.pt"
+    best.write_bytes((tmp_path / "run1" / "checkpoints" / "best.pt").read_bytes())
+    result = run_command(["lra-fidelity", "preset=smoke", "sections=[backends]", f"checkpoint={tmp_path / 'run0'}",
+                          "output_dir=out"], tmp_path, data_dir, check=False)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 1 and len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert errors[0].startswith(f"error: cannot measure the weights in {best}: it is not this run's checkpoint")
+    assert errors[0].endswith("put the run's own files back, or pass another run as checkpoint=")
+    assert not (tmp_path / "out").exists()

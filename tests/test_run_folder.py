@@ -173,6 +173,7 @@ def test_a_run_saved_before_newer_fields_existed_resumes_with_their_defaults(tmp
     task.heldout_size, task.heldout_seed, model.padding_mask, model.position_embedding, an attention
     option) or holds a value's old name (task.validation=reference): resume merges the saved
     config onto the schemas, so they take their defaults, and the run completes as a fresh one would."""
+    import torch
     import yaml
 
     args = ["lra-train", *SHORT, "trainer.max_steps=6", "hydra.run.dir=run"]
@@ -186,6 +187,10 @@ def test_a_run_saved_before_newer_fields_existed_resumes_with_their_defaults(tmp
     saved["task"]["validation"] = "reference"  # the name task.validation=test had until 2026-11-24
     del saved["pretrain"]  # self-pretraining's group (2026-11-24)
     resolved.write_text(yaml.safe_dump(saved))
+    last = tmp_path / "run" / "checkpoints" / "last.pt"
+    payload = torch.load(last, weights_only=False)
+    del payload["config_sha256"]  # nor did that version's checkpoints carry their config's digest (2026-11-25)
+    torch.save(payload, last)
     run_command(["lra-train", f"resume={tmp_path / 'run'}"], tmp_path, data_dir)
     record = read_json(tmp_path / "run" / "metrics.json")
     assert record["status"] == "completed" and record["resumed_at_steps"] == [2]

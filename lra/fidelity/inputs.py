@@ -75,6 +75,7 @@ def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.devi
     weights read the first ``examples`` sequences of ``split`` (the first document of a dual-encoder pair)."""
     from lra.data.prepare import load_task_data
     from lra.model import Classifier, input_length
+    from lra.run import RunDirectory
     from lra.validation import attention_spec
 
     run_dir = Path(run_dir)
@@ -84,7 +85,12 @@ def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.devi
     max_length = input_length(cfg.task.max_length, cfg.trainer.max_length)
     model = Classifier(cfg.model, cfg.task, attention_spec(cfg), max_length)
     try:
-        model.load_state_dict(checkpoint.load(found)["model"])
+        payload = checkpoint.load(found)
+        checkpoint.check_config(found, payload, RunDirectory(run_dir).config_sha256, reading="measure the weights in",
+                                fix="put the run's own files back, or pass another run as checkpoint=")
+        model.load_state_dict(payload["model"])
+    except UserError:
+        raise
     except Exception as exc:
         reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot read the weights in {found} ({type(exc).__name__}: {reason}); the checkpoint is "
