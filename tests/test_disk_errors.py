@@ -2,6 +2,9 @@
 leave no temporary or staging file behind and change nothing that was finished (the disk errors are
 injected at the write: LRA_FAULT=<point>:<count>:<errno name>)."""
 
+import errno
+import os
+
 import pytest
 
 from conftest import SMALL_LISTOPS, read_json, run_command
@@ -46,17 +49,51 @@ def test_a_full_disk_during_lra_prepare_removes_its_partial_files_and_a_rerun_su
     assert len(list(data.rglob("manifest.json"))) == 1
 
 
-@pytest.mark.parametrize("errno_name, words", [("EROFS", "Read-only file system"), ("EACCES", "Permission denied"),
-                                               ("ENOSPC", "No space left on device")])
-def test_lra_table_output_to_an_unwritable_place_is_one_line(tmp_path, data_dir, errno_name, words):
+@pytest.mark.parametrize("errno_name, words, fix", [
+    ("EROFS", "Read-only file system", "write to a writable file system"),
+    ("EACCES", "Permission denied", "write to a folder you may write to"),
+    ("ENOSPC", "No space left on device", "free space on that disk")])
+@pytest.mark.parametrize("option", ["--output", "--plot"])
+def test_lra_table_output_to_an_unwritable_place_is_one_line(tmp_path, data_dir, errno_name, words, fix, option):
+    """The table and the chart alike: the edge's line for the error (a full disk: free space, not "a folder you
+    may write to"), and an older file of that name whole (the chart was written in place: a full disk left
+    it empty)."""
     record = tmp_path / "r" / "metrics.json"
     record.parent.mkdir()
-    record.write_text('{"label": "Softmax", "task": "listops", "seed": 0, "status": "completed", "test_accuracy": 30.0}')
-    result = run_command(["lra-table", str(tmp_path / "r"), "--output", str(tmp_path / "t.md")], tmp_path, data_dir,
+    record.write_text('{"label": "Softmax", "task": "listops", "seed": 0, "status": "completed", "test_accuracy": 30.0, '
+                      '"train_tokens_per_second": 100.0, "peak_memory_mb": 10.0}')
+    output = tmp_path / ("t.md" if option == "--output" else "t.png")
+    output.write_text("an older one")
+    result = run_command(["lra-table", str(tmp_path / "r"), option, str(output)], tmp_path, data_dir,
                          env_extra={"LRA_FAULT": f"write:1:{errno_name}"}, check=False)
     line = one_error_line(result)
-    assert f"cannot write {tmp_path / 't.md'} ({words})" in line
-    assert not (tmp_path / "t.md").exists() and temporaries(tmp_path) == []
+    assert line.startswith(f"error: {words} ({output}): {fix}"), line
+    assert output.read_text() == "an older one" and temporaries(tmp_path) == []
+
+
+def test_a_disk_error_without_a_file_name_is_named_after_the_file_being_written(tmp_path):
+    """torch.save on a full disk raises a RuntimeError whose cause's OSError names no file (write(2) knows a
+    descriptor): the line said "No space left on device" without where, and the run's record held torch's
+    'unexpected pos …' instead of the line."""
+    from lra.commands.config_errors import failure
+    from lra.io import atomic_write
+    from lra.records import RunRecord
+
+    def torch_like(handle):
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 171904 vs 171792")
+
+    with pytest.raises(OSError) as raised:
+        atomic_write(tmp_path / "last.pt", torch_like, mode="wb")
+    line = failure(raised.value)[0]
+    assert line == (f"No space left on device ({tmp_path / 'last.pt'}): free space on that disk, or write elsewhere; "
+                    "nothing finished was changed")
+    assert list(tmp_path.iterdir()) == [], "no temporary file stays"
+    record = RunRecord(tmp_path, status="running")
+    record.stop(raised.value)
+    assert read_json(tmp_path / "metrics.json")["error"] == f"OSError: {line}", "the record says what the console says"
 
 
 def test_a_path_component_over_255_bytes_is_one_line(tmp_path, data_dir):

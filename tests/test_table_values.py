@@ -72,3 +72,66 @@ def test_efficiency_values_and_another_metric_are_screened_too(tmp_path, capsys)
     table_main([str(tmp_path), "--metric", "best_val_accuracy"])
     captured = capsys.readouterr()
     assert "40.00** (1, 1 invalid)" in captured.out and "best_val_accuracy is 101.0, outside 0 … 100" in captured.err
+
+
+def test_a_seed_stuck_at_chance_is_counted_among_the_seeds_whose_value_is_valid(tmp_path):
+    """'3 of 2 at chance' was printed: the stuck count took in a seed whose accuracy was left out."""
+    write_record(tmp_path / "a", 0, "25.0", stuck_at_chance=True)
+    write_record(tmp_path / "b", 1, "Infinity", stuck_at_chance=True)
+    write_record(tmp_path / "c", 2, "40.0", stuck_at_chance=False)
+    table = comparison(collect([tmp_path]))
+    assert table.loc["Softmax", "listops"] == f"{32.5:.2f} ± {statistics.stdev([25.0, 40.0]):.2f} (2, 1 invalid; 1 of 2 " \
+                                               "at chance)"
+
+
+def test_a_record_whose_seed_or_status_is_no_seed_or_status_is_left_out_with_a_note(tmp_path):
+    """Such a record cannot take a place among (backend, task, seed): it was averaged in as a seed of its own,
+    or listed as an unfinished run with a resume command."""
+    write_record(tmp_path / "good", 0, "36.0")
+    (tmp_path / "words").mkdir()
+    (tmp_path / "words" / "metrics.json").write_text('{"label": "Softmax", "task": "listops", "seed": "zero", '
+                                                     '"status": "completed", "test_accuracy": 90.0}')
+    write_record(tmp_path / "half", 7, "90.0")
+    record = json.loads((tmp_path / "half" / "metrics.json").read_text())
+    (tmp_path / "half" / "metrics.json").write_text(json.dumps(record | {"seed": 1.5}))
+    write_record(tmp_path / "bogus", 3, "90.0")
+    record = json.loads((tmp_path / "bogus" / "metrics.json").read_text())
+    (tmp_path / "bogus" / "metrics.json").write_text(json.dumps(record | {"status": "done"}))
+    warnings = []
+    table = comparison(collect([tmp_path], warnings.append))
+    assert table.loc["Softmax", "listops"] == "36.00 (1)"
+    assert sorted(warnings) == sorted([
+        f"skipped {tmp_path / 'words' / 'metrics.json'}: its seed is 'zero', not a whole number ≥ 0 (the record is "
+        "damaged or was edited)",
+        f"skipped {tmp_path / 'half' / 'metrics.json'}: its seed is 1.5, not a whole number ≥ 0 (the record is damaged "
+        "or was edited)",
+        f"skipped {tmp_path / 'bogus' / 'metrics.json'}: its status is 'done', not one of running, completed, failed, "
+        "interrupted (the record is damaged or was edited)"])
+
+
+def test_huge_finite_values_are_no_measurement_and_never_overflow_a_mean(tmp_path, capsys):
+    """Two records of 1e308 tokens/s averaged to 'inf' (with numpy's overflow warning on stderr) and the JSON
+    numbers to null; a fractional parameter count was averaged in."""
+    write_record(tmp_path / "a", 0, "36.0", train_tokens_per_second=1e308, peak_memory_mb=10.0, num_parameters=1000)
+    write_record(tmp_path / "b", 1, "38.0", train_tokens_per_second=1e308, peak_memory_mb=10.0, num_parameters=1000.5)
+    write_record(tmp_path / "c", 2, "40.0", train_tokens_per_second=500.0, peak_memory_mb=1e300, num_parameters=1000)
+    table_main([str(tmp_path), "--efficiency"])
+    captured = capsys.readouterr()
+    assert "| 500 " in captured.out and "| 10 " in captured.out and "inf" not in captured.out, captured.out
+    assert "RuntimeWarning" not in captured.err and "overflow" not in captured.err, captured.err
+    assert "train_tokens_per_second is 1e+308, beyond 1e+15, no measurement of a run" in captured.err
+    assert "num_parameters is 1000.5, not a whole number" in captured.err
+    assert "peak_memory_mb is 1e+300, beyond 1e+15" in captured.err
+
+
+def test_folders_without_a_usable_run_record_are_an_error_not_an_empty_table(tmp_path, data_dir):
+    """'(no runs found)' with exit 0 for a folder with no run in it (a wrong path) or only damaged records."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "metrics.json").write_text('{"label": "Softmax"')
+    for folder, code, words in (("empty", 2, "error: no run records (metrics.json) under empty; pass run or sweep "),
+                                ("damaged", 1, "error: none of the 1 run records under damaged can be tabulated")):
+        result = run_command(["lra-table", folder], tmp_path, data_dir, check=False)
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert result.returncode == code and len(errors) == 1 and errors[0].startswith(words), result.stderr
+        assert result.stdout == "" and "Traceback" not in result.stderr

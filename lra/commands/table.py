@@ -64,6 +64,13 @@ def main(argv=None) -> None:
     files = record_files(args.directories)
     _check_outputs(args, files)
     records = read_records(files, warn) if args.directories else []
+    if args.directories and not records and not args.wandb:
+        where = ", ".join(map(str, args.directories))
+        if not files:
+            parser.exit(2, f"error: no run records (metrics.json) under {where}; pass run or sweep folders (runs/<date>/"
+                           "<time>, runs/multirun/<date>/<time>)\n")
+        parser.exit(1, f"error: none of the {len(files)} run records under {where} can be tabulated (the notes above "
+                       "say why); pass the folders of runs whose metrics.json is whole\n")
     screened = [*validity.TABLE_FIELDS, *_numeric_metric(records, args.metric, warn)]
     frames = [pd.DataFrame(deduplicate(records, warn))] if args.directories else []
     if args.wandb:
@@ -111,8 +118,7 @@ def main(argv=None) -> None:
         try:
             atomic_write_text(args.output, text.rstrip("\n") + "\n")
         except OSError as exc:
-            parser.exit(1, f"error: cannot write {args.output} ({exc.strerror}); give --output a path in a folder "
-                           "you may write to\n")
+            parser.exit(1, f"error: {_write_error(exc, args.output, '--output')}\n")
     else:
         sys.stdout.write(text.rstrip("\n") + "\n")
 
@@ -161,8 +167,16 @@ def _plot(parser, args, table, tasks, warn) -> None:
     except ValueError as exc:
         parser.exit(1, f"error: cannot draw {args.plot}: {exc}\n")
     except OSError as exc:
-        parser.exit(1, f"error: cannot write {args.plot} ({exc.strerror}); give --plot a path in a folder "
-                       "that exists and that you may write to\n")
+        parser.exit(1, f"error: {_write_error(exc, args.plot, '--plot')}\n")
+
+
+def _write_error(exc: OSError, path: Path, option: str) -> str:
+    """The one line for ``exc`` met writing ``path``: the edge's own (a full disk: free space, a read-only
+    disk: write elsewhere), else what failed and the option to change."""
+    from lra.commands.config_errors import os_error_line, path_kind_line
+
+    return (os_error_line(exc) or path_kind_line(exc)
+            or f"cannot write {path} ({exc.strerror or exc}); give {option} a path in a folder you may write to")
 
 
 if __name__ == "__main__":

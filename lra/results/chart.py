@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 import pandas as pd
 
+from lra.io import atomic_write
 from lra.results.table import load_reference
 
 PAPER_EFFICIENCY = "yoso_iclr_table4_attention_efficiency.csv"
@@ -126,9 +127,10 @@ def plot(summary: pd.DataFrame, output: Path, task: Optional[str] = None,
     axes.set_ylim(axes.get_ylim())
     figure.canvas.draw()
     _place_labels(figure, axes, labels)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(output)
-    plt.close(figure)
+    try:  # atomic: a full disk or a signal leaves no half-written chart, and an older one whole
+        atomic_write(output, lambda handle: figure.savefig(handle, format=Path(output).suffix[1:] or "png"), mode="wb")
+    finally:
+        plt.close(figure)
     return points
 
 

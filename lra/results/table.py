@@ -69,6 +69,10 @@ def read_records(paths: Iterable[Path], warn=lambda message: None) -> List[dict]
         if not isinstance(record, dict) or any(not isinstance(record.get(k), str) for k in REQUIRED):
             warn(f"skipped {path}: a run record needs the fields {', '.join(REQUIRED)}")
             continue
+        why = validity.unplaceable(record)
+        if why is not None:
+            warn(f"skipped {path}: {why} (the record is damaged or was edited)")
+            continue
         record["run_dir"] = str(Path(path).parent)
         validity.screen(record, validity.TABLE_FIELDS, warn, str(path))
         records.append(record)
@@ -170,7 +174,7 @@ def summarize(runs: pd.DataFrame, metric: str = "test_accuracy", exclude_stuck: 
     rows = []
     for (label, task), group in runs.groupby(["label", "task"], sort=False):
         completed = group[group["status"] == "completed"]
-        stuck = _stuck(completed)
+        stuck = _stuck(completed) & completed[metric].notna()  # among the seeds with a valid value: "k of n"
         counted = completed[~stuck] if exclude_stuck else completed
         done = counted[metric].dropna()
         rows.append({"backend": label, "task": task, "mean": done.mean() if len(done) else math.nan,

@@ -13,6 +13,11 @@ from typing import Callable, Iterable, List, Optional
 TABLE_FIELDS = ("test_accuracy", "best_val_accuracy", "train_tokens_per_second", "peak_memory_mb", "wall_time_seconds",
                 "num_parameters")
 INVALID = "invalid_values"  # the record's key: {field: what is wrong with its value}
+# No measurement of this harness comes near 10^15 (tokens/s a thousand times any GPU's, an exabyte of memory,
+# 30 million years, parameters beyond any model); a larger value is damage, and a mean of two would overflow.
+LARGEST = 1e15
+WHOLE = ("num_parameters",)  # counts
+STATUSES = ("running", "completed", "failed", "interrupted")  # lra.records
 
 
 def problem(field: str, value) -> Optional[str]:
@@ -25,8 +30,21 @@ def problem(field: str, value) -> Optional[str]:
         return f"{field} is {value}, not a finite number"
     if field.endswith("accuracy") and not 0 <= value <= 100:
         return f"{field} is {value}, outside 0 … 100 (percent)"
-    if not field.endswith("accuracy") and value < 0:
-        return f"{field} is {value}, below 0"
+    if not field.endswith("accuracy") and not 0 <= value <= LARGEST:
+        return f"{field} is {value}, " + ("below 0" if value < 0 else f"beyond {LARGEST:.0e}, no measurement of a run")
+    if field in WHOLE and value != int(value):
+        return f"{field} is {value}, not a whole number"
+    return None
+
+
+def unplaceable(record: dict) -> Optional[str]:
+    """Why a record cannot take a place in a table at all (its seed or status is no seed or status), or
+    None: a table keeps one run per (backend, task, seed) and sorts them by status."""
+    seed, status = record.get("seed"), record.get("status")
+    if seed is not None and (not is_number(seed) or seed != int(seed) or seed < 0):
+        return f"its seed is {seed!r}, not a whole number ≥ 0"
+    if status not in STATUSES:
+        return f"its status is {status!r}, not one of {', '.join(STATUSES)}"
     return None
 
 
