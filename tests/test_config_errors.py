@@ -102,6 +102,14 @@ def test_every_preset_and_default_is_valid():
     (["pretrain=causal", "attention=yoso"], "pretrain=causal needs causal attention and attention=yoso has no causal mode"),
     (["pretrain.from=no/such/run"], "pretrain.from=no/such/run is not a folder"),
     (["+pretrain.frm=runs/x"], "unknown key 'pretrain.frm' (did you mean 'from'?)"),
+    # A config group given no choice or several, and a config folder that is not there, were tracebacks deep
+    # in Hydra's composition (or a line cut after "while composing config:").
+    (["task=null"], "task=null: a config group takes one of its choices, not null; pass task=<choice>"),
+    (["+model=null"], "model=null: a config group takes one of its choices, not null"),
+    (["task=[listops,text]"], "task=[listops,text]: a config group takes one choice, not a list; to train each of them, "
+                              "sweep them: -m task=listops,text"),
+    (["--config-dir", "no/such/folder"], "/no/such/folder' not found; pass an existing folder to --config-dir, or "
+                                         "leave it out"),
 ])
 def test_lra_train_refuses_bad_input_with_one_line_and_no_record(tmp_path, data_dir, args, expected):
     if "cuda" in " ".join(args):
@@ -125,6 +133,7 @@ DRY_RUNS = [
     (["attention=nystrom", "attention.num_landmarks=5000"], ["--cfg", "all"]),  # a rule across fields
     (["pretrain.from=no/such/run"], ["-c", "job"]),
     (["trainer.device=cpu", "trainer.precision=bf16"], ["--cfg=job", "--resolve"]),
+    (["resume=no/such/run"], ["--cfg", "job"]),  # exit 1 and another line ("cannot resume …: unreadable")
 ]
 
 

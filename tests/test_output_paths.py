@@ -164,8 +164,37 @@ def test_tool_output_folders_that_are_files_or_read_what_the_tool_reads_are_one_
         line = one_error_line(run_command(args, tmp_path, data_dir, check=False))
         assert line.startswith(f"error: {setting}") and words in line, (args, line)
     assert snapshot(run) == before, "the run read by lra-fidelity is unchanged"
-    assert not (tmp_path / "runs").exists() or not [p for p in (tmp_path / "runs").rglob("*") if p.is_file()], \
-        "a refused tool leaves no folder of Hydra's behind"
+    assert not (tmp_path / "runs").exists(), "a refused tool leaves no folder of Hydra's behind (runs/profile/ neither)"
+
+
+@pytest.mark.parametrize("command", [["lra-train", "trainer=smoke"], ["lra-train", "-m", "seed=0"],
+                                     ["lra-profile", "preset=smoke"]], ids=["lra-train", "a sweep", "lra-profile"])
+def test_an_empty_hydra_output_folder_is_refused_rather_than_the_working_folder_used(tmp_path, data_dir, command):
+    """hydra.run.dir= (or hydra.sweep.dir=) empty made the working folder itself the run folder: a run's
+    files among the user's own."""
+    key = "hydra.sweep.dir" if "-m" in command else "hydra.run.dir"
+    for value in ("", "''"):
+        line = one_error_line(run_command([*command, f"{key}={value}"], tmp_path, data_dir, check=False))
+        assert line.startswith(f"error: {key} is empty, which would make the current folder") and "leave it out" in line
+    assert list(tmp_path.iterdir()) == [], "nothing was written into the working folder"
+
+
+def test_a_sweep_folder_holding_another_sweep_stops_the_sweep_and_its_own_command_keeps_what_finished(tmp_path, data_dir):
+    """A different command with hydra.sweep.dir of an earlier sweep ended with exit 0 and that sweep's table,
+    its jobs refused without a record; the same command again keeps the finished jobs as they are."""
+    sweep = tmp_path / "sweep"
+    args = ["lra-train", "-m", "seed=0", "trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2",
+            *SMALL_LISTOPS, f"hydra.sweep.dir={sweep}"]
+    run_command(args, tmp_path, data_dir)
+    before = snapshot(sweep / "0")
+    other = run_command([*args[:2], "attention=none", *args[2:]], tmp_path, data_dir, check=False)
+    line = one_error_line(other, code=2)
+    assert line.startswith(f"error: the sweep stopped at job 0: {sweep / '0'} already holds a completed run (Softmax")
+    assert line.endswith("continue it with its own command and settings, or choose another hydra.sweep.dir")
+    assert "Test accuracy" not in other.stdout, "no table of the other sweep's runs"
+    again = run_command(args, tmp_path, data_dir)
+    assert f"{sweep / '0'} already completed at step 2" in again.stdout and "Test accuracy" in again.stdout
+    assert snapshot(sweep / "0") == before, "the finished job is kept as it is, not trained again"
 
 
 def test_a_task_folder_that_is_a_file_in_the_data_directory_is_one_line(tmp_path, data_dir):

@@ -21,7 +21,7 @@ from lra.config import CONF_DIR, register_configs, register_resolvers, saved_run
 from lra.errors import ConfigError, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
-from lra.run import RunDirectory
+from lra.run import FolderTaken, RunDirectory
 from lra.validation import validate
 
 log = logging.getLogger("lra.train")
@@ -39,8 +39,9 @@ def _rank_zero() -> bool:
 
 
 def _record_refused_job(folder: RunDirectory, cfg: DictConfig, hydra_cfg, error: UserError) -> None:
-    """A sweep job whose config is refused still leaves its record: ``failed`` with the error line."""
-    folder.claim(fresh=True)
+    """A sweep job whose config is refused still leaves its record: ``failed`` with the error line (a
+    sweep continued with the same command refuses it again: its record is written anew)."""
+    folder.claim(fresh=not folder.holds_refused_config())
     folder.save_hydra_files(hydra_cfg, cfg)
     name = OmegaConf.select(cfg, "attention.name", default=None)
     try:
@@ -53,7 +54,8 @@ def _record_refused_job(folder: RunDirectory, cfg: DictConfig, hydra_cfg, error:
 
 
 def _start_fresh(folder: RunDirectory, cfg: DictConfig, hydra_cfg, multirun: bool) -> DictConfig:
-    """Validate, then own the folder (refusing one that holds a run), then write its config files."""
+    """Validate, then own the folder (refusing one that holds a run), then write its config files; None
+    for a sweep's job that already completed with this config (a sweep continued: kept, not trained)."""
     composed = cfg.copy()
     try:
         validate(cfg)
@@ -65,7 +67,10 @@ def _start_fresh(folder: RunDirectory, cfg: DictConfig, hydra_cfg, multirun: boo
         cfg.data_dir = str(Path(cfg.data_dir).expanduser().resolve())
         if cfg.pretrain["from"] is not None:
             cfg.pretrain["from"] = str(Path(cfg.pretrain["from"]).expanduser().resolve())
-    if folder.holds_run() and folder.continued_by(OmegaConf.to_yaml(cfg, resolve=True)):
+    resolved = OmegaConf.to_yaml(cfg, resolve=True)
+    if multirun and folder.holds_run() and folder.completed() and folder.records_config(resolved):
+        return None  # a sweep continued with its own command: this job finished, and is kept as it is
+    if folder.holds_run() and folder.continued_by(resolved):
         folder.claim(fresh=False)  # a requeued job (or the same command again): it resumes its own run
         folder.attach_log()
         log.info("continuing the unfinished run in %s: the same config (a requeued or restarted job)", folder.path)
@@ -134,6 +139,8 @@ def _run_job(cfg: DictConfig, worker: bool):
                 f"{result['best_val_accuracy']:.2f} at step {result['best_step']}); run: {folder.path}")
         config_errors.log_to_file(line, "INFO")  # while train.log is still the run's
     except UserError as exc:
+        if multirun and isinstance(exc, FolderTaken):  # no record of its own to say so: the sweep ends here
+            config_errors.exit_on_user_error(_taken_in_sweep(exc, folder, hydra_cfg))
         if multirun:  # the sweep goes on; the job's record (and log) says why it stopped
             log.error("error: %s", exc)
             return math.nan
@@ -171,6 +178,19 @@ def _interrupted(exc: signals.Interrupted, folder: RunDirectory, hydra_cfg, mult
     elif unfinished:
         exc.advice = f"resume it with: lra-train resume={shlex.quote(str(folder.path))}"
     return exc
+
+
+def _taken_in_sweep(exc: FolderTaken, folder: RunDirectory, hydra_cfg) -> UserError:
+    """A sweep job whose folder belongs to another run (the sweep folder holds another sweep, or the same
+    command composes other configs now) cannot record why it did not train, and the jobs after it would
+    write into that other sweep: the sweep ends at this job with this line and the error's status, with no
+    table printed as if the other sweep's runs were this one's."""
+    sweep = shlex.quote(str(Path(hydra_cfg.sweep.dir).resolve()))
+    holder = folder.holder()
+    taken = f"is in use by {holder}" if holder else f"already holds {folder.describe()}"
+    return type(exc)(f"the sweep stopped at job {hydra_cfg.job.num}: {folder.path} {taken}, which this command does "
+                     f"not continue; hydra.sweep.dir={sweep} holds another sweep (or one made with other settings): "
+                     "continue it with its own command and settings, or choose another hydra.sweep.dir")
 
 
 def _end_worker(stopped: signals.Interrupted) -> None:
@@ -224,6 +244,12 @@ def _validate_dry_run(overrides: list) -> None:
     finally:
         GlobalHydra.instance().clear()
     if cfg.resume:
+        from lra.config import _if_resume  # hydra.run.dir's resolver: the real run's refusal, word for word
+
+        try:
+            _if_resume(cfg.resume, None)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         cfg = RunDirectory(cfg.resume).load_resolved(saved_run_config)
     validate(cfg)
 
