@@ -135,3 +135,17 @@ def test_folders_without_a_usable_run_record_are_an_error_not_an_empty_table(tmp
         errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
         assert result.returncode == code and len(errors) == 1 and errors[0].startswith(words), result.stderr
         assert result.stdout == "" and "Traceback" not in result.stderr
+
+
+def test_a_completed_record_without_its_result_is_counted_invalid_not_shown_as_no_run(tmp_path):
+    """A completed record whose test_accuracy was removed (or is null) made the cell '—', as if no run had
+    completed, without a word."""
+    write_record(tmp_path / "a", 0, "36.0")
+    write_record(tmp_path / "b", 1, "null")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "metrics.json").write_text('{"label": "Softmax", "task": "listops", "seed": 2, "status": "completed"}')
+    warnings = []
+    table = comparison(collect([tmp_path], warnings.append))
+    assert table.loc["Softmax", "listops"] == "36.00 (1, 2 invalid)"
+    assert warnings == [f"{tmp_path / run / 'metrics.json'}: test_accuracy is missing from a completed record; left "
+                        "out of the table" for run in ("b", "c")]

@@ -63,7 +63,7 @@ def main(argv=None) -> None:
     warn = lambda message: print(f"note: {message}", file=sys.stderr)  # noqa: E731
     files = record_files(args.directories)
     _check_outputs(args, files)
-    records = read_records(files, warn) if args.directories else []
+    records = read_records(files, warn, args.metric) if args.directories else []
     if args.directories and not records and not args.wandb:
         where = ", ".join(map(str, args.directories))
         if not files:

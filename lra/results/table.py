@@ -56,9 +56,10 @@ def record_files(paths: Iterable[Path]) -> List[Path]:
     return list(found.values())
 
 
-def read_records(paths: Iterable[Path], warn=lambda message: None) -> List[dict]:
+def read_records(paths: Iterable[Path], warn=lambda message: None, metric: str = "test_accuracy") -> List[dict]:
     """The readable run records among ``paths``; each unreadable one is skipped with a ``warn``, and
-    each value a table cannot use (:mod:`lra.results.validity`) is left out with one."""
+    each value a table cannot use (:mod:`lra.results.validity`, a completed record without ``metric`` too)
+    is left out with one."""
     records = []
     for path in paths:
         try:
@@ -75,6 +76,7 @@ def read_records(paths: Iterable[Path], warn=lambda message: None) -> List[dict]
             continue
         record["run_dir"] = str(Path(path).parent)
         validity.screen(record, validity.TABLE_FIELDS, warn, str(path))
+        validity.require(record, metric, warn, str(path))
         records.append(record)
     return records
 

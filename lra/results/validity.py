@@ -60,6 +60,17 @@ def screen(record: dict, fields: Iterable[str], warn: Callable[[str], None], whe
             warn(f"{where}: {why}; left out of the table")
 
 
+def require(record: dict, field: str, warn: Callable[[str], None], where: str) -> None:
+    """A completed record holds its result: one without ``field`` (one of :data:`TABLE_FIELDS`; a record
+    edited, or cut short) is counted invalid as a bad value is, not shown as a cell without runs."""
+    if field in TABLE_FIELDS and record.get("status") == "completed" and record.get(field) is None \
+            and field not in record.get(INVALID, {}):
+        why = f"{field} is missing from a completed record"
+        record.setdefault(INVALID, {})[field] = why
+        record[field] = None
+        warn(f"{where}: {why}; left out of the table")
+
+
 def is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
