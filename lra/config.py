@@ -317,7 +317,7 @@ class TrainRunConfig:
     pretrain: PretrainConfig = MISSING
     logger: Any = MISSING
     seed: int = 0
-    data_dir: str = "${oc.env:LRA_DATA_DIR,data}"
+    data_dir: str = "${lra.env_or:LRA_DATA_DIR,data}"  # an empty LRA_DATA_DIR is unset, not the working folder
     resume: Optional[str] = None  # a run directory to continue
     # The value a run returns to Hydra's sweeper (Optuna maximizes it; a failed job returns NaN).
     optimized_metric: str = "best_val_accuracy"
@@ -437,9 +437,17 @@ def _run_stamp() -> str:
     return datetime.now().strftime("%H-%M-%S-%f")
 
 
+def _env_or(name: str, default: str) -> str:
+    import os
+
+    return os.environ.get(name) or default
+
+
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("lra.if_resume"):
         OmegaConf.register_new_resolver("lra.if_resume", _if_resume)
+    if not OmegaConf.has_resolver("lra.env_or"):  # ${VAR:-default}: set and not empty, else the default
+        OmegaConf.register_new_resolver("lra.env_or", _env_or)
     if not OmegaConf.has_resolver("lra.run_stamp"):
         OmegaConf.register_new_resolver("lra.run_stamp", _run_stamp, use_cache=True)
     if not OmegaConf.has_resolver("lra.conf_dir"):

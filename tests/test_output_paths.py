@@ -220,3 +220,20 @@ def test_a_read_only_output_folder_is_one_line_for_every_command(tmp_path, data_
             "lra-table": [str(run), "--output", str(read_only / "table.md")]}[command]
     line = one_error_line(run_command([command, *args], tmp_path, data_dir, check=False))
     assert "cannot write into" in line and ("read-only file system" in line or "permission denied" in line), line
+
+
+def test_a_data_folder_that_is_a_loop_of_links_or_an_empty_lra_data_dir_is_handled(tmp_path):
+    """A loop of symbolic links as the data folder was pathlib's 'Symlink loop' traceback; LRA_DATA_DIR set
+    but empty made the working folder the data folder (its caches among the user's files), not ./data."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    generate = ["lra-prepare", "listops", *[o for o in SMALL_LISTOPS if "max_length=256" not in o]]
+    for args, data in ((generate, tmp_path / "a"), (["lra-train", "trainer=smoke", *SMALL_LISTOPS, "data_dir=a",
+                                                      "hydra.run.dir=run"], tmp_path / "unused")):
+        line = one_error_line(run_command(args, tmp_path, data, check=False))
+        assert line in (f"error: {tmp_path / link} is a loop of symbolic links (each points on to the next, never to "
+                        "a folder): point it at a real folder, or choose another path" for link in "ab"), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"], "nothing written"
+    (tmp_path / "work").mkdir()
+    run_command(generate, tmp_path / "work", "")  # LRA_DATA_DIR=""
+    assert [p.name for p in (tmp_path / "work").iterdir()] == ["data"] and (tmp_path / "work" / "data" / "listops").is_dir()

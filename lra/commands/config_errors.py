@@ -137,6 +137,13 @@ def path_kind_line(exc: BaseException) -> Optional[str]:
     from pathlib import Path
 
     for cause in _causes(exc):
+        loop = (isinstance(cause, RuntimeError) and str(cause).startswith("Symlink loop from ")) or (
+            isinstance(cause, OSError) and cause.errno == errno.ELOOP)  # pathlib's resolve(): 3.11 / 3.13
+        if loop:
+            where = str(cause).split("Symlink loop from ", 1)[-1].strip("'") if isinstance(cause, RuntimeError) \
+                else os.fsdecode(cause.filename or "a path")
+            return (f"{where} is a loop of symbolic links (each points on to the next, never to a folder): point it "
+                    "at a real folder, or choose another path")
         if not isinstance(cause, OSError) or cause.errno not in (errno.ENOTDIR, errno.EISDIR, errno.EEXIST):
             continue
         # A rename names its target second: that is the path in the way, not the temporary file renamed.

@@ -158,6 +158,8 @@ def _run_job(cfg: DictConfig, worker: bool):
         if multirun:  # one failed job must not end the sweep; its metrics.json says failed
             log.error("error: %s", known[0]) if known else log.exception("job failed")
             return math.nan
+        if folder.main and not folder.owned:  # failed before the run took its folder: Hydra's empty one goes
+            folder.remove_if_empty()
         config_errors.exit_on_known_failure(exc)
         raise
     finally:
