@@ -179,10 +179,13 @@ def check_output_file(path: Path | str, setting: str, reads: Iterable[Path | str
     return path
 
 
-def check_hydra_output_overrides(argv: Sequence[str], reads: Iterable[Path | str] = ()) -> None:
+def check_hydra_output_overrides(argv: Sequence[str], reads: Iterable[Path | str] = (),
+                                 within: Iterable[tuple] = ()) -> None:
     """``hydra.run.dir=`` and ``hydra.sweep.dir=`` on a command line: Hydra makes those folders before
     the command's own code runs, so they are checked here first (values with ``${…}`` are Hydra's to
-    resolve and are left to it)."""
+    resolve and are left to it). ``within``: (folder, what it is) pairs the output folder may be neither
+    of nor inside (lra-train's task data folders: a run's files would lie among the caches it reads)."""
+    within = list(within)
     for argument in argv:
         key, _, value = argument.partition("=")
         key = key.lstrip("+")
@@ -190,4 +193,9 @@ def check_hydra_output_overrides(argv: Sequence[str], reads: Iterable[Path | str
             raise UserError(f"{key} is empty, which would make the current folder ({Path.cwd()}) the output folder; "
                             f"give {key} a folder, or leave it out")
         if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
-            check_output_folder(value.strip("'\""), key, reads)
+            path = check_output_folder(value.strip("'\""), key, reads).resolve()
+            for folder, what in within:
+                folder = Path(os.path.abspath(Path(folder).expanduser())).resolve()
+                if path == folder or folder in path.parents:
+                    raise UserError(f"{key}: {path} is {'' if path == folder else 'inside '}{what} {folder}, which this "
+                                    f"command reads; give {key} a folder outside it")

@@ -237,3 +237,16 @@ def test_a_data_folder_that_is_a_loop_of_links_or_an_empty_lra_data_dir_is_handl
     (tmp_path / "work").mkdir()
     run_command(generate, tmp_path / "work", "")  # LRA_DATA_DIR=""
     assert [p.name for p in (tmp_path / "work").iterdir()] == ["data"] and (tmp_path / "work" / "data" / "listops").is_dir()
+
+
+def test_a_run_folder_in_the_data_it_reads_is_refused(tmp_path, data_dir):
+    """hydra.run.dir inside a task's cache (or the data folder itself) trained there, its record, checkpoints
+    and log among the cache's arrays; a run folder elsewhere under data_dir (runs/ beside the tasks) is fine."""
+    cache = data_dir / "listops" / "cache" / "0123abcd"
+    for run, words in ((cache / "run", f"is inside the listops data folder {data_dir / 'listops'}, which this command "
+                                       "reads"),
+                       (data_dir, f"is a folder this command reads ({data_dir})")):
+        line = one_error_line(run_command(["lra-train", "trainer=smoke", f"hydra.run.dir={run}"], tmp_path, data_dir,
+                                          check=False))
+        assert line.startswith(f"error: hydra.run.dir: {run} ") and words in line, line
+    assert not cache.exists() and not (data_dir / "metrics.json").exists()

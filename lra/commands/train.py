@@ -256,11 +256,19 @@ def _validate_dry_run(overrides: list) -> None:
     validate(cfg)
 
 
+def _data_dir(argv: list) -> str:
+    """The data folder a command line names (``data_dir=``), else the config's default: LRA_DATA_DIR or ./data."""
+    given = [a.split("=", 1)[1].strip("'\"") for a in argv if a.split("=", 1)[0].lstrip("+") == "data_dir" and "=" in a]
+    return given[-1] if given and "${" not in given[-1] else os.environ.get("LRA_DATA_DIR") or "data"
+
+
 def main() -> None:
     """Console entry: Hydra errors become one line (set HYDRA_FULL_ERROR=1 for a traceback)."""
     from lra.io import check_hydra_output_overrides  # Hydra makes hydra.run.dir before run(): checked first
 
-    config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:])
+    data = Path(_data_dir(sys.argv[1:]))  # the data folder itself, and each task's folder in it (its caches)
+    within = [(data / path.stem, f"the {path.stem} data folder") for path in sorted((CONF_DIR / "task").glob("*.yaml"))]
+    config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], reads=[data], within=within)
     config_errors.run_app(run, _valid_keys, check_shown=_validate_dry_run)
 
 
