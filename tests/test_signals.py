@@ -6,6 +6,7 @@ Signals are delivered at deterministic points through lra/faults.py's hooks (no 
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import subprocess
 import sys
@@ -106,9 +107,11 @@ def uninterrupted_spt(tmp_path_factory, data_dir):
     return final_state(run)
 
 
-def test_signals_in_stage_one_of_pretraining_are_recorded_and_it_resumes_exactly(tmp_path, data_dir, uninterrupted_spt):
-    """SIGTERM in stage 1, then (resumed) SIGHUP while its encoder is written, then the run to its end."""
+def test_signals_in_both_stages_of_pretraining_are_recorded_and_it_resumes_exactly(tmp_path, data_dir, uninterrupted_spt):
+    """SIGTERM in stage 1, then (resumed) SIGHUP while its encoder is written, then (resumed: stage 1 finishes
+    its encoder, no step of its own left) SIGTERM in stage 2 after its step 3 checkpoint, then the run to its end."""
     run = tmp_path / "runs" / "run"
+    encoder = run / "pretrain" / "encoder.pt"
     command = ["lra-train", *SPT, f"hydra.run.dir={run}"]
     for fault, name in (("step:2:SIGTERM", "SIGTERM"), ("checkpoint_write:3:SIGHUP", "SIGHUP")):
         stopped = run_command(command, tmp_path, data_dir, env_extra={"LRA_FAULT": fault}, check=False)
@@ -116,11 +119,23 @@ def test_signals_in_stage_one_of_pretraining_are_recorded_and_it_resumes_exactly
         record = read_json(run / "metrics.json")
         assert (record["status"], record["signal"]) == ("interrupted", name)
         assert record["pretrain_status"] == "interrupted", "stage 1's own status says it was the stage interrupted"
-        assert not (run / "pretrain" / "encoder.pt").exists(), "no encoder until stage 1 has finished writing it"
+        assert not encoder.exists(), "no encoder until stage 1 has finished writing it"
         command = ["lra-train", f"resume={run}"]
+    # Stage 1 resumes at its last step: the step faults this process passes are stage 2's.
+    stopped = run_command(command, tmp_path, data_dir, env_extra={"LRA_FAULT": "step:4:SIGTERM"}, check=False)
+    line = assert_one_line(stopped, 143, "error: interrupted (SIGTERM)")
+    assert line.endswith(f"resume it with: lra-train resume={run}"), line
+    record = read_json(run / "metrics.json")
+    assert (record["status"], record["signal"], record["error"]) == ("interrupted", "SIGTERM", "interrupted (SIGTERM)")
+    assert (record["pretrain_status"], record["pretrain_steps"], record["steps"]) == ("completed", 6, 3), \
+        "stage 1 finished: stage 2 was interrupted, past its step 3"
+    written = encoder.read_bytes()
+    assert hashlib.sha256(written).hexdigest() == record["pretrain_encoder_sha256"]
     run_command(command, tmp_path, data_dir)
     assert_same_result(run, uninterrupted_spt)
-    assert read_json(run / "metrics.json")["pretrain_status"] == "completed"
+    record = read_json(run / "metrics.json")
+    assert record["pretrain_status"] == "completed" and record["resumed_at_steps"] == [3], record["resumed_at_steps"]
+    assert encoder.read_bytes() == written, "stage 2's resume fine-tunes the encoder stage 1 wrote, unchanged"
 
 
 def test_a_signal_stops_a_sweep_whose_jobs_keep_their_records_and_the_same_command_continues_it(tmp_path, data_dir):
