@@ -13,7 +13,7 @@ def test_every_command_has_help(tmp_path, command):
     assert result.returncode == 0 and f"usage: {command}" in result.stdout.lower()
     assert "``" not in result.stdout  # docstring markup leaking into the description
     if command == "lra-train":
-        assert "attention: learned_hash, linformer" in result.stdout  # the config groups and their choices
+        assert "attention: bigbird, learned_hash, linear_transformer, linformer" in result.stdout  # the config groups and their choices
         assert "schema" not in result.stdout.split("== Config ==")[0], "internal schemas are not choices"
 
 
