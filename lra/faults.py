@@ -19,8 +19,10 @@ def fault_point(name: str, path=None) -> None:
     (a background job's SIGINT, SIGHUP under nohup) the interruption it would cause is raised instead;
     an errno name (ENOSPC, EROFS, EACCES, …), raised as that OSError on ``path``, to prove that a full
     or read-only disk is met with one line and nothing lost; or OOM, an out-of-memory error as CUDA's
-    allocator raises it. With ``LRA_FAULT_ONCE=<file>`` it fires only while that file does not exist,
-    and creates it: once per sweep, not once per requeued attempt. Inert unless the variable is set."""
+    allocator raises it; or BUG, a RuntimeError no rule of the error edge knows (a bug in the harness), to
+    prove that it too ends with one line and its traceback in a file. With ``LRA_FAULT_ONCE=<file>`` it
+    fires only while that file does not exist, and creates it: once per sweep, not once per requeued
+    attempt. Inert unless the variable is set."""
     spec = os.environ.get("LRA_FAULT")
     if not spec or name + ":" not in spec:
         return
@@ -47,6 +49,8 @@ def _act(name: str, fault: str, path) -> None:
         import torch
 
         raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB (injected at {name})")
+    if action == ["BUG"]:
+        raise RuntimeError(f"a fault injected at {name} (LRA_FAULT={fault})")
     number = getattr(signal, action[0]) if action else signal.SIGKILL
     if number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) and signal.getsignal(number) == signal.SIG_IGN:
         from lra.signals import Interrupted

@@ -2,9 +2,13 @@
 passed validation — a diverged loss, compiled kernels that cannot be built, a file where a data folder
 must be, memory exhausted — ends with one ``error:`` line naming the fix and exit 1, never a traceback,
 and the run's record says ``failed`` with the same words; in a sweep the job is recorded and the sweep
-goes on."""
+goes on. An error no rule knows (a bug: LRA_FAULT's BUG action) is one line too, in every command, naming
+the file that holds its traceback (the run's train.log, a tool's log, else a file of its own) and exit 1."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import pytest
 
@@ -99,6 +103,63 @@ def test_a_diverged_job_of_a_sweep_is_recorded_and_the_sweep_goes_on(tmp_path, d
     assert read_json(sweep / "1" / "metrics.json")["status"] == "completed"
     table = (sweep / "table.md").read_text()
     assert "failed runs (1):" in table and f"{sweep / '0'}: TrainingDiverged: {DIVERGED}" in table
+
+
+def traceback_file(line: str, error: str) -> Path:
+    """The file a bug's one line names, checked to hold the full traceback of ``error``."""
+    match = re.fullmatch(rf"unexpected {re.escape(error)} \(its traceback is in (.+)\); this is a bug in the harness, "
+                         "not in your input: please report it with that file", line)
+    assert match, line
+    path = Path(match.group(1))
+    text = path.read_text()
+    assert "Traceback (most recent call last):" in text and f"\n{error}\n" in text, text
+    return path
+
+
+def test_a_bug_inside_a_run_is_one_line_naming_its_traceback_in_the_run_log_and_the_record_says_failed(tmp_path,
+                                                                                                         data_dir):
+    """An error no rule knows (LRA_FAULT's BUG: a RuntimeError) was a traceback: one line now, exit 1."""
+    result = run_command(["lra-train", *QUICK], tmp_path, data_dir, env_extra={"LRA_FAULT": "step:3:BUG"}, check=False)
+    error = "RuntimeError: a fault injected at step (LRA_FAULT=step:3:BUG)"
+    (run,) = run_dirs(tmp_path)
+    assert traceback_file(one_error_line(result), error) == run / "train.log"
+    assert failed_record(tmp_path)["error"] == error
+
+
+def test_a_bug_in_a_sweep_job_is_one_line_its_traceback_in_the_job_log(tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    result = run_command(["lra-train", "-m", "seed=0", *QUICK, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "step:3:BUG"})
+    assert "Traceback" not in result.stdout + result.stderr
+    error = "RuntimeError: a fault injected at step (LRA_FAULT=step:3:BUG)"
+    (line,) = [line.split("] - error: ", 1)[1] for line in result.stdout.splitlines() if "] - error: " in line]
+    assert traceback_file(line, error) == sweep / "0" / "train.log"
+    assert read_json(sweep / "0" / "metrics.json")["error"] == error
+
+
+TOOL_BUGS = {  # command line, the fault, where the traceback goes: the tool's Hydra log, else a file of its own
+    "lra-prepare": (["lra-prepare", "listops", "--data-dir", "data",
+                     *[o for o in SMALL_LISTOPS if "task.max" not in o]], "cache_example:3:BUG", None),
+    "lra-table": (["lra-table", ".", "--output", "table.md"], "write:1:BUG", None),
+    "lra-profile": (["lra-profile", "preset=smoke", "backends=[softmax]", "hydra.run.dir=out"], "output_check:2:BUG",
+                    "out/profile.log"),
+    "lra-fidelity": (["lra-fidelity", "preset=smoke", "hydra.run.dir=out"], "output_check:2:BUG", "out/fidelity.log"),
+}
+
+
+@pytest.mark.parametrize("tool", TOOL_BUGS)
+def test_a_bug_in_any_command_is_one_line_naming_the_file_with_its_traceback(tmp_path, data_dir, tool):
+    args, fault, log = TOOL_BUGS[tool]
+    (tmp_path / "metrics.json").write_text('{"label": "Softmax", "task": "listops", "seed": 0, "status": "completed", '
+                                           '"steps": 4, "test_accuracy": 12.5}')  # a record for lra-table
+    result = run_command(args, tmp_path, data_dir, env_extra={"LRA_FAULT": fault}, check=False)
+    path = traceback_file(one_error_line(result), f"RuntimeError: a fault injected at {fault.split(':')[0]} "
+                                                  f"(LRA_FAULT={fault})")
+    if log is not None:
+        assert path == tmp_path / log
+    else:  # no run folder, no log: a file of its own, named after the command and holding its command line
+        assert path.name.startswith(f"{tool}-traceback-") and path.read_text().startswith(f"{tool} {args[1]} ")
+        path.unlink()
 
 
 @pytest.mark.parametrize("command", [["lra-prepare", "listops"], ["lra-train", *QUICK]],

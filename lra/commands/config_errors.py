@@ -178,8 +178,8 @@ def _memory_line(exc: BaseException) -> Optional[str]:
 
 
 def failure(exc: BaseException) -> Optional[tuple]:
-    """The one decision of which failures end a command with one ``error:`` line rather than a
-    traceback: ``(line, exit status)``, or None for a bug (its traceback is what to report).
+    """The one decision of which failures have a line naming their fix: ``(line, exit status)``, or
+    None for a bug (:func:`bug_line`: one line too, its traceback written to a file to report).
 
     An interruption (SIGINT, SIGTERM, SIGHUP: :mod:`lra.signals`) → 128 + the signal's number; bad
     input (:class:`lra.errors.UserError`: a diverged run too) → its status; the compiled kernels
@@ -209,8 +209,7 @@ def failure(exc: BaseException) -> Optional[tuple]:
 
 
 def exit_on_known_failure(exc: BaseException) -> None:
-    """End the process with one line if :func:`failure` has one for ``exc``; return otherwise, for
-    the caller to re-raise (a bug keeps its traceback)."""
+    """End the process with one line if :func:`failure` has one for ``exc``; return otherwise."""
     import sys
 
     known = failure(exc)
@@ -218,6 +217,56 @@ def exit_on_known_failure(exc: BaseException) -> None:
         log_to_file(f"error: {known[0]}")
         print(f"error: {known[0]}", file=sys.stderr)
         sys.exit(known[1])
+
+
+def exit_on_failure(exc: BaseException) -> None:
+    """End the process with one ``error:`` line for any ``exc``: :func:`failure`'s line and status, or
+    for a bug :func:`bug_line` (its traceback in a file) and exit 1. Never returns."""
+    import sys
+
+    exit_on_known_failure(exc)
+    line = f"error: {bug_line(exc)}"
+    log_to_file(line)
+    print(line, file=sys.stderr)
+    sys.exit(1)
+
+
+def bug_line(exc: BaseException) -> str:
+    """The one line for an error :func:`failure` does not know (a bug, in the harness or in what it calls):
+    its full traceback is written to the command's log file (the run's ``train.log``, a tool's Hydra log),
+    or where it has none to a file of its own in the temporary folder; the line names the error, that file
+    and what to do. Only if no file can be written does the traceback go to stderr, before the line."""
+    import logging
+    import sys
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    message = " ".join(str(exc).split())
+    what = type(exc).__name__ + (f": {message if len(message) <= 300 else message[:300] + ' …'}" if message else "")
+    record = logging.makeLogRecord({"name": "lra", "levelno": logging.ERROR, "levelname": "ERROR",
+                                    "msg": f"unexpected {what}", "exc_info": (type(exc), exc, exc.__traceback__)})
+    written = []
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            try:
+                with open(handler.baseFilename, "a", encoding="utf-8") as log:
+                    log.write(handler.format(record) + "\n")
+                written.append(handler.baseFilename)
+            except OSError:
+                pass
+    if not written:
+        command = os.path.basename(sys.argv[0]) if os.path.basename(sys.argv[0]).startswith("lra") else "lra"
+        try:
+            fd, path = tempfile.mkstemp(prefix=f"{command}-traceback-", suffix=".txt")
+            with os.fdopen(fd, "w", encoding="utf-8") as file:
+                file.write(" ".join([command, *sys.argv[1:]]) + "\n\n" + text)
+            written.append(path)
+        except OSError:
+            print(text, end="", file=sys.stderr)
+    where = f"its traceback is in {written[0]}" if written else "its traceback is above"
+    return (f"unexpected {what} ({where}); this is a bug in the harness, not in your input: please report it "
+            f"with {'that file' if written else 'that traceback'}")
 
 
 def exit_on_user_error(exc, folder=None) -> None:
@@ -240,9 +289,9 @@ def exit_on_user_error(exc, folder=None) -> None:
 
 def at_the_edge(main):
     """Decorate a console command's ``main``: it runs under the signal policy (:mod:`lra.signals`:
-    SIGINT, SIGTERM and SIGHUP interrupt it), and every failure :func:`failure` knows (bad input, an
-    interruption, a full disk, …) ends it with one ``error:`` line and that exit status instead of a
-    traceback; anything else keeps its traceback (a bug to report)."""
+    SIGINT, SIGTERM and SIGHUP interrupt it), and every failure ends it with one ``error:`` line instead
+    of a traceback: what :func:`failure` knows (bad input, an interruption, a full disk, …) with its exit
+    status, anything else (a bug) with exit 1 and its traceback in a file the line names (:func:`bug_line`)."""
     import functools
 
     from lra import signals
@@ -253,8 +302,7 @@ def at_the_edge(main):
             try:
                 return main(*args, **kwargs)
             except (Exception, KeyboardInterrupt) as exc:
-                exit_on_known_failure(exc)
-                raise
+                exit_on_failure(exc)
 
     return wrapped
 
@@ -285,7 +333,8 @@ def remove_hydra_leftovers(run_dir, job_name: str) -> None:
 
 def one_line_user_errors(task):
     """Decorate a tool's Hydra task function (lra-profile, lra-fidelity: Hydra saves their .hydra/)
-    so that its bad-input errors end the process with one line, a refused config leaving no folder."""
+    so that its bad-input errors end the process with one line, a refused config leaving no folder, and
+    any other error with one line too (:func:`exit_on_failure`: a bug's traceback in the tool's log)."""
     import functools
     import sys
 
@@ -305,17 +354,16 @@ def one_line_user_errors(task):
                 remove_hydra_leftovers(hydra_cfg.runtime.output_dir, hydra_cfg.job.name)
             print(message, file=sys.stderr)
             sys.exit(exc.exit_code)
-        except Exception as exc:  # inside Hydra's job, or it would add its "Error executing job" line
-            exit_on_known_failure(exc)
-            raise
+        except Exception as exc:  # inside Hydra's job (its log file still open), before its "Error executing job"
+            exit_on_failure(exc)
 
     return wrapped
 
 
 def run_app(run, valid_keys, check_shown=None) -> None:
     """Run a Hydra app's ``run`` so that a config mistake ends with one line (exit 2) naming the fix,
-    and bad input, a disk error or an interruption with one line as :func:`at_the_edge` says; other
-    errors keep their traceback. Set HYDRA_FULL_ERROR=1 to see Hydra's own traceback.
+    and every other failure with one line as :func:`at_the_edge` says. Set HYDRA_FULL_ERROR=1 to see
+    Hydra's own traceback of a config mistake.
 
     ``check_shown(overrides)``: the app's validation of a composed config, run before Hydra prints it
     for ``--cfg job|hydra|all``, so that a dry run refuses what the real run would, with the same line."""

@@ -113,7 +113,7 @@ def _start_resume(folder: RunDirectory, hydra_cfg) -> Optional[DictConfig]:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def run(cfg: DictConfig):
     """One job: its signals (:mod:`lra.signals`; owned here only in a launcher's worker process, where
-    no command edge runs), its folder, its record, and one line for every failure the edge knows."""
+    no command edge runs), its folder, its record, and one line for every failure (a bug's traceback in train.log)."""
     owner = not signals.installed()
     with signals.interruptible():
         return _run_job(cfg, worker=owner)
@@ -153,15 +153,14 @@ def _run_job(cfg: DictConfig, worker: bool):
             _end_worker(stopped)
         config_errors.log_to_file(f"error: {stopped}")  # the edge prints it on the console
         raise stopped from None
-    except Exception as exc:
-        known = config_errors.failure(exc)  # a diverged run, a full disk, the kernels unavailable, ...
+    except Exception as exc:  # a diverged run, a full disk, the kernels unavailable, ..., or a bug
         if multirun:  # one failed job must not end the sweep; its metrics.json says failed
-            log.error("error: %s", known[0]) if known else log.exception("job failed")
+            known = config_errors.failure(exc)  # a bug's traceback goes to the job's train.log, while it is open
+            log.error("error: %s", known[0] if known else config_errors.bug_line(exc))
             return math.nan
         if folder.main and not folder.owned:  # failed before the run took its folder: Hydra's empty one goes
             folder.remove_if_empty()
-        config_errors.exit_on_known_failure(exc)
-        raise
+        config_errors.exit_on_failure(exc)  # one line; a bug's traceback in the run's train.log, while it is open
     finally:
         folder.release()
     print(line)
