@@ -33,11 +33,21 @@ def real_mask(mask: Optional[torch.Tensor], q: torch.Tensor) -> torch.Tensor:
     return mask.to(torch.bool)
 
 
+def no_tokens(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Attention over an empty sequence (n = 0): the empty output [batch, heads, 0, d_v], in the
+    autograd graph of q, k and v, so that a backward pass gives each an (empty) gradient."""
+    return v + 0 * (q.sum() + k.sum())
+
+
 def in_float32(forward):
-    """Run ``forward(self, q, k, v, mask)`` in float32 and return the inputs' dtype."""
+    """Run ``forward(self, q, k, v, mask)`` in float32 and return the inputs' dtype. An empty sequence
+    (n = 0) returns :func:`no_tokens` without calling ``forward``: the block, chunk, bucket and
+    landmark sizes that backends derive from n would be 0 (divisions by zero, empty reductions)."""
 
     @functools.wraps(forward)
     def wrapper(self, q, k, v, mask=None):
+        if q.shape[2] == 0:
+            return no_tokens(q, k, v)
         dtype = v.dtype
         out = forward(self, q.float(), k.float(), v.float(), real_mask(mask, q))
         return out.to(dtype)

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_zoo._common import NEG_INF, gather_rows, in_float32
+from attention_zoo._common import NEG_INF, gather_rows, in_float32, no_tokens
 from attention_zoo.longformer import LongformerAttention, LongformerOptions
 from attention_zoo.options import InvalidOption, choice, number, whole
 from attention_zoo.performer import orthogonal_gaussian_features
@@ -206,6 +206,9 @@ class LearnedHashAttention(Attention):
         return counts(score_q), counts(score_k)
 
     def forward(self, q, k, v, mask=None):
+        if q.shape[2] == 0:  # no token: no bucket, and the utility loss (a mean over real tokens) is 0
+            self.aux_loss = q.new_zeros((), dtype=torch.float32) if torch.is_grad_enabled() else None
+            return no_tokens(q, k, v)
         if self.local is None:
             return self._hashed(q, k, v, mask)
         split = self.options.local_heads

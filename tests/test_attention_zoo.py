@@ -114,3 +114,117 @@ def test_none_returns_the_values_and_labels_follow_the_papers():
 def test_unknown_backend_lists_the_registered_ones():
     with pytest.raises(KeyError, match="registered: .*softmax"):
         attention_zoo.build("sofmax", num_heads=2, head_dim=32, max_seq_len=64)
+
+
+# ----------------------------------------------------------------------------- empty and one-token inputs
+# One real key: each backend's output in closed form, out = c · v (c from its definition, below), but the
+# YOSO family, whose rows are normalized: out = v / ‖v‖ (yoso_c plus its convolution's centre tap · v).
+UNIT_WEIGHT = {"softmax", "none", "local", "sparse_transformer", "bigbird", "longformer", "lsh", "learned_hash",
+               "reformer", "synthesizer", "performer"}  # weights normalized over the keys a query sees: the one key's is 1
+UNIT_ROWS = {"yoso", "yoso_e", "yoso_c"}
+ONE_TOKEN_MASKS = {"no mask": None, "all real": [True, True], "second sequence padded": [True, False]}
+
+
+def centre_tap(conv):
+    """The weight a depthwise sequence convolution gives a token's own value: [heads, 1, 1]."""
+    return conv.weight[:, 0, conv.padding[0], :1].double()[:, None]
+
+
+def one_token_factor(name, attn, q, k):
+    """c [batch or 1, heads, 1, 1] in out = c · v for one real token, in float64 (not for UNIT_ROWS)."""
+    q, k = q.double(), k.double()
+    if name in UNIT_WEIGHT:
+        return torch.ones(1, 1, 1, 1, dtype=torch.float64)
+    if name == "sinkhorn":  # its own block and its 1 × 1 sorted block, two softmaxes added
+        return torch.full((1, 1, 1, 1), 2.0, dtype=torch.float64)
+    if name == "nystrom":  # landmark = the token, F = A = B = 1, pinv(1) = 1; plus the V convolution
+        return 1 + centre_tap(attn.conv)[None]
+    if name == "linformer":  # E's column 0 projects the one key (and V, shared) to proj_dim rows
+        e, f = attn.key_projection[:, 0].double(), attn.value_projection[:, 0].double()
+        score = (q * k).sum(-1, keepdim=True) / q.shape[-1] ** 0.5
+        return (torch.softmax(score * e, dim=-1) * f).sum(-1, keepdim=True)
+    if name == "linear_transformer":  # φ(q)·φ(k) / (φ(q)·φ(k) + ε), φ = elu + 1
+        phi = lambda x: torch.where(x > 0, x + 1, x.exp())  # noqa: E731
+        s = (phi(q) * phi(k)).sum(-1, keepdim=True)
+        return s / (s + attn.options.epsilon)
+    if name == "rfa":  # φ(x̂)·φ(ŷ) = mean_i cos(w_i·(x̂ − ŷ)) (sin a sin b + cos a cos b), floored at floor / D
+        unit = lambda x: x / (x.norm(dim=-1, keepdim=True) + 1e-3)  # noqa: E731
+        w = attn.sigma.detach().double()[:, None, :] * attn.random_directions("cpu").double() / attn.options.temperature
+        kernel = torch.cos(torch.einsum("bhnd,hfd->bhnf", unit(q) - unit(k), w)).mean(-1, keepdim=True)
+        return kernel / kernel.clamp_min(attn.options.normalizer_floor / attn.options.num_features)
+    raise AssertionError(f"{name}: no closed form for one token; add the new backend's here")
+
+
+def one_token_output(name, attn, q, k, v):
+    if name in UNIT_ROWS:
+        out = v.double() / v.double().norm(dim=-1, keepdim=True)
+        return out + centre_tap(attn.conv)[None] * v.double() if name == "yoso_c" else out
+    return one_token_factor(name, attn, q, k) * v.double()
+
+
+def test_every_backend_has_a_one_token_closed_form():
+    assert UNIT_WEIGHT | UNIT_ROWS | {"sinkhorn", "nystrom", "linformer", "linear_transformer", "rfa"} == set(BACKENDS)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("masked", [False, True], ids=["no mask", "empty mask"])
+def test_an_empty_sequence_gives_an_empty_output_and_gradients(name, mode, masked):
+    attn = build(name).train(mode == "train")
+    q, k, v = (t.requires_grad_() for t in random_qkv(n=0))
+    out = attn(q, k, v, torch.ones(2, 0, dtype=torch.bool) if masked else None)
+    assert out.shape == (2, 2, 0, 32) and out.dtype == torch.float32
+    out.sum().backward()
+    assert all(t.grad is None or t.grad.shape == t.shape for t in (q, k, v))
+    assert attn.aux_loss is None or float(attn.aux_loss) == 0.0  # a mean over no real token
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("mask", ONE_TOKEN_MASKS, ids=list(ONE_TOKEN_MASKS))
+def test_one_token_equals_its_closed_form_forward_and_backward(name, mask):
+    """Real sequences equal their closed form; a padded one's row is finite. Gradients of Σ out · w:
+    c · w for v where out = c · v; 0 for q and k where c = 1 (nothing to weigh against)."""
+    attn = build(name)
+    q, k, v = random_qkv(n=1)
+    if name in ("yoso", "yoso_c"):
+        k = q.clone()  # a key equal to the query shares its code in every hash: a collision for sure
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    padding = None if ONE_TOKEN_MASKS[mask] is None else torch.tensor(ONE_TOKEN_MASKS[mask])[:, None]
+    out = attn(q, k, v, padding)
+    real = torch.ones(2, dtype=torch.bool) if padding is None else padding[:, 0]
+    assert out.shape == v.shape and torch.isfinite(out).all()
+    expected = one_token_output(name, attn, q.detach(), k.detach(), v.detach())
+    torch.testing.assert_close(out[real].double(), expected.expand_as(out)[real], rtol=1e-5, atol=1e-6)
+
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    (out * w).sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v) if t.grad is not None)
+    if name in UNIT_ROWS:
+        return
+    c = one_token_factor(name, attn, q.detach(), k.detach()).expand_as(out)
+    torch.testing.assert_close(v.grad[real].double(), (c * w)[real], rtol=1e-5, atol=1e-6)
+    if name in UNIT_WEIGHT | {"sinkhorn", "nystrom"}:
+        for t in (q, k):
+            assert t.grad is None or t.grad[real].abs().max() <= 1e-5
+
+
+def test_yoso_one_token_rows_are_the_unit_value_or_zero_when_no_hash_collides():
+    """With a key unlike the query, each row is v / ‖v‖ (some hash collides) or 0 (none does)."""
+    q, k, v = random_qkv(n=1)
+    out = build("yoso")(q, k, v, None).double()
+    unit = v.double() / v.double().norm(dim=-1, keepdim=True)
+    hit = (out - unit).abs().amax(-1) <= 1e-6
+    assert (hit | (out.abs().amax(-1) == 0)).all() and hit.any() and not hit.all()
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_fully_padded_sequence_is_finite_and_leaves_the_others_alone(name):
+    attn = build(name)
+    q, k, v = (t.requires_grad_() for t in random_qkv())
+    mask = padding_mask()
+    mask[1] = False
+    out = attn(q, k, v, mask)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out[0], attn(q, k, v, padding_mask())[0], rtol=1e-5, atol=1e-6)
+    out.square().sum().backward()
+    assert all(t.grad is None or torch.isfinite(t.grad).all() for t in (q, k, v))
