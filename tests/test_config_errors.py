@@ -124,6 +124,18 @@ def test_lra_train_refuses_bad_input_with_one_line_and_no_record(tmp_path, data_
     assert not [p for p in tmp_path.rglob("*") if p.is_file()], "a refused config leaves no record and no folder"
 
 
+def test_a_value_with_letters_beyond_ascii_is_one_line_saying_to_quote_it_and_quoted_it_composes(tmp_path, data_dir):
+    """Hydra's lexer refuses a non-ASCII value unquoted (a LexerNoViableAltException): the line says to quote it,
+    and the value quoted as it says reaches the config unchanged (a dry run: nothing trained)."""
+    refused = run_command(["lra-train", "trainer=smoke", "task.path=/data/café"], tmp_path, data_dir, check=False)
+    (line,) = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and line.startswith("error: cannot parse the override 'task.path=/data/café'"), line
+    assert "letters beyond ASCII" in line and "must be quoted for Hydra as well as for the shell" in line, line
+    shown = run_command(["lra-train", "trainer=smoke", "task.path='/data/café'", "--cfg", "job"], tmp_path, data_dir)
+    assert "  path: /data/café\n" in shown.stdout and shown.stderr == ""
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()], "neither writes anything"
+
+
 # A dry run (--cfg job|hydra|all, -c) validates as the real run does: the same line, the same status, nothing
 # printed on stdout and nothing written.
 DRY_RUNS = [
