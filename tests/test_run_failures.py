@@ -162,6 +162,24 @@ def test_a_bug_in_any_command_is_one_line_naming_the_file_with_its_traceback(tmp
         path.unlink()
 
 
+def test_a_reader_that_closes_the_pipe_early_is_no_error_and_no_bug_report(tmp_path, monkeypatch, capsys):
+    """`lra-table runs | head -1` (or `lra-train --help | head`): the write to the closed pipe is a
+    BrokenPipeError, not a bug to report; the command ends silently with SIGPIPE's status, 141."""
+    import os
+    import sys
+
+    from lra.commands.table import main as table_main
+
+    (tmp_path / "metrics.json").write_text('{"label": "Softmax", "task": "listops", "seed": 0, "status": "completed", '
+                                           '"steps": 4, "test_accuracy": 12.5}')
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    monkeypatch.setattr(sys, "stdout", os.fdopen(write, "w", buffering=1))  # a line is written as printed
+    with pytest.raises(SystemExit) as stopped:
+        table_main([str(tmp_path)])
+    assert stopped.value.code == 141 and capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("command", [["lra-prepare", "listops"], ["lra-train", *QUICK]],
                          ids=["lra-prepare", "lra-train"])
 def test_memory_exhausted_while_the_data_is_converted_is_one_line_in_both_commands(tmp_path, command):
