@@ -13,9 +13,9 @@ from lra.commands.profile import run_cell
 from lra.profiling import report
 
 
-# One backend of each kind (dense, compiled kernels, sorted buckets): the smoke
-# preset itself covers every backend; the suite keeps its time (each backend is a process).
-PROFILED = [n for n in ("softmax", "yoso", "reformer") if n in attention_zoo.names()]
+# One backend of each kind (dense, compiled kernels, sorted buckets, blocks, random features): the
+# smoke preset itself covers every backend; the suite keeps its time (each backend is a process).
+PROFILED = [n for n in ("softmax", "yoso", "reformer", "local", "rfa") if n in attention_zoo.names()]
 
 
 def test_smoke_profile_writes_csv_json_plot_and_table(tmp_path):
@@ -28,6 +28,9 @@ def test_smoke_profile_writes_csv_json_plot_and_table(tmp_path):
     assert frame["error"].isna().all(), frame[frame["error"].notna()]
     assert (frame["step_ms"] > 0).all() and (frame["step_ms"] >= frame["forward_ms"]).all()
     assert (frame[frame["backend"] == "softmax"]["backward_cache_mb"] > 0).all()
+    cache = frame.pivot(index="backend", columns="n", values="backward_cache_mb")  # CPU: saved tensors' bytes
+    linear = [name for name in PROFILED if attention_zoo.get(name).cls.subquadratic]
+    assert {"local", "rfa"} <= set(linear) and (cache.loc[linear, 512] / cache.loc[linear, 256]).max() <= 2.3
     fits = pd.read_csv(out / "exponents.csv")
     assert set(fits["label"]) == set(frame["label"])
     assert (out / "profile.png").stat().st_size > 10_000 and (out / "profile.json").is_file()
