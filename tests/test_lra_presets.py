@@ -1,9 +1,10 @@
 """LRA Table 1 (experiment=lra_table1) and the learning-to-hash paper's LRA table (experiment=lha_table3):
 every row × task composes, validates, and equals the configuration it cites (tests/lra_cited.py: each
 value with its source); no preset file sets an uncited value; every row is a row of the paper's table;
-a smoke sweep of every LRA row (ListOps), of the LRA code's per-row Pathfinder models, and of the
-learning-to-hash table's own rows (Image through tensorflow-datasets' mock data) runs end to end and
-`lra-table --reference` prints each row."""
+a smoke sweep of every LRA row (ListOps), of the LRA code's per-row Pathfinder models, of the
+learning-to-hash table's own rows (Image through tensorflow-datasets' mock data), and one job per
+remaining task of each table (Text, Retrieval, Image on fixtures in the official layouts) runs end to
+end; `lra-table --reference` prints each row, for the learning-to-hash table all eleven with their deltas."""
 
 from functools import lru_cache
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import SMALL_LISTOPS, read_json, run_command
-from helpers import compose_config
+from helpers import compose_config, write_aan, write_aclimdb, write_cifar_python
 from lra.config import CONF_DIR
 from lra.results.table import PAPER_NAMES, REFERENCES
 from lra.validation import attention_spec, validate
@@ -28,11 +29,16 @@ def composed(table: str, row: str, task: str):
     return compose_config(f"experiment={table}", f"setup={table}/{task}", f"row={row}")
 
 
-def paper_rows(reference: str) -> set:
+def paper_numbers(reference: str) -> pd.DataFrame:
+    """The shipped CSV of a paper's table: one row per method, one column per task (NaN where none)."""
     from importlib import resources
 
     csv = resources.files("lra.results").joinpath("paper_numbers", REFERENCES[reference])
-    return set(pd.read_csv(csv, keep_default_na=False).iloc[:, 0])
+    return pd.read_csv(csv, index_col=0, keep_default_na=False, na_values=[""])  # a row named "None" stays one
+
+
+def paper_rows(reference: str) -> set:
+    return set(paper_numbers(reference).index)
 
 
 def sweep(table: str, group: str) -> list:
@@ -114,8 +120,8 @@ def test_the_efficiency_view_flags_rows_outside_the_parameter_budget():
 SMOKE = ["trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2", "trainer.eval_subset=8"]
 
 
-def run_sweep(tmp_path, data_dir, *overrides):
-    folder = tmp_path / "sweep"
+def run_sweep(tmp_path, data_dir, *overrides, folder=None):
+    folder = folder or tmp_path / "sweep"
     run_command(["lra-train", "-m", *overrides, *SMOKE, f"hydra.sweep.dir={folder}"], tmp_path, data_dir)
     return folder, [read_json(p) for p in sorted(folder.rglob("metrics.json"))]
 
@@ -177,3 +183,80 @@ def test_the_learning_to_hash_table_trains_its_own_rows_on_image_and_prints_them
                                 "model.num_layers=1")
     assert [r["status"] for r in records] == ["completed"] * 2, [r.get("error") for r in records]
     assert set(table_rows(folder, tmp_path, data_dir, "lha")) == {"LHA", "RFA"}
+
+
+def prepare_mock_documents(data_dir, raw):
+    """Prepared Text (aclImdb folders), Retrieval (the release's AAN pairs) and Image (CIFAR-10 pickles)
+    caches from the fixtures in their official layouts (tests/helpers.py), in this process."""
+    from lra.data.prepare import load_task_data
+
+    sources = {"text": ["task.source=aclimdb", f"task.path={write_aclimdb(raw, per_folder=4)}"],
+               "retrieval": ["task.source=lra_release", f"task.path={write_aan(raw).parent.parent}"],
+               "image": ["task.source=cifar_python", f"task.path={write_cifar_python(raw, per_batch=8)}"]}
+    for task, overrides in sources.items():
+        load_task_data(compose_config(f"task={task}", *overrides).task, data_dir, announce=lambda m: None, prepare=True)
+
+
+SHRUNK = ["model.num_layers=1", "model.dim=32", "model.num_heads=2", "model.head_dim=16", "model.ff_dim=64",
+          "model.classifier_dim=64", "trainer.train_subset=16", "trainer.max_length=256"]
+
+
+def test_each_document_task_of_both_tables_trains_once_on_mock_data(tmp_path):
+    """The data paths the ListOps, Pathfinder and Image sweeps above leave out: one job per task and
+    table, shrunk, on fixtures; each record is the row's on its task, Retrieval through the dual
+    encoder, and the learning-to-hash Sinkhorn row pools as its LRA encoder can (mean; Retrieval CLS)."""
+    data_dir = tmp_path / "data"
+    prepare_mock_documents(data_dir, tmp_path / "raw")
+    jobs = {}
+    for table, tasks, row in (("lra_table1", ("text", "retrieval", "image"), "lra_table1/bigbird"),
+                              ("lha_table3", ("text", "retrieval"), "lra_table1/sinkhorn")):
+        folder, records = run_sweep(tmp_path, data_dir, f"experiment={table}", f"row={row}", *SHRUNK,
+                                    "setup=" + ",".join(f"{table}/{task}" for task in tasks), folder=tmp_path / table)
+        assert [r["status"] for r in records] == ["completed"] * len(tasks), [r.get("error") for r in records]
+        for record, run in zip(records, sorted(p.parent for p in folder.rglob("metrics.json"))):
+            jobs[table, record["task"]] = (record, OmegaConf.load(run / ".hydra" / "resolved.yaml"))
+    assert sorted(jobs) == [("lha_table3", "retrieval"), ("lha_table3", "text"), ("lra_table1", "image"),
+                            ("lra_table1", "retrieval"), ("lra_table1", "text")]
+    assert {record["label"] for record, _ in jobs.values()} == {"BigBird", "Sinkhorn Transformer"}
+    assert {table: str(cfg.model.pooling) for (table, task), (_, cfg) in jobs.items() if task == "text"} == \
+        {"lra_table1": "cls", "lha_table3": "mean_unmasked"}
+    for table in ("lra_table1", "lha_table3"):  # the dual head reads [X1, X2, X1 ⊙ X2, X1 − X2]: 3 · dim more inputs
+        (text, text_cfg), (retrieval, retrieval_cfg) = jobs[table, "text"], jobs[table, "retrieval"]
+        assert str(retrieval_cfg.model.pooling) == "cls" and retrieval_cfg.task.dual_encoder
+        cls_token = 2 * 32 * (str(text_cfg.model.pooling) != "cls")  # Retrieval's CLS token and its position
+        assert retrieval["num_parameters"] - text["num_parameters"] == 3 * 32 * 64 + cls_token
+
+
+def test_lra_table_prints_every_row_of_the_learning_to_hash_table_with_its_paper_deltas(tmp_path, capsys):
+    """One record per row × task (written here, each with the label its composed row gives): all eleven
+    rows print, every cell's delta is the record's accuracy minus the paper's number (shipped CSV), and
+    RFA's Image cell, which the paper leaves empty, has none."""
+    import json
+
+    from lra.commands.table import main as table_main
+
+    paper = paper_numbers("lha")
+    names = {}
+    for i, row in enumerate(TABLE_ROWS["lha_table3"]):
+        label = attention_spec(composed("lha_table3", row, "listops")).label
+        names[label] = ({label, *PAPER_NAMES.get(label, [])} & set(paper.index)).pop()
+        for j, task in enumerate(TABLE_TASKS["lha_table3"]):
+            folder = tmp_path / f"{i}-{task}"
+            folder.mkdir()
+            (folder / "metrics.json").write_text(json.dumps({"label": label, "task": task, "seed": 0, "status": "completed",
+                                                             "test_accuracy": 40.0 + i + j / 4}))
+    assert sorted(names.values()) == sorted(paper.index)
+    table_main([str(tmp_path), "--reference", "lha"])
+    lines = {line.split("|")[1].strip(): line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")}
+    assert set(names) <= set(lines) and len(names) == 11
+    for label, name in names.items():
+        assert lines[label].count("[Δ ") == paper.loc[name].notna().sum(), lines[label]  # 4 tasks and the average
+    table_main([str(tmp_path), "--reference", "lha", "--format", "json"])
+    cells = json.loads(capsys.readouterr().out)
+    assert len(cells) == 44
+    for cell in cells:
+        expected = paper.loc[names[cell["backend"]], cell["task"]]
+        if pd.isna(expected):
+            assert (names[cell["backend"]], cell["task"]) == ("RFA", "image") and cell["delta"] is None
+        else:
+            assert cell["paper"] == pytest.approx(expected) and cell["delta"] == pytest.approx(cell["mean"] - expected)
