@@ -3,10 +3,12 @@ over its limit is killed with everything it started (no GPU work left running in
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
 
+import attention_zoo
 from lra.commands import gpu_check
 
 
@@ -22,6 +24,36 @@ def test_the_plan_fits_nine_minutes_and_says_why_each_limit(tmp_path):
     tests = next(step for step in steps if step.name == "CUDA tests").command
     compiled = [arg for arg in tests if "compiles_with_inductor" in arg]
     assert 0 < len(compiled) <= 3 and any(arg.endswith("test_yoso_kernels.py") for arg in tests)
+    # the only GPU check of the sorted (deterministic, the trainer's default) CUDA path, and of the atomic one
+    assert any(arg.endswith("::test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwise")
+               for arg in tests)
+
+
+def test_the_limits_and_their_reasons_count_every_registered_backend(tmp_path):
+    """Issue 44: the profile, sweep and AMP limits were still sized for 14 backends when 19 ran. They are
+    counted from attention_zoo.names(), and so are the reasons: every backend is profiled and swept, the
+    step's node ids collect (on any machine) to 2 AMP steps a backend, and the limits grow with the count."""
+    backends = attention_zoo.names()
+    n, rounds = len(backends), math.ceil(len(backends) / 4)
+    steps = {step.name: step for step in gpu_check.plan("cuda", quick=False, jobs_per_gpu=4, scratch=tmp_path)}
+    profile, sweep, tests = steps["profile"], steps["sweep"], steps["CUDA tests"]
+    assert f"backends=[{','.join(backends)}]" in profile.command
+    assert f"attention={','.join(backends)}" in sweep.command
+    assert profile.basis.startswith(f"{n} backends x 5 lengths, one process per backend")
+    assert sweep.basis.startswith(f"{n} jobs, 4 per GPU: {rounds} rounds of ")
+    assert f"{2 * n} AMP steps ({n} backends x fp16/bf16" in tests.basis
+    assert profile.limit_s >= 3 * n and sweep.limit_s >= 15 * rounds and tests.limit_s >= 15 + 2 * n + 4 * 25
+    node_ids = tests.command[tests.command.index("--durations=0") + 1:]
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                "-n", "0", "-m", "cuda", *node_ids], capture_output=True, text=True,
+                               cwd=gpu_check.REPO_ROOT)
+    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
+    items = [line for line in collected.stdout.splitlines() if "::" in line]
+    assert sum("::test_every_backend_trains_a_step_under_autocast[" in item for item in items) == 2 * n
+    assert sum("::test_yoso_cuda_paths_equal_the_pytorch_path" in item for item in items) == 4
+    more = gpu_check.limits(n + 1, 4)
+    assert all(more[name][0] > limit for name, (limit, _) in gpu_check.limits(n, 4).items()
+               if name in ("pytest", "profile")) and more["sweep"][0] >= gpu_check.limits(n, 4)["sweep"][0]
 
 
 def test_a_step_over_its_limit_is_killed_with_everything_it_started(tmp_path):

@@ -59,41 +59,64 @@ def _tool(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
-# Time limits on an H100 (seconds) and why; 9 minutes in all (a device command may run 10). Rebalanced
-# for issue 44: the CUDA tests hold four cold Inductor compiles and the sweep four rounds of jobs, so
-# they take time from the build (its sources compile in parallel) and the benchmarks (one process each).
-LIMITS = {
-    "build": (105, "the extension's sources compile in parallel on 16 cores; the longest is the torch CUDA wrapper "
-                   "(~40 s) or a CPU kernel file (45 s for both on 2 cores here); the .cu files 5 s each here "
-                   "(nvcc, sm_90), a few times that with the gradient kernels templated on head dim; ~2x margin"),
-    "pytest": (200, "start-up and CUDA init ~15 s; 28 AMP steps (14 backends x fp16/bf16) and the kernel tests "
-                    "~40 s; four cold Inductor compiles, 3 backends and YOSO's CUDA-graph capture (~25 s each "
-                    "on CPU here, Triton's code generation on top: <= 35 s each)"),
-    "kernels": (65, "one process, 9 cells x 7 lengths, best of 3 after a warm-up (9 calls a cell): a YOSO call "
-                    "projected <= 27 ms at 32,768 (YOSO-64; lra.benchmarks.yoso_cost), <= 0.21 s with the kernels "
-                    "before issue 44; eager fp32 at 16 x 16,384^2 ~0.1 s, out of memory at once at 32,768; ~10 s "
-                    "start-up"),
-    "bert": (25, "4 lengths x 9 cells at 12 heads of 64, one process: the largest, eager fp32 at 4,096, "
-                 "~5 ms a call; ~10 s start-up"),
-    "profile": (70, "14 backends x 5 lengths, one process per backend (~3 s start-up each on 16 cores, 5 s on "
-                    "the 2 cores here) and < 1 s of measuring each"),
-    "sweep": (75, "14 jobs, 4 per GPU: 4 rounds of ~10 s start-up (a 3,200-example generated set) and 100 "
-                  "steps at n = 2,048 (YOSO's attention 2 x 2.1 ms a step projected, 2 x 12.9 ms with the kernels "
-                  "before issue 44: <= 3 s) and two evaluations"),
-}
+# Time limits on an H100 (seconds) and why: 9 minutes in all (a device command may run 10). Three steps run
+# every backend, so their limits are counted from attention_zoo.names() (issue 44's audit found them still
+# sized for 14 backends when 19 were registered; test_gpu_check checks the counts in the reasons).
 COMPILE_SUBSET = ("softmax", "yoso", "lsh")  # the CUDA-test step's cold Inductor compiles
+CUDA_PATHS = "test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwise"  # 4 cases
+PYTEST_START_S, AMP_STEP_S, KERNEL_TESTS_S, CUDA_PATHS_S, COMPILE_S = 15, 1.0, 12, 4, 35
+PROFILE_BACKEND_S = 4  # one process per backend: ~3 s start-up on 16 cores, < 1 s measuring its 5 lengths
+SWEEP_ROUND_S = 18  # ~10 s start-up (a 3,200-example generated set), 100 steps, two evaluations
+
+
+def limits(backends: int, jobs_per_gpu: int) -> dict:
+    """{step: (seconds, why)} for ``backends`` backends and ``jobs_per_gpu`` sweep jobs at once (one GPU)."""
+    amp = 2 * backends
+    rounds = -(-backends // jobs_per_gpu)
+    pytest_s = (PYTEST_START_S + amp * AMP_STEP_S + KERNEL_TESTS_S + CUDA_PATHS_S
+                + (len(COMPILE_SUBSET) + 1) * COMPILE_S)
+    return {
+        "build": (80, "the extension's sources compile in parallel on 16 cores, so the build takes its longest "
+                      "source and the link: the two CPU kernel files 35-36 s each here (one core each, torch "
+                      "2.13's headers, -O3 -march=native), the torch CUDA wrapper ~6 s, each .cu file 1-3.5 s "
+                      "(nvcc 13.0, sm_90; the gradients templated on 5 head dims the longest): ~45 s with the "
+                      "link and start-up; ~1.8x margin"),
+        "pytest": (pytest_s, f"start-up and CUDA init ~{PYTEST_START_S} s; {amp} AMP steps ({backends} backends x "
+                             f"fp16/bf16, ~{AMP_STEP_S:.0f} s each) and the kernel tests ~{KERNEL_TESTS_S} s; the "
+                             f"CUDA paths' 4 cases (sorted and atomic, n = 300) ~{CUDA_PATHS_S} s; four cold Inductor "
+                             f"compiles, {len(COMPILE_SUBSET)} backends and YOSO's CUDA-graph capture (~25 s each on "
+                             f"CPU here, Triton's code generation on top: <= {COMPILE_S} s each)"),
+        "kernels": (55, "one process, 9 cells x 7 lengths, best of 3 after a warm-up (9 calls a cell), ~10 s of "
+                        "measuring: SDPA fp32 (no FlashAttention) ~0.3 s a call at 16 x 32,768^2, eager fp32 ~0.1 s "
+                        "at 16,384 and out of memory at once at 32,768, the 4 kernel YOSO cells ~1 s in all as "
+                        "projected (<= 27 ms a call at 32,768, YOSO-64; lra.benchmarks.yoso_cost), ~10 s were the "
+                        "projection 10x short, the PyTorch YOSO cell a few s; ~10 s start-up"),
+        "bert": (25, "4 lengths x 9 cells at 12 heads of 64, one process: the largest, eager fp32 at 4,096, "
+                     "~5 ms a call; ~10 s start-up"),
+        "profile": (PROFILE_BACKEND_S * backends + 4,
+                    f"{backends} backends x 5 lengths, one process per backend (~3 s start-up and CUDA init each "
+                    f"on 16 cores; 3.7 s here on 2 cores, at one short length on the CPU) and < 1 s of measuring "
+                    f"each: ~{PROFILE_BACKEND_S} s a backend; the command's start-up, report and plot ~4 s"),
+        "sweep": (SWEEP_ROUND_S * rounds,
+                  f"{backends} jobs, {jobs_per_gpu} per GPU: {rounds} rounds of ~10 s start-up (a 3,200-example "
+                  f"generated set) and 100 steps at n = 2,048 (YOSO's attention 2 x 2.1 ms a step projected, "
+                  f"2 x 12.9 ms with the kernels before issue 44: <= 3 s) and two evaluations: ~{SWEEP_ROUND_S} s "
+                  f"a round"),
+    }
 
 
 def cuda_tests(tests: Path, quick: bool) -> List[str]:
-    """The node ids of the CUDA-test step: every AMP step, the kernel tests, the CUDA-graph replay of
-    YOSO and a small Inductor subset (each cold compile costs ~25 s; the full set is ``pytest -m cuda``)."""
+    """The node ids of the CUDA-test step: every AMP step, the kernel tests, both CUDA cumulation paths
+    of YOSO against the PyTorch path (the sorted one, the trainer's default, bitwise repeatable), the
+    CUDA-graph replay of YOSO and a small Inductor subset (each cold compile costs ~25 s; the full set is
+    ``pytest -m cuda``)."""
     if quick:
         return [str(tests / "test_cuda.py"), str(tests / "test_yoso_kernels.py")]
-    compiled = [f"{tests / 'test_cuda.py'}::test_every_backend_compiles_with_inductor_on_cuda_and_matches_eager[{name}]"
+    cuda = tests / "test_cuda.py"
+    compiled = [f"{cuda}::test_every_backend_compiles_with_inductor_on_cuda_and_matches_eager[{name}]"
                 for name in COMPILE_SUBSET]
-    return [f"{tests / 'test_cuda.py'}::test_every_backend_trains_a_step_under_autocast", *compiled,
-            f"{tests / 'test_cuda.py'}::test_sampling_backends_replay_under_cuda_graphs[yoso]",
-            str(tests / "test_yoso_kernels.py")]
+    return [f"{cuda}::test_every_backend_trains_a_step_under_autocast", f"{cuda}::{CUDA_PATHS}", *compiled,
+            f"{cuda}::test_sampling_backends_replay_under_cuda_graphs[yoso]", str(tests / "test_yoso_kernels.py")]
 
 
 def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Step]:
@@ -106,35 +129,36 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
                  "task.generator.num_val=16", "task.generator.num_test=16", "task.generator.min_length=20",
                  "task.generator.max_length=120",
                  "task.max_length=128"]
-        limits = {"build": 300, "pytest": 240, "kernels": 120, "profile": 240, "sweep": 240}
+        limits_s = {"build": 300, "pytest": 240, "kernels": 120, "profile": 240, "sweep": 240}
     else:
         lengths = ["512", "1024", "2048", "4096", "8192", "16384", "32768"]
         cells, sweep_backends = None, backends
         profile = [f"backends=[{','.join(backends)}]"]
         sweep = ["task=listops", "trainer.max_steps=100", "trainer.warmup_steps=10", "trainer.eval_every=50",  # n = 2048
                  "task.generator.num_train=3200", "task.generator.num_val=256", "task.generator.num_test=256"]
-        limits = {name: limit for name, (limit, _) in LIMITS.items()}
+        table = limits(len(backends), jobs_per_gpu)
+        limits_s = {name: limit for name, (limit, _) in table.items()}
     benchmark = [sys.executable, "-m", "lra.benchmarks.yoso_speed", "--device", device]
     bench = [*benchmark, "--lengths", *lengths]
     if cells:
         bench += ["--cells", *cells, "--repeats", "1"]
-    bases = {name: basis for name, (_, basis) in LIMITS.items()} if not quick else {}
+    bases = {name: basis for name, (_, basis) in table.items()} if not quick else {}
     return [
-        Step("kernel build", [_tool("lra-build-kernels"), device], limits["build"], "build.log", basis=bases.get("build", "")),
+        Step("kernel build", [_tool("lra-build-kernels"), device], limits_s["build"], "build.log", basis=bases.get("build", "")),
         Step("CUDA tests", [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-n", "0", "-p", "no:cacheprovider",
-                            "--durations=0", *cuda_tests(tests, quick)], limits["pytest"], "pytest.log", cwd=REPO_ROOT,
+                            "--durations=0", *cuda_tests(tests, quick)], limits_s["pytest"], "pytest.log", cwd=REPO_ROOT,
              basis=bases.get("pytest", ""))
         if tests.is_dir() else Step("CUDA tests", [], 0, "pytest.log", notes=["tests/ not found: run from a checkout"]),
-        Step("kernel benchmark", bench, limits["kernels"], "kernels.md", basis=bases.get("kernels", "")),
+        Step("kernel benchmark", bench, limits_s["kernels"], "kernels.md", basis=bases.get("kernels", "")),
         *([] if quick else [Step("kernel benchmark, BERT-base attention shape",  # 12 heads of 64, one sequence
                                  [*benchmark, "--lengths", "512", "1024", "2048", "4096",
-                                  "--batch-heads", "12", "--head-dim", "64"], limits["bert"], "kernels_bert.md",
+                                  "--batch-heads", "12", "--head-dim", "64"], limits_s["bert"], "kernels_bert.md",
                                  basis=bases["bert"])]),
         Step("profile", [_tool("lra-profile"), f"device={device}", *profile, f"hydra.run.dir={scratch / 'profile'}"],
-             limits["profile"], basis=bases.get("profile", "")),
+             limits_s["profile"], basis=bases.get("profile", "")),
         Step("sweep", [_tool("lra-train"), "-m", "hydra/launcher=local_gpus", f"hydra.launcher.jobs_per_gpu={jobs_per_gpu}",
                        f"attention={','.join(sweep_backends)}", f"trainer.device={device}", "logger=none", *sweep,
-                       f"hydra.sweep.dir={scratch / 'sweep'}"], limits["sweep"], basis=bases.get("sweep", "")),
+                       f"hydra.sweep.dir={scratch / 'sweep'}"], limits_s["sweep"], basis=bases.get("sweep", "")),
     ]
 
 
