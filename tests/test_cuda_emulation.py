@@ -1,10 +1,11 @@
 """The CUDA kernels of csrc/yoso run on the CPU, from the very sources nvcc compiles and through the very
 host logic the torch wrapper calls (yoso_cuda_host.cpp, with a CPU stand-in for torch's allocator, sort
 and scan), on the SIMT runtime of tests/simt (CUDA threads as fibers, a launch's blocks on two host
-threads in a seeded random order, real barriers and warp exchanges, CUDA's launch limits asserted),
-under AddressSanitizer (+UBSan) and ThreadSanitizer: equal to the PyTorch path and the CPU kernels on
-both cumulation paths (deterministic and atomic), bounded by the workspace, and able to catch a race
-between blocks, a missing barrier and a read of shared memory nothing wrote."""
+threads in a seeded random order, a block's threads interleaved closely or one warp run ahead of the
+others, real barriers and warp exchanges, CUDA's launch limits asserted), under AddressSanitizer
+(+UBSan) and ThreadSanitizer: equal to the PyTorch path and the CPU kernels on both cumulation paths
+(deterministic and atomic), bounded by the workspace, and able to catch a race between blocks, a
+missing barrier (before a read or before an overwrite) and a read of shared memory nothing wrote."""
 
 from __future__ import annotations
 
@@ -146,6 +147,26 @@ def test_emulated_hash_is_bitwise_the_pytorch_paths_for_every_lane_split(head_di
                            {"B": batch, "n": n, "d": head_dim, "R": draws.diagonals.shape[1],
                             "P": draws.diagonals.shape[3], "m": m, "tau": tau})
     np.testing.assert_array_equal(hashed.outputs["codes"], hash_codes(x, draws, m, tau, "torch").numpy().reshape(-1))
+
+
+@pytest.mark.parametrize("name", ["plain", variant("tsan")])
+@pytest.mark.parametrize("head_dim, hashes", [(8, 20), (32, 70)], ids=["P8-3groups", "P32-3groups"])
+def test_emulated_hash_reuses_its_staged_codes_safely_over_several_groups(name, head_dim, hashes):
+    """More hashes than padded coordinates (m > P): a block stages several groups of P codes through one
+    shared buffer, each read back by other warps than wrote it (P = 32: 8 lanes a token, 16 tokens on 4
+    warps). Bitwise the PyTorch path's codes, and under ThreadSanitizer no read of one group races with
+    the next group's writes (a barrier missing between them was seen by no other test: issue 44's plant)."""
+    batch, n, tau = 2, 40, 3
+    x = torch.randn(batch, n, head_dim, generator=torch.Generator().manual_seed(hashes))
+    torch.manual_seed(hashes)
+    draws = draw(batch, head_dim, head_dim, hashes, tau, "hadamard", head_dim, None, "cpu")
+    P = draws.diagonals.shape[3]
+    assert hashes > 2 * P  # three groups through the staging buffer
+    hashed = emulation.run(name, "fast_hash", {"x": x.numpy(), "diagonals": draws.diagonals.numpy()},
+                           {"B": batch, "n": n, "d": head_dim, "R": draws.diagonals.shape[1], "P": P, "m": hashes,
+                            "tau": tau, "seed": seed_of(name, head_dim)})
+    np.testing.assert_array_equal(hashed.outputs["codes"],
+                                  hash_codes(x, draws, hashes, tau, "torch").numpy().reshape(-1))
 
 
 @pytest.mark.parametrize("name", [variant("asan"), variant("tsan")])

@@ -4,8 +4,13 @@
 // so two blocks that touch the same memory without atomics race as host threads do (ThreadSanitizer
 // reports it).
 // Within a slot each CUDA thread of the block is a fiber with a stack of its own; a fiber runs until it
-// reaches __syncthreads, a warp exchange (__shfl_*_sync, __syncwarp) or the end of the kernel, and the
-// slot's scheduler resumes the runnable fibers in a seeded random order. A rendezvous completes when
+// reaches __syncthreads, a warp exchange (__shfl_*_sync, __syncwarp) or the end of the kernel. The
+// slot's scheduler resumes the runnable fibers in one of two seeded ways, alternating between blocks:
+// in passes (every runnable fiber once a pass, in a random order: threads interleave closely), or
+// warps ahead (always the first runnable fiber of a random order of warps: one warp runs as far as it
+// can, its rendezvous and all, before the next moves, so it overwrites shared memory that later warps
+// have not read yet where a barrier is missing; in passes every fiber reaches its next rendezvous
+// before any passes it, which hides such a write-after-read). A rendezvous completes when
 // every thread it needs has arrived (a barrier: the whole block; a warp exchange: every lane of its
 // mask); a barrier some threads skip, an exchange naming a lane that left, or a deadlock aborts with a
 // message. Fibers are switched without a happens-before edge (ThreadSanitizer's no_sync fibers): the only
@@ -283,10 +288,19 @@ void Slot::run_block(Launch& launch, uint64_t index) {
     fibers_.emplace_back(make_fiber());
     prepare(fibers_.back()->context, fibers_.back()->stack, kStackBytes, fiber_main);
   }
-  warp_sync_.assign(size_t((threads + 31) / 32) * 64, 0);
+  const int warps = (threads + 31) / 32;
+  warp_sync_.assign(size_t(warps) * 64, 0);
+  std::mt19937_64 random(launch.seed ^ (index * 0x9E3779B97F4A7C15ull));
+  const bool ahead = ((launch.seed >> 17) ^ index) & 1;  // neighbouring blocks schedule the other way
   std::vector<int> order(threads);
   std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(launch.seed ^ (index * 0x9E3779B97F4A7C15ull)));
+  std::shuffle(order.begin(), order.end(), random);
+  if (ahead) {  // warps in a random order, each warp's lanes together (in a random order too)
+    std::vector<int> rank(warps);
+    std::iota(rank.begin(), rank.end(), 0);
+    std::shuffle(rank.begin(), rank.end(), random);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return rank[a / 32] < rank[b / 32]; });
+  }
   for (int t = 0; t < threads; ++t) {
     Fiber& fiber = *fibers_[t];
     fiber.linear = t;
@@ -300,6 +314,20 @@ void Slot::run_block(Launch& launch, uint64_t index) {
   body_ = launch.body;
   waiting_at_barrier_ = exited_ = 0;
   release(&start_sync_);
+  if (ahead) {
+    // The first runnable fiber of `order`, again and again. A fiber becomes runnable only when a rendezvous
+    // of the fiber just resumed completes (it is runnable again itself): only then can the first runnable
+    // one lie before it, so the scan restarts; otherwise it goes on from there.
+    size_t at = 0;
+    while (exited_ < threads) {
+      while (at < order.size() && fibers_[order[at]]->state.load(std::memory_order_relaxed) != kRunnable) ++at;
+      if (at == order.size()) deadlock(threads);
+      Fiber* fiber = fibers_[order[at]].get();
+      resume(fiber);
+      settle(fiber, threads);
+      if (fiber->state.load(std::memory_order_relaxed) == kRunnable) at = 0;
+    }
+  }
   while (exited_ < threads) {
     bool progressed = false;
     for (int t : order) {
