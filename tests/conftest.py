@@ -133,5 +133,12 @@ def run_dirs(root: Path) -> list:
     return sorted(p.parent for p in (root / "runs").rglob("metrics.json"))
 
 
+def one_run(root: Path, data_dir: Path, overrides: list) -> Path:
+    """``lra-train *overrides`` in ``root``, uninterrupted: its run folder (the reference a resumed run must equal)."""
+    run_command(["lra-train", *overrides], root, data_dir)
+    (run,) = run_dirs(root)
+    return run
+
+
 def read_json(path: Path):
     return json.loads(Path(path).read_text())

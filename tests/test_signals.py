@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+from conftest import SMALL_LISTOPS, one_run, read_json, run_command, run_dirs
 
 # One layer: what a signal does to a run does not depend on the model's depth, and every run here costs half.
 RESUMABLE = ["trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=3", "trainer.checkpoint_every=3",
@@ -60,10 +60,7 @@ def assert_same_result(run, expected):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, data_dir):
-    root = tmp_path_factory.mktemp("uninterrupted")
-    run_command(["lra-train", *RESUMABLE], root, data_dir)
-    (run,) = run_dirs(root)
-    return final_state(run)
+    return final_state(one_run(tmp_path_factory.mktemp("uninterrupted"), data_dir, RESUMABLE))
 
 
 # (faults, the signal the record names, exit status, the console's words). Each chain interrupts one run at
@@ -101,10 +98,7 @@ def test_a_signal_is_recorded_as_interrupted_and_the_run_resumes_exactly(tmp_pat
 
 @pytest.fixture(scope="module")
 def uninterrupted_spt(tmp_path_factory, data_dir):
-    root = tmp_path_factory.mktemp("spt")
-    run_command(["lra-train", *SPT], root, data_dir)
-    (run,) = run_dirs(root)
-    return final_state(run)
+    return final_state(one_run(tmp_path_factory.mktemp("spt"), data_dir, SPT))
 
 
 def test_signals_in_both_stages_of_pretraining_are_recorded_and_it_resumes_exactly(tmp_path, data_dir, uninterrupted_spt):

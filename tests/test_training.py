@@ -5,7 +5,7 @@ import signal
 import pytest
 import torch
 
-from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+from conftest import SMALL_LISTOPS, one_run, read_json, run_command, run_dirs
 from lra.data.sampler import EpochSampler
 from lra.records import RunRecord
 from lra.schedules import SCHEDULES, linear_warmup_decay
@@ -84,10 +84,7 @@ def final_state(run):
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, data_dir):
-    root = tmp_path_factory.mktemp("uninterrupted")
-    run_command(["lra-train", *RESUMABLE], root, data_dir)
-    (run,) = run_dirs(root)
-    return final_state(run)
+    return final_state(one_run(tmp_path_factory.mktemp("uninterrupted"), data_dir, RESUMABLE))
 
 
 @pytest.mark.parametrize("fault", [
