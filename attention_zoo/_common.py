@@ -40,16 +40,19 @@ def no_tokens(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
 
 
 def in_float32(forward):
-    """Run ``forward(self, q, k, v, mask)`` in float32 and return the inputs' dtype. An empty sequence
-    (n = 0) returns :func:`no_tokens` without calling ``forward``: the block, chunk, bucket and
-    landmark sizes that backends derive from n would be 0 (divisions by zero, empty reductions)."""
+    """Run ``forward(self, q, k, v, mask)`` in float32, autocast off (its matrix products would be
+    bf16 or fp16 again inside an autocast region: ``model.attention_fp32=false`` leaves these backends
+    in float32), and return the inputs' dtype. An empty sequence (n = 0) returns :func:`no_tokens`
+    without calling ``forward``: the block, chunk, bucket and landmark sizes that backends derive from
+    n would be 0 (divisions by zero, empty reductions)."""
 
     @functools.wraps(forward)
     def wrapper(self, q, k, v, mask=None):
         if q.shape[2] == 0:
             return no_tokens(q, k, v)
         dtype = v.dtype
-        out = forward(self, q.float(), k.float(), v.float(), real_mask(mask, q))
+        with torch.autocast(q.device.type, enabled=False):
+            out = forward(self, q.float(), k.float(), v.float(), real_mask(mask, q))
         return out.to(dtype)
 
     return wrapper

@@ -228,3 +228,28 @@ def test_a_fully_padded_sequence_is_finite_and_leaves_the_others_alone(name):
     torch.testing.assert_close(out[0], attn(q, k, v, padding_mask())[0], rtol=1e-5, atol=1e-6)
     out.square().sum().backward()
     assert all(t.grad is None or torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("attention_fp32", [True, False])
+def test_under_autocast_the_backend_runs_in_fp32_unless_told_otherwise(name, attention_fp32):
+    """model.attention_fp32 (the default, as the reference): inside bf16 autocast the model's attention
+    block hands every backend float32 q, k, v with autocast off, and gets float32 back; off, the
+    backend sees autocast's bf16 projections (those of ``_common.in_float32`` still compute in float32,
+    autocast off: learned_hash and yoso_e failed under autocast before). Forward and backward stay
+    finite either way."""
+    from lra.model import MultiHeadAttention
+
+    torch.manual_seed(0)
+    block = MultiHeadAttention(64, 2, 32, 64, attention_zoo.spec(name), attention_fp32=attention_fp32).eval()
+    seen = []
+    block.backend.register_forward_hook(lambda module, inputs, output: seen.append(
+        ([t.dtype for t in inputs[:3]], output.dtype, torch.is_autocast_enabled("cpu"))))
+    x = torch.randn(2, 37, 64, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = block(x, padding_mask())
+    expected = torch.float32 if attention_fp32 else torch.bfloat16
+    assert seen == [([expected] * 3, expected, not attention_fp32)]
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+    out.float().square().sum().backward()
+    assert torch.isfinite(x.grad).all()
