@@ -129,7 +129,7 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
                  "task.generator.num_val=16", "task.generator.num_test=16", "task.generator.min_length=20",
                  "task.generator.max_length=120",
                  "task.max_length=128"]
-        limits_s = {"build": 300, "pytest": 240, "kernels": 120, "profile": 240, "sweep": 240}
+        limits_s, bases = {"build": 300, "pytest": 240, "kernels": 120, "profile": 240, "sweep": 240}, {}
     else:
         lengths = ["512", "1024", "2048", "4096", "8192", "16384", "32768"]
         cells, sweep_backends = None, backends
@@ -138,11 +138,11 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
                  "task.generator.num_train=3200", "task.generator.num_val=256", "task.generator.num_test=256"]
         table = limits(len(backends), jobs_per_gpu)
         limits_s = {name: limit for name, (limit, _) in table.items()}
+        bases = {name: basis for name, (_, basis) in table.items()}
     benchmark = [sys.executable, "-m", "lra.benchmarks.yoso_speed", "--device", device]
     bench = [*benchmark, "--lengths", *lengths]
     if cells:
         bench += ["--cells", *cells, "--repeats", "1"]
-    bases = {name: basis for name, (_, basis) in table.items()} if not quick else {}
     return [
         Step("kernel build", [_tool("lra-build-kernels"), device], limits_s["build"], "build.log", basis=bases.get("build", "")),
         Step("CUDA tests", [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-n", "0", "-p", "no:cacheprovider",
