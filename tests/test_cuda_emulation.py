@@ -135,11 +135,13 @@ def test_emulated_kernels_equal_the_pytorch_path_and_the_cpu_kernels(name, shape
           "pair gradient")
 
 
-@pytest.mark.parametrize("head_dim", [1, 2, 3, 8, 100, 200])
+@pytest.mark.parametrize("head_dim", [1, 2, 3, 8, 100, 200, 2100])
 def test_emulated_hash_is_bitwise_the_pytorch_paths_for_every_lane_split(head_dim):
     """P = 1, 2, 4 (one lane a token), 8 … 128 (P/4 lanes), 256 (8 coordinates a lane, shuffles over 32
-    lanes): the transforms pair the same coordinates in the same order as the PyTorch path."""
-    batch, n, m, tau = 2, 21, 7, 5
+    lanes), 4,096 (128 coordinates a lane: the token read again each product, the bits gathered in shared
+    memory, shuffles a chunk at a time): the transforms pair the same coordinates in the same order as the
+    PyTorch path."""
+    batch, n, m, tau = (2, 21, 7, 5) if head_dim <= 256 else (1, 3, 7, 2)
     x = torch.randn(batch, n, head_dim, generator=torch.Generator().manual_seed(head_dim))
     torch.manual_seed(head_dim)
     draws = draw(batch, head_dim, head_dim, m, tau, "hadamard", head_dim, None, "cpu")
@@ -150,13 +152,15 @@ def test_emulated_hash_is_bitwise_the_pytorch_paths_for_every_lane_split(head_di
 
 
 @pytest.mark.parametrize("name", ["plain", variant("tsan")])
-@pytest.mark.parametrize("head_dim, hashes", [(8, 20), (32, 70)], ids=["P8-3groups", "P32-3groups"])
+@pytest.mark.parametrize("head_dim, hashes", [(8, 20), (32, 70), (2100, 8197)],
+                         ids=["P8-3groups", "P32-3groups", "P4096-3groups"])
 def test_emulated_hash_reuses_its_staged_codes_safely_over_several_groups(name, head_dim, hashes):
     """More hashes than padded coordinates (m > P): a block stages several groups of P codes through one
     shared buffer, each read back by other warps than wrote it (P = 32: 8 lanes a token, 16 tokens on 4
     warps). Bitwise the PyTorch path's codes, and under ThreadSanitizer no read of one group races with
-    the next group's writes (a barrier missing between them was seen by no other test: issue 44's plant)."""
-    batch, n, tau = 2, 40, 3
+    the next group's writes (a barrier missing between them was seen by no other test: issue 44's plant).
+    P = 4,096 gathers each group's bits in the staging buffer itself, cleared after the group is stored."""
+    batch, n, tau = (2, 40, 3) if head_dim <= 256 else (1, 3, 1)
     x = torch.randn(batch, n, head_dim, generator=torch.Generator().manual_seed(hashes))
     torch.manual_seed(hashes)
     draws = draw(batch, head_dim, head_dim, hashes, tau, "hadamard", head_dim, None, "cpu")

@@ -122,7 +122,7 @@ def stack_frames(ptxas_report: str) -> dict:
 def test_cuda_sources_compile_with_nvcc_and_keep_the_gradients_in_registers(tmp_path):
     """Every .cu source compiles with torch's nvcc flags for an H100 (sm_90); ptxas reports no stack frame
     for any gradient kernel (their accumulators in registers: issue 44 measured 2-3 KB of local memory
-    per thread before the kernels were templated on the head dim) nor for the hash at head dims up to 512."""
+    per thread before the kernels were templated on the head dim) nor for the hash at any head dim (P up to 4,096)."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc not installed: the .cu kernels were not compile-checked")
@@ -142,8 +142,8 @@ def test_cuda_sources_compile_with_nvcc_and_keep_the_gradients_in_registers(tmp_
         for kernel in ("query_gradients", "key_gradients", "scatter_pairs", "heavy_apply", "pair_gradient"):
             assert f"void {kernel}_kernel<{head_dim}>" in gradients, sorted(gradients)
     assert set(gradients.values()) == {0}, gradients
-    hashes = {k: v for k, v in frames.items() if "fast_hash_kernel" in k and int(k.split("<")[1][:-1]) <= 16}
-    assert len(hashes) == 5 and set(hashes.values()) == {0}, hashes
+    hashes = {k: v for k, v in frames.items() if "fast_hash_kernel" in k}  # 1 … 128 coordinates a lane
+    assert len(hashes) == 8 and set(hashes.values()) == {0}, hashes
     # The torch-side CUDA bindings and host logic, syntax-checked against torch's headers. A CPU-only torch
     # wheel lacks one generated header (cuda_cmake_macros.h); an empty stand-in is enough for a check.
     stub = tmp_path / "stub" / "c10" / "cuda" / "impl"

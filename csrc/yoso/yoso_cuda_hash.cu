@@ -16,6 +16,12 @@ namespace {
 // PyTorch path: the codes are bitwise the same. A code's τ bits are gathered in registers and, after the
 // product of its last bit, the group's P codes of the block's T tokens go through shared memory, so each
 // hash's codes of the T tokens are stored side by side.
+// At S = 128 (P = 4,096, 32 lanes a token) a lane's y alone fills half the registers a thread may have:
+// kWide keeps its token in global memory (read again each product), its code bits in its own slots of
+// the shared staging buffer, and exchanges y a chunk of 32 coordinates at a time, so nothing spills.
+template <int S>
+constexpr bool kWide = S > 64;
+
 template <int S>
 YOSO_DEVICE void transform(float (&y)[S], int rank, int P) {
 #pragma unroll
@@ -29,15 +35,19 @@ YOSO_DEVICE void transform(float (&y)[S], int rank, int P) {
       }
     }
   }
+  constexpr int K = kWide<S> ? 32 : S;  // coordinates a shuffle round exchanges
   for (int half = S; half < P; half <<= 1) {
     const int lane_mask = half / S;
-    float other[S];
-#pragma unroll
-    for (int s = 0; s < S; ++s) other[s] = y[s];
-    exchange_xor(0xffffffffu, other, lane_mask);
     const bool lower = !(rank & lane_mask);
 #pragma unroll
-    for (int s = 0; s < S; ++s) y[s] = lower ? y[s] + other[s] : other[s] - y[s];
+    for (int chunk = 0; chunk < S; chunk += K) {
+      float other[K];
+#pragma unroll
+      for (int s = 0; s < K; ++s) other[s] = y[chunk + s];
+      exchange_xor(0xffffffffu, other, lane_mask);
+#pragma unroll
+      for (int s = 0; s < K; ++s) y[chunk + s] = lower ? y[chunk + s] + other[s] : other[s] - y[chunk + s];
+    }
   }
 }
 
@@ -49,20 +59,35 @@ YOSO_GLOBAL void fast_hash_kernel(const float* x, const float* diagonals, int32_
   const int rank = threadIdx.x & ((1 << group_shift) - 1), slot = threadIdx.x >> group_shift;
   const int64_t b = blockIdx.x / tiles;
   const int first = (blockIdx.x - int(b * tiles)) << tokens_shift, i = first + slot;
+  constexpr bool wide = kWide<S>;
+  auto coordinate = [&](int s) {  // a token past n hashes zeros, unstored
+    const int c = rank * S + s;
+    return i < n && c < d ? load(x + (b * n + i) * d + c) : 0.0f;
+  };
+  int32_t* own = staged + ((rank * S) << tokens_shift) + slot;  // coordinate s's code: own[s << tokens_shift]
   float token[S];
-  int32_t bits[S];
+  int32_t bits[S];  // (both unused when wide: the token is read again, the bits gather in `own`)
 #pragma unroll
   for (int s = 0; s < S; ++s) {
-    const int c = rank * S + s;
-    token[s] = i < n && c < d ? load(x + (b * n + i) * d + c) : 0.0f;  // a token past n hashes zeros, unstored
-    bits[s] = 0;
+    if constexpr (wide) {
+      own[s << tokens_shift] = 0;
+    } else {
+      token[s] = coordinate(s);
+      bits[s] = 0;
+    }
   }
   int bit = 0, group = 0;
   for (int r = 0; r < R; ++r) {
     const float* diag = diagonals + (b * R + r) * 3 * P + rank * S;
     float y[S];
 #pragma unroll
-    for (int s = 0; s < S; ++s) y[s] = token[s] * load(diag + s);
+    for (int s = 0; s < S; ++s) {
+      if constexpr (wide) {
+        y[s] = coordinate(s) * load(diag + s);
+      } else {
+        y[s] = token[s] * load(diag + s);
+      }
+    }
     transform(y, rank, P);
 #pragma unroll
     for (int s = 0; s < S; ++s) y[s] *= load(diag + P + s);
@@ -71,13 +96,21 @@ YOSO_GLOBAL void fast_hash_kernel(const float* x, const float* diagonals, int32_
     for (int s = 0; s < S; ++s) y[s] *= load(diag + 2 * P + s);
     transform(y, rank, P);
 #pragma unroll
-    for (int s = 0; s < S; ++s) bits[s] |= (y[s] > 0.0f ? 1 : 0) << bit;
+    for (int s = 0; s < S; ++s) {
+      if constexpr (wide) {
+        own[s << tokens_shift] |= (y[s] > 0.0f ? 1 : 0) << bit;
+      } else {
+        bits[s] |= (y[s] > 0.0f ? 1 : 0) << bit;
+      }
+    }
     if (++bit < tau && r < R - 1) continue;
     // Product r = group·τ + bit gives bit `bit` of hashes group·P + c: the group's codes are complete.
+    if constexpr (!wide) {
 #pragma unroll
-    for (int s = 0; s < S; ++s) {
-      staged[((rank * S + s) << tokens_shift) + slot] = bits[s];
-      bits[s] = 0;
+      for (int s = 0; s < S; ++s) {
+        own[s << tokens_shift] = bits[s];
+        bits[s] = 0;
+      }
     }
     __syncthreads();
     for (int at = threadIdx.x; at < (P << tokens_shift); at += blockDim.x) {
@@ -85,6 +118,9 @@ YOSO_GLOBAL void fast_hash_kernel(const float* x, const float* diagonals, int32_
       if (h < m && token_at < n) store(codes + (b * m + h) * n + token_at, staged[at]);
     }
     __syncthreads();  // the next group overwrites the staged codes
+    if constexpr (wide) {
+      for (int s = 0; s < S; ++s) own[s << tokens_shift] = 0;
+    }
     bit = 0;
     ++group;
   }
