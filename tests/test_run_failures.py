@@ -137,6 +137,7 @@ def test_a_bug_in_a_sweep_job_is_one_line_its_traceback_in_the_job_log(tmp_path,
     assert read_json(sweep / "0" / "metrics.json")["error"] == error
 
 
+A_RECORD = '{"label": "Softmax", "task": "listops", "seed": 0, "status": "completed", "steps": 4, "test_accuracy": 12.5}'
 TOOL_BUGS = {  # command line, the fault, where the traceback goes: the tool's Hydra log, else a file of its own
     "lra-prepare": (["lra-prepare", "listops", "--data-dir", "data",
                      *[o for o in SMALL_LISTOPS if "task.max" not in o]], "cache_example:3:BUG", None),
@@ -150,8 +151,7 @@ TOOL_BUGS = {  # command line, the fault, where the traceback goes: the tool's H
 @pytest.mark.parametrize("tool", TOOL_BUGS)
 def test_a_bug_in_any_command_is_one_line_naming_the_file_with_its_traceback(tmp_path, data_dir, tool):
     args, fault, log = TOOL_BUGS[tool]
-    (tmp_path / "metrics.json").write_text('{"label": "Softmax", "task": "listops", "seed": 0, "status": "completed", '
-                                           '"steps": 4, "test_accuracy": 12.5}')  # a record for lra-table
+    (tmp_path / "metrics.json").write_text(A_RECORD)  # for lra-table
     result = run_command(args, tmp_path, data_dir, env_extra={"LRA_FAULT": fault}, check=False)
     path = traceback_file(one_error_line(result), f"RuntimeError: a fault injected at {fault.split(':')[0]} "
                                                   f"(LRA_FAULT={fault})")
@@ -170,8 +170,7 @@ def test_a_reader_that_closes_the_pipe_early_is_no_error_and_no_bug_report(tmp_p
 
     from lra.commands.table import main as table_main
 
-    (tmp_path / "metrics.json").write_text('{"label": "Softmax", "task": "listops", "seed": 0, "status": "completed", '
-                                           '"steps": 4, "test_accuracy": 12.5}')
+    (tmp_path / "metrics.json").write_text(A_RECORD)
     read, write = os.pipe()
     os.close(read)  # the reader is gone before anything is written
     monkeypatch.setattr(sys, "stdout", os.fdopen(write, "w", buffering=1))  # a line is written as printed
