@@ -115,8 +115,9 @@ def cuda_tests(tests: Path, quick: bool) -> List[str]:
     cuda = tests / "test_cuda.py"
     compiled = [f"{cuda}::test_every_backend_compiles_with_inductor_on_cuda_and_matches_eager[{name}]"
                 for name in COMPILE_SUBSET]
-    return [f"{cuda}::test_every_backend_trains_a_step_under_autocast", f"{cuda}::{CUDA_PATHS}", *compiled,
-            f"{cuda}::test_sampling_backends_replay_under_cuda_graphs[yoso]", str(tests / "test_yoso_kernels.py")]
+    # The kernels' correctness first, the cold compiles last: a step cut at its limit keeps what matters most.
+    return [str(tests / "test_yoso_kernels.py"), f"{cuda}::{CUDA_PATHS}", f"{cuda}::test_every_backend_trains_a_step_under_autocast",
+            f"{cuda}::test_sampling_backends_replay_under_cuda_graphs[yoso]", *compiled]
 
 
 def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Step]:
@@ -145,7 +146,7 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
         bench += ["--cells", *cells, "--repeats", "1"]
     return [
         Step("kernel build", [_tool("lra-build-kernels"), device], limits_s["build"], "build.log", basis=bases.get("build", "")),
-        Step("CUDA tests", [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-n", "0", "-p", "no:cacheprovider",
+        Step("CUDA tests", [sys.executable, "-m", "pytest", "-m", "cuda", "-v", "-n", "0", "-p", "no:cacheprovider",
                             "--durations=0", *cuda_tests(tests, quick)], limits_s["pytest"], "pytest.log", cwd=REPO_ROOT,
              basis=bases.get("pytest", ""))
         if tests.is_dir() else Step("CUDA tests", [], 0, "pytest.log", notes=["tests/ not found: run from a checkout"]),
