@@ -3,6 +3,7 @@ limits and errors, and the statistics of YOSO's hashing and sampled gradients.""
 
 import itertools
 import math
+import re
 
 import pytest
 import torch
@@ -90,6 +91,55 @@ def test_limits_are_errors_not_garbage(device):
     other = "cuda" if device == "cpu" else "cpu"
     with pytest.raises(ValueError, match=f"impl={other} but the tensors are on {device}"):
         ops.resolve_engine(other, torch.device(device))
+
+
+@needs_kernels
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_failed_check_raises_its_message_with_numbers_shapes_and_types(device):
+    """Every check's message is joined without an iostream (yoso_checks.h): on the GPU machine of 2026-11-27 the
+    CUDA build died with SIGSEGV formatting the first number of a failed check, instead of raising it."""
+    from attention_zoo import _yoso_build
+
+    extension = _yoso_build.load(device)
+    codes = torch.zeros(2, 4, 19, dtype=torch.int32, device=device)
+    ones, values = torch.ones(2, 1, 1, 19, device=device), torch.zeros(2, 19, 24, device=device)
+    cases = [
+        ((codes, codes, ones, ones, values, 21), "yoso: hash_code_len must be in [1, 20], got 21"),
+        ((codes, codes, ones, ones, values.double(), 4), "yoso: values must be float32 (the wrapper casts), got Double"),
+        ((codes, codes, ones, ones, values[0], 4), "yoso: values must have 3 dimensions, got [19, 24]"),
+        ((codes, codes[:, :3], ones, ones, values, 4), "yoso: codes_k must be [2, 4, n], got [2, 3, 19]"),
+        ((codes, codes[..., :18].contiguous(), ones, ones, values, 4), "yoso: codes_k has 18 keys, values 19"),
+        ((codes, codes, ones, ones[..., :5].contiguous(), values, 4), "yoso: weight_k must be [2, 1 or 4, 1, 19], got [2, 1, 1, 5]"),
+    ]
+    if device == "cuda":
+        cases.append(((codes.cpu(), codes, ones, ones, values, 4), "yoso: cumulation inputs on different devices"))
+    for arguments, message in cases:
+        with pytest.raises(RuntimeError, match=re.escape(message)):
+            extension.cumulation(*arguments, 1 << 20)
+
+
+def test_every_check_in_the_kernel_sources_hands_torch_one_finished_c_string():
+    """TORCH_CHECK joins two or more message parts with a std::ostringstream (c10::str), the path that crashed
+    on the GPU machine; the kernels' checks go through YOSO_CHECK, which passes one C string."""
+    from attention_zoo._yoso_build import SOURCE_DIR
+
+    checks = []
+    for source in sorted(SOURCE_DIR.glob("*.*")):
+        text = source.read_text()
+        for start in (match.end() for match in re.finditer(r"\bTORCH_CHECK\(", text)):
+            depth, arguments, current = 1, [], ""
+            for char in text[start:]:
+                depth += {"(": 1, ")": -1}.get(char, 0)
+                if depth == 0:
+                    break
+                if char == "," and depth == 1:
+                    arguments, current = arguments + [current], ""
+                else:
+                    current += char
+            checks.append((source.name, [*arguments, current]))
+    assert len(checks) >= 3  # the macro and the CUDA wrapper's two
+    for name, arguments in checks:
+        assert len(arguments) == 2 and arguments[1].strip().endswith(".c_str()"), (name, arguments)
 
 
 @needs_kernels

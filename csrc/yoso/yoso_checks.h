@@ -5,41 +5,76 @@
 #include <torch/extension.h>
 
 #include <array>
+#include <string>
+#include <type_traits>
 
 #include "yoso_math.h"
 
 namespace yoso {
 
+// Messages are joined with std::to_string, never an iostream (TORCH_CHECK's own joining, c10::str, is a
+// std::ostringstream): on the GPU machine of 2026-11-27 (torch 2.11.0+cu130, H100 and H200) the CUDA build
+// of this extension died with SIGSEGV inside std::ostream's number formatting (cuda-gdb: validate_cumulation
+// -> std::ostream::_M_insert<long>) the first time a check failed, instead of raising the check's message.
+// YOSO_CHECK hands TORCH_CHECK one finished C string, which it passes on as it is (a std::string would still go
+// through c10::str's stream); the temporary lives until the check's error has copied it.
+inline std::string text(const char* part) { return part; }
+inline std::string text(const std::string& part) { return part; }
+inline std::string text(at::IntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  return out + "]";
+}
+inline std::string text(at::ScalarType type) { return c10::toString(type); }
+inline std::string text(const c10::Device& device) { return device.str(); }
+template <typename Number, typename = std::enable_if_t<std::is_arithmetic_v<Number>>>
+std::string text(Number part) {
+  return std::to_string(part);
+}
+
+template <typename... Parts>
+std::string message(const Parts&... parts) {
+  std::string out;
+  ((out += text(parts)), ...);
+  return out;
+}
+
+}  // namespace yoso
+
+#define YOSO_CHECK(condition, ...) TORCH_CHECK(condition, ::yoso::message(__VA_ARGS__).c_str())
+
+namespace yoso {
+
 inline void check_float(const at::Tensor& t, const char* name, int64_t dims) {
-  TORCH_CHECK(t.dim() == dims, "yoso: ", name, " must have ", dims, " dimensions, got ", t.sizes());
-  TORCH_CHECK(t.scalar_type() == at::kFloat, "yoso: ", name, " must be float32 (the wrapper casts), got ",
+  YOSO_CHECK(t.dim() == dims, "yoso: ", name, " must have ", dims, " dimensions, got ", t.sizes());
+  YOSO_CHECK(t.scalar_type() == at::kFloat, "yoso: ", name, " must be float32 (the wrapper casts), got ",
               t.scalar_type());
-  TORCH_CHECK(t.is_contiguous(), "yoso: ", name, " must be contiguous");
+  YOSO_CHECK(t.is_contiguous(), "yoso: ", name, " must be contiguous");
 }
 
 inline void check_codes(const at::Tensor& t, const char* name, int64_t batch, int64_t hashes) {
-  TORCH_CHECK(t.dim() == 3 && t.size(0) == batch && t.size(1) == hashes, "yoso: ", name,
+  YOSO_CHECK(t.dim() == 3 && t.size(0) == batch && t.size(1) == hashes, "yoso: ", name,
               " must be [", batch, ", ", hashes, ", n], got ", t.sizes());
-  TORCH_CHECK(t.scalar_type() == at::kInt && t.is_contiguous(), "yoso: ", name, " must be contiguous int32");
+  YOSO_CHECK(t.scalar_type() == at::kInt && t.is_contiguous(), "yoso: ", name, " must be contiguous int32");
 }
 
 inline void check_weight(const at::Tensor& t, const char* name, int64_t batch, int64_t hashes, int64_t channels,
                          int64_t n) {
   check_float(t, name, 4);
-  TORCH_CHECK(t.size(0) == batch && (t.size(1) == 1 || t.size(1) == hashes) && t.size(2) == channels &&
+  YOSO_CHECK(t.size(0) == batch && (t.size(1) == 1 || t.size(1) == hashes) && t.size(2) == channels &&
                   t.size(3) == n,
               "yoso: ", name, " must be [", batch, ", 1 or ", hashes, ", ", channels, ", ", n, "], got ", t.sizes());
 }
 
 inline void check_tau(int64_t tau) {
-  TORCH_CHECK(tau >= 1 && tau <= kMaxCodeLength, "yoso: hash_code_len must be in [1, ", kMaxCodeLength, "], got ",
+  YOSO_CHECK(tau >= 1 && tau <= kMaxCodeLength, "yoso: hash_code_len must be in [1, ", kMaxCodeLength, "], got ",
               tau);
 }
 
 inline void check_same_device(std::initializer_list<const at::Tensor*> tensors, const at::Tensor& first,
                               const char* what) {
   for (const at::Tensor* t : tensors) {
-    TORCH_CHECK(t->device() == first.device(), "yoso: ", what, " inputs on different devices");
+    YOSO_CHECK(t->device() == first.device(), "yoso: ", what, " inputs on different devices");
   }
 }
 
@@ -49,10 +84,10 @@ inline void validate_hash(const at::Tensor& x, const at::Tensor& diagonals, int6
   check_tau(tau);
   check_same_device({&diagonals}, x, "fast_hash");
   const int64_t d = x.size(2), R = diagonals.size(1), P = diagonals.size(3);
-  TORCH_CHECK(diagonals.size(0) == x.size(0) && diagonals.size(2) == 3, "yoso: diagonals must be [B, R, 3, P]");
-  TORCH_CHECK(P >= d && (P & (P - 1)) == 0 && P <= 4096, "yoso: the padded dimension P=", P,
+  YOSO_CHECK(diagonals.size(0) == x.size(0) && diagonals.size(2) == 3, "yoso: diagonals must be [B, R, 3, P]");
+  YOSO_CHECK(P >= d && (P & (P - 1)) == 0 && P <= 4096, "yoso: the padded dimension P=", P,
               " must be a power of two >= head_dim, at most 4096");
-  TORCH_CHECK(m >= 1 && R == tau * ((m + P - 1) / P), "yoso: ", m, " hashes of ", tau, " bits need ",
+  YOSO_CHECK(m >= 1 && R == tau * ((m + P - 1) / P), "yoso: ", m, " hashes of ", tau, " bits need ",
               tau * ((m + P - 1) / P), " Hadamard products, got ", R);
 }
 
@@ -63,9 +98,9 @@ inline void validate_cumulation(const at::Tensor& codes_q, const at::Tensor& cod
   const int64_t B = values.size(0), m = codes_q.size(1);
   check_codes(codes_q, "codes_q", B, m);
   check_codes(codes_k, "codes_k", B, m);
-  TORCH_CHECK(codes_k.size(2) == values.size(1), "yoso: codes_k has ", codes_k.size(2), " keys, values ",
+  YOSO_CHECK(codes_k.size(2) == values.size(1), "yoso: codes_k has ", codes_k.size(2), " keys, values ",
               values.size(1));
-  TORCH_CHECK(weight_q.dim() == 4 && weight_q.size(2) >= 1, "yoso: weight_q must be [B, 1 or m, channels, n]");
+  YOSO_CHECK(weight_q.dim() == 4 && weight_q.size(2) >= 1, "yoso: weight_q must be [B, 1 or m, channels, n]");
   check_weight(weight_q, "weight_q", B, m, weight_q.size(2), codes_q.size(2));
   check_weight(weight_k, "weight_k", B, m, weight_q.size(2), values.size(1));
   check_same_device({&codes_q, &codes_k, &weight_q, &weight_k}, values, "cumulation");
@@ -86,7 +121,7 @@ inline void validate_pair_inputs(const at::Tensor& codes_s, const at::Tensor& co
   const int64_t B = a.size(0), m = codes_s.size(1);
   check_codes(codes_s, names[0], B, m);
   check_codes(codes_o, names[1], B, m);
-  TORCH_CHECK(o.size(0) == B && s.size(0) == B && w.size(0) == B && mask_o.size(0) == B &&
+  YOSO_CHECK(o.size(0) == B && s.size(0) == B && w.size(0) == B && mask_o.size(0) == B &&
                   o.size(2) == a.size(2) && w.size(2) == s.size(2) && w.size(1) == o.size(1) &&
                   s.size(1) == a.size(1) && mask_o.size(1) == o.size(1) && codes_s.size(2) == a.size(1) &&
                   codes_o.size(2) == o.size(1),

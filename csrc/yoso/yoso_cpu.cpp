@@ -245,7 +245,7 @@ at::Tensor pair_gradient_cuda(const at::Tensor& codes_s, const at::Tensor& codes
 namespace {
 
 void require_cpu(const at::Tensor& t) {
-  TORCH_CHECK(t.is_cpu(), "yoso: this build has no CUDA kernels; got a ", t.device(), " tensor");
+  YOSO_CHECK(t.is_cpu(), "yoso: this build has no CUDA kernels; got a ", t.device(), " tensor");
 }
 
 at::Tensor fast_hash(const at::Tensor& x, const at::Tensor& diagonals, int64_t m, int64_t tau) {
@@ -274,7 +274,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward(
   yoso::validate_exact_weights(codes_q, codes_k, q, k, v, key_weight, grad, tau);
 #ifdef YOSO_WITH_CUDA
   if (q.is_cuda()) {
-    TORCH_CHECK(!normalize, "yoso: the CUDA exact_weight_backward takes unit rows (normalize=False); "
+    YOSO_CHECK(!normalize, "yoso: the CUDA exact_weight_backward takes unit rows (normalize=False); "
                 "attention_zoo._yoso_ops normalizes around it");
     return exact_weight_backward_cuda(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes);
   }

@@ -19,6 +19,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -50,10 +51,11 @@ class TorchDevice final : public yoso::Device {
   }
   cudaStream_t stream() override { return c10::cuda::getCurrentCUDAStream(); }
   void check(cudaError_t status, const char* what) override {
-    TORCH_CHECK(status == cudaSuccess, "yoso: CUDA ", what, " failed: ", cudaGetErrorString(status));
+    TORCH_CHECK(status == cudaSuccess,  // one finished string: no stream (yoso_checks.h says why)
+                (std::string("yoso: CUDA ") + what + " failed: " + cudaGetErrorString(status)).c_str());
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
-  [[noreturn]] void fail(const std::string& message) override { TORCH_CHECK(false, message); }
+  [[noreturn]] void fail(const std::string& message) override { TORCH_CHECK(false, message.c_str()); }
 
  private:
   void* raw(int64_t bytes) {
