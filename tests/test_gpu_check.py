@@ -42,7 +42,7 @@ def test_the_limits_and_their_reasons_count_every_registered_backend(tmp_path):
     assert profile.basis.startswith(f"{n} backends x 5 lengths, one process per backend")
     assert sweep.basis.startswith(f"{n} jobs, 4 per GPU: {rounds} rounds of ")
     assert f"{2 * n} AMP steps ({n} backends x fp16/bf16" in tests.basis
-    assert profile.limit_s >= 3 * n and sweep.limit_s >= 15 * rounds and tests.limit_s >= 15 + 2 * n + 4 * 25
+    assert profile.limit_s >= 3 * n and sweep.limit_s >= 15 * rounds and tests.limit_s >= 15 + 2 * n + 2 * 25
     node_ids = tests.command[tests.command.index("--durations=0") + 1:]
     collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                                 "-n", "0", "-m", "cuda", *node_ids], capture_output=True, text=True,

@@ -61,11 +61,14 @@ def _tool(name: str) -> str:
 
 # Time limits on an H100 (seconds) and why: 9 minutes in all (a device command may run 10). Three steps run
 # every backend, so their limits are counted from attention_zoo.names() (issue 44's audit found them still
-# sized for 14 backends when 19 were registered; test_gpu_check checks the counts in the reasons).
-COMPILE_SUBSET = ("softmax", "yoso", "lsh")  # the CUDA-test step's cold Inductor compiles
+# sized for 14 backends when 19 were registered; test_gpu_check checks the counts in the reasons). Measured
+# on 2026-11-27 (the first GPU run, commit 75da463, torch 2.11.0+cu130): build 47 s (H100) and 36 s (H200),
+# kernel benchmark 41 s, BERT shape 19 s, sweep 75 s (H100); profile 4-12 s a backend, 17 backends in 115 s
+# (H200), where 4 s a backend had cut the H100 run at 80 s after 11 of 19.
+COMPILE_SUBSET = ("yoso",)  # the CUDA-test step's cold Inductor compiles (softmax, lsh: `pytest -m cuda`)
 CUDA_PATHS = "test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwise"  # 4 cases
 PYTEST_START_S, AMP_STEP_S, KERNEL_TESTS_S, CUDA_PATHS_S, COMPILE_S = 15, 1.0, 12, 4, 35
-PROFILE_BACKEND_S = 4  # one process per backend: ~3 s start-up on 16 cores, < 1 s measuring its 5 lengths
+PROFILE_BACKEND_S = 8  # one process per backend: 4-12 s each on an H200 (start-up, CUDA init, 5 lengths)
 SWEEP_ROUND_S = 18  # ~10 s start-up (a 3,200-example generated set), 100 steps, two evaluations
 
 
@@ -76,27 +79,27 @@ def limits(backends: int, jobs_per_gpu: int) -> dict:
     pytest_s = (PYTEST_START_S + amp * AMP_STEP_S + KERNEL_TESTS_S + CUDA_PATHS_S
                 + (len(COMPILE_SUBSET) + 1) * COMPILE_S)
     return {
-        "build": (80, "the extension's sources compile in parallel on 16 cores, so the build takes its longest "
-                      "source and the link: the two CPU kernel files 35-36 s each here (one core each, torch "
-                      "2.13's headers, -O3 -march=native), the torch CUDA wrapper ~6 s, each .cu file 1-3.5 s "
-                      "(nvcc 13.0, sm_90; the gradients templated on 5 head dims the longest): ~45 s with the "
-                      "link and start-up; ~1.8x margin"),
+        "build": (70, "measured 47 s on an H100 and 36 s on an H200 (2026-11-27; the extension's sources "
+                      "compile in parallel on 16 cores, so the build takes its longest source, a CPU kernel "
+                      "file at -O3 -march=native, and the link); ~1.5x margin"),
         "pytest": (pytest_s, f"start-up and CUDA init ~{PYTEST_START_S} s; {amp} AMP steps ({backends} backends x "
                              f"fp16/bf16, ~{AMP_STEP_S:.0f} s each) and the kernel tests ~{KERNEL_TESTS_S} s; the "
-                             f"CUDA paths' 4 cases (sorted and atomic, n = 300) ~{CUDA_PATHS_S} s; four cold Inductor "
-                             f"compiles, {len(COMPILE_SUBSET)} backends and YOSO's CUDA-graph capture (~25 s each on "
-                             f"CPU here, Triton's code generation on top: <= {COMPILE_S} s each)"),
-        "kernels": (55, "one process, 9 cells x 7 lengths, best of 3 after a warm-up (9 calls a cell), ~10 s of "
+                             f"CUDA paths' 4 cases (sorted and atomic, n = 300) ~{CUDA_PATHS_S} s; "
+                             f"{len(COMPILE_SUBSET) + 1} cold Inductor compiles, {', '.join(COMPILE_SUBSET)} and "
+                             f"YOSO's CUDA-graph capture (~25 s each on CPU here, Triton's code generation on top: "
+                             f"<= {COMPILE_S} s each); on an H200 the step's tests with 2 compiles ran within 140 s "
+                             f"on 4 workers"),
+        "kernels": (55, "measured 41 s on an H100 (2026-11-27); one process, 9 cells x 7 lengths, best of 3 after a warm-up (9 calls a cell), ~10 s of "
                         "measuring: SDPA fp32 (no FlashAttention) ~0.3 s a call at 16 x 32,768^2, eager fp32 ~0.1 s "
                         "at 16,384 and out of memory at once at 32,768, the 4 kernel YOSO cells ~1 s in all as "
                         "projected (<= 27 ms a call at 32,768, YOSO-64; lra.benchmarks.yoso_cost), ~10 s were the "
                         "projection 10x short, the PyTorch YOSO cell a few s; ~10 s start-up"),
-        "bert": (25, "4 lengths x 9 cells at 12 heads of 64, one process: the largest, eager fp32 at 4,096, "
+        "bert": (25, "measured 19 s on an H100; 4 lengths x 9 cells at 12 heads of 64, one process: the largest, eager fp32 at 4,096, "
                      "~5 ms a call; ~10 s start-up"),
         "profile": (PROFILE_BACKEND_S * backends + 4,
-                    f"{backends} backends x 5 lengths, one process per backend (~3 s start-up and CUDA init each "
-                    f"on 16 cores; 3.7 s here on 2 cores, at one short length on the CPU) and < 1 s of measuring "
-                    f"each: ~{PROFILE_BACKEND_S} s a backend; the command's start-up, report and plot ~4 s"),
+                    f"{backends} backends x 5 lengths, one process per backend: 4-12 s each on an H200, 17 in "
+                    f"115 s (start-up, CUDA init and measuring): ~{PROFILE_BACKEND_S} s a backend; the command's "
+                    f"start-up, report and plot ~4 s"),
         "sweep": (SWEEP_ROUND_S * rounds,
                   f"{backends} jobs, {jobs_per_gpu} per GPU: {rounds} rounds of ~10 s start-up (a 3,200-example "
                   f"generated set) and 100 steps at n = 2,048 (YOSO's attention 2 x 2.1 ms a step projected, "
