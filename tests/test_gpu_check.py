@@ -107,3 +107,46 @@ def test_a_signal_ends_the_check_with_one_line_its_step_killed_and_a_summary(tmp
     except FileNotFoundError:
         alive = False
     assert not alive, "the interrupted step outlived the check"
+
+
+SMOKE = ["trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2", "task.generator.num_train=64",
+         "task.generator.num_val=16", "task.generator.num_test=16", "task.generator.min_length=20",
+         "task.generator.max_length=120", "task.max_length=128"]
+
+
+def test_a_reference_slice_runs_its_rows_and_seeds_and_packs_their_records(tmp_path):
+    """Issue 16: a device command runs at most 10 minutes, the reference ListOps table takes longer: --rows and
+    --seeds choose a slice, and its records come back in one archive that unpacks beside other slices'."""
+    import json
+    import tarfile
+
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--device", "cpu", "--reference",
+                           "--rows", "softmax,yoso_32", "--seeds", "0,1", "--limit-s", "300", "--out", str(out),
+                           "--", *SMOKE], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "runs: 4 completed" in (out / "reference.md").read_text()
+    with tarfile.open(out / "reference-records.tar.gz") as archive:
+        archive.extractall(tmp_path / "records", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    names = sorted(path.parent.name for path in (tmp_path / "records").rglob("metrics.json"))
+    assert names == ["softmax-seed0", "softmax-seed1", "yoso-32-seed0", "yoso-32-seed1"]
+    record = json.loads((tmp_path / "records" / "yoso-32-seed1" / "metrics.json").read_text())
+    assert (record["status"], record["seed"], record["task"]) == ("completed", 1, "listops")
+    assert record["wall_time_seconds"] > 0 and record["device"].startswith("cpu")
+
+
+def test_reference_slice_options_are_checked_before_anything_runs(tmp_path):
+    def refused(*args):
+        done = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", *args, "--out", str(tmp_path / "o")],
+                              capture_output=True, text=True)
+        assert done.returncode == 2 and not (tmp_path / "o").exists()
+        return done.stderr.strip().splitlines()[-1]
+
+    assert "--rows sofmax: not a row of conf/row/yoso_table3; the rows are linformer," in refused(
+        "--reference", "--rows", "softmax,sofmax")
+    assert "--seeds '0,x': whole numbers" in refused("--reference", "--seeds", "0,x")
+    assert "add --reference" in refused("--rows", "softmax")
+    assert "--limit-s 0: it must be > 0" in refused("--reference", "--limit-s", "0")
+    plan = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--reference", "--rows", "yoso_e",
+                           "--seeds", "2", "--limit-s", "540", "--plan"], capture_output=True, text=True, check=True)
+    assert "row=yoso_table3/yoso_e seed=2 " in plan.stdout and plan.stdout.strip().endswith("in all: 540 s at most")

@@ -4,6 +4,7 @@
     lra-gpu-check --plan                                   # the steps, their commands and time limits; runs nothing
     lra-gpu-check --device cpu --quick                     # the same pipeline, small, on CPU (the test suite runs it)
     lra-gpu-check --reference [--jobs-per-gpu 4]           # the long part: every backend's reference ListOps run
+    lra-gpu-check --reference --rows softmax,yoso_32 --seeds 0,1 --limit-s 540   # a slice that fits one device command
 
 Steps, each a real command in a process group of its own with a time limit (the whole group is
 killed when it runs over; a failed or timed-out step is recorded and the check goes on; benchmarks
@@ -13,21 +14,26 @@ the YOSO kernel benchmark against eager softmax and SDPA (kernels.md; kernels_be
 BERT-base attention shape, 12 heads of 64), ``lra-profile`` of every
 backend (profile.csv, profile.png), a short concurrent ListOps sweep of every backend, several jobs
 per GPU (sweep.md); summary.md says what ran, how long, and what failed. ``--reference`` instead
-sweeps ``experiment=yoso_table3 task=listops`` (every row, 5,000 steps, n = 2048) into reference.md.
+sweeps ``experiment=yoso_table3 task=listops`` (every row of the YOSO paper's Table 3 or ``--rows``, the
+seeds of ``--seeds``; 5,000 steps, n = 2048) into reference.md, and packs every run's record (its
+metrics.json, under its job's folder) into reference-records.tar.gz: slices run on different machines
+or days make one table together (``lra-table`` over the unpacked records).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
-import os
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
@@ -36,10 +42,11 @@ import attention_zoo
 from lra import signals
 from lra.commands.config_errors import at_the_edge
 from lra.io import check_output_folder
-from lra.records import REPO_ROOT, git_commit
+from lra.records import REPO_ROOT, git_commit, read_record
 
 OUTPUTS = ("summary.md", "build.log", "pytest.log", "kernels.md", "kernels_bert.md", "profile.csv", "profile.png",
-           "sweep.md", "reference.md")
+           "sweep.md", "reference.md", "reference-records.tar.gz")
+TABLE3_ROWS = REPO_ROOT / "conf" / "row" / "yoso_table3"  # the rows of `experiment=yoso_table3`
 
 
 @dataclass
@@ -176,11 +183,35 @@ def describe(steps: List[Step]) -> str:
     return "\n".join(lines)
 
 
-def reference_plan(device: str, jobs_per_gpu: int, scratch: Path) -> List[Step]:
+def table3_rows() -> List[str]:
+    return sorted(path.stem for path in TABLE3_ROWS.glob("*.yaml"))
+
+
+def reference_plan(device: str, jobs_per_gpu: int, scratch: Path, rows: Optional[List[str]] = None,
+                   seeds: str = "0", limit_s: float = 24 * 3600, overrides: Optional[List[str]] = None) -> List[Step]:
+    """The reference ListOps runs of ``rows`` (default: every Table 3 row) for each of ``seeds``; ``overrides``
+    go to each run after the reference setup's (a smoke test's shorter runs)."""
+    selected = rows or table3_rows()
     return [Step("reference ListOps", [_tool("lra-train"), "-m", "hydra/launcher=local_gpus",
                                        f"hydra.launcher.jobs_per_gpu={jobs_per_gpu}", "experiment=yoso_table3",
-                                       "task=listops", f"trainer.device={device}", "logger=none",
-                                       f"hydra.sweep.dir={scratch / 'reference'}"], 24 * 3600)]
+                                       "task=listops", f"row={','.join('yoso_table3/' + row for row in selected)}",
+                                       f"seed={seeds}", f"trainer.device={device}", "logger=none",
+                                       *(overrides or []), f"hydra.sweep.dir={scratch / 'reference'}"], limit_s,
+                 basis=f"{len(selected)} rows x seeds {seeds}, {jobs_per_gpu} jobs per GPU")]
+
+
+def pack_records(sweep: Path, target: Path) -> int:
+    """Every run's metrics.json under ``sweep`` into the gzipped tar ``target``, each in a folder named by its
+    label and seed (``yoso-32-seed0/metrics.json``; the job's folder where the record is unreadable), so the
+    slices of several machines unpack side by side; the number packed."""
+    records = sorted(sweep.rglob("metrics.json"))
+    with tarfile.open(target, "w:gz") as archive:
+        for record in records:
+            fields = read_record(record.parent)
+            name = (re.sub(r"[^a-z0-9]+", "-", f"{fields['label']}-seed{fields.get('seed')}".lower()).strip("-")
+                    if isinstance(fields.get("label"), str) else f"job-{record.parent.relative_to(sweep)}")
+            archive.add(record, arcname=f"{name}/metrics.json")
+    return len(records)
 
 
 def run_step(step: Step, out: Path) -> None:
@@ -256,6 +287,8 @@ def collect(steps: List[Step], out: Path, scratch: Path) -> None:
             table = subprocess.run([_tool("lra-table"), str(folder), "--efficiency", *reference],
                                    capture_output=True, text=True)
             (out / target).write_text(table.stdout + (f"\n{table.stderr}" if table.returncode else ""))
+            if sweep == "reference":
+                pack_records(folder, out / "reference-records.tar.gz")
             counts = [line for line in table.stdout.splitlines() if line.startswith("runs:")]
             step = next(s for s in steps if s.name in ("sweep", "reference ListOps"))
             if step.status == "passed" and (not counts or "completed" not in counts[-1] or "failed" in counts[-1]):
@@ -286,15 +319,35 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (the test suite's CPU run)")
     parser.add_argument("--reference", action="store_true", help="run only the long part: every backend's reference ListOps run")
     parser.add_argument("--jobs-per-gpu", type=int, default=4)
+    parser.add_argument("--rows", default="", help="with --reference: Table 3 rows, comma-separated (default every "
+                        "row of conf/row/yoso_table3)")
+    parser.add_argument("--seeds", default="0", help="with --reference: seeds, comma-separated (default 0)")
+    parser.add_argument("--limit-s", type=float, default=24 * 3600,
+                        help="with --reference: the sweep's time limit in seconds (default a day; on a lent device "
+                        "machine, under its command limit)")
+    parser.add_argument("overrides", nargs="*", help="with --reference: Hydra overrides for its runs, after the "
+                        "reference setup's (e.g. trainer.max_steps=100 for a shorter check)")
     parser.add_argument("--plan", action="store_true", help="print the steps, their commands and limits; run nothing")
     parser.add_argument("--out", type=Path, default=None, help="default: runs/gpu-check/<date>/<time>")
     args = parser.parse_args(argv)
     if args.jobs_per_gpu < 1:
         parser.error(f"--jobs-per-gpu {args.jobs_per_gpu}: it must be >= 1")
+    rows = [row.strip() for row in args.rows.split(",") if row.strip()]
+    unknown = sorted(set(rows) - set(table3_rows()))
+    if unknown:
+        parser.error(f"--rows {','.join(unknown)}: not a row of {TABLE3_ROWS.relative_to(REPO_ROOT)}; the rows are "
+                     f"{', '.join(table3_rows())}")
+    if (rows or args.seeds != "0" or args.limit_s != 24 * 3600 or args.overrides) and not args.reference:
+        parser.error("--rows, --seeds, --limit-s and overrides choose the --reference runs: add --reference")
+    if not all(seed.strip().isdigit() for seed in args.seeds.split(",")):
+        parser.error(f"--seeds {args.seeds!r}: whole numbers, comma-separated (e.g. 0,1,2)")
+    if args.limit_s <= 0:
+        parser.error(f"--limit-s {args.limit_s:g}: it must be > 0")
+    reference = lambda scratch: reference_plan(args.device, args.jobs_per_gpu, scratch, rows,  # noqa: E731
+                                               args.seeds.replace(" ", ""), args.limit_s, args.overrides)
     if args.plan:
         scratch = Path(tempfile.gettempdir()) / "lra-gpu-check-<scratch>"
-        steps = (reference_plan(args.device, args.jobs_per_gpu, scratch) if args.reference
-                 else plan(args.device, args.quick, args.jobs_per_gpu, scratch))
+        steps = reference(scratch) if args.reference else plan(args.device, args.quick, args.jobs_per_gpu, scratch)
         print(describe(steps))
         return 0
     if args.device == "cuda":
@@ -308,8 +361,7 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lra-gpu-check-") as scratch_name:
         scratch = Path(scratch_name)
-        steps = (reference_plan(args.device, args.jobs_per_gpu, scratch) if args.reference
-                 else plan(args.device, args.quick, args.jobs_per_gpu, scratch))
+        steps = reference(scratch) if args.reference else plan(args.device, args.quick, args.jobs_per_gpu, scratch)
         try:
             for step in steps:
                 print(f"[lra-gpu-check] {step.name} ...", flush=True)
