@@ -7,14 +7,18 @@ SDPA, each in fp32 and under bf16 autocast (fp32 inputs, the matmuls and SDPA in
 step under ``trainer.precision=bf16`` with ``model.attention_fp32=false`` runs them: on an H100 only
 the bf16 SDPA cell is FlashAttention), YOSO-m on the compiled kernels for m = 16, 32, 64 (the
 backward with the paper's exact per-pair weights), YOSO-32 with the cheaper 4-projection backward,
-and YOSO-32 on the vectorized pure-PyTorch implementation (``impl=torch``); the YOSO cells run in
+YOSO-32 on the vectorized pure-PyTorch implementation (``impl=torch``), and on CUDA YOSO-32 with its
+forward and backward each replayed as a CUDA graph (``torch.cuda.make_graphed_callables``: what
+``trainer.compile_mode=reduce-overhead`` buys, the host's Python, dispatch and launches taken out; its
+peak memory counts the graphs' pools, from before their capture); the YOSO cells run in
 fp32 (its kernels are fp32). Every table says each cell's precision. The bf16 cells are in the
 default set on CUDA only (bf16 autocast on a CPU is slow and not how the CPU runs train); ask for
 them with ``--cells``. Times and peak memory (of one forward + backward) are measured as
 :mod:`lra.profiling.measure` defines them (the best of ``--repeats`` runs after one warm-up; the
 highest point of torch's tensors above the start). On CPU each cell runs in a fresh subprocess; on
 CUDA all cells run in one process (no process start-up per cell). An out-of-memory cell is recorded,
-not fatal. Rows are printed as they are measured (a cut run keeps them), the tables by n at the end."""
+not fatal; any other error of a cell is a recorded row too, and the command then exits 1. Rows are
+printed as they are measured (a cut run keeps them), the tables by n at the end."""
 
 from __future__ import annotations
 
@@ -38,12 +42,16 @@ CELLS = {  # name: (kind, backend options, precision)
     "YOSO-32 (p = 4)": ("yoso", {"num_hashes": 32, "backward_projections": 4}, "fp32"),
     "YOSO-64": ("yoso", {"num_hashes": 64}, "fp32"),
     "YOSO-32 (PyTorch)": ("yoso", {"num_hashes": 32, "impl": "torch"}, "fp32"),
+    "YOSO-32 (CUDA graphs)": ("yoso", {"num_hashes": 32}, "fp32"),
 }
+GRAPHED = {"YOSO-32 (CUDA graphs)"}  # CUDA only
 
 
 def default_cells(device: str) -> list:
-    """Every cell on CUDA; on a CPU every fp32 cell (bf16 autocast there is slow and not how CPU runs train)."""
-    return [name for name, (_, _, precision) in CELLS.items() if device == "cuda" or precision == "fp32"]
+    """Every cell on CUDA; on a CPU every fp32 cell but the CUDA-graph one (bf16 autocast there is slow and
+    not how CPU runs train)."""
+    return [name for name, (_, _, precision) in CELLS.items()
+            if device == "cuda" or (precision == "fp32" and name not in GRAPHED)]
 
 
 def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, repeats: int) -> dict:
@@ -65,6 +73,14 @@ def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, rep
     else:
         attend = attention_zoo.build(kind, num_heads=batch_heads, head_dim=head_dim, max_seq_len=n, **options)
         attend = attend.to(device).train()
+    graph_start = None
+    if cell in GRAPHED:
+        if device != "cuda":
+            raise ValueError(f"{cell} needs a CUDA device")
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        graph_start = torch.cuda.memory_allocated()
+        attend = torch.cuda.make_graphed_callables(attend, (q, k, v, mask))
 
     def autocast():
         if precision == BF16:
@@ -83,7 +99,8 @@ def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, rep
     with torch.no_grad():  # the warm-up builds the kernels before anything is measured
         forward_s = best_of(forward, device, repeats)
     both = best_of(forward_backward, device, repeats)
-    peak = step_peak_bytes(forward_backward, device)
+    peak = (step_peak_bytes(forward_backward, device) if graph_start is None
+            else torch.cuda.max_memory_allocated() - graph_start)
     return {"cell": cell, "n": n, "precision": precision, "forward_ms": forward_s * 1e3,
             "forward_backward_ms": both * 1e3, "peak_mb": peak / MB}
 
@@ -106,6 +123,8 @@ def measure_here(cell: str, n: int, device: str, batch_heads: int, head_dim: int
         return measure(cell, n, device, batch_heads, head_dim, repeats)
     except torch.cuda.OutOfMemoryError:
         return {"cell": cell, "n": n, "precision": CELLS[cell][2], "error": "out of memory"}
+    except Exception as exc:  # noqa: BLE001 - recorded, and main exits 1: the other cells' rows are kept
+        return {"cell": cell, "n": n, "precision": CELLS[cell][2], "error": f"failed: {type(exc).__name__}: {exc}"[:300]}
     finally:
         gc.collect()
         torch.cuda.empty_cache()
@@ -131,7 +150,7 @@ def report(rows) -> str:
             continue
         pivot = frame.pivot(index="cell", columns="n", values=column).reindex(list(dict.fromkeys(frame["cell"])))
         pivot.insert(0, "precision", [CELLS[cell][2] for cell in pivot.index])
-        parts.append(f"**{title}**\n\n" + pivot.to_markdown(floatfmt=".0f", missingval="OOM"))
+        parts.append(f"**{title}**\n\n" + pivot.to_markdown(floatfmt=".0f", missingval="–"))  # out of memory or failed: the rows above say which
     return "\n\n".join(parts)
 
 
@@ -163,6 +182,11 @@ def main(argv=None) -> None:
         with open(args.json, "w") as handle:
             json.dump(rows, handle, indent=1)
     print("\n" + report(rows))
+    failed = [row for row in rows if row.get("error", "out of memory") != "out of memory"]
+    if failed:
+        print(f"error: {len(failed)} cells failed: " + "; ".join(f"{r['cell']} at n = {r['n']}: {r['error']}"
+                                                                  for r in failed), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -86,9 +86,9 @@ def limits(backends: int, jobs_per_gpu: int) -> dict:
     pytest_s = (PYTEST_START_S + amp * AMP_STEP_S + KERNEL_TESTS_S + CUDA_PATHS_S
                 + (len(COMPILE_SUBSET) + 1) * COMPILE_S)
     return {
-        "build": (70, "measured 47 s on an H100 and 36 s on an H200 (2026-11-27; the extension's sources "
+        "build": (65, "measured 47 s on an H100 and 36 s on an H200 (2026-11-27; the extension's sources "
                       "compile in parallel on 16 cores, so the build takes its longest source, a CPU kernel "
-                      "file at -O3 -march=native, and the link); ~1.5x margin"),
+                      "file at -O3 -march=native, and the link); ~1.4x margin"),
         "pytest": (pytest_s, f"start-up and CUDA init ~{PYTEST_START_S} s; {amp} AMP steps ({backends} backends x "
                              f"fp16/bf16, ~{AMP_STEP_S:.0f} s each) and the kernel tests ~{KERNEL_TESTS_S} s; the "
                              f"CUDA paths' 4 cases (sorted and atomic, n = 300) ~{CUDA_PATHS_S} s; "
@@ -96,12 +96,12 @@ def limits(backends: int, jobs_per_gpu: int) -> dict:
                              f"YOSO's CUDA-graph capture (~25 s each on CPU here, Triton's code generation on top: "
                              f"<= {COMPILE_S} s each); on an H200 the step's tests with 2 compiles ran within 140 s "
                              f"on 4 workers"),
-        "kernels": (55, "measured 41 s on an H100 (2026-11-27); one process, 9 cells x 7 lengths, best of 3 after a warm-up (9 calls a cell), ~10 s of "
+        "kernels": (60, "measured 41 s on an H100 (2026-11-27) before the CUDA-graph cell (~1.5 s a length more); one process, 10 cells x 7 lengths, best of 3 after a warm-up (9 calls a cell), ~10 s of "
                         "measuring: SDPA fp32 (no FlashAttention) ~0.3 s a call at 16 x 32,768^2, eager fp32 ~0.1 s "
                         "at 16,384 and out of memory at once at 32,768, the 4 kernel YOSO cells ~1 s in all as "
                         "projected (<= 27 ms a call at 32,768, YOSO-64; lra.benchmarks.yoso_cost), ~10 s were the "
                         "projection 10x short, the PyTorch YOSO cell a few s; ~10 s start-up"),
-        "bert": (25, "measured 19 s on an H100; 4 lengths x 9 cells at 12 heads of 64, one process: the largest, eager fp32 at 4,096, "
+        "bert": (30, "measured 19 s on an H100 before the CUDA-graph cell; 4 lengths x 10 cells at 12 heads of 64, one process: the largest, eager fp32 at 4,096, "
                      "~5 ms a call; ~10 s start-up"),
         "profile": (PROFILE_BACKEND_S * backends + 4,
                     f"{backends} backends x 5 lengths, one process per backend: 4-12 s each on an H200, 17 in "

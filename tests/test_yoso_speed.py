@@ -1,0 +1,23 @@
+"""The YOSO kernel benchmark's cells: which run where, and a failing cell is a recorded row and exit 1."""
+
+import subprocess
+import sys
+
+from lra.benchmarks import yoso_speed
+
+
+def test_the_cuda_graph_cell_runs_on_cuda_only():
+    assert "YOSO-32 (CUDA graphs)" in yoso_speed.default_cells("cuda")
+    on_cpu = yoso_speed.default_cells("cpu")
+    assert "YOSO-32 (CUDA graphs)" not in on_cpu and "YOSO-32" in on_cpu
+    assert all(yoso_speed.CELLS[cell][2] == "fp32" for cell in on_cpu)
+
+
+def test_a_cell_that_fails_is_a_row_and_the_command_exits_1_keeping_the_others():
+    done = subprocess.run([sys.executable, "-m", "lra.benchmarks.yoso_speed", "--lengths", "64", "--repeats", "1",
+                           "--cells", "YOSO-16", "YOSO-32 (CUDA graphs)"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| YOSO")]
+    assert rows[0].startswith("| YOSO-16 | fp32 | 64 | ") and float(rows[0].split("|")[4]) > 0
+    assert "| YOSO-32 (CUDA graphs) | fp32 | 64 | ValueError: YOSO-32 (CUDA graphs) needs a CUDA device" in rows[1]
+    assert done.stderr.strip().splitlines()[-1].startswith("error: 1 cells failed: YOSO-32 (CUDA graphs) at n = 64")
