@@ -21,3 +21,18 @@ def test_a_cell_that_fails_is_a_row_and_the_command_exits_1_keeping_the_others()
     assert rows[0].startswith("| YOSO-16 | fp32 | 64 | ") and float(rows[0].split("|")[4]) > 0
     assert "| YOSO-32 (CUDA graphs) | fp32 | 64 | ValueError: YOSO-32 (CUDA graphs) needs a CUDA device" in rows[1]
     assert done.stderr.strip().splitlines()[-1].startswith("error: 1 cells failed: YOSO-32 (CUDA graphs) at n = 64")
+
+
+def test_the_trace_times_a_step_both_ways_and_tables_the_yoso_operators():
+    done = subprocess.run([sys.executable, "-m", "lra.benchmarks.yoso_trace", "--device", "cpu", "--lengths", "32",
+                           "--steps", "2", "--rows", "40"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    heading = next(line for line in done.stdout.splitlines() if line.startswith("## n = 32: "))
+    queued, synchronized = (float(part.split(" ms")[0]) for part in heading[len("## n = 32: "):].split(", ")[:2])
+    assert queued > 0 and synchronized > 0
+    for operator in ("attention_zoo::yoso_fast_hash", "attention_zoo::yoso_cumulation",
+                     "attention_zoo::yoso_exact_weight_backward"):
+        assert operator in done.stdout
+    refused = subprocess.run([sys.executable, "-m", "lra.benchmarks.yoso_trace", "--device", "cpu", "--steps", "0"],
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stderr.strip().endswith("--steps 0: it must be >= 1")
