@@ -96,8 +96,11 @@ def test_memory_exhausted_during_validation_is_the_same_line(tmp_path, data_dir)
 def test_a_diverged_job_of_a_sweep_is_recorded_and_the_sweep_goes_on(tmp_path, data_dir):
     sweep = tmp_path / "sweep"
     result = run_command(["lra-train", "-m", "trainer=smoke", "trainer.lr=10,1e-3", *SMALL_LISTOPS,
-                          f"hydra.sweep.dir={sweep}"], tmp_path, data_dir)
+                          f"hydra.sweep.dir={sweep}"], tmp_path, data_dir, check=False)
     assert "Traceback" not in result.stderr + result.stdout
+    assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == (
+        f"error: 1 of the sweep's 2 runs failed; the table above and {sweep / 'table.md'} list each with its error "
+        "(its record and train.log say more)")
     diverged = read_json(sweep / "0" / "metrics.json")
     assert diverged["status"] == "failed" and DIVERGED in diverged["error"]
     assert read_json(sweep / "1" / "metrics.json")["status"] == "completed"
@@ -129,7 +132,8 @@ def test_a_bug_inside_a_run_is_one_line_naming_its_traceback_in_the_run_log_and_
 def test_a_bug_in_a_sweep_job_is_one_line_its_traceback_in_the_job_log(tmp_path, data_dir):
     sweep = tmp_path / "sweep"
     result = run_command(["lra-train", "-m", "seed=0", *QUICK, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir,
-                         env_extra={"LRA_FAULT": "step:3:BUG"})
+                         env_extra={"LRA_FAULT": "step:3:BUG"}, check=False)
+    assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     error = "RuntimeError: a fault injected at step (LRA_FAULT=step:3:BUG)"
     (line,) = [line.split("] - error: ", 1)[1] for line in result.stdout.splitlines() if "] - error: " in line]

@@ -7,8 +7,10 @@ SHORT = ["trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2", *SMALL_
 
 def test_a_job_refused_by_validation_is_recorded_failed_and_the_table_shows_it(tmp_path, data_dir):
     sweep = tmp_path / "sweep"
-    result = run_command(["lra-train", "-m", "trainer.lr=1e-3,-1", *SHORT, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir)
+    result = run_command(["lra-train", "-m", "trainer.lr=1e-3,-1", *SHORT, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir,
+                         check=False)
     assert "Traceback" not in result.stderr + result.stdout
+    assert result.returncode == 1 and "error: 1 of the sweep's 2 runs failed" in result.stderr  # after every job ran
     refused = read_json(sweep / "1" / "metrics.json")
     assert refused["status"] == "failed" and refused["error"].startswith("invalid value for trainer.lr: -1.0")
     assert (refused["label"], refused["task"], refused["seed"]) == ("Softmax", "listops", 0)
@@ -21,8 +23,8 @@ def test_a_job_refused_by_validation_is_recorded_failed_and_the_table_shows_it(t
 
 def test_a_job_refused_for_its_backend_shape_is_recorded_under_its_label(tmp_path, data_dir):
     sweep = tmp_path / "sweep"
-    run_command(["lra-train", "-m", "attention=nystrom", "attention.num_landmarks=32,5000", *SHORT,
-                 f"hydra.sweep.dir={sweep}"], tmp_path, data_dir)
+    assert run_command(["lra-train", "-m", "attention=nystrom", "attention.num_landmarks=32,5000", *SHORT,
+                        f"hydra.sweep.dir={sweep}"], tmp_path, data_dir, check=False).returncode == 1
     refused = read_json(sweep / "1" / "metrics.json")
     assert refused["label"] == "Nystromformer" and refused["status"] == "failed"
     assert "attention.num_landmarks: 5000; it must be at most the input length 256" in refused["error"]

@@ -131,7 +131,10 @@ def test_a_multirun_prints_the_table_of_its_own_runs(tmp_path, data_dir):
 def test_a_sweep_with_failing_jobs_finishes_the_others_and_tables_them_as_failed(tmp_path, data_dir):
     # The text jobs fail for real: no prepared text data in this data directory.
     result = run_command(["lra-train", "-m", "task=listops,text", "attention=softmax,none", "seed=0", "trainer=smoke",
-                          "trainer.max_steps=2", "trainer.eval_every=2", "trainer.max_length=256"], tmp_path, data_dir)
+                          "trainer.max_steps=2", "trainer.eval_every=2", "trainer.max_length=256"], tmp_path, data_dir,
+                         check=False)
+    assert result.returncode == 1 and result.stderr.strip().splitlines()[-1].startswith(
+        "error: 2 of the sweep's 4 runs failed; the table above and "), result.stderr  # every job ran first
     runs = {(r["task"], r["label"]): r for r in (read_json(d / "metrics.json") for d in run_dirs(tmp_path))}
     assert {k: r["status"] for k, r in runs.items()} == {
         ("listops", "Softmax"): "completed", ("listops", "None"): "completed",

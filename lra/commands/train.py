@@ -269,6 +269,13 @@ def main() -> None:
     within = [(data / path.stem, f"the {path.stem} data folder") for path in sorted((CONF_DIR / "task").glob("*.yaml"))]
     config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], reads=[data], within=within)
     config_errors.run_app(run, _valid_keys, check_shown=_validate_dry_run)
+    from lra.results.callback import ENDED_SWEEPS
+
+    if ENDED_SWEEPS and ENDED_SWEEPS[-1][0]:  # every job ran; a script or scheduler must still see the failures
+        failed, runs, table = ENDED_SWEEPS[-1]
+        print(f"error: {failed} of the sweep's {runs} runs failed; the table above and {table} list each with its "
+              "error (its record and train.log say more)", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

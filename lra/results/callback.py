@@ -1,4 +1,5 @@
-"""A Hydra callback that prints and saves the comparison table at the end of every multirun."""
+"""A Hydra callback that prints and saves the comparison table at the end of every multirun, and counts
+its failed runs for ``lra-train``'s exit status (:data:`ENDED_SWEEPS`)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
+# (failed runs, runs, the sweep's table.md) of each multirun this process ended: lra-train exits 1 when the
+# last one has a failed run (its jobs all ran: one failure never stops a sweep).
+ENDED_SWEEPS: list = []
+
 
 class ComparisonTableCallback(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
         from lra.io import atomic_write_text
-        from lra.results.table import render  # pandas: imported only when a sweep has ended
+        from lra.results.table import read_records, record_files, render  # pandas: only when a sweep has ended
 
         sweep_dir = Path(config.hydra.sweep.dir)
         # A sweep over other settings than the seed repeats (backend, task, seed): the table keeps one
@@ -19,3 +24,6 @@ class ComparisonTableCallback(Callback):
         text = render([sweep_dir], warn=lambda message: print(f"note: {message}", file=sys.stderr))
         atomic_write_text(sweep_dir / "table.md", text + "\n")
         print(f"\nTest accuracy (%), mean ± std (seeds) — {sweep_dir}\n\n{text}\n", flush=True)
+        records = read_records(record_files([sweep_dir]))
+        failed = sum(record["status"] == "failed" for record in records)
+        ENDED_SWEEPS.append((failed, len(records), sweep_dir / "table.md"))
