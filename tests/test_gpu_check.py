@@ -146,7 +146,28 @@ def test_reference_slice_options_are_checked_before_anything_runs(tmp_path):
         "--reference", "--rows", "softmax,sofmax")
     assert "--seeds '0,x': whole numbers" in refused("--reference", "--seeds", "0,x")
     assert "add --reference" in refused("--rows", "softmax")
+    assert "add --reference" in refused("--sweep-dir", str(tmp_path / "s"))
     assert "--limit-s 0: it must be > 0" in refused("--reference", "--limit-s", "0")
     plan = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--reference", "--rows", "yoso_e",
                            "--seeds", "2", "--limit-s", "540", "--plan"], capture_output=True, text=True, check=True)
     assert "row=yoso_table3/yoso_e seed=2 " in plan.stdout and plan.stdout.strip().endswith("in all: 540 s at most")
+
+
+def test_a_reference_slice_cut_short_is_continued_by_the_same_command_in_its_sweep_folder(tmp_path):
+    """A slice that outlives its machine (killed at step 30, as at the end of a lease) keeps its checkpoints in
+    --sweep-dir; the same command there (or on another machine, unpacked at the same path) resumes the run."""
+    sweep, out = tmp_path / "sweep", tmp_path / "out"
+    command = [sys.executable, "-m", "lra.commands.gpu_check", "--device", "cpu", "--reference", "--rows", "softmax",
+               "--sweep-dir", str(sweep), "--limit-s", "300", "--out", str(out), "--",
+               *[o for o in SMOKE if not o.startswith("trainer.")], "trainer=smoke", "trainer.max_steps=60",
+               "trainer.eval_every=20"]
+    environment = {**os.environ, "LRA_FAULT": "step:30:SIGKILL", "LRA_FAULT_ONCE": str(tmp_path / "killed-once")}
+    cut = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
+    assert cut.returncode == 1, cut.stdout[-3000:] + cut.stderr[-3000:]
+    (job,) = [path.parent for path in sweep.rglob("metrics.json")]
+    assert (job / "checkpoints" / "last.pt").is_file()
+    out.rename(tmp_path / "first-out")
+    continued = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
+    assert continued.returncode == 0, continued.stdout[-3000:] + continued.stderr[-3000:]
+    assert "resumed from" in (job / "train.log").read_text() and "at step 20" in (job / "train.log").read_text()
+    assert "runs: 1 completed" in (out / "reference.md").read_text()

@@ -188,15 +188,19 @@ def table3_rows() -> List[str]:
 
 
 def reference_plan(device: str, jobs_per_gpu: int, scratch: Path, rows: Optional[List[str]] = None,
-                   seeds: str = "0", limit_s: float = 24 * 3600, overrides: Optional[List[str]] = None) -> List[Step]:
+                   seeds: str = "0", limit_s: float = 24 * 3600, overrides: Optional[List[str]] = None,
+                   sweep_dir: Optional[Path] = None) -> List[Step]:
     """The reference ListOps runs of ``rows`` (default: every Table 3 row) for each of ``seeds``; ``overrides``
-    go to each run after the reference setup's (a smoke test's shorter runs)."""
+    go to each run after the reference setup's (a smoke test's shorter runs). The sweep folder is
+    ``sweep_dir`` when given (kept; the same command continues it: finished runs kept, cut ones resumed),
+    else a scratch folder removed at the end."""
     selected = rows or table3_rows()
     return [Step("reference ListOps", [_tool("lra-train"), "-m", "hydra/launcher=local_gpus",
                                        f"hydra.launcher.jobs_per_gpu={jobs_per_gpu}", "experiment=yoso_table3",
                                        "task=listops", f"row={','.join('yoso_table3/' + row for row in selected)}",
                                        f"seed={seeds}", f"trainer.device={device}", "logger=none",
-                                       *(overrides or []), f"hydra.sweep.dir={scratch / 'reference'}"], limit_s,
+                                       *(overrides or []), f"hydra.sweep.dir={sweep_dir or scratch / 'reference'}"],
+                 limit_s,
                  basis=f"{len(selected)} rows x seeds {seeds}, {jobs_per_gpu} jobs per GPU")]
 
 
@@ -274,7 +278,7 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
-def collect(steps: List[Step], out: Path, scratch: Path) -> None:
+def collect(steps: List[Step], out: Path, scratch: Path, reference_dir: Optional[Path] = None) -> None:
     """Copy the files worth keeping out of the scratch runs; tabulate the sweeps (a sweep with a failed
     or missing run fails its step: Hydra's multirun itself ends well when jobs fail)."""
     for name in ("profile.csv", "profile.png"):
@@ -282,7 +286,7 @@ def collect(steps: List[Step], out: Path, scratch: Path) -> None:
         if found:
             shutil.copy(found[0], out / name)
     for sweep, target, reference in (("sweep", "sweep.md", []), ("reference", "reference.md", ["--reference", "yoso"])):
-        folder = scratch / sweep
+        folder = reference_dir if sweep == "reference" and reference_dir else scratch / sweep
         if folder.is_dir():
             table = subprocess.run([_tool("lra-table"), str(folder), "--efficiency", *reference],
                                    capture_output=True, text=True)
@@ -322,6 +326,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", default="", help="with --reference: Table 3 rows, comma-separated (default every "
                         "row of conf/row/yoso_table3)")
     parser.add_argument("--seeds", default="0", help="with --reference: seeds, comma-separated (default 0)")
+    parser.add_argument("--sweep-dir", type=Path, default=None,
+                        help="with --reference: the sweep's folder, kept (default a scratch folder); the same command "
+                        "continues it, here or on another machine it was unpacked on at the same path")
     parser.add_argument("--limit-s", type=float, default=24 * 3600,
                         help="with --reference: the sweep's time limit in seconds (default a day; on a lent device "
                         "machine, under its command limit)")
@@ -337,14 +344,15 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"--rows {','.join(unknown)}: not a row of {TABLE3_ROWS.relative_to(REPO_ROOT)}; the rows are "
                      f"{', '.join(table3_rows())}")
-    if (rows or args.seeds != "0" or args.limit_s != 24 * 3600 or args.overrides) and not args.reference:
-        parser.error("--rows, --seeds, --limit-s and overrides choose the --reference runs: add --reference")
+    if (rows or args.seeds != "0" or args.limit_s != 24 * 3600 or args.overrides or args.sweep_dir) and not args.reference:
+        parser.error("--rows, --seeds, --limit-s, --sweep-dir and overrides choose the --reference runs: add --reference")
     if not all(seed.strip().isdigit() for seed in args.seeds.split(",")):
         parser.error(f"--seeds {args.seeds!r}: whole numbers, comma-separated (e.g. 0,1,2)")
     if args.limit_s <= 0:
         parser.error(f"--limit-s {args.limit_s:g}: it must be > 0")
     reference = lambda scratch: reference_plan(args.device, args.jobs_per_gpu, scratch, rows,  # noqa: E731
-                                               args.seeds.replace(" ", ""), args.limit_s, args.overrides)
+                                               args.seeds.replace(" ", ""), args.limit_s, args.overrides,
+                                               args.sweep_dir and args.sweep_dir.resolve())
     if args.plan:
         scratch = Path(tempfile.gettempdir()) / "lra-gpu-check-<scratch>"
         steps = reference(scratch) if args.reference else plan(args.device, args.quick, args.jobs_per_gpu, scratch)
@@ -367,7 +375,7 @@ def main(argv=None) -> int:
                 print(f"[lra-gpu-check] {step.name} ...", flush=True)
                 run_step(step, out)
                 print(f"[lra-gpu-check] {step.name}: {step.status} ({step.seconds:.0f} s)", flush=True)
-            collect(steps, out, scratch)
+            collect(steps, out, scratch, args.sweep_dir and args.sweep_dir.resolve())
         except KeyboardInterrupt as exc:  # SIGINT, SIGTERM, SIGHUP: the step's group is killed; what ran is summarized
             interrupted = signals.as_interrupted(exc)
             for step in steps:
