@@ -19,7 +19,7 @@ def test_a_cell_that_fails_is_a_row_and_the_command_exits_1_keeping_the_others()
     assert done.returncode == 1, done.stdout + done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| YOSO")]
     assert rows[0].startswith("| YOSO-16 | fp32 | 64 | ") and float(rows[0].split("|")[4]) > 0
-    assert "| YOSO-32 (CUDA graphs) | fp32 | 64 | ValueError: YOSO-32 (CUDA graphs) needs a CUDA device" in rows[1]
+    assert "| YOSO-32 (CUDA graphs) | fp32 | 64 | failed: ValueError: YOSO-32 (CUDA graphs) needs a CUDA device" in rows[1]
     assert done.stderr.strip().splitlines()[-1].startswith("error: 1 cells failed: YOSO-32 (CUDA graphs) at n = 64")
 
 
@@ -36,3 +36,12 @@ def test_the_trace_times_a_step_both_ways_and_tables_the_yoso_operators():
     refused = subprocess.run([sys.executable, "-m", "lra.benchmarks.yoso_trace", "--device", "cpu", "--steps", "0"],
                              capture_output=True, text=True)
     assert refused.returncode == 2 and refused.stderr.strip().endswith("--steps 0: it must be >= 1")
+
+
+def test_bad_benchmark_arguments_are_one_line_before_anything_runs():
+    for module, args, line in (("yoso_speed", ["--head-dim", "0"], "--head-dim 0: it must be >= 1"),
+                               ("yoso_speed", ["--lengths", "64", "0"], "--lengths 0: it must be >= 1"),
+                               ("yoso_trace", ["--device", "cpu", "--num-hashes", "0"], "--num-hashes 0: it must be >= 1")):
+        done = subprocess.run([sys.executable, "-m", f"lra.benchmarks.{module}", *args], capture_output=True, text=True)
+        assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith(line), done.stderr
+        assert "Traceback" not in done.stderr and not done.stdout.strip()

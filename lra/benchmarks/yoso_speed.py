@@ -29,6 +29,7 @@ import sys
 
 import pandas as pd
 
+from lra.commands.config_errors import at_the_edge
 from lra.profiling.measure import MB, best_of, run_cell, step_peak_bytes
 
 BF16 = "bf16 autocast"
@@ -154,6 +155,7 @@ def report(rows) -> str:
     return "\n\n".join(parts)
 
 
+@at_the_edge
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -166,8 +168,19 @@ def main(argv=None) -> None:
     parser.add_argument("--json", help="also write the raw rows here")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.one:
-        print(json.dumps(measure(args.one, args.lengths[0], args.device, args.batch_heads, args.head_dim, args.repeats)))
+    for value, name in ((min(args.lengths), "--lengths"), (args.batch_heads, "--batch-heads"),
+                        (args.head_dim, "--head-dim"), (args.repeats, "--repeats")):
+        if value < 1:
+            parser.error(f"{name} {value}: it must be >= 1")
+    if args.device == "cuda" and not __import__("torch").cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
+    if args.one:  # a CPU cell in its own process: its failure is its row, as measure_here makes it on CUDA
+        try:
+            row = measure(args.one, args.lengths[0], args.device, args.batch_heads, args.head_dim, args.repeats)
+        except Exception as exc:  # noqa: BLE001
+            row = {"cell": args.one, "n": args.lengths[0], "precision": CELLS[args.one][2],
+                   "error": f"failed: {type(exc).__name__}: {exc}"[:300]}
+        print(json.dumps(row))
         return
     cells = args.cells or default_cells(args.device)
     rows = []

@@ -18,6 +18,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import attention_zoo
+from attention_zoo.options import InvalidOption
+from lra.commands.config_errors import at_the_edge
 
 
 def step_times(step, device: torch.device, steps: int) -> dict:
@@ -66,6 +68,7 @@ def trace(n: int, device: torch.device, batch_heads: int, head_dim: int, num_has
             f"{sort_by}:\n\n```\n{table}```\n")
 
 
+@at_the_edge
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
@@ -78,14 +81,19 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here; --device cpu traces the CPU kernels")
-    for value, name in ((args.steps, "--steps"), (args.rows, "--rows"), (min(args.lengths), "--lengths")):
+    for value, name in ((args.steps, "--steps"), (args.rows, "--rows"), (min(args.lengths), "--lengths"),
+                        (args.batch_heads, "--batch-heads"), (args.head_dim, "--head-dim"),
+                        (args.num_hashes, "--num-hashes")):
         if value < 1:
             parser.error(f"{name} {value}: it must be >= 1")
     device = torch.device(args.device)
     print(f"# YOSO forward + backward, traced on {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}"
           f" (torch {torch.__version__})\n", flush=True)
     for n in args.lengths:
-        print(trace(n, device, args.batch_heads, args.head_dim, args.num_hashes, args.steps, args.rows), flush=True)
+        try:
+            print(trace(n, device, args.batch_heads, args.head_dim, args.num_hashes, args.steps, args.rows), flush=True)
+        except InvalidOption as exc:  # e.g. a length whose default hash code length is out of range
+            parser.error(f"n = {n}: {exc}")
 
 
 if __name__ == "__main__":
