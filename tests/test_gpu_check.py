@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import attention_zoo
+from conftest import SMALL_LISTOPS
 from lra.commands import gpu_check
 
 
@@ -109,9 +110,7 @@ def test_a_signal_ends_the_check_with_one_line_its_step_killed_and_a_summary(tmp
     assert not alive, "the interrupted step outlived the check"
 
 
-SMOKE = ["trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2", "task.generator.num_train=64",
-         "task.generator.num_val=16", "task.generator.num_test=16", "task.generator.min_length=20",
-         "task.generator.max_length=120", "task.max_length=128"]
+SMOKE = ["trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2", *SMALL_LISTOPS]
 
 
 def test_a_reference_slice_runs_its_rows_and_seeds_and_packs_their_records(tmp_path):
@@ -159,8 +158,7 @@ def test_a_reference_slice_cut_short_is_continued_by_the_same_command_in_its_swe
     sweep, out = tmp_path / "sweep", tmp_path / "out"
     command = [sys.executable, "-m", "lra.commands.gpu_check", "--device", "cpu", "--reference", "--rows", "softmax",
                "--sweep-dir", str(sweep), "--limit-s", "300", "--out", str(out), "--",
-               *[o for o in SMOKE if not o.startswith("trainer.")], "trainer=smoke", "trainer.max_steps=60",
-               "trainer.eval_every=20"]
+               *SMALL_LISTOPS, "trainer=smoke", "trainer.max_steps=60", "trainer.eval_every=20"]
     environment = {**os.environ, "LRA_FAULT": "step:30:SIGKILL", "LRA_FAULT_ONCE": str(tmp_path / "killed-once")}
     cut = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
     assert cut.returncode == 1, cut.stdout[-3000:] + cut.stderr[-3000:]

@@ -106,12 +106,17 @@ def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, rep
             "forward_backward_ms": both * 1e3, "peak_mb": peak / MB}
 
 
+def error_row(cell: str, n: int, error) -> dict:
+    """A cell that did not measure: out of memory (``error`` a string) or failed (``error`` the exception)."""
+    text = error if isinstance(error, str) else f"failed: {type(error).__name__}: {error}"[:300]
+    return {"cell": cell, "n": n, "precision": CELLS[cell][2], "error": text}
+
+
 def measure_in_subprocess(cell: str, n: int, device: str, batch_heads: int, head_dim: int, repeats: int) -> dict:
     rows = run_cell("lra.benchmarks.yoso_speed", ["--one", cell, "--lengths", str(n), "--device", device,
                                                   "--batch-heads", str(batch_heads), "--head-dim", str(head_dim),
                                                   "--repeats", str(repeats)])
-    return rows[-1] if "error" not in rows[-1] else {"cell": cell, "n": n, "precision": CELLS[cell][2],
-                                                     "error": rows[-1]["error"]}
+    return rows[-1] if "error" not in rows[-1] else error_row(cell, n, rows[-1]["error"])
 
 
 def measure_here(cell: str, n: int, device: str, batch_heads: int, head_dim: int, repeats: int) -> dict:
@@ -123,9 +128,9 @@ def measure_here(cell: str, n: int, device: str, batch_heads: int, head_dim: int
     try:
         return measure(cell, n, device, batch_heads, head_dim, repeats)
     except torch.cuda.OutOfMemoryError:
-        return {"cell": cell, "n": n, "precision": CELLS[cell][2], "error": "out of memory"}
+        return error_row(cell, n, "out of memory")
     except Exception as exc:  # noqa: BLE001 - recorded, and main exits 1: the other cells' rows are kept
-        return {"cell": cell, "n": n, "precision": CELLS[cell][2], "error": f"failed: {type(exc).__name__}: {exc}"[:300]}
+        return error_row(cell, n, exc)
     finally:
         gc.collect()
         torch.cuda.empty_cache()
@@ -172,14 +177,15 @@ def main(argv=None) -> None:
                         (args.head_dim, "--head-dim"), (args.repeats, "--repeats")):
         if value < 1:
             parser.error(f"{name} {value}: it must be >= 1")
-    if args.device == "cuda" and not __import__("torch").cuda.is_available():
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
     if args.one:  # a CPU cell in its own process: its failure is its row, as measure_here makes it on CUDA
         try:
             row = measure(args.one, args.lengths[0], args.device, args.batch_heads, args.head_dim, args.repeats)
         except Exception as exc:  # noqa: BLE001
-            row = {"cell": args.one, "n": args.lengths[0], "precision": CELLS[args.one][2],
-                   "error": f"failed: {type(exc).__name__}: {exc}"[:300]}
+            row = error_row(args.one, args.lengths[0], exc)
         print(json.dumps(row))
         return
     cells = args.cells or default_cells(args.device)

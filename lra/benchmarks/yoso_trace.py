@@ -12,7 +12,6 @@ host-bound: Python, dispatch and launches (docs/benchmarks.md, "YOSO on a GPU, m
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -20,25 +19,22 @@ from torch.profiler import ProfilerActivity, profile
 import attention_zoo
 from attention_zoo.options import InvalidOption
 from lra.commands.config_errors import at_the_edge
+from lra.profiling.measure import synchronize, timed
 
 
 def step_times(step, device: torch.device, steps: int) -> dict:
     """Milliseconds a step: ``steps`` steps queued back to back, and each followed by a synchronization."""
-    def synchronize():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    times = {}
-    for label, each in (("queued", False), ("synchronized", True)):
-        synchronize()
-        started = time.perf_counter()
+    def queued():
         for _ in range(steps):
             step()
-            if each:
-                synchronize()
-        synchronize()
-        times[label] = (time.perf_counter() - started) / steps * 1e3
-    return times
+
+    def synchronized():
+        for _ in range(steps):
+            step()
+            synchronize(device)
+
+    return {label: timed(work, device)[1] / steps * 1e3 for label, work in (("queued", queued),
+                                                                           ("synchronized", synchronized))}
 
 
 def trace(n: int, device: torch.device, batch_heads: int, head_dim: int, num_hashes: int, steps: int,
@@ -59,8 +55,7 @@ def trace(n: int, device: torch.device, batch_heads: int, head_dim: int, num_has
     with profile(activities=activities) as profiled:
         for _ in range(5):
             step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        synchronize(device)
     sort_by = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
     table = profiled.key_averages().table(sort_by=sort_by, row_limit=rows, max_name_column_width=60)
     return (f"## n = {n}: {times['queued']:.3f} ms a step queued, {times['synchronized']:.3f} ms synchronized "

@@ -350,9 +350,9 @@ def main(argv=None) -> int:
         parser.error(f"--seeds {args.seeds!r}: whole numbers, comma-separated (e.g. 0,1,2)")
     if args.limit_s <= 0:
         parser.error(f"--limit-s {args.limit_s:g}: it must be > 0")
+    sweep_dir = args.sweep_dir.resolve() if args.sweep_dir else None
     reference = lambda scratch: reference_plan(args.device, args.jobs_per_gpu, scratch, rows,  # noqa: E731
-                                               args.seeds.replace(" ", ""), args.limit_s, args.overrides,
-                                               args.sweep_dir and args.sweep_dir.resolve())
+                                               args.seeds.replace(" ", ""), args.limit_s, args.overrides, sweep_dir)
     if args.plan:
         scratch = Path(tempfile.gettempdir()) / "lra-gpu-check-<scratch>"
         steps = reference(scratch) if args.reference else plan(args.device, args.quick, args.jobs_per_gpu, scratch)
@@ -375,7 +375,7 @@ def main(argv=None) -> int:
                 print(f"[lra-gpu-check] {step.name} ...", flush=True)
                 run_step(step, out)
                 print(f"[lra-gpu-check] {step.name}: {step.status} ({step.seconds:.0f} s)", flush=True)
-            collect(steps, out, scratch, args.sweep_dir and args.sweep_dir.resolve())
+            collect(steps, out, scratch, sweep_dir)
         except KeyboardInterrupt as exc:  # SIGINT, SIGTERM, SIGHUP: the step's group is killed; what ran is summarized
             interrupted = signals.as_interrupted(exc)
             for step in steps:

@@ -16,14 +16,15 @@ ENDED_SWEEPS: list = []
 class ComparisonTableCallback(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
         from lra.io import atomic_write_text
-        from lra.results.table import read_records, record_files, render  # pandas: only when a sweep has ended
+        from lra.results.table import read_records, record_files, render_records  # pandas: only when a sweep has ended
 
         sweep_dir = Path(config.hydra.sweep.dir)
         # A sweep over other settings than the seed repeats (backend, task, seed): the table keeps one
         # run of each and says which it dropped.
-        text = render([sweep_dir], warn=lambda message: print(f"note: {message}", file=sys.stderr))
+        warn = lambda message: print(f"note: {message}", file=sys.stderr)  # noqa: E731
+        records = read_records(record_files([sweep_dir]), warn)
+        text = render_records(records, warn)
         atomic_write_text(sweep_dir / "table.md", text + "\n")
         print(f"\nTest accuracy (%), mean ± std (seeds) — {sweep_dir}\n\n{text}\n", flush=True)
-        records = read_records(record_files([sweep_dir]))
         failed = sum(record["status"] == "failed" for record in records)
         ENDED_SWEEPS.append((failed, len(records), sweep_dir / "table.md"))

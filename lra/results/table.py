@@ -395,7 +395,11 @@ def unfinished(records: Iterable[dict]) -> str:
 
 
 def render(directories: List[Path], warn=lambda message: None) -> str:
-    records = read_records(record_files(directories), warn)
+    return render_records(read_records(record_files(directories), warn), warn)
+
+
+def render_records(records: List[dict], warn=lambda message: None) -> str:
+    """:func:`render` of records already read."""
     runs = pd.DataFrame(deduplicate(records, warn))
     failed = failures(records)
     notes = "\n\n".join(n for n in (validation_notes(runs), validity.notes(records)) if n)
