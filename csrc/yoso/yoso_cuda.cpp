@@ -37,6 +37,9 @@ class TorchDevice final : public yoso::Device {
   void zero(float* data, int64_t count) override {
     C10_CUDA_CHECK(cudaMemsetAsync(data, 0, count * sizeof(float), stream()));
   }
+  void minus_ones(int32_t* data, int64_t count) override {
+    C10_CUDA_CHECK(cudaMemsetAsync(data, 0xFF, count * sizeof(int32_t), stream()));  // every byte 0xFF: -1
+  }
   std::pair<const int32_t*, const int32_t*> sort_rows(const int32_t* codes, int64_t rows, int64_t n) override {
     const auto flat = at::from_blob(const_cast<int32_t*>(codes), {rows, n}, options_.dtype(at::kInt));
     auto [sorted, order] = at::sort(flat, /*stable=*/true, /*dim=*/-1, /*descending=*/false);

@@ -27,6 +27,12 @@ YOSO_DEVICE int find_first(const int32_t* sorted, int count, int32_t code) {
   return at < count && load(sorted + at) == code ? at : -1;
 }
 
+// The first position of `code` in a pair's sorted codes, or -1: one load from the pair's run starts
+// (launch_run_starts) where the host made them, else a binary search.
+YOSO_DEVICE int run_of(const int32_t* starts, int64_t pair, int tau, const int32_t* sorted, int count, int32_t code) {
+  return starts != nullptr ? load(starts + (pair << tau) + code) : find_first(sorted, count, code);
+}
+
 // The code at codes[index], trapped unless it is a tau-bit code (see YOSO_TRAP: a trap ends the CUDA
 // context; the host never passes such codes unless they were corrupted).
 YOSO_DEVICE int32_t checked_code(const int32_t* codes, int64_t index, int tau) {

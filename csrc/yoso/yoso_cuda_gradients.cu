@@ -37,7 +37,7 @@ YOSO_GLOBAL void query_gradients_kernel(Backward a, Heavy heavy, float scale) {
     const int64_t pair = b * a.m + h;
     const int32_t code = checked_code(a.codes_q, pair * a.nq + i, a.tau);
     const int32_t* sorted = a.sorted_k + pair * a.nk;
-    const int first = find_first(sorted, a.nk, code);
+    const int first = run_of(a.starts_k, pair, a.tau, sorted, a.nk, code);
     if (first < 0) continue;
     const int32_t id = table_of(heavy.table_of_k, pair * a.nk + first);
     if (id >= 0) {
@@ -79,7 +79,7 @@ YOSO_GLOBAL void key_gradients_kernel(Backward a, Heavy heavy, float scale, floa
     const int64_t pair = b * a.m + h;
     const int32_t code = checked_code(a.codes_k, pair * a.nk + j, a.tau);
     const int32_t* sorted = a.sorted_q + pair * a.nq;
-    const int first = find_first(sorted, a.nq, code);
+    const int first = run_of(a.starts_q, pair, a.tau, sorted, a.nq, code);
     if (first < 0) continue;
     const int32_t id = table_of(heavy.table_of_q, pair * a.nq + first);
     if (id >= 0) {
@@ -126,7 +126,7 @@ YOSO_GLOBAL void scatter_pairs_kernel(Backward a, Heavy heavy, float scale, floa
   const int i = static_cast<int>(index - pair * a.nq);
   const int32_t code = checked_code(a.codes_q, pair * a.nq + i, a.tau);
   const int32_t* sorted = a.sorted_k + pair * a.nk;
-  const int first = find_first(sorted, a.nk, code);
+  const int first = run_of(a.starts_k, pair, a.tau, sorted, a.nk, code);
   if (first < 0 || table_of(heavy.table_of_k, pair * a.nk + first) >= 0) return;
   const int64_t query = b * a.nq + i;
   float g[T::kSlots], q[T::kSlots], sum[T::kSlots] = {};
@@ -238,6 +238,16 @@ YOSO_GLOBAL void pair_gradient_kernel(const int32_t* codes_s, const int32_t* sor
   team.write(out + token * d, d, sum);
 }
 
+// A thread per sorted position: the first position of each run writes itself into its code's start.
+YOSO_GLOBAL void run_starts_kernel(const int32_t* sorted, int64_t rows, int n, int tau, int32_t* starts) {
+  const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= rows * n) return;
+  const int64_t row = index / n;
+  const int t = static_cast<int>(index - row * n);
+  const int32_t code = checked_code(sorted, index, tau);
+  if (t == 0 || load(sorted + index - 1) != code) store(starts + (row << tau) + code, int32_t(t));
+}
+
 unsigned blocks_for(int64_t teams, int lanes) { return static_cast<unsigned>((teams * lanes + kThreads - 1) / kThreads); }
 
 template <int D>
@@ -268,6 +278,15 @@ int instance(int d, int dv, std::initializer_list<const void*> rows) {
 }
 
 }  // namespace
+
+cudaError_t launch_run_starts(const int32_t* sorted, int64_t rows, int n, int tau, int32_t* starts,
+                              cudaStream_t stream) {
+  if (rows * n == 0) return cudaSuccess;
+  const int64_t blocks = (rows * n + kThreads - 1) / kThreads;
+  if (blocks > 2147483647) return cudaErrorInvalidValue;
+  return YOSO_LAUNCH(run_starts_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, sorted, rows, n,
+                     tau, starts);
+}
 
 cudaError_t launch_backward(const Backward& a, const Heavy& heavy, bool atomic, cudaStream_t stream) {
   if (a.d > kMaxHeadDim || a.dv > kMaxHeadDim) return cudaErrorInvalidValue;  // the host logic says so first

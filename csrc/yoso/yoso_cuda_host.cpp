@@ -29,6 +29,16 @@ void check_dims(Device& device, int64_t d, int64_t dv, const char* what) {
   }
 }
 
+// Each of `rows` pairs' run starts by code in `sorted` [rows, n] where 2^tau <= 2n (then no larger than the
+// codes twice over), for lookups by one load; else null (binary searches).
+const int32_t* run_starts(Device& device, const int32_t* sorted, int64_t rows, int64_t n, int tau, const char* what) {
+  if ((int64_t(1) << tau) > 2 * n) return nullptr;
+  int32_t* starts = device.ints(rows << tau);
+  device.minus_ones(starts, rows << tau);
+  device.check(launch_run_starts(sorted, rows, static_cast<int>(n), tau, starts, device.stream()), what);
+  return starts;
+}
+
 }  // namespace
 
 void fast_hash(Device& device, const float* x, const float* diagonals, int32_t* codes, int64_t B, int64_t n, int64_t d,
@@ -45,14 +55,22 @@ void cumulation(Device& device, const int32_t* codes_q, const int32_t* codes_k, 
                 const float* weight_k, int64_t mk, int64_t p, const float* values, float* out, int64_t B, int64_t m,
                 int64_t nq, int64_t nk, int64_t dv, int64_t tau, int64_t workspace_bytes, bool deterministic) {
   check_dims(device, 0, dv, "cumulation");
-  const Cumulation c{codes_q, codes_k, nullptr, nullptr, weight_q, weight_k, values, out, B,
+  const Cumulation c{codes_q, codes_k, nullptr, nullptr, nullptr, weight_q, weight_k, values, out, B,
                      narrow(device, m, "num_hashes"), narrow(device, mq, "weight_q hashes"),
                      narrow(device, mk, "weight_k hashes"), narrow(device, p, "channels"), narrow(device, nq, "queries"),
                      narrow(device, nk, "keys"), static_cast<int>(dv), narrow(device, tau, "hash_code_len")};
   if (B * m == 0 || nq == 0 || nk == 0 || dv == 0) return;
   Cumulation call = c;
   const bool atomic = !deterministic, direct = atomic && (int64_t(1) << tau) <= 2 * nk;
-  if (!direct) std::tie(call.sorted_k, call.order_k) = device.sort_rows(codes_k, B * m, nk);
+  if (const int rows = table_rows(c.tau, c.p); atomic && rows > 0) {
+    narrow(device, B * m * ((int64_t(1) << tau) / rows), "(batch·heads)·hashes·(code slices)");
+    device.check(launch_table_cumulation(c, device.stream()), "cumulation (shared-memory tables)");
+    return;
+  }
+  if (!direct) {
+    std::tie(call.sorted_k, call.order_k) = device.sort_rows(codes_k, B * m, nk);
+    call.starts_k = run_starts(device, call.sorted_k, B * m, nk, c.tau, "cumulation (run starts)");
+  }
   const int64_t rows_per_pair = direct ? int64_t(1) << tau : nk, per_pair = rows_per_pair * p * dv;
   const int64_t total = B * m, chunk = std::clamp<int64_t>(workspace_bytes / 4 / std::max<int64_t>(per_pair, 1), 1,
                                                           std::min<int64_t>(total, 65535));
@@ -70,7 +88,8 @@ void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes
                     float* grad_v, int64_t B, int64_t m, int64_t nq, int64_t nk, int64_t d, int64_t dv, int64_t tau,
                     int64_t workspace_bytes, bool deterministic) {
   check_dims(device, d, dv, "backward");
-  Backward a{codes_q, codes_k, nullptr, nullptr, nullptr, nullptr, q, k, v, key_weight, grad, grad_q, grad_k, grad_v,
+  Backward a{codes_q, codes_k, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, q, k, v, key_weight, grad, grad_q,
+             grad_k, grad_v,
              B, narrow(device, m, "num_hashes"), narrow(device, nq, "queries"), narrow(device, nk, "keys"),
              static_cast<int>(d), static_cast<int>(dv), narrow(device, tau, "hash_code_len")};
   // dv = 0: every pair's weight g·v is 0 and ∇V has no columns; all gradients stay 0 (nor is there a head dim
@@ -79,6 +98,10 @@ void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes
   narrow(device, B * m * std::max(nq, nk), "(batch·heads)·hashes·tokens");
   std::tie(a.sorted_q, a.order_q) = device.sort_rows(codes_q, B * m, nq);
   std::tie(a.sorted_k, a.order_k) = device.sort_rows(codes_k, B * m, nk);
+  // The keys' runs are looked up on every path, the queries' where the key gradients do (deterministic).
+  a.starts_k = run_starts(device, a.sorted_k, B * m, nk, a.tau, "exact_weight_backward (run starts)");
+  a.starts_q = deterministic ? run_starts(device, a.sorted_q, B * m, nq, a.tau, "exact_weight_backward (run starts)")
+                             : nullptr;
   Heavy heavy;
   heavy.minimum = static_cast<int>(heavy_side_minimum(d, dv));
   heavy.table_floats = table_floats(a.d, a.dv);

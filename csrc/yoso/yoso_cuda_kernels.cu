@@ -87,7 +87,7 @@ YOSO_GLOBAL void gather_rows_kernel(Cumulation c, const float* rows, int64_t row
     if (valid && h < end) {
       const int64_t pair = b * c.m + h;
       const int32_t code = checked_code(c.codes_q, pair * c.nq + i, c.tau);
-      t = direct ? code : find_first(c.sorted_k + pair * c.nk, c.nk, code);
+      t = direct ? code : run_of(c.starts_k, pair, c.tau, c.sorted_k + pair * c.nk, c.nk, code);
     }
     position[threadIdx.x] = t;
     __syncthreads();
@@ -123,7 +123,117 @@ YOSO_GLOBAL void gather_rows_kernel(Cumulation c, const float* rows, int64_t row
   }
 }
 
+constexpr int kTableWarps = 8;   // warps per block of the shared-table cumulation
+constexpr int kTableBatch = 8;   // listed tokens whose loads a lane has in flight at once
+constexpr int kMostSlices = 16;  // code slices of a pair's table: each block of them reads every code again
+constexpr int kSlotBytes = kTableWarps * 2 * kWarp * sizeof(int);  // each warp's listed tokens and rows
+
+// The warp's 32 tokens from `base` (a lane each) whose code lies in [first_code, first_code + rows), listed
+// in token order: token[at] and row[at] (code - first_code) for at < the count returned. The caller syncs
+// the warp before the next call overwrites them.
+YOSO_DEVICE int list_slice(const int32_t* codes, int n, int tau, int base, int first_code, int rows, int* token,
+                           int* row) {
+  const int lane = threadIdx.x, t = base + lane;
+  const int32_t code = t < n ? checked_code(codes, t, tau) : -1;
+  const bool in_slice = code >= first_code && code < first_code + rows;
+  const unsigned found = ballot(0xffffffffu, in_slice);
+  if (in_slice) {
+    const int at = bit_count(found & ((1u << lane) - 1u));
+    token[at] = t;
+    row[at] = code - first_code;
+  }
+  __syncwarp();
+  return bit_count(found);
+}
+
+// Atomic, the table in shared memory. Block x: (pair, slice of `rows` codes), block y: 32 value columns, a
+// lane each. table[row][channel][lane] is cleared; each key whose code falls in the slice adds w_k·v into
+// its row (shared atomics); then each such query adds (1/m) Σ_channel w_q·row into its output (one global
+// atomic a coordinate). A warp lists its 32 tokens' matches first, so the lanes load for 8 tokens at once.
+YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, int rows, int slices, float inv_m) {
+  YOSO_DYNAMIC_SHARED(float, table);  // [rows][p][32] floats, then each warp's slots
+  const int64_t pair = blockIdx.x / slices, b = pair / c.m, h = pair % c.m;
+  const int first_code = static_cast<int>(blockIdx.x % slices) * rows;
+  const int lane = threadIdx.x, column = blockIdx.y * kWarp + lane;
+  const bool mine = column < c.dv;
+  const int row_floats = c.p * kWarp, table_floats = rows * row_floats;
+  int* token = reinterpret_cast<int*>(table + table_floats) + threadIdx.y * 2 * kWarp;
+  int* row = token + kWarp;
+  for (int f = threadIdx.y * kWarp + lane; f < table_floats; f += kTableWarps * kWarp) table[f] = 0.0f;
+  __syncthreads();
+  const float* weight_k = weights_of(c.weight_k, b, c.mk, h, c.p, c.nk);
+  for (int base = threadIdx.y * kWarp; base < c.nk; base += kTableWarps * kWarp) {
+    const int count = list_slice(c.codes_k + pair * c.nk, c.nk, c.tau, base, first_code, rows, token, row);
+    for (int first = 0; first < count; first += kTableBatch) {
+      float value[kTableBatch];
+#pragma unroll
+      for (int s = 0; s < kTableBatch; ++s) {
+        const bool listed = first + s < count;
+        value[s] = listed && mine ? load(c.values + (b * c.nk + token[first + s]) * c.dv + column) : 0.0f;
+      }
+      for (int channel = 0; channel < c.p; ++channel) {
+        float w[kTableBatch];
+#pragma unroll
+        for (int s = 0; s < kTableBatch; ++s) {
+          w[s] = first + s < count ? load(weight_k + int64_t(channel) * c.nk + token[first + s]) : 0.0f;
+        }
+#pragma unroll
+        for (int s = 0; s < kTableBatch; ++s) {
+          if (w[s] != 0.0f && mine) shared_add(table + row[first + s] * row_floats + channel * kWarp + lane, w[s] * value[s]);
+        }
+      }
+    }
+    __syncwarp();  // the next 32 tokens overwrite the slots
+  }
+  __syncthreads();
+  const float* weight_q = weights_of(c.weight_q, b, c.mq, h, c.p, c.nq);
+  for (int base = threadIdx.y * kWarp; base < c.nq; base += kTableWarps * kWarp) {
+    const int count = list_slice(c.codes_q + pair * c.nq, c.nq, c.tau, base, first_code, rows, token, row);
+    for (int first = 0; first < count; first += kTableBatch) {
+      float sum[kTableBatch];
+#pragma unroll
+      for (int s = 0; s < kTableBatch; ++s) sum[s] = 0.0f;
+      for (int channel = 0; channel < c.p; ++channel) {
+        float w[kTableBatch];
+#pragma unroll
+        for (int s = 0; s < kTableBatch; ++s) {
+          w[s] = first + s < count ? load(weight_q + int64_t(channel) * c.nq + token[first + s]) : 0.0f;
+        }
+#pragma unroll
+        for (int s = 0; s < kTableBatch; ++s) {
+          if (w[s] != 0.0f) sum[s] += w[s] * table[row[first + s] * row_floats + channel * kWarp + lane];
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < kTableBatch; ++s) {
+        if (first + s < count && mine) {
+          atomic_add(c.out + (b * c.nq + token[first + s]) * c.dv + column, inv_m * sum[s]);
+        }
+      }
+    }
+    __syncwarp();
+  }
+}
+
 }  // namespace
+
+int table_rows(int tau, int p) {
+  if (p < 1 || tau < 0 || tau > 30) return 0;
+  int64_t rows = int64_t(1) << tau;
+  while (rows > 1 && rows * p * kWarp * int64_t(sizeof(float)) + kSlotBytes > kTableBytes) rows >>= 1;
+  const bool fits = rows * p * kWarp * int64_t(sizeof(float)) + kSlotBytes <= kTableBytes;
+  return fits && (int64_t(1) << tau) / rows <= kMostSlices ? static_cast<int>(rows) : 0;
+}
+
+cudaError_t launch_table_cumulation(const Cumulation& c, cudaStream_t stream) {
+  const int rows = table_rows(c.tau, c.p);
+  if (rows == 0 || c.dv > kValueTiles * kValueSlots * kWarp) return cudaErrorInvalidValue;  // the host checks first
+  const int slices = (1 << c.tau) / rows;
+  const int64_t blocks = c.B * c.m * slices, shared = int64_t(rows) * c.p * kWarp * sizeof(float) + kSlotBytes;
+  if (blocks > 2147483647) return cudaErrorInvalidValue;
+  return YOSO_LAUNCH(table_cumulation_kernel, dim3(static_cast<unsigned>(blocks), (c.dv + kWarp - 1) / kWarp),
+                     dim3(kWarp, kTableWarps), shared, stream, c, rows, slices, 1.0f / c.m);
+}
 
 cudaError_t launch_cumulation_chunk(const Cumulation& c, float* rows, int64_t rows_per_pair, bool direct,
                                     bool atomic, int64_t first, int64_t end, cudaStream_t stream) {

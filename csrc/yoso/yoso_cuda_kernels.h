@@ -32,6 +32,7 @@ cudaError_t launch_fast_hash(const float* x, const float* diagonals, int32_t* co
 // sorted_k (nk rows a pair).
 struct Cumulation {
   const int32_t *codes_q, *codes_k, *sorted_k, *order_k;
+  const int32_t* starts_k;  // the keys' run starts by code (launch_run_starts), or null: binary searches
   const float *weight_q, *weight_k, *values;
   float* out;
   int64_t B;
@@ -43,12 +44,25 @@ struct Cumulation {
 cudaError_t launch_cumulation_chunk(const Cumulation& c, float* rows, int64_t rows_per_pair, bool direct,
                                     bool atomic, int64_t first, int64_t end, cudaStream_t stream);
 
+// Atomic, the table in shared memory: a block per (pair, slice of the 2^tau codes, 32 value columns). Its
+// keys add their weighted values into the slice's rows with shared-memory atomics, then its queries read
+// their rows and add them into out with one global atomic a coordinate: no workspace, no sort, no global
+// rows to clear, write and read back. table_rows: the codes a slice holds (a power of two; the table and
+// the warps' slots within kTableBytes), or 0 where a pair would need more than 16 slices (p channels
+// wide, or τ large): then launch_cumulation_chunk.
+constexpr int kTableBytes = 48 * 1024;  // the shared memory a block gets without opting in
+int table_rows(int tau, int p);
+cudaError_t launch_table_cumulation(const Cumulation& c, cudaStream_t stream);
+
 // The default backward (eq. 4 with exact pair weights): grad_q, grad_k [B, n, d] and grad_v [B, nk, dv]
 // (zeroed by the caller) receive the gradients of Y = (1/m) Σ_h B_h (w · V). A heavy bucket (yoso_math.h)
 // goes through its tables: M = Σ w v kᵀ [dv x d] for its queries, N = Σ g qᵀ [dv x d] and Σ g [dv] for
 // its keys; a light one through its colliding pairs.
 struct Backward {
   const int32_t *codes_q, *codes_k, *sorted_q, *order_q, *sorted_k, *order_k;
+  // Each pair's run starts by code ([B·m, 2^tau]: the first sorted position of a code, or -1 where the side
+  // lacks it), for the side whose runs are looked up; null: a binary search in the sorted codes instead.
+  const int32_t *starts_q, *starts_k;
   const float *q, *k, *v, *key_weight, *grad;
   float *grad_q, *grad_k, *grad_v;
   int64_t B;
@@ -75,6 +89,11 @@ cudaError_t launch_number_heavy(const Backward& a, const Heavy& heavy, cudaStrea
 cudaError_t launch_heavy_tables(const Backward& a, const Heavy& heavy, cudaStream_t stream);
 // The tables of the numbered buckets, then every gradient: one launch each, over all pairs.
 cudaError_t launch_backward(const Backward& a, const Heavy& heavy, bool atomic, cudaStream_t stream);
+
+// starts [rows, 2^tau] (filled with -1 by the caller): starts[row][code] = the first position of code's run in
+// sorted [rows, n]. One load then finds a token's bucket instead of a binary search's log2 n dependent ones.
+cudaError_t launch_run_starts(const int32_t* sorted, int64_t rows, int n, int tau, int32_t* starts,
+                              cudaStream_t stream);
 
 // The *YOSO backward (eq. 3): out [B, ns, d] (zeroed by the caller) += (1/m) Σ_h Σ_{o colliding}
 // mask_o (s_s · w_o) ρ(a_s · o_o) o_o. Deterministic: one team per token s.

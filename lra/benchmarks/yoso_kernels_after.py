@@ -10,7 +10,10 @@ ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c). What changed fro
   tables may outgrow L2, and then their rows go through DRAM;
 - the atomic cumulation: rows indexed by code (2^τ ≤ 2n: no sort), cleared per chunk, a warp per
   (key, hash) adds its value row with atomicAdd, the gather reads a query's rows without searching;
-- the backward in one pass: heavy runs flagged by a thread per sorted key position, numbered by a
+  since issue 16's H100 profile, where a pair's table fits shared memory in at most 16 slices of the
+  codes (τ ≤ 12 with one channel), one kernel instead: the tables in shared memory, the output by atomics;
+- the backward in one pass (since issue 16's profile, a token finds its bucket by one load from each
+  pair's run starts by code where 2^τ ≤ 2n, not a binary search): heavy runs flagged by a thread per sorted key position, numbered by a
   prefix sum (torch's cumsum), tables only for them; then, deterministic, one launch per gradient over
   every pair, a team of d/4 lanes per token (its rows in registers, float4 loads) visiting its m
   hashes; or, atomic, a team per (hash, query) adding each colliding pair's share into ∇K, ∇V and its
@@ -81,6 +84,46 @@ def _row_miss(c: Call, rows: int, chunk: int, machine: Machine) -> float:
     return max(0.0, 1.0 - 0.8 * machine.l2_bytes / table)
 
 
+TABLE_BYTES = 48 * 1024  # yoso_cuda_kernels.h's kTableBytes: a block's shared memory without opting in
+TABLE_WARPS = 8
+SLOT_BYTES = TABLE_WARPS * 2 * WARP * 4  # each warp's listed tokens and rows
+MOST_SLICES = 16
+
+
+def table_rows(tau: int, p: int = 1) -> int:
+    """Codes a slice of the shared-memory table holds, as yoso_cuda_kernels.cu's table_rows: the largest
+    power of two within TABLE_BYTES, or 0 when a pair would need more than MOST_SLICES slices."""
+    rows = 2**tau
+    while rows > 1 and rows * p * WARP * 4 + SLOT_BYTES > TABLE_BYTES:
+        rows //= 2
+    fits = rows * p * WARP * 4 + SLOT_BYTES <= TABLE_BYTES
+    return rows if fits and 2**tau // rows <= MOST_SLICES else 0
+
+
+def table_cumulation(c: Call, machine: Machine = H100) -> Kernel:
+    """Atomic, the table in shared memory (one channel): a block per (pair, slice of the codes, 32 value
+    columns) clears its rows, reads every key's code (a lane each), lists the keys in its slice and adds
+    their values with shared atomics; then reads every query's code, and each listed query adds its row
+    into the output with one global atomic a coordinate. Every token is listed by one slice a tile."""
+    rows = table_rows(c.bits)
+    slices, tiles = 2**c.bits // rows, math.ceil(c.dv / WARP)
+    blocks = c.pairs * slices * tiles
+    scanned = blocks * c.n * 2  # codes read, keys and queries
+    listed = c.pairs * c.n * tiles  # per side
+    chunks = blocks * math.ceil(c.n / WARP) * 2
+    out_sectors = c.pairs * c.n * math.ceil(c.dv * 4 / SECTOR)
+    rounds = math.ceil(c.n / (WARP * TABLE_WARPS))
+    return Kernel("atomic: tables in shared memory", blocks=blocks, threads=WARP * TABLE_WARPS, registers=46,
+                  shared_bytes=rows * WARP * 4 + SLOT_BYTES,
+                  instructions=chunks * 16 + listed * 2 * 8 + blocks * rows * WARP / (WARP * TABLE_WARPS),
+                  dram_bytes=c.pairs * c.n * 8 + c.B * c.n * (c.dv + 2) * 4 + c.B * c.n * c.dv * 4 * 2,
+                  l2_bytes=scanned * 4 + listed * (WARP * 4 + 2 * SECTOR) + out_sectors * SECTOR * 2,
+                  atomic_sectors=out_sectors,
+                  chain=rounds * 2 * (2 * machine.l2_latency + 4 * machine.shared_latency),
+                  loaded=4 * (scanned + c.pairs * c.n * (c.dv + 2 * tiles * WARP)), stored=0,
+                  added=c.pairs * c.n * c.dv * 4)
+
+
 def bucket_rows(c: Call, machine: Machine = H100) -> Kernel:
     """Deterministic: before's bucket_rows (38 registers), its rows through DRAM where the chunk's
     tables outgrow L2."""
@@ -124,16 +167,17 @@ def scatter_rows(c: Call, machine: Machine = H100) -> Kernel:
 
 
 def gather_rows(c: Call, atomic: bool = False, machine: Machine = H100) -> Kernel:
-    """before's gather_rows (56 registers): a lane per hash finds the query's row (direct: its code),
-    then the warp reads the rows one hash after another; direct rows are read for every hash."""
+    """before's gather_rows (56 registers): a lane per hash finds the query's row (direct: its code; else
+    from the run starts, or a binary search where 2^τ > 2n), then the warp reads the rows one hash after
+    another; direct rows are read for every hash."""
     b = c.stats
     direct, rows, chunk = cumulation_plan(c, atomic)
     launches = math.ceil(c.pairs / chunk)
     batches = before.chunk_batches(c, chunk)
     visits = c.n * launches * batches
     hit = 1.0 if direct else b.hit
-    search = 0.0 if direct else c.search
-    finds = 1 if direct else 2 + search
+    search = 0.0 if direct else run_loads(c) - 1  # a binary search's loads, or none from the run starts
+    finds = 1 if direct else 1 + run_loads(c)
     per_group = 20 + search * 6 + min(c.m, WARP) * (5 + hit * 45)
     latency = dependent_latency(machine, c.n * 4)
     miss = _row_miss(c, rows, chunk, machine)
@@ -196,11 +240,33 @@ def heavy_grid(c: Call, name: str, machine: Machine, registers: int = 40) -> Ker
                   l2_bytes=blocks * SECTOR, chain=machine.l2_latency, loaded=blocks * 128 * 4, stored=0)
 
 
+def run_loads(c: Call) -> float:
+    """Loads a lane takes to find its bucket's run after its code: one from the pair's run starts where
+    the host makes them (2^τ ≤ 2n), else a binary search and the check of what it found."""
+    return 1.0 if 2**c.bits <= 2 * c.n else 1.0 + c.search
+
+
+def run_starts(c: Call, sides: int, machine: Machine = H100) -> List[Kernel]:
+    """Per side whose runs are looked up (2^τ ≤ 2n): the starts filled with -1, then a thread per sorted
+    position loads its code and its predecessor's, and each run's first position stores itself."""
+    if 2**c.bits > 2 * c.n:
+        return []
+    positions, table = c.pairs * c.n, c.pairs * 2**c.bits * 4
+    fill = streaming("run starts filled (-1)", table, machine, launches=sides)
+    kernel = Kernel("run starts", blocks=math.ceil(positions / GRADIENT_THREADS), threads=GRADIENT_THREADS,
+                    launches=sides, registers=16, instructions=sides * positions / WARP * 14,
+                    dram_bytes=sides * (positions * 4 + c.pairs * c.stats.distinct * 32),
+                    l2_bytes=sides * (positions * 8 + c.pairs * c.stats.distinct * 32),
+                    chain=2 * machine.l2_latency, loaded=sides * 4 * (2 * positions - c.pairs),
+                    stored=sides * c.pairs * c.stats.distinct * 4)
+    return [fill, kernel]
+
+
 def _team_costs(c: Call, machine: Machine, lanes: int) -> Tuple[float, float, float]:
     """(instructions a warp issues per colliding pair, per hash before its pairs, the chain of one pair)."""
     slots = max(1, (c.d + lanes - 1) // lanes)
     per_pair = 12 + 2 * slots + 2 * int(math.log2(lanes)) + 2 + 2 * slots
-    per_hash = 8 + 7 * c.search + 4
+    per_hash = 8 + 7 * run_loads(c) + 4
     pair_chain = (machine.l1_latency + 150 + 2 * machine.l2_latency
                   + int(math.log2(lanes)) * (machine.shared_latency + 5) + 10)
     return per_pair, per_hash, pair_chain
@@ -217,11 +283,11 @@ def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
     busy = 1 - (1 - b.hit) ** teams_per_warp  # a warp with at least one team in a non-empty bucket
     warps = c.B * c.n / teams_per_warp
     search = dependent_latency(machine, c.n * 4)
-    chain = machine.dram_latency + c.m * (machine.l2_latency + c.search * search + machine.l1_latency
+    chain = machine.dram_latency + c.m * (machine.l2_latency + run_loads(c) * search + machine.l1_latency
                                           + busy * machine.l2_latency + longest * pair_chain)
     collisions = c.pairs * c.n * b.per_query
     own = c.d + c.dv if key else c.d
-    per_token_hash = lanes * 4 * (2 + c.search) + b.hit * lanes * 4 * 2 + b.per_query * (
+    per_token_hash = lanes * 4 * (1 + run_loads(c)) + b.hit * lanes * 4 * 2 + b.per_query * (
         lanes * 4 * (2 if key else 3) + 4 * (c.dv + c.d))
     return Kernel(f"{side}_gradients", blocks=math.ceil(c.B * c.n * lanes / GRADIENT_THREADS),
                   threads=GRADIENT_THREADS, registers=54 if key else 56,
@@ -256,9 +322,9 @@ def scatter_pairs(c: Call, machine: Machine = H100, vector_atomics: Optional[boo
     if lanes * 4 <= c.d and not vector:  # slot s of every lane: 4-byte atomics 16 bytes apart
         sectors_per_row = slots * math.ceil(lanes * 16 / SECTOR)
     atomic_sectors = collisions * 2 * sectors_per_row + c.pairs * c.n * b.hit * sectors_per_row
-    chain = machine.dram_latency + c.search * search + machine.l1_latency + machine.l2_latency \
+    chain = machine.dram_latency + run_loads(c) * search + machine.l1_latency + machine.l2_latency \
         + busy * machine.l2_latency + longest * (pair_chain + 2 * atomics_per_row * 4)
-    loaded = c.pairs * c.n * (lanes * 4 * (2 + c.search) + b.hit * (lanes * 4 * 2 + 4 * (c.dv + c.d))) \
+    loaded = c.pairs * c.n * (lanes * 4 * (1 + run_loads(c)) + b.hit * (lanes * 4 * 2 + 4 * (c.dv + c.d))) \
         + collisions * (lanes * 4 * 3 + 4 * (c.dv + c.d))
     kernel = Kernel("atomic: pairs added into ∇Q, ∇K, ∇V", threads=GRADIENT_THREADS, registers=48,
                     blocks=math.ceil(c.pairs * c.n * lanes / GRADIENT_THREADS),
@@ -272,18 +338,20 @@ def scatter_pairs(c: Call, machine: Machine = H100, vector_atomics: Optional[boo
 
 
 def forward(c: Call, atomic: bool, machine: Machine = H100) -> List[Kernel]:
+    if atomic and table_rows(c.bits):
+        return [fast_hash(c, machine), table_cumulation(c, machine)]
     if atomic:
         direct, _, _ = cumulation_plan(c, True)
         sort = [] if direct else torch_sort(c, 1, machine)
         return [fast_hash(c, machine), *sort, rows_cleared(c, machine), scatter_rows(c, machine),
                 gather_rows(c, True, machine)]
-    return [fast_hash(c, machine), *torch_sort(c, 1, machine), bucket_rows(c, machine),
+    return [fast_hash(c, machine), *torch_sort(c, 1, machine), *run_starts(c, 1, machine), bucket_rows(c, machine),
             gather_rows(c, False, machine)]
 
 
 def backward(c: Call, atomic: bool, machine: Machine = H100) -> List[Kernel]:
     """The default backward (exact pair weights): both sorts, the heavy runs, then the gradients."""
-    common = [*torch_sort(c, 2, machine), *heavy_search(c, machine)]
+    common = [*torch_sort(c, 2, machine), *run_starts(c, 1 if atomic else 2, machine), *heavy_search(c, machine)]
     if atomic:
         applied = [heavy_grid(c, "atomic: heavy tables applied (none)", machine, 42)] if heavy_capacity(c) > 0 else []
         return [*common, scatter_pairs(c, machine), *applied]

@@ -73,8 +73,8 @@ def _tool(name: str) -> str:
 # kernel benchmark 41 s, BERT shape 19 s, sweep 75 s (H100); profile 4-12 s a backend, 17 backends in 115 s
 # (H200), where 4 s a backend had cut the H100 run at 80 s after 11 of 19.
 COMPILE_SUBSET = ("yoso",)  # the CUDA-test step's cold Inductor compiles (softmax, lsh: `pytest -m cuda`)
-CUDA_PATHS = "test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwise"  # 4 cases
-PYTEST_START_S, AMP_STEP_S, KERNEL_TESTS_S, CUDA_PATHS_S, COMPILE_S = 15, 1.0, 12, 4, 35
+CUDA_PATHS = "test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwise"  # 6 cases
+PYTEST_START_S, AMP_STEP_S, KERNEL_TESTS_S, CUDA_PATHS_S, COMPILE_S = 15, 1.0, 12, 6, 35
 PROFILE_BACKEND_S = 8  # one process per backend: 4-12 s each on an H200 (start-up, CUDA init, 5 lengths)
 SWEEP_ROUND_S = 18  # ~10 s start-up (a 3,200-example generated set), 100 steps, two evaluations
 
@@ -91,12 +91,12 @@ def limits(backends: int, jobs_per_gpu: int) -> dict:
                       "file at -O3 -march=native, and the link); ~1.4x margin"),
         "pytest": (pytest_s, f"start-up and CUDA init ~{PYTEST_START_S} s; {amp} AMP steps ({backends} backends x "
                              f"fp16/bf16, ~{AMP_STEP_S:.0f} s each) and the kernel tests ~{KERNEL_TESTS_S} s; the "
-                             f"CUDA paths' 4 cases (sorted and atomic, n = 300) ~{CUDA_PATHS_S} s; "
+                             f"CUDA paths' 6 cases (sorted and atomic, three τ, n = 300) ~{CUDA_PATHS_S} s; "
                              f"{len(COMPILE_SUBSET) + 1} cold Inductor compiles, {', '.join(COMPILE_SUBSET)} and "
                              f"YOSO's CUDA-graph capture (~25 s each on CPU here, Triton's code generation on top: "
                              f"<= {COMPILE_S} s each); on an H200 the step's tests with 2 compiles ran within 140 s "
                              f"on 4 workers"),
-        "kernels": (60, "measured 41 s on an H100 (2026-11-27) before the CUDA-graph cell (~1.5 s a length more); one process, 10 cells x 7 lengths, best of 3 after a warm-up (9 calls a cell), ~10 s of "
+        "kernels": (58, "measured 41 s on an H100 (2026-11-27) before the CUDA-graph cell (~1.5 s a length more); one process, 10 cells x 7 lengths, best of 3 after a warm-up (9 calls a cell), ~10 s of "
                         "measuring: SDPA fp32 (no FlashAttention) ~0.3 s a call at 16 x 32,768^2, eager fp32 ~0.1 s "
                         "at 16,384 and out of memory at once at 32,768, the 4 kernel YOSO cells ~1 s in all as "
                         "projected (<= 27 ms a call at 32,768, YOSO-64; lra.benchmarks.yoso_cost), ~10 s were the "

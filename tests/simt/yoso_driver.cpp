@@ -78,6 +78,7 @@ class CpuDevice final : public yoso::Device {
   }
   int32_t* ints(int64_t count) override { return garbage(count); }
   void zero(float* data, int64_t count) override { std::memset(data, 0, count * sizeof(float)); }
+  void minus_ones(int32_t* data, int64_t count) override { std::fill(data, data + count, -1); }
   std::pair<const int32_t*, const int32_t*> sort_rows(const int32_t* codes, int64_t rows, int64_t n) override {
     int32_t *sorted = garbage(rows * n), *order = garbage(rows * n);
     for (int64_t row = 0; row < rows; ++row) {
