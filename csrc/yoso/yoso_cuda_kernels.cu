@@ -126,30 +126,43 @@ YOSO_GLOBAL void gather_rows_kernel(Cumulation c, const float* rows, int64_t row
 constexpr int kTableWarps = 8;   // warps per block of the shared-table cumulation
 constexpr int kTableBatch = 8;   // listed tokens whose loads a lane has in flight at once
 constexpr int kMostSlices = 16;  // code slices of a pair's table: each block of them reads every code again
-constexpr int kSlotBytes = kTableWarps * 2 * kWarp * sizeof(int);  // each warp's listed tokens and rows
+constexpr int kTableChunks = 4;  // 32-token chunks a warp lists at once: their code loads in flight together
+constexpr int kWarpTokens = kTableChunks * kWarp;
+constexpr int kSlotBytes = kTableWarps * 2 * kWarpTokens * sizeof(int);  // each warp's listed tokens and rows
 
-// The warp's 32 tokens from `base` (a lane each) whose code lies in [first_code, first_code + rows), listed
-// in token order: token[at] and row[at] (code - first_code) for at < the count returned. The caller syncs
-// the warp before the next call overwrites them.
+// The warp's kWarpTokens tokens from `base` (lane l loads tokens base + l, base + 32 + l, ...) whose code lies
+// in [first_code, first_code + rows), listed in token order: token[at] and row[at] (code - first_code) for
+// at < the count returned. The caller syncs the warp before the next call overwrites them.
 YOSO_DEVICE int list_slice(const int32_t* codes, int n, int tau, int base, int first_code, int rows, int* token,
                            int* row) {
-  const int lane = threadIdx.x, t = base + lane;
-  const int32_t code = t < n ? checked_code(codes, t, tau) : -1;
-  const bool in_slice = code >= first_code && code < first_code + rows;
-  const unsigned found = ballot(0xffffffffu, in_slice);
-  if (in_slice) {
-    const int at = bit_count(found & ((1u << lane) - 1u));
-    token[at] = t;
-    row[at] = code - first_code;
+  const int lane = threadIdx.x;
+  int32_t code[kTableChunks];
+#pragma unroll
+  for (int u = 0; u < kTableChunks; ++u) {
+    const int t = base + u * kWarp + lane;
+    code[u] = t < n ? checked_code(codes, t, tau) : -1;
+  }
+  int count = 0;
+#pragma unroll
+  for (int u = 0; u < kTableChunks; ++u) {
+    const bool in_slice = code[u] >= first_code && code[u] < first_code + rows;
+    const unsigned found = ballot(0xffffffffu, in_slice);
+    if (in_slice) {
+      const int at = count + bit_count(found & ((1u << lane) - 1u));
+      token[at] = base + u * kWarp + lane;
+      row[at] = code[u] - first_code;
+    }
+    count += bit_count(found);
   }
   __syncwarp();
-  return bit_count(found);
+  return count;
 }
 
 // Atomic, the table in shared memory. Block x: (pair, slice of `rows` codes), block y: 32 value columns, a
 // lane each. table[row][channel][lane] is cleared; each key whose code falls in the slice adds w_k·v into
 // its row (shared atomics); then each such query adds (1/m) Σ_channel w_q·row into its output (one global
-// atomic a coordinate). A warp lists its 32 tokens' matches first, so the lanes load for 8 tokens at once.
+// atomic a coordinate). A warp lists the matches among 128 tokens first (4 code loads in flight a lane),
+// then its lanes load for 8 listed tokens at once.
 YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, int rows, int slices, float inv_m) {
   YOSO_DYNAMIC_SHARED(float, table);  // [rows][p][32] floats, then each warp's slots
   const int64_t pair = blockIdx.x / slices, b = pair / c.m, h = pair % c.m;
@@ -157,12 +170,12 @@ YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, int rows, int slices, flo
   const int lane = threadIdx.x, column = blockIdx.y * kWarp + lane;
   const bool mine = column < c.dv;
   const int row_floats = c.p * kWarp, table_floats = rows * row_floats;
-  int* token = reinterpret_cast<int*>(table + table_floats) + threadIdx.y * 2 * kWarp;
-  int* row = token + kWarp;
+  int* token = reinterpret_cast<int*>(table + table_floats) + threadIdx.y * 2 * kWarpTokens;
+  int* row = token + kWarpTokens;
   for (int f = threadIdx.y * kWarp + lane; f < table_floats; f += kTableWarps * kWarp) table[f] = 0.0f;
   __syncthreads();
   const float* weight_k = weights_of(c.weight_k, b, c.mk, h, c.p, c.nk);
-  for (int base = threadIdx.y * kWarp; base < c.nk; base += kTableWarps * kWarp) {
+  for (int base = threadIdx.y * kWarpTokens; base < c.nk; base += kTableWarps * kWarpTokens) {
     const int count = list_slice(c.codes_k + pair * c.nk, c.nk, c.tau, base, first_code, rows, token, row);
     for (int first = 0; first < count; first += kTableBatch) {
       float value[kTableBatch];
@@ -183,11 +196,11 @@ YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, int rows, int slices, flo
         }
       }
     }
-    __syncwarp();  // the next 32 tokens overwrite the slots
+    __syncwarp();  // the next tokens overwrite the slots
   }
   __syncthreads();
   const float* weight_q = weights_of(c.weight_q, b, c.mq, h, c.p, c.nq);
-  for (int base = threadIdx.y * kWarp; base < c.nq; base += kTableWarps * kWarp) {
+  for (int base = threadIdx.y * kWarpTokens; base < c.nq; base += kTableWarps * kWarpTokens) {
     const int count = list_slice(c.codes_q + pair * c.nq, c.nq, c.tau, base, first_code, rows, token, row);
     for (int first = 0; first < count; first += kTableBatch) {
       float sum[kTableBatch];

@@ -86,7 +86,8 @@ def _row_miss(c: Call, rows: int, chunk: int, machine: Machine) -> float:
 
 TABLE_BYTES = 48 * 1024  # yoso_cuda_kernels.h's kTableBytes: a block's shared memory without opting in
 TABLE_WARPS = 8
-SLOT_BYTES = TABLE_WARPS * 2 * WARP * 4  # each warp's listed tokens and rows
+TABLE_CHUNKS = 4  # 32-token chunks a warp lists at once
+SLOT_BYTES = TABLE_WARPS * 2 * TABLE_CHUNKS * WARP * 4  # each warp's listed tokens and rows
 MOST_SLICES = 16
 
 
@@ -112,7 +113,7 @@ def table_cumulation(c: Call, machine: Machine = H100) -> Kernel:
     listed = c.pairs * c.n * tiles  # per side
     chunks = blocks * math.ceil(c.n / WARP) * 2
     out_sectors = c.pairs * c.n * math.ceil(c.dv * 4 / SECTOR)
-    rounds = math.ceil(c.n / (WARP * TABLE_WARPS))
+    rounds = math.ceil(c.n / (WARP * TABLE_CHUNKS * TABLE_WARPS))
     return Kernel("atomic: tables in shared memory", blocks=blocks, threads=WARP * TABLE_WARPS, registers=46,
                   shared_bytes=rows * WARP * 4 + SLOT_BYTES,
                   instructions=chunks * 16 + listed * 2 * 8 + blocks * rows * WARP / (WARP * TABLE_WARPS),

@@ -7,7 +7,9 @@ SDPA, each in fp32 and under bf16 autocast (fp32 inputs, the matmuls and SDPA in
 step under ``trainer.precision=bf16`` with ``model.attention_fp32=false`` runs them: on an H100 only
 the bf16 SDPA cell is FlashAttention), YOSO-m on the compiled kernels for m = 16, 32, 64 (the
 backward with the paper's exact per-pair weights), YOSO-32 with the cheaper 4-projection backward,
-YOSO-32 on the vectorized pure-PyTorch implementation (``impl=torch``), and on CUDA YOSO-32 with its
+YOSO-32 on the vectorized pure-PyTorch implementation (``impl=torch``), YOSO-32 under torch's
+deterministic algorithms (the trainer's default: the kernels' sorted, bitwise repeatable paths; the other
+YOSO cells take the atomic ones), and on CUDA YOSO-32 with its
 forward and backward each replayed as a CUDA graph (``torch.cuda.make_graphed_callables``: what
 ``trainer.compile_mode=reduce-overhead`` buys, the host's Python, dispatch and launches taken out; its
 peak memory counts the graphs' pools, from before their capture); the YOSO cells run in
@@ -44,8 +46,12 @@ CELLS = {  # name: (kind, backend options, precision)
     "YOSO-64": ("yoso", {"num_hashes": 64}, "fp32"),
     "YOSO-32 (PyTorch)": ("yoso", {"num_hashes": 32, "impl": "torch"}, "fp32"),
     "YOSO-32 (CUDA graphs)": ("yoso", {"num_hashes": 32}, "fp32"),
+    "YOSO-32 (deterministic)": ("yoso", {"num_hashes": 32}, "fp32"),
 }
 GRAPHED = {"YOSO-32 (CUDA graphs)"}  # CUDA only
+# Under torch.use_deterministic_algorithms, as the trainer runs (trainer.deterministic, default true): the
+# kernels' sorted single-writer paths, and torch's own deterministic choices around them.
+DETERMINISTIC = {"YOSO-32 (deterministic)"}
 
 
 def default_cells(device: str) -> list:
@@ -97,11 +103,16 @@ def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, rep
             loss = attend(q, k, v, mask).float().square().sum()
         loss.backward()
 
-    with torch.no_grad():  # the warm-up builds the kernels before anything is measured
-        forward_s = best_of(forward, device, repeats)
-    both = best_of(forward_backward, device, repeats)
-    peak = (step_peak_bytes(forward_backward, device) if graph_start is None
-            else torch.cuda.max_memory_allocated() - graph_start)
+    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(cell in DETERMINISTIC, warn_only=True)
+    try:
+        with torch.no_grad():  # the warm-up builds the kernels before anything is measured
+            forward_s = best_of(forward, device, repeats)
+        both = best_of(forward_backward, device, repeats)
+        peak = (step_peak_bytes(forward_backward, device) if graph_start is None
+                else torch.cuda.max_memory_allocated() - graph_start)
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
     return {"cell": cell, "n": n, "precision": precision, "forward_ms": forward_s * 1e3,
             "forward_backward_ms": both * 1e3, "peak_mb": peak / MB}
 

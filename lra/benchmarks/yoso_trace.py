@@ -1,6 +1,6 @@
 """Where one YOSO forward + backward spends its time: per-step wall time and a torch.profiler table.
 
-    python -m lra.benchmarks.yoso_trace --device cuda [--lengths 512 4096] [--num-hashes 32]
+    python -m lra.benchmarks.yoso_trace --device cuda [--lengths 512 4096] [--num-hashes 32] [--deterministic]
 
 For each n (batch·heads 16, head dim 32 by default, yoso_speed's shape): the wall time of a training
 step of the attention module, queued (no synchronization between steps: the host's cost hides behind
@@ -38,7 +38,7 @@ def step_times(step, device: torch.device, steps: int) -> dict:
 
 
 def trace(n: int, device: torch.device, batch_heads: int, head_dim: int, num_hashes: int, steps: int,
-          rows: int) -> str:
+          rows: int, deterministic: bool = False) -> str:
     torch.manual_seed(0)
     module = attention_zoo.build("yoso", num_heads=batch_heads, head_dim=head_dim, max_seq_len=n,
                                  num_hashes=num_hashes).to(device).train()
@@ -48,18 +48,24 @@ def trace(n: int, device: torch.device, batch_heads: int, head_dim: int, num_has
     def step():
         module(q, k, v, mask).square().sum().backward()
 
-    for _ in range(3):  # builds the kernels, warms the allocator
-        step()
-    times = step_times(step, device, steps)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as profiled:
-        for _ in range(5):
+    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    try:
+        for _ in range(3):  # builds the kernels, warms the allocator
             step()
-        synchronize(device)
+        times = step_times(step, device, steps)
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with profile(activities=activities) as profiled:
+            for _ in range(5):
+                step()
+            synchronize(device)
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+    path = "deterministic (sorted) paths" if deterministic else "atomic paths"
     sort_by = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
     table = profiled.key_averages().table(sort_by=sort_by, row_limit=rows, max_name_column_width=60)
     return (f"## n = {n}: {times['queued']:.3f} ms a step queued, {times['synchronized']:.3f} ms synchronized "
-            f"(YOSO-{num_hashes}, {batch_heads} x {n} x {head_dim}, {steps} steps)\n\n5 steps profiled, by "
+            f"(YOSO-{num_hashes}, {batch_heads} x {n} x {head_dim}, {path}, {steps} steps)\n\n5 steps profiled, by "
             f"{sort_by}:\n\n```\n{table}```\n")
 
 
@@ -73,6 +79,8 @@ def main(argv=None) -> None:
     parser.add_argument("--num-hashes", type=int, default=32)
     parser.add_argument("--steps", type=int, default=20, help="steps timed each way")
     parser.add_argument("--rows", type=int, default=30, help="rows of each profiler table")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="under torch's deterministic algorithms, as the trainer runs: the sorted kernels")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here; --device cpu traces the CPU kernels")
@@ -86,7 +94,8 @@ def main(argv=None) -> None:
           f" (torch {torch.__version__})\n", flush=True)
     for n in args.lengths:
         try:
-            print(trace(n, device, args.batch_heads, args.head_dim, args.num_hashes, args.steps, args.rows), flush=True)
+            print(trace(n, device, args.batch_heads, args.head_dim, args.num_hashes, args.steps, args.rows,
+                        args.deterministic), flush=True)
         except InvalidOption as exc:  # e.g. a length whose default hash code length is out of range
             parser.error(f"n = {n}: {exc}")
 
