@@ -106,7 +106,7 @@ def test_emulated_kernels_equal_the_pytorch_path_and_the_cpu_kernels(name, shape
             close(out.outputs["out"], ops.cumulation(codes_q, codes_k, weight_q, weight_k, v, tau, "kernel"), what)
             launched = [launch.kernel for launch in out.launches]
             if not deterministic and table_rows(tau, p):  # one launch, the tables in shared memory
-                assert launched == ["table_cumulation_kernel"], what
+                assert launched == ["slice_lists_kernel", "table_cumulation_kernel"], what
                 continue
             chunks = math.ceil(batch * m / max(1, min(batch * m, workspace // (rows_here * p * dv * 4))))
             kernel = "bucket_rows_kernel" if deterministic else "scatter_rows_kernel"
@@ -389,6 +389,7 @@ def test_the_cost_models_byte_counts_match_the_emulated_kernels():
                        (backward, "key_gradients_kernel", model.token_gradients(call, "key"))]
         else:
             checks += [(forward, "table_cumulation_kernel", model.table_cumulation(call)),
+                       (forward, "slice_lists_kernel", model.slice_lists(call)),
                        (backward, "run_starts_kernel", model.run_starts(call, 1)[1]),  # the keys' only
                        (backward, "scatter_pairs_kernel", model.scatter_pairs(call))]
         for result, kernel, modelled in checks:

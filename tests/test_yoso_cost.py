@@ -169,6 +169,7 @@ def test_the_models_counts_match_every_emulated_kernel_on_both_paths():
                       (backward, "key_gradients_kernel", yoso_cost.token_gradients(call, "key"))]
         else:
             checks = [(forward, "table_cumulation_kernel", yoso_cost.table_cumulation(call)),
+                      (forward, "slice_lists_kernel", yoso_cost.slice_lists(call)),
                       (backward, "scatter_pairs_kernel", yoso_cost.scatter_pairs(call))]
         checks += [(backward, "find_heavy_kernel", yoso_cost.find_heavy(call)),
                    (backward, "number_heavy_kernel", yoso_cost.number_heavy(call))]

@@ -63,8 +63,15 @@ void cumulation(Device& device, const int32_t* codes_q, const int32_t* codes_k, 
   Cumulation call = c;
   const bool atomic = !deterministic, direct = atomic && (int64_t(1) << tau) <= 2 * nk;
   if (const int rows = table_rows(c.tau, c.p); atomic && rows > 0) {
-    narrow(device, B * m * ((int64_t(1) << tau) / rows), "(batch·heads)·hashes·(code slices)");
-    device.check(launch_table_cumulation(c, device.stream()), "cumulation (shared-memory tables)");
+    SliceLists lists{};
+    lists.slices = static_cast<int>((int64_t(1) << tau) / rows);
+    while ((1 << lists.shift) < rows) ++lists.shift;
+    narrow(device, B * m * lists.slices, "(batch·heads)·hashes·(code slices)");
+    lists.starts_q = device.ints(B * m * (lists.slices + 1));
+    lists.starts_k = device.ints(B * m * (lists.slices + 1));
+    lists.tokens_q = device.ints(B * m * nq), lists.rows_q = device.ints(B * m * nq);
+    lists.tokens_k = device.ints(B * m * nk), lists.rows_k = device.ints(B * m * nk);
+    device.check(launch_table_cumulation(c, lists, device.stream()), "cumulation (shared-memory tables)");
     return;
   }
   if (!direct) {

@@ -125,106 +125,114 @@ YOSO_GLOBAL void gather_rows_kernel(Cumulation c, const float* rows, int64_t row
 
 constexpr int kTableWarps = 8;   // warps per block of the shared-table cumulation
 constexpr int kTableBatch = 8;   // listed tokens whose loads a lane has in flight at once
-constexpr int kMostSlices = 16;  // code slices of a pair's table: each block of them reads every code again
-constexpr int kTableChunks = 4;  // 32-token chunks a warp lists at once: their code loads in flight together
-constexpr int kWarpTokens = kTableChunks * kWarp;
-constexpr int kSlotBytes = kTableWarps * 2 * kWarpTokens * sizeof(int);  // each warp's listed tokens and rows
+constexpr int kMostSlices = 16;  // code slices of a pair's table: each one a block that clears its rows
+constexpr int kListThreads = 256;
 
-// The warp's kWarpTokens tokens from `base` (lane l loads tokens base + l, base + 32 + l, ...) whose code lies
-// in [first_code, first_code + rows), listed in token order: token[at] and row[at] (code - first_code) for
-// at < the count returned. The caller syncs the warp before the next call overwrites them.
-YOSO_DEVICE int list_slice(const int32_t* codes, int n, int tau, int base, int first_code, int rows, int* token,
-                           int* row) {
-  const int lane = threadIdx.x;
-  int32_t code[kTableChunks];
-#pragma unroll
-  for (int u = 0; u < kTableChunks; ++u) {
-    const int t = base + u * kWarp + lane;
-    code[u] = t < n ? checked_code(codes, t, tau) : -1;
-  }
-  int count = 0;
-#pragma unroll
-  for (int u = 0; u < kTableChunks; ++u) {
-    const bool in_slice = code[u] >= first_code && code[u] < first_code + rows;
-    const unsigned found = ballot(0xffffffffu, in_slice);
-    if (in_slice) {
-      const int at = count + bit_count(found & ((1u << lane) - 1u));
-      token[at] = base + u * kWarp + lane;
-      row[at] = code[u] - first_code;
+// Block x: a pair, block y: its queries (0) or keys (1). The side's tokens grouped by the slice of their
+// code (code >> shift) and listed with their row in it (code's low bits): tokens[pair·n + at] and
+// rows[pair·n + at] for at in [starts[pair·(slices + 1) + s], starts[...+ s + 1]). Counted with shared
+// atomics, the slices' starts by one thread's scan (at most kMostSlices), then every token placed; in no
+// fixed order within a slice (this path sums in arrival order anyway).
+YOSO_GLOBAL void slice_lists_kernel(Cumulation c, SliceLists lists) {
+  YOSO_DYNAMIC_SHARED(int, count);  // [slices] counts, then [slices] cursors
+  int* cursor = count + lists.slices;
+  const int64_t pair = blockIdx.x;
+  const bool keys = blockIdx.y == 1;
+  const int n = keys ? c.nk : c.nq, low = (1 << lists.shift) - 1;
+  const int32_t* codes = (keys ? c.codes_k : c.codes_q) + pair * n;
+  int32_t* starts = (keys ? lists.starts_k : lists.starts_q) + pair * (lists.slices + 1);
+  int32_t* tokens = (keys ? lists.tokens_k : lists.tokens_q) + pair * n;
+  int32_t* rows = (keys ? lists.rows_k : lists.rows_q) + pair * n;
+  for (int s = threadIdx.x; s < lists.slices; s += blockDim.x) count[s] = 0;
+  __syncthreads();
+  for (int t = threadIdx.x; t < n; t += blockDim.x) shared_increment(count + (checked_code(codes, t, c.tau) >> lists.shift));
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int sum = 0;
+    for (int s = 0; s < lists.slices; ++s) {
+      cursor[s] = sum;
+      store(starts + s, int32_t(sum));
+      sum += count[s];
     }
-    count += bit_count(found);
+    store(starts + lists.slices, int32_t(sum));
   }
-  __syncwarp();
-  return count;
+  __syncthreads();
+  for (int t = threadIdx.x; t < n; t += blockDim.x) {
+    const int32_t code = checked_code(codes, t, c.tau);
+    const int at = shared_increment(cursor + (code >> lists.shift));
+    store(tokens + at, int32_t(t));
+    store(rows + at, int32_t(code & low));
+  }
 }
 
-// Atomic, the table in shared memory. Block x: (pair, slice of `rows` codes), block y: 32 value columns, a
-// lane each. table[row][channel][lane] is cleared; each key whose code falls in the slice adds w_k·v into
-// its row (shared atomics); then each such query adds (1/m) Σ_channel w_q·row into its output (one global
-// atomic a coordinate). A warp lists the matches among 128 tokens first (4 code loads in flight a lane),
-// then its lanes load for 8 listed tokens at once.
-YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, int rows, int slices, float inv_m) {
-  YOSO_DYNAMIC_SHARED(float, table);  // [rows][p][32] floats, then each warp's slots
-  const int64_t pair = blockIdx.x / slices, b = pair / c.m, h = pair % c.m;
-  const int first_code = static_cast<int>(blockIdx.x % slices) * rows;
+// Atomic, the table in shared memory. Block x: (pair, slice of 2^shift codes), block y: 32 value columns, a
+// lane each. table[row][channel][lane] is cleared; the slice's keys (from slice_lists_kernel) add w_k·v into
+// their rows (shared atomics), 8 at a time a warp; then its queries add (1/m) Σ_channel w_q·row into their
+// outputs (one global atomic a coordinate).
+YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, SliceLists lists, float inv_m) {
+  YOSO_DYNAMIC_SHARED(float, table);  // [2^shift rows][p][32]
+  const int64_t pair = blockIdx.x / lists.slices, b = pair / c.m, h = pair % c.m;
+  const int64_t slice = pair * (lists.slices + 1) + blockIdx.x % lists.slices;
   const int lane = threadIdx.x, column = blockIdx.y * kWarp + lane;
   const bool mine = column < c.dv;
-  const int row_floats = c.p * kWarp, table_floats = rows * row_floats;
-  int* token = reinterpret_cast<int*>(table + table_floats) + threadIdx.y * 2 * kWarpTokens;
-  int* row = token + kWarpTokens;
+  const int row_floats = c.p * kWarp, table_floats = (1 << lists.shift) * row_floats;
   for (int f = threadIdx.y * kWarp + lane; f < table_floats; f += kTableWarps * kWarp) table[f] = 0.0f;
   __syncthreads();
   const float* weight_k = weights_of(c.weight_k, b, c.mk, h, c.p, c.nk);
-  for (int base = threadIdx.y * kWarpTokens; base < c.nk; base += kTableWarps * kWarpTokens) {
-    const int count = list_slice(c.codes_k + pair * c.nk, c.nk, c.tau, base, first_code, rows, token, row);
-    for (int first = 0; first < count; first += kTableBatch) {
-      float value[kTableBatch];
+  const int32_t *tokens_k = lists.tokens_k + pair * c.nk, *rows_k = lists.rows_k + pair * c.nk;
+  const int end_k = load(lists.starts_k + slice + 1);
+  for (int first = load(lists.starts_k + slice) + threadIdx.y * kTableBatch; first < end_k;
+       first += kTableWarps * kTableBatch) {
+    int32_t token[kTableBatch], row[kTableBatch];
+    float value[kTableBatch];
+#pragma unroll
+    for (int s = 0; s < kTableBatch; ++s) {
+      const bool listed = first + s < end_k;
+      token[s] = listed ? load(tokens_k + first + s) : -1;
+      row[s] = listed ? load(rows_k + first + s) : 0;
+    }
+#pragma unroll
+    for (int s = 0; s < kTableBatch; ++s) {
+      value[s] = token[s] >= 0 && mine ? load(c.values + (b * c.nk + token[s]) * c.dv + column) : 0.0f;
+    }
+    for (int channel = 0; channel < c.p; ++channel) {
+      float w[kTableBatch];
+#pragma unroll
+      for (int s = 0; s < kTableBatch; ++s) w[s] = token[s] >= 0 ? load(weight_k + int64_t(channel) * c.nk + token[s]) : 0.0f;
 #pragma unroll
       for (int s = 0; s < kTableBatch; ++s) {
-        const bool listed = first + s < count;
-        value[s] = listed && mine ? load(c.values + (b * c.nk + token[first + s]) * c.dv + column) : 0.0f;
-      }
-      for (int channel = 0; channel < c.p; ++channel) {
-        float w[kTableBatch];
-#pragma unroll
-        for (int s = 0; s < kTableBatch; ++s) {
-          w[s] = first + s < count ? load(weight_k + int64_t(channel) * c.nk + token[first + s]) : 0.0f;
-        }
-#pragma unroll
-        for (int s = 0; s < kTableBatch; ++s) {
-          if (w[s] != 0.0f && mine) shared_add(table + row[first + s] * row_floats + channel * kWarp + lane, w[s] * value[s]);
-        }
+        if (w[s] != 0.0f && mine) shared_add(table + row[s] * row_floats + channel * kWarp + lane, w[s] * value[s]);
       }
     }
-    __syncwarp();  // the next tokens overwrite the slots
   }
   __syncthreads();
   const float* weight_q = weights_of(c.weight_q, b, c.mq, h, c.p, c.nq);
-  for (int base = threadIdx.y * kWarpTokens; base < c.nq; base += kTableWarps * kWarpTokens) {
-    const int count = list_slice(c.codes_q + pair * c.nq, c.nq, c.tau, base, first_code, rows, token, row);
-    for (int first = 0; first < count; first += kTableBatch) {
-      float sum[kTableBatch];
+  const int32_t *tokens_q = lists.tokens_q + pair * c.nq, *rows_q = lists.rows_q + pair * c.nq;
+  const int end_q = load(lists.starts_q + slice + 1);
+  for (int first = load(lists.starts_q + slice) + threadIdx.y * kTableBatch; first < end_q;
+       first += kTableWarps * kTableBatch) {
+    int32_t token[kTableBatch], row[kTableBatch];
+    float sum[kTableBatch];
 #pragma unroll
-      for (int s = 0; s < kTableBatch; ++s) sum[s] = 0.0f;
-      for (int channel = 0; channel < c.p; ++channel) {
-        float w[kTableBatch];
+    for (int s = 0; s < kTableBatch; ++s) {
+      const bool listed = first + s < end_q;
+      token[s] = listed ? load(tokens_q + first + s) : -1;
+      row[s] = listed ? load(rows_q + first + s) : 0;
+      sum[s] = 0.0f;
+    }
+    for (int channel = 0; channel < c.p; ++channel) {
+      float w[kTableBatch];
 #pragma unroll
-        for (int s = 0; s < kTableBatch; ++s) {
-          w[s] = first + s < count ? load(weight_q + int64_t(channel) * c.nq + token[first + s]) : 0.0f;
-        }
-#pragma unroll
-        for (int s = 0; s < kTableBatch; ++s) {
-          if (w[s] != 0.0f) sum[s] += w[s] * table[row[first + s] * row_floats + channel * kWarp + lane];
-        }
-      }
+      for (int s = 0; s < kTableBatch; ++s) w[s] = token[s] >= 0 ? load(weight_q + int64_t(channel) * c.nq + token[s]) : 0.0f;
 #pragma unroll
       for (int s = 0; s < kTableBatch; ++s) {
-        if (first + s < count && mine) {
-          atomic_add(c.out + (b * c.nq + token[first + s]) * c.dv + column, inv_m * sum[s]);
-        }
+        if (w[s] != 0.0f) sum[s] += w[s] * table[row[s] * row_floats + channel * kWarp + lane];
       }
     }
-    __syncwarp();
+#pragma unroll
+    for (int s = 0; s < kTableBatch; ++s) {
+      if (token[s] >= 0 && mine) atomic_add(c.out + (b * c.nq + token[s]) * c.dv + column, inv_m * sum[s]);
+    }
   }
 }
 
@@ -233,19 +241,22 @@ YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, int rows, int slices, flo
 int table_rows(int tau, int p) {
   if (p < 1 || tau < 0 || tau > 30) return 0;
   int64_t rows = int64_t(1) << tau;
-  while (rows > 1 && rows * p * kWarp * int64_t(sizeof(float)) + kSlotBytes > kTableBytes) rows >>= 1;
-  const bool fits = rows * p * kWarp * int64_t(sizeof(float)) + kSlotBytes <= kTableBytes;
+  while (rows > 1 && rows * p * kWarp * int64_t(sizeof(float)) > kTableBytes) rows >>= 1;
+  const bool fits = rows * p * kWarp * int64_t(sizeof(float)) <= kTableBytes;
   return fits && (int64_t(1) << tau) / rows <= kMostSlices ? static_cast<int>(rows) : 0;
 }
 
-cudaError_t launch_table_cumulation(const Cumulation& c, cudaStream_t stream) {
+cudaError_t launch_table_cumulation(const Cumulation& c, const SliceLists& lists, cudaStream_t stream) {
   const int rows = table_rows(c.tau, c.p);
-  if (rows == 0 || c.dv > kValueTiles * kValueSlots * kWarp) return cudaErrorInvalidValue;  // the host checks first
-  const int slices = (1 << c.tau) / rows;
-  const int64_t blocks = c.B * c.m * slices, shared = int64_t(rows) * c.p * kWarp * sizeof(float) + kSlotBytes;
-  if (blocks > 2147483647) return cudaErrorInvalidValue;
-  return YOSO_LAUNCH(table_cumulation_kernel, dim3(static_cast<unsigned>(blocks), (c.dv + kWarp - 1) / kWarp),
-                     dim3(kWarp, kTableWarps), shared, stream, c, rows, slices, 1.0f / c.m);
+  if (rows != (1 << lists.shift) || lists.slices != (1 << c.tau) / rows || c.dv > kValueTiles * kValueSlots * kWarp ||
+      c.B * c.m * lists.slices > 2147483647) {
+    return cudaErrorInvalidValue;  // the host checks first
+  }
+  const cudaError_t status = YOSO_LAUNCH(slice_lists_kernel, dim3(static_cast<unsigned>(c.B * c.m), 2), dim3(kListThreads),
+                                         2 * lists.slices * sizeof(int), stream, c, lists);
+  if (status != cudaSuccess) return status;
+  return YOSO_LAUNCH(table_cumulation_kernel, dim3(static_cast<unsigned>(c.B * c.m * lists.slices), (c.dv + kWarp - 1) / kWarp),
+                     dim3(kWarp, kTableWarps), int64_t(rows) * c.p * kWarp * sizeof(float), stream, c, lists, 1.0f / c.m);
 }
 
 cudaError_t launch_cumulation_chunk(const Cumulation& c, float* rows, int64_t rows_per_pair, bool direct,

@@ -44,15 +44,20 @@ struct Cumulation {
 cudaError_t launch_cumulation_chunk(const Cumulation& c, float* rows, int64_t rows_per_pair, bool direct,
                                     bool atomic, int64_t first, int64_t end, cudaStream_t stream);
 
-// Atomic, the table in shared memory: a block per (pair, slice of the 2^tau codes, 32 value columns). Its
-// keys add their weighted values into the slice's rows with shared-memory atomics, then its queries read
-// their rows and add them into out with one global atomic a coordinate: no workspace, no sort, no global
-// rows to clear, write and read back. table_rows: the codes a slice holds (a power of two; the table and
-// the warps' slots within kTableBytes), or 0 where a pair would need more than 16 slices (p channels
-// wide, or τ large): then launch_cumulation_chunk.
+// Atomic, the table in shared memory: each side's tokens first listed by slice of the 2^tau codes (a block
+// per pair and side), then a block per (pair, slice, 32 value columns): the slice's keys add their
+// weighted values into its rows with shared-memory atomics, its queries read their rows and add them into
+// out with one global atomic a coordinate. No global rows to clear, write and read back, no sort.
+// table_rows: the codes a slice holds (a power of two, its rows within kTableBytes), or 0 where a pair
+// would need more than 16 slices (p channels wide, or τ large): then launch_cumulation_chunk.
 constexpr int kTableBytes = 48 * 1024;  // the shared memory a block gets without opting in
 int table_rows(int tau, int p);
-cudaError_t launch_table_cumulation(const Cumulation& c, cudaStream_t stream);
+// The lists (allocated by the caller): starts [B·m, slices + 1], tokens and rows [B·m, n] a side.
+struct SliceLists {
+  int32_t *starts_q, *tokens_q, *rows_q, *starts_k, *tokens_k, *rows_k;
+  int shift, slices;  // 2^shift = table_rows(tau, p); slices = 2^tau / 2^shift
+};
+cudaError_t launch_table_cumulation(const Cumulation& c, const SliceLists& lists, cudaStream_t stream);
 
 // The default backward (eq. 4 with exact pair weights): grad_q, grad_k [B, n, d] and grad_v [B, nk, dv]
 // (zeroed by the caller) receive the gradients of Y = (1/m) Σ_h B_h (w · V). A heavy bucket (yoso_math.h)

@@ -62,9 +62,8 @@ __device__ __forceinline__ void atomic_add4(float4* address, float4 value) {
 }
 // A float added to a block's shared memory atomically (not counted with global memory's atomics).
 __device__ __forceinline__ void shared_add(float* address, float value) { atomicAdd(address, value); }
-// A bit per lane of `mask` (all of them arrive), set where the lane's predicate holds.
-__device__ __forceinline__ unsigned ballot(unsigned mask, bool predicate) { return __ballot_sync(mask, predicate); }
-__device__ __forceinline__ int bit_count(unsigned bits) { return __popc(bits); }
+// A shared counter incremented atomically: its value before.
+__device__ __forceinline__ int shared_increment(int* address) { return atomicAdd(address, 1); }
 // values of this lane replaced by those of lane (lane ^ lane_mask) of the same warp; every lane named in
 // `mask` takes part with the same mask.
 template <int COUNT>
@@ -78,7 +77,6 @@ __device__ __forceinline__ void exchange_xor(unsigned mask, float (&values)[COUN
 #else  // ------------------------------------------------------------------------------------ emulation
 
 #include <atomic>
-#include <bit>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -208,13 +206,9 @@ inline void atomic_add4(float4* address, float4 value) {
 inline void shared_add(float* address, float value) {
   std::atomic_ref<float>(*address).fetch_add(value, std::memory_order_relaxed);
 }
-inline unsigned ballot(unsigned mask, bool predicate) {  // a full warp: five rendezvous of an OR butterfly
-  if (mask != 0xffffffffu) simt::fail("the emulated ballot takes a full warp");
-  unsigned bits = predicate ? 1u << simt::lane_id() : 0u;
-  for (int half = 1; half < 32; half <<= 1) bits |= __shfl_xor_sync(mask, bits, half);
-  return bits;
+inline int shared_increment(int* address) {
+  return std::atomic_ref<int>(*address).fetch_add(1, std::memory_order_relaxed);
 }
-inline int bit_count(unsigned bits) { return std::popcount(bits); }
 template <int COUNT>
 inline void exchange_xor(unsigned mask, float (&values)[COUNT], int lane_mask) {  // one rendezvous for all
   uint32_t words[COUNT];

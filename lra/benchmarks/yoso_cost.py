@@ -33,7 +33,7 @@ from lra.benchmarks.yoso_call import Call, around_operator, measured  # noqa: F4
 # checks (tests/test_cuda_emulation.py): each takes a Call and returns a Kernel (loaded, stored, added).
 fast_hash, bucket_rows, gather_rows, scatter_rows = (after.fast_hash, after.bucket_rows, after.gather_rows,
                                                      after.scatter_rows)
-table_cumulation = after.table_cumulation
+table_cumulation, slice_lists = after.table_cumulation, after.slice_lists
 find_heavy, number_heavy, token_gradients, scatter_pairs = (after.find_heavy, after.number_heavy,
                                                             after.token_gradients, after.scatter_pairs)
 heavy_tables = before.heavy_tables  # the kernels before issue 44 (key_tables_kernel, query_tables_kernel)

@@ -11,7 +11,8 @@ ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c). What changed fro
 - the atomic cumulation: rows indexed by code (2^τ ≤ 2n: no sort), cleared per chunk, a warp per
   (key, hash) adds its value row with atomicAdd, the gather reads a query's rows without searching;
   since issue 16's H100 profile, where a pair's table fits shared memory in at most 16 slices of the
-  codes (τ ≤ 12 with one channel), one kernel instead: the tables in shared memory, the output by atomics;
+  codes (τ ≤ 12 with one channel), two kernels instead: the tokens listed by slice, then the tables in
+  shared memory, the output by atomics;
 - the backward in one pass (since issue 16's profile, a token finds its bucket by one load from each
   pair's run starts by code where 2^τ ≤ 2n, not a binary search): heavy runs flagged by a thread per sorted key position, numbered by a
   prefix sum (torch's cumsum), tables only for them; then, deterministic, one launch per gradient over
@@ -86,8 +87,8 @@ def _row_miss(c: Call, rows: int, chunk: int, machine: Machine) -> float:
 
 TABLE_BYTES = 48 * 1024  # yoso_cuda_kernels.h's kTableBytes: a block's shared memory without opting in
 TABLE_WARPS = 8
-TABLE_CHUNKS = 4  # 32-token chunks a warp lists at once
-SLOT_BYTES = TABLE_WARPS * 2 * TABLE_CHUNKS * WARP * 4  # each warp's listed tokens and rows
+TABLE_BATCH = 8  # listed tokens a warp loads for at once
+LIST_THREADS = 256
 MOST_SLICES = 16
 
 
@@ -95,33 +96,44 @@ def table_rows(tau: int, p: int = 1) -> int:
     """Codes a slice of the shared-memory table holds, as yoso_cuda_kernels.cu's table_rows: the largest
     power of two within TABLE_BYTES, or 0 when a pair would need more than MOST_SLICES slices."""
     rows = 2**tau
-    while rows > 1 and rows * p * WARP * 4 + SLOT_BYTES > TABLE_BYTES:
+    while rows > 1 and rows * p * WARP * 4 > TABLE_BYTES:
         rows //= 2
-    fits = rows * p * WARP * 4 + SLOT_BYTES <= TABLE_BYTES
-    return rows if fits and 2**tau // rows <= MOST_SLICES else 0
+    return rows if rows * p * WARP * 4 <= TABLE_BYTES and 2**tau // rows <= MOST_SLICES else 0
+
+
+def slice_lists(c: Call, machine: Machine = H100) -> Kernel:
+    """Atomic, before the shared-memory tables: a block per (pair, side) counts its tokens per slice of
+    the codes (shared atomics), one thread scans the counts, then every token is listed with its row:
+    each code read twice, a token and a row stored per token, the starts per pair."""
+    slices = 2**c.bits // table_rows(c.bits)
+    tokens = 2 * c.pairs * c.n
+    return Kernel("atomic: tokens listed by slice", blocks=2 * c.pairs, threads=LIST_THREADS, registers=32,
+                  shared_bytes=2 * slices * 4, instructions=tokens / WARP * 2 * 12 + 2 * c.pairs * slices * 6,
+                  dram_bytes=tokens * 4 + tokens * 8, l2_bytes=tokens * 8 + tokens * 8,
+                  chain=2 * machine.l2_latency + slices * machine.shared_latency + machine.l2_latency,
+                  loaded=tokens * 8, stored=tokens * 8 + 2 * c.pairs * (slices + 1) * 4)
 
 
 def table_cumulation(c: Call, machine: Machine = H100) -> Kernel:
     """Atomic, the table in shared memory (one channel): a block per (pair, slice of the codes, 32 value
-    columns) clears its rows, reads every key's code (a lane each), lists the keys in its slice and adds
-    their values with shared atomics; then reads every query's code, and each listed query adds its row
-    into the output with one global atomic a coordinate. Every token is listed by one slice a tile."""
+    columns) clears its rows, its listed keys add their values with shared atomics (a CAS loop on sm_90),
+    then each listed query adds its row into the output with one global atomic a coordinate: every lane
+    loads a listed token, its row and weight; a key's value row is loaded by the lanes of its columns."""
     rows = table_rows(c.bits)
     slices, tiles = 2**c.bits // rows, math.ceil(c.dv / WARP)
     blocks = c.pairs * slices * tiles
-    scanned = blocks * c.n * 2  # codes read, keys and queries
     listed = c.pairs * c.n * tiles  # per side
-    chunks = blocks * math.ceil(c.n / WARP) * 2
     out_sectors = c.pairs * c.n * math.ceil(c.dv * 4 / SECTOR)
-    rounds = math.ceil(c.n / (WARP * TABLE_CHUNKS * TABLE_WARPS))
-    return Kernel("atomic: tables in shared memory", blocks=blocks, threads=WARP * TABLE_WARPS, registers=46,
-                  shared_bytes=rows * WARP * 4 + SLOT_BYTES,
-                  instructions=chunks * 16 + listed * 2 * 8 + blocks * rows * WARP / (WARP * TABLE_WARPS),
-                  dram_bytes=c.pairs * c.n * 8 + c.B * c.n * (c.dv + 2) * 4 + c.B * c.n * c.dv * 4 * 2,
-                  l2_bytes=scanned * 4 + listed * (WARP * 4 + 2 * SECTOR) + out_sectors * SECTOR * 2,
+    rounds = math.ceil(c.n / slices / (TABLE_WARPS * TABLE_BATCH))
+    threads = WARP * TABLE_WARPS
+    return Kernel("atomic: tables in shared memory", blocks=blocks, threads=threads, registers=56,
+                  shared_bytes=rows * WARP * 4,
+                  instructions=listed * 2 * 12 + blocks * (rows * WARP / threads + 20) * TABLE_WARPS,
+                  dram_bytes=c.B * c.n * (c.dv + 2) * 4 + c.B * c.n * c.dv * 4 * 2,
+                  l2_bytes=listed * 2 * 3 * SECTOR / TABLE_BATCH + c.pairs * c.n * c.dv * 4 + out_sectors * SECTOR * 2,
                   atomic_sectors=out_sectors,
-                  chain=rounds * 2 * (2 * machine.l2_latency + 4 * machine.shared_latency),
-                  loaded=4 * (scanned + c.pairs * c.n * (c.dv + 2 * tiles * WARP)), stored=0,
+                  chain=2 * rounds * (2 * machine.l2_latency + 4 * machine.shared_latency),
+                  loaded=blocks * threads * 2 * 2 * 4 + listed * 2 * WARP * 12 + c.pairs * c.n * c.dv * 4, stored=0,
                   added=c.pairs * c.n * c.dv * 4)
 
 
@@ -340,7 +352,7 @@ def scatter_pairs(c: Call, machine: Machine = H100, vector_atomics: Optional[boo
 
 def forward(c: Call, atomic: bool, machine: Machine = H100) -> List[Kernel]:
     if atomic and table_rows(c.bits):
-        return [fast_hash(c, machine), table_cumulation(c, machine)]
+        return [fast_hash(c, machine), slice_lists(c, machine), table_cumulation(c, machine)]
     if atomic:
         direct, _, _ = cumulation_plan(c, True)
         sort = [] if direct else torch_sort(c, 1, machine)
