@@ -155,10 +155,14 @@ def test_a_signal_stops_a_sweep_whose_jobs_keep_their_records_and_the_same_comma
 
 def test_a_signal_to_one_worker_of_a_local_gpus_sweep_stops_every_job_with_its_record(tmp_path, data_dir):
     """hydra/launcher=local_gpus: jobs in worker processes. One worker's SIGTERM reaches the sweep, which
-    passes it on to the other worker: both running jobs record interrupted, then the sweep ends (143)."""
+    passes it on to the other worker: both running jobs record interrupted, then the sweep ends (143). The
+    jobs are long (1,000 steps; both stop near step 3): with SHORT's 4 steps the other job could finish
+    before the signal reached it when the workers started far apart (a loaded machine), and record
+    completed."""
     sweep = tmp_path / "sweep"
+    long = [o for o in SHORT if not o.startswith("trainer.max_steps=")] + ["trainer.max_steps=1000"]
     stopped = run_command(["lra-train", "-m", "hydra/launcher=local_gpus", "hydra.launcher.n_jobs=2", "seed=0,1",
-                           *SHORT, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir,
+                           *long, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir,
                           env_extra={"LRA_FAULT": "step:3:SIGTERM", "LRA_FAULT_ONCE": str(tmp_path / "once")},
                           check=False)
     line = assert_one_line(stopped, 143, "error: interrupted (SIGTERM); the sweep stopped")
