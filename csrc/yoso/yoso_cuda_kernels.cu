@@ -145,7 +145,9 @@ YOSO_GLOBAL void slice_lists_kernel(Cumulation c, SliceLists lists) {
   int32_t* rows = (keys ? lists.rows_k : lists.rows_q) + pair * n;
   for (int s = threadIdx.x; s < lists.slices; s += blockDim.x) count[s] = 0;
   __syncthreads();
-  for (int t = threadIdx.x; t < n; t += blockDim.x) shared_increment(count + (checked_code(codes, t, c.tau) >> lists.shift));
+  for (int t = threadIdx.x; t < n; t += blockDim.x) {
+    shared_increment(count + (checked_code(codes, t, c.tau) >> lists.shift));
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     int sum = 0;
@@ -198,10 +200,14 @@ YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, SliceLists lists, float i
     for (int channel = 0; channel < c.p; ++channel) {
       float w[kTableBatch];
 #pragma unroll
-      for (int s = 0; s < kTableBatch; ++s) w[s] = token[s] >= 0 ? load(weight_k + int64_t(channel) * c.nk + token[s]) : 0.0f;
+      for (int s = 0; s < kTableBatch; ++s) {
+        w[s] = token[s] >= 0 ? load(weight_k + int64_t(channel) * c.nk + token[s]) : 0.0f;
+      }
 #pragma unroll
       for (int s = 0; s < kTableBatch; ++s) {
-        if (w[s] != 0.0f && mine) shared_add(table + row[s] * row_floats + channel * kWarp + lane, w[s] * value[s]);
+        if (w[s] != 0.0f && mine) {
+          shared_add(table + row[s] * row_floats + channel * kWarp + lane, w[s] * value[s]);
+        }
       }
     }
   }
@@ -223,7 +229,9 @@ YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, SliceLists lists, float i
     for (int channel = 0; channel < c.p; ++channel) {
       float w[kTableBatch];
 #pragma unroll
-      for (int s = 0; s < kTableBatch; ++s) w[s] = token[s] >= 0 ? load(weight_q + int64_t(channel) * c.nq + token[s]) : 0.0f;
+      for (int s = 0; s < kTableBatch; ++s) {
+        w[s] = token[s] >= 0 ? load(weight_q + int64_t(channel) * c.nq + token[s]) : 0.0f;
+      }
 #pragma unroll
       for (int s = 0; s < kTableBatch; ++s) {
         if (w[s] != 0.0f) sum[s] += w[s] * table[row[s] * row_floats + channel * kWarp + lane];
@@ -248,15 +256,16 @@ int table_rows(int tau, int p) {
 
 cudaError_t launch_table_cumulation(const Cumulation& c, const SliceLists& lists, cudaStream_t stream) {
   const int rows = table_rows(c.tau, c.p);
-  if (rows != (1 << lists.shift) || lists.slices != (1 << c.tau) / rows || c.dv > kValueTiles * kValueSlots * kWarp ||
-      c.B * c.m * lists.slices > 2147483647) {
+  if (rows != (1 << lists.shift) || lists.slices != (1 << c.tau) / rows ||
+      c.dv > kValueTiles * kValueSlots * kWarp || c.B * c.m * lists.slices > 2147483647) {
     return cudaErrorInvalidValue;  // the host checks first
   }
-  const cudaError_t status = YOSO_LAUNCH(slice_lists_kernel, dim3(static_cast<unsigned>(c.B * c.m), 2), dim3(kListThreads),
-                                         2 * lists.slices * sizeof(int), stream, c, lists);
+  const cudaError_t status = YOSO_LAUNCH(slice_lists_kernel, dim3(static_cast<unsigned>(c.B * c.m), 2),
+                                         dim3(kListThreads), 2 * lists.slices * sizeof(int), stream, c, lists);
   if (status != cudaSuccess) return status;
-  return YOSO_LAUNCH(table_cumulation_kernel, dim3(static_cast<unsigned>(c.B * c.m * lists.slices), (c.dv + kWarp - 1) / kWarp),
-                     dim3(kWarp, kTableWarps), int64_t(rows) * c.p * kWarp * sizeof(float), stream, c, lists, 1.0f / c.m);
+  const dim3 grid(static_cast<unsigned>(c.B * c.m * lists.slices), (c.dv + kWarp - 1) / kWarp);
+  return YOSO_LAUNCH(table_cumulation_kernel, grid, dim3(kWarp, kTableWarps),
+                     int64_t(rows) * c.p * kWarp * sizeof(float), stream, c, lists, 1.0f / c.m);
 }
 
 cudaError_t launch_cumulation_chunk(const Cumulation& c, float* rows, int64_t rows_per_pair, bool direct,
