@@ -285,7 +285,7 @@ def collect(steps: List[Step], out: Path, scratch: Path, reference_dir: Optional
         found = sorted((scratch / "profile").glob(name))
         if found:
             shutil.copy(found[0], out / name)
-    for sweep, target, reference in (("sweep", "sweep.md", []), ("reference", "reference.md", ["--reference", "yoso"])):
+    for sweep, target, reference in (("sweep", "sweep.md", []), ("reference", "reference.md", ["--reference", "yoso", "--runs"])):
         folder = reference_dir if sweep == "reference" and reference_dir else scratch / sweep
         if folder.is_dir():
             table = subprocess.run([_tool("lra-table"), str(folder), "--efficiency", *reference],

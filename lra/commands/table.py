@@ -20,8 +20,8 @@ from lra.records import HISTORY, METRICS
 from lra.results import chart, validity
 from lra.run import CHECKPOINTS, LOCK, LOG, PRETRAIN, RESOLVED
 from lra.results.table import (REFERENCES, collect_wandb, comparison, deduplicate, failures, load_reference, numbers,
-                               read_records, record_files, side_by_side, status_counts, to_latex, to_markdown,
-                               validation_notes)
+                               read_records, record_files, run_list, side_by_side, status_counts, to_latex,
+                               to_markdown, validation_notes)
 
 
 @at_the_edge
@@ -43,6 +43,9 @@ def main(argv=None) -> None:
                              "each cell still says how many there were")
     parser.add_argument("--side-by-side", action="store_true",
                         help="one row per attention: each task from scratch beside self-pretrained (+SPT) and the change")
+    parser.add_argument("--runs", action="store_true",
+                        help="markdown: also list every run, a row each: seed, status, test accuracy, steps, wall "
+                             "time, device and commit (a results page's per-run list)")
     parser.add_argument("--output", type=Path, help="write here instead of standard output")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="also draw the LRA paper's Figure 3: accuracy against training speed, bubble area = peak "
@@ -50,6 +53,8 @@ def main(argv=None) -> None:
     parser.add_argument("--plot-task", metavar="TASK", help="the chart's accuracy: this task (default: the only task, "
                         "else the average over every task, speed and memory from the first)")
     args = parser.parse_args(argv)
+    if args.runs and args.format != "markdown":
+        parser.exit(2, f"error: --runs lists the runs in markdown, not {args.format}; drop --format or --runs\n")
     missing = [d for d in args.directories if not d.exists()]
     if missing:
         parser.exit(2, f"error: no such directory: {', '.join(map(str, missing))}; pass run or sweep folders under runs/\n")
@@ -105,7 +110,7 @@ def main(argv=None) -> None:
         failed = failures(records)
         notes = "\n\n".join(n for n in (validation_notes(runs), validity.notes(records)) if n)
         text = (to_markdown(table) + f"\n\nruns: {status_counts(runs)}" + (f"\n\n{notes}" if notes else "")
-                + (f"\n\n{failed}" if failed else ""))
+                + (f"\n\n{failed}" if failed else "") + (f"\n\n{run_list(runs)}" if args.runs else ""))
     elif args.format == "latex":
         text = to_latex(table)
     else:

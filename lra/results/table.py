@@ -394,6 +394,42 @@ def unfinished(records: Iterable[dict]) -> str:
     return f"unfinished runs ({len(lines)}):\n" + "\n".join(lines) if lines else ""
 
 
+def run_list(runs: pd.DataFrame) -> str:
+    """Every run the table counts, a row each, in the table's row order, then by task and seed: its
+    status, test accuracy, steps, wall time, device and commit, as its record has them (a results
+    page names these per run); empty without runs."""
+    if runs.empty:
+        return ""
+    runs = runs.reindex(columns=[*runs.columns, *(f for f in RUN_FIELDS if f not in runs)])
+    order = sorted(runs.index, key=lambda i: (_row_key(str(runs.at[i, "label"])), str(runs.at[i, "task"]),
+                                              _seed_key(runs.at[i, "seed"])))
+
+    def text(value, form="{}") -> str:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return MISSING
+        whole = isinstance(value, float) and value.is_integer() and form == "{}"  # a seed or a step count
+        return form.format(int(value) if whole else value)
+
+    lines = ["| backend | task | seed | status | test accuracy | steps | wall time (min) | device | commit |",
+             "|:--|:--|--:|:--|--:|--:|--:|:--|:--|"]
+    for i in order:
+        r = runs.loc[i]
+        wall = r["wall_time_seconds"]
+        lines.append(f"| {r['label']} | {r['task']} | {text(r['seed'])} | {text(r['status'])} | "
+                     f"{text(r['test_accuracy'], '{:.2f}')} | {text(r['steps'])} | "
+                     f"{text(None if wall is None else wall / 60, '{:.1f}')} | {text(r['device'])} | "
+                     f"{text(r['git_commit'])} |")
+    return f"every run ({len(order)}):\n\n" + "\n".join(lines)
+
+
+RUN_FIELDS = ("seed", "status", "test_accuracy", "steps", "wall_time_seconds", "device", "git_commit")
+
+
+def _seed_key(seed):
+    return (0, seed) if isinstance(seed, (int, float)) and not (isinstance(seed, float) and math.isnan(seed)) \
+        else (1, str(seed))
+
+
 def render(directories: List[Path], warn=lambda message: None) -> str:
     return render_records(read_records(record_files(directories), warn), warn)
 
