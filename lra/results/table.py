@@ -408,14 +408,14 @@ def run_list(runs: pd.DataFrame) -> str:
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return MISSING
         whole = isinstance(value, float) and value.is_integer() and form == "{}"  # a seed or a step count
-        return form.format(int(value) if whole else value)
+        return form.format(int(value) if whole else value).replace("|", "\\|")  # a cell, whatever it holds
 
     lines = ["| backend | task | seed | status | test accuracy | steps | wall time (min) | device | commit |",
              "|:--|:--|--:|:--|--:|--:|--:|:--|:--|"]
     for i in order:
         r = runs.loc[i]
         wall = r["wall_time_seconds"]
-        lines.append(f"| {r['label']} | {r['task']} | {text(r['seed'])} | {text(r['status'])} | "
+        lines.append(f"| {text(r['label'])} | {text(r['task'])} | {text(r['seed'])} | {text(r['status'])} | "
                      f"{text(r['test_accuracy'], '{:.2f}')} | {text(r['steps'])} | "
                      f"{text(None if wall is None else wall / 60, '{:.1f}')} | {text(r['device'])} | "
                      f"{text(r['git_commit'])} |")
