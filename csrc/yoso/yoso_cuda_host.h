@@ -43,7 +43,8 @@ void fast_hash(Device& device, const float* x, const float* diagonals, int32_t* 
 // pairs within workspace_bytes (a chunk is at least one pair), the chunks fixed by the arguments alone:
 // the same on every GPU. Deterministic: one writer per table row and per output; else atomic rows, indexed
 // in shared memory where table_rows allows (each side's tokens listed by slice of the codes: no sort, no
-// global rows), else by code when 2^tau <= 2 nk (no sort), else by the sorted codes.
+// global rows; the lists, 8 bytes a token and hash a side, are outside workspace_bytes, as a sort's output
+// is), else by code when 2^tau <= 2 nk (no sort), else by the sorted codes.
 void cumulation(Device& device, const int32_t* codes_q, const int32_t* codes_k, const float* weight_q, int64_t mq,
                 const float* weight_k, int64_t mk, int64_t p, const float* values, float* out, int64_t B, int64_t m,
                 int64_t nq, int64_t nk, int64_t dv, int64_t tau, int64_t workspace_bytes, bool deterministic);
