@@ -124,7 +124,9 @@ def test_a_reference_slice_runs_its_rows_and_seeds_and_packs_their_records(tmp_p
                            "--rows", "softmax,yoso_32", "--seeds", "0,1", "--limit-s", "300", "--out", str(out),
                            "--", *SMOKE], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "runs: 4 completed" in (out / "reference.md").read_text()
+    reference = (out / "reference.md").read_text()
+    assert "runs: 4 completed" in reference
+    assert "every run (4):" in reference and "| YOSO-32 | listops | 1 | completed | " in reference  # lra-table --runs
     with tarfile.open(out / "reference-records.tar.gz") as archive:
         archive.extractall(tmp_path / "records", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     names = sorted(path.parent.name for path in (tmp_path / "records").rglob("metrics.json"))
