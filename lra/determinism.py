@@ -10,9 +10,10 @@ sorted path (one writer per output, no float atomics), off the authors' atomicAd
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
-from typing import List
+from typing import Iterator, List
 
 # PyTorch's alert: "<op> does not have a deterministic implementation, but you set
 # 'torch.use_deterministic_algorithms(True, warn_only=True)'..."
@@ -45,3 +46,17 @@ class NondeterminismLog:
     def repeatable(self, requested: bool) -> bool:
         """Bitwise repeatable: deterministic algorithms were asked for and no op alerted."""
         return requested and not self.ops
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(on: bool) -> Iterator[None]:
+    """torch's deterministic algorithms ``on`` or off (warn-only, as the trainer sets them) within the
+    block, and as they were after it: how a benchmark measures the path a training run would take."""
+    import torch
+
+    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(on, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])

@@ -130,6 +130,15 @@ constexpr int kListThreads = 256;
 constexpr int kListWarps = kListThreads / kWarp;
 constexpr int kListUnroll = 4;  // codes a thread loads before it counts them: their loads in flight at once
 
+// The codes of tokens base, base + kListThreads, ... (kListUnroll of them; -1 past n), loaded together.
+YOSO_DEVICE void load_codes(const int32_t* codes, int n, int tau, int base, int32_t (&code)[kListUnroll]) {
+#pragma unroll
+  for (int u = 0; u < kListUnroll; ++u) {
+    const int t = base + u * kListThreads;
+    code[u] = t < n ? checked_code(codes, t, tau) : -1;
+  }
+}
+
 // Block x: a pair, block y: its queries (0) or keys (1). The side's tokens grouped by the slice of their
 // code (code >> shift) and listed with their row in it (code's low bits): tokens[pair·n + at] and
 // rows[pair·n + at] for at in [starts[pair·(slices + 1) + s], starts[...+ s + 1]). Each warp counts into
@@ -151,11 +160,7 @@ YOSO_GLOBAL void slice_lists_kernel(Cumulation c, SliceLists lists) {
   __syncthreads();
   for (int base = threadIdx.x; base < n; base += kListUnroll * kListThreads) {
     int32_t code[kListUnroll];
-#pragma unroll
-    for (int u = 0; u < kListUnroll; ++u) {
-      const int t = base + u * kListThreads;
-      code[u] = t < n ? checked_code(codes, t, c.tau) : -1;
-    }
+    load_codes(codes, n, c.tau, base, code);
 #pragma unroll
     for (int u = 0; u < kListUnroll; ++u) {
       if (code[u] >= 0) shared_increment(count + warp * slices + (code[u] >> lists.shift));
@@ -176,11 +181,7 @@ YOSO_GLOBAL void slice_lists_kernel(Cumulation c, SliceLists lists) {
   __syncthreads();
   for (int base = threadIdx.x; base < n; base += kListUnroll * kListThreads) {
     int32_t code[kListUnroll];
-#pragma unroll
-    for (int u = 0; u < kListUnroll; ++u) {
-      const int t = base + u * kListThreads;
-      code[u] = t < n ? checked_code(codes, t, c.tau) : -1;
-    }
+    load_codes(codes, n, c.tau, base, code);
 #pragma unroll
     for (int u = 0; u < kListUnroll; ++u) {
       if (code[u] < 0) continue;
@@ -189,6 +190,25 @@ YOSO_GLOBAL void slice_lists_kernel(Cumulation c, SliceLists lists) {
       store(rows + at, int32_t(code[u] & low));
     }
   }
+}
+
+// A warp's batch of listed tokens, positions first ... first + kTableBatch of a slice's list (which ends at
+// `end`), and their rows; past the end, token -1 and row 0.
+YOSO_DEVICE void load_listed(const int32_t* tokens, const int32_t* rows, int first, int end,
+                             int32_t (&token)[kTableBatch], int32_t (&row)[kTableBatch]) {
+#pragma unroll
+  for (int s = 0; s < kTableBatch; ++s) {
+    const bool listed = first + s < end;
+    token[s] = listed ? load(tokens + first + s) : -1;
+    row[s] = listed ? load(rows + first + s) : 0;
+  }
+}
+
+// Channel `channel`'s weights (weight: [p, n]) of a batch's tokens; 0 for a token past the list's end.
+YOSO_DEVICE void load_weights(const float* weight, int n, int channel, const int32_t (&token)[kTableBatch],
+                              float (&w)[kTableBatch]) {
+#pragma unroll
+  for (int s = 0; s < kTableBatch; ++s) w[s] = token[s] >= 0 ? load(weight + int64_t(channel) * n + token[s]) : 0.0f;
 }
 
 // Atomic, the table in shared memory. Block x: (pair, slice of 2^shift codes), block y: 32 value columns, a
@@ -211,22 +231,14 @@ YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, SliceLists lists, float i
        first += kTableWarps * kTableBatch) {
     int32_t token[kTableBatch], row[kTableBatch];
     float value[kTableBatch];
-#pragma unroll
-    for (int s = 0; s < kTableBatch; ++s) {
-      const bool listed = first + s < end_k;
-      token[s] = listed ? load(tokens_k + first + s) : -1;
-      row[s] = listed ? load(rows_k + first + s) : 0;
-    }
+    load_listed(tokens_k, rows_k, first, end_k, token, row);
 #pragma unroll
     for (int s = 0; s < kTableBatch; ++s) {
       value[s] = token[s] >= 0 && mine ? load(c.values + (b * c.nk + token[s]) * c.dv + column) : 0.0f;
     }
     for (int channel = 0; channel < c.p; ++channel) {
       float w[kTableBatch];
-#pragma unroll
-      for (int s = 0; s < kTableBatch; ++s) {
-        w[s] = token[s] >= 0 ? load(weight_k + int64_t(channel) * c.nk + token[s]) : 0.0f;
-      }
+      load_weights(weight_k, c.nk, channel, token, w);
 #pragma unroll
       for (int s = 0; s < kTableBatch; ++s) {
         if (w[s] != 0.0f && mine) {
@@ -242,20 +254,11 @@ YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, SliceLists lists, float i
   for (int first = load(lists.starts_q + slice) + threadIdx.y * kTableBatch; first < end_q;
        first += kTableWarps * kTableBatch) {
     int32_t token[kTableBatch], row[kTableBatch];
-    float sum[kTableBatch];
-#pragma unroll
-    for (int s = 0; s < kTableBatch; ++s) {
-      const bool listed = first + s < end_q;
-      token[s] = listed ? load(tokens_q + first + s) : -1;
-      row[s] = listed ? load(rows_q + first + s) : 0;
-      sum[s] = 0.0f;
-    }
+    float sum[kTableBatch] = {};
+    load_listed(tokens_q, rows_q, first, end_q, token, row);
     for (int channel = 0; channel < c.p; ++channel) {
       float w[kTableBatch];
-#pragma unroll
-      for (int s = 0; s < kTableBatch; ++s) {
-        w[s] = token[s] >= 0 ? load(weight_q + int64_t(channel) * c.nq + token[s]) : 0.0f;
-      }
+      load_weights(weight_q, c.nq, channel, token, w);
 #pragma unroll
       for (int s = 0; s < kTableBatch; ++s) {
         if (w[s] != 0.0f) sum[s] += w[s] * table[row[s] * row_floats + channel * kWarp + lane];

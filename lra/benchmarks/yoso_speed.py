@@ -32,6 +32,7 @@ import sys
 import pandas as pd
 
 from lra.commands.config_errors import at_the_edge
+from lra.determinism import deterministic_algorithms
 from lra.profiling.measure import MB, best_of, run_cell, step_peak_bytes
 
 BF16 = "bf16 autocast"
@@ -103,16 +104,12 @@ def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, rep
             loss = attend(q, k, v, mask).float().square().sum()
         loss.backward()
 
-    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(cell in DETERMINISTIC, warn_only=True)
-    try:
+    with deterministic_algorithms(cell in DETERMINISTIC):
         with torch.no_grad():  # the warm-up builds the kernels before anything is measured
             forward_s = best_of(forward, device, repeats)
         both = best_of(forward_backward, device, repeats)
         peak = (step_peak_bytes(forward_backward, device) if graph_start is None
                 else torch.cuda.max_memory_allocated() - graph_start)
-    finally:
-        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
     return {"cell": cell, "n": n, "precision": precision, "forward_ms": forward_s * 1e3,
             "forward_backward_ms": both * 1e3, "peak_mb": peak / MB}
 

@@ -19,6 +19,7 @@ from torch.profiler import ProfilerActivity, profile
 import attention_zoo
 from attention_zoo.options import InvalidOption
 from lra.commands.config_errors import at_the_edge
+from lra.determinism import deterministic_algorithms
 from lra.profiling.measure import synchronize, timed
 
 
@@ -48,9 +49,7 @@ def trace(n: int, device: torch.device, batch_heads: int, head_dim: int, num_has
     def step():
         module(q, k, v, mask).square().sum().backward()
 
-    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(deterministic, warn_only=True)
-    try:
+    with deterministic_algorithms(deterministic):
         for _ in range(3):  # builds the kernels, warms the allocator
             step()
         times = step_times(step, device, steps)
@@ -59,8 +58,6 @@ def trace(n: int, device: torch.device, batch_heads: int, head_dim: int, num_has
             for _ in range(5):
                 step()
             synchronize(device)
-    finally:
-        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
     path = "deterministic (sorted) paths" if deterministic else "atomic paths"
     sort_by = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
     table = profiled.key_averages().table(sort_by=sort_by, row_limit=rows, max_name_column_width=60)
