@@ -192,23 +192,38 @@ YOSO_GLOBAL void slice_lists_kernel(Cumulation c, SliceLists lists) {
   }
 }
 
-// A warp's batch of listed tokens, positions first ... first + kTableBatch of a slice's list (which ends at
-// `end`), and their rows; past the end, token -1 and row 0.
-YOSO_DEVICE void load_listed(const int32_t* tokens, const int32_t* rows, int first, int end,
-                             int32_t (&token)[kTableBatch], int32_t (&row)[kTableBatch]) {
+// One side's listed tokens of a block's slice (from slice_lists_kernel): positions [begin, end) of the pair's
+// tokens and rows, and the pair's weights [p, n].
+struct ListedSlice {
+  const int32_t *tokens, *rows;
+  const float* weight;
+  int n, begin, end;
+};
+
+YOSO_DEVICE ListedSlice listed_slice(const int32_t* tokens, const int32_t* rows, const int32_t* starts,
+                                     const float* weight, int n, int64_t pair, int64_t slice) {
+  return {tokens + pair * n, rows + pair * n, weight, n, load(starts + slice), load(starts + slice + 1)};
+}
+
+// A warp's batch of a slice's listed tokens, positions first ... first + kTableBatch, and their rows; past
+// the slice's end, token -1 and row 0.
+YOSO_DEVICE void load_listed(const ListedSlice& side, int first, int32_t (&token)[kTableBatch],
+                             int32_t (&row)[kTableBatch]) {
 #pragma unroll
   for (int s = 0; s < kTableBatch; ++s) {
-    const bool listed = first + s < end;
-    token[s] = listed ? load(tokens + first + s) : -1;
-    row[s] = listed ? load(rows + first + s) : 0;
+    const bool listed = first + s < side.end;
+    token[s] = listed ? load(side.tokens + first + s) : -1;
+    row[s] = listed ? load(side.rows + first + s) : 0;
   }
 }
 
-// Channel `channel`'s weights (weight: [p, n]) of a batch's tokens; 0 for a token past the list's end.
-YOSO_DEVICE void load_weights(const float* weight, int n, int channel, const int32_t (&token)[kTableBatch],
+// Channel `channel`'s weights of a batch's tokens; 0 for a token past the slice's end.
+YOSO_DEVICE void load_weights(const ListedSlice& side, int channel, const int32_t (&token)[kTableBatch],
                               float (&w)[kTableBatch]) {
 #pragma unroll
-  for (int s = 0; s < kTableBatch; ++s) w[s] = token[s] >= 0 ? load(weight + int64_t(channel) * n + token[s]) : 0.0f;
+  for (int s = 0; s < kTableBatch; ++s) {
+    w[s] = token[s] >= 0 ? load(side.weight + int64_t(channel) * side.n + token[s]) : 0.0f;
+  }
 }
 
 // Atomic, the table in shared memory. Block x: (pair, slice of 2^shift codes), block y: 32 value columns, a
@@ -224,21 +239,19 @@ YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, SliceLists lists, float i
   const int row_floats = c.p * kWarp, table_floats = (1 << lists.shift) * row_floats;
   for (int f = threadIdx.y * kWarp + lane; f < table_floats; f += kTableWarps * kWarp) table[f] = 0.0f;
   __syncthreads();
-  const float* weight_k = weights_of(c.weight_k, b, c.mk, h, c.p, c.nk);
-  const int32_t *tokens_k = lists.tokens_k + pair * c.nk, *rows_k = lists.rows_k + pair * c.nk;
-  const int end_k = load(lists.starts_k + slice + 1);
-  for (int first = load(lists.starts_k + slice) + threadIdx.y * kTableBatch; first < end_k;
-       first += kTableWarps * kTableBatch) {
+  const ListedSlice keys = listed_slice(lists.tokens_k, lists.rows_k, lists.starts_k,
+                                        weights_of(c.weight_k, b, c.mk, h, c.p, c.nk), c.nk, pair, slice);
+  for (int first = keys.begin + threadIdx.y * kTableBatch; first < keys.end; first += kTableWarps * kTableBatch) {
     int32_t token[kTableBatch], row[kTableBatch];
     float value[kTableBatch];
-    load_listed(tokens_k, rows_k, first, end_k, token, row);
+    load_listed(keys, first, token, row);
 #pragma unroll
     for (int s = 0; s < kTableBatch; ++s) {
       value[s] = token[s] >= 0 && mine ? load(c.values + (b * c.nk + token[s]) * c.dv + column) : 0.0f;
     }
     for (int channel = 0; channel < c.p; ++channel) {
       float w[kTableBatch];
-      load_weights(weight_k, c.nk, channel, token, w);
+      load_weights(keys, channel, token, w);
 #pragma unroll
       for (int s = 0; s < kTableBatch; ++s) {
         if (w[s] != 0.0f && mine) {
@@ -248,17 +261,16 @@ YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, SliceLists lists, float i
     }
   }
   __syncthreads();
-  const float* weight_q = weights_of(c.weight_q, b, c.mq, h, c.p, c.nq);
-  const int32_t *tokens_q = lists.tokens_q + pair * c.nq, *rows_q = lists.rows_q + pair * c.nq;
-  const int end_q = load(lists.starts_q + slice + 1);
-  for (int first = load(lists.starts_q + slice) + threadIdx.y * kTableBatch; first < end_q;
+  const ListedSlice queries = listed_slice(lists.tokens_q, lists.rows_q, lists.starts_q,
+                                           weights_of(c.weight_q, b, c.mq, h, c.p, c.nq), c.nq, pair, slice);
+  for (int first = queries.begin + threadIdx.y * kTableBatch; first < queries.end;
        first += kTableWarps * kTableBatch) {
     int32_t token[kTableBatch], row[kTableBatch];
     float sum[kTableBatch] = {};
-    load_listed(tokens_q, rows_q, first, end_q, token, row);
+    load_listed(queries, first, token, row);
     for (int channel = 0; channel < c.p; ++channel) {
       float w[kTableBatch];
-      load_weights(weight_q, c.nq, channel, token, w);
+      load_weights(queries, channel, token, w);
 #pragma unroll
       for (int s = 0; s < kTableBatch; ++s) {
         if (w[s] != 0.0f) sum[s] += w[s] * table[row[s] * row_floats + channel * kWarp + lane];
