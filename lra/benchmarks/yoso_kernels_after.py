@@ -73,7 +73,7 @@ def fast_hash(c: Call, machine: Machine = H100) -> Kernel:
 
 def cumulation_plan(c: Call, atomic: bool) -> Tuple[bool, int, int]:
     """(direct rows, rows per pair, pairs per chunk) as yoso_cuda_host.cpp chooses them."""
-    direct = atomic and 2**c.bits <= 2 * c.n
+    direct = atomic and indexed_by_code(c)
     rows = 2**c.bits if direct else c.n
     chunk = max(1, min(WORKSPACE_BYTES // 4 // (rows * c.dv), c.pairs, 65535))
     return direct, rows, chunk
@@ -256,16 +256,22 @@ def heavy_grid(c: Call, name: str, machine: Machine, registers: int = 40) -> Ker
                   l2_bytes=blocks * SECTOR, chain=machine.l2_latency, loaded=blocks * 128 * 4, stored=0)
 
 
+def indexed_by_code(c: Call) -> bool:
+    """Whether a pair's 2^τ codes are few enough (2^τ ≤ 2n) to index rows by code: the atomic cumulation's
+    direct rows, and the run starts the host makes for lookups (yoso_cuda_host.cpp)."""
+    return 2**c.bits <= 2 * c.n
+
+
 def run_loads(c: Call) -> float:
     """Loads a lane takes to find its bucket's run after its code: one from the pair's run starts where
-    the host makes them (2^τ ≤ 2n), else a binary search and the check of what it found."""
-    return 1.0 if 2**c.bits <= 2 * c.n else 1.0 + c.search
+    the host makes them, else a binary search and the check of what it found."""
+    return 1.0 if indexed_by_code(c) else 1.0 + c.search
 
 
 def run_starts(c: Call, sides: int, machine: Machine = H100) -> List[Kernel]:
-    """Per side whose runs are looked up (2^τ ≤ 2n): the starts filled with -1, then a thread per sorted
+    """Per side whose runs are looked up (where indexed_by_code): the starts filled with -1, then a thread per sorted
     position loads its code and its predecessor's, and each run's first position stores itself."""
-    if 2**c.bits > 2 * c.n:
+    if not indexed_by_code(c):
         return []
     positions, table = c.pairs * c.n, c.pairs * 2**c.bits * 4
     fill = streaming("run starts filled (-1)", table, machine, launches=sides)
