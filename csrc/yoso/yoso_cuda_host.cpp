@@ -29,10 +29,14 @@ void check_dims(Device& device, int64_t d, int64_t dv, const char* what) {
   }
 }
 
-// Each of `rows` pairs' run starts by code in `sorted` [rows, n] where 2^tau <= 2n (then no larger than the
-// codes twice over), for lookups by one load; else null (binary searches).
+// Whether a pair's 2^tau codes are few enough to index rows by code (no more than its n codes twice over):
+// the atomic cumulation's direct rows, and the run starts.
+bool indexed_by_code(int64_t tau, int64_t n) { return (int64_t(1) << tau) <= 2 * n; }
+
+// Each of `rows` pairs' run starts by code in `sorted` [rows, n] where indexed_by_code, for lookups by one
+// load; else null (binary searches).
 const int32_t* run_starts(Device& device, const int32_t* sorted, int64_t rows, int64_t n, int tau, const char* what) {
-  if ((int64_t(1) << tau) > 2 * n) return nullptr;
+  if (!indexed_by_code(tau, n)) return nullptr;
   int32_t* starts = device.ints(rows << tau);
   device.minus_ones(starts, rows << tau);
   device.check(launch_run_starts(sorted, rows, static_cast<int>(n), tau, starts, device.stream()), what);
@@ -61,7 +65,7 @@ void cumulation(Device& device, const int32_t* codes_q, const int32_t* codes_k, 
                      narrow(device, nk, "keys"), static_cast<int>(dv), narrow(device, tau, "hash_code_len")};
   if (B * m == 0 || nq == 0 || nk == 0 || dv == 0) return;
   Cumulation call = c;
-  const bool atomic = !deterministic, direct = atomic && (int64_t(1) << tau) <= 2 * nk;
+  const bool atomic = !deterministic, direct = atomic && indexed_by_code(tau, nk);
   if (const int rows = table_rows(c.tau, c.p); atomic && rows > 0) {
     SliceLists lists{};
     lists.slices = static_cast<int>((int64_t(1) << tau) / rows);
