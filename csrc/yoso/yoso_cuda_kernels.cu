@@ -130,12 +130,21 @@ constexpr int kListThreads = 256;
 constexpr int kListWarps = kListThreads / kWarp;
 constexpr int kListUnroll = 4;  // codes a thread loads before it counts them: their loads in flight at once
 
-// The codes of tokens base, base + kListThreads, ... (kListUnroll of them; -1 past n), loaded together.
-YOSO_DEVICE void load_codes(const int32_t* codes, int n, int tau, int base, int32_t (&code)[kListUnroll]) {
+// visit(token, code) for each of this thread's tokens with a code: threadIdx.x, + kListThreads, ... up to n,
+// kListUnroll codes loaded at once so that their loads are in flight together.
+template <typename Visit>
+YOSO_DEVICE void for_each_listed_code(const int32_t* codes, int n, int tau, Visit visit) {
+  for (int base = threadIdx.x; base < n; base += kListUnroll * kListThreads) {
+    int32_t code[kListUnroll];
 #pragma unroll
-  for (int u = 0; u < kListUnroll; ++u) {
-    const int t = base + u * kListThreads;
-    code[u] = t < n ? checked_code(codes, t, tau) : -1;
+    for (int u = 0; u < kListUnroll; ++u) {
+      const int t = base + u * kListThreads;
+      code[u] = t < n ? checked_code(codes, t, tau) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < kListUnroll; ++u) {
+      if (code[u] >= 0) visit(base + u * kListThreads, code[u]);
+    }
   }
 }
 
@@ -158,14 +167,8 @@ YOSO_GLOBAL void slice_lists_kernel(Cumulation c, SliceLists lists) {
   int32_t* rows = (keys ? lists.rows_k : lists.rows_q) + pair * n;
   for (int f = threadIdx.x; f < kListWarps * slices; f += kListThreads) count[f] = 0;
   __syncthreads();
-  for (int base = threadIdx.x; base < n; base += kListUnroll * kListThreads) {
-    int32_t code[kListUnroll];
-    load_codes(codes, n, c.tau, base, code);
-#pragma unroll
-    for (int u = 0; u < kListUnroll; ++u) {
-      if (code[u] >= 0) shared_increment(count + warp * slices + (code[u] >> lists.shift));
-    }
-  }
+  for_each_listed_code(codes, n, c.tau,
+                       [&](int, int32_t code) { shared_increment(count + warp * slices + (code >> lists.shift)); });
   __syncthreads();
   if (threadIdx.x == 0) {
     int sum = 0;
@@ -179,17 +182,11 @@ YOSO_GLOBAL void slice_lists_kernel(Cumulation c, SliceLists lists) {
     store(starts + slices, int32_t(sum));
   }
   __syncthreads();
-  for (int base = threadIdx.x; base < n; base += kListUnroll * kListThreads) {
-    int32_t code[kListUnroll];
-    load_codes(codes, n, c.tau, base, code);
-#pragma unroll
-    for (int u = 0; u < kListUnroll; ++u) {
-      if (code[u] < 0) continue;
-      const int at = shared_increment(cursor + warp * slices + (code[u] >> lists.shift));
-      store(tokens + at, int32_t(base + u * kListThreads));
-      store(rows + at, int32_t(code[u] & low));
-    }
-  }
+  for_each_listed_code(codes, n, c.tau, [&](int token, int32_t code) {
+    const int at = shared_increment(cursor + warp * slices + (code >> lists.shift));
+    store(tokens + at, int32_t(token));
+    store(rows + at, int32_t(code & low));
+  });
 }
 
 // One side's listed tokens of a block's slice (from slice_lists_kernel): positions [begin, end) of the pair's
