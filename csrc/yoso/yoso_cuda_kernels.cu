@@ -127,63 +127,46 @@ constexpr int kTableWarps = 8;   // warps per block of the shared-table cumulati
 constexpr int kTableBatch = 8;   // listed tokens whose loads a lane has in flight at once
 constexpr int kMostSlices = 16;  // code slices of a pair's table: each one a block that clears its rows
 constexpr int kListThreads = 256;
-constexpr int kListWarps = kListThreads / kWarp;
-constexpr int kListUnroll = 4;  // codes a thread loads before it counts them: their loads in flight at once
 
-// visit(token, code) for each of this thread's tokens with a code: threadIdx.x, + kListThreads, ... up to n,
-// kListUnroll codes loaded at once so that their loads are in flight together.
+// visit(token, code) for each of this thread's tokens: threadIdx.x, + blockDim.x, ... up to n, one code
+// load at a time. (Counters per warp with 4 loads in flight, 449b886, measured 0.133 ms a call against this
+// loop's 0.089 ms on an H100 at 16 x 4096, m = 32: docs/benchmarks.md.)
 template <typename Visit>
-YOSO_DEVICE void for_each_listed_code(const int32_t* codes, int n, int tau, Visit visit) {
-  for (int base = threadIdx.x; base < n; base += kListUnroll * kListThreads) {
-    int32_t code[kListUnroll];
-#pragma unroll
-    for (int u = 0; u < kListUnroll; ++u) {
-      const int t = base + u * kListThreads;
-      code[u] = t < n ? checked_code(codes, t, tau) : -1;
-    }
-#pragma unroll
-    for (int u = 0; u < kListUnroll; ++u) {
-      if (code[u] >= 0) visit(base + u * kListThreads, code[u]);
-    }
-  }
+YOSO_DEVICE void for_each_code(const int32_t* codes, int n, int tau, Visit visit) {
+  for (int t = threadIdx.x; t < n; t += blockDim.x) visit(t, checked_code(codes, t, tau));
 }
 
 // Block x: a pair, block y: its queries (0) or keys (1). The side's tokens grouped by the slice of their
 // code (code >> shift) and listed with their row in it (code's low bits): tokens[pair·n + at] and
-// rows[pair·n + at] for at in [starts[pair·(slices + 1) + s], starts[...+ s + 1]). Each warp counts into
-// counters of its own (shared atomics: no warp waits on another's), one thread scans them slice by slice,
-// then every token is placed at its warp's cursor; in no fixed order within a slice (this path sums in
-// arrival order anyway).
+// rows[pair·n + at] for at in [starts[pair·(slices + 1) + s], starts[...+ s + 1]). Counted with shared
+// atomics, the slices' starts by one thread's scan (at most kMostSlices), then every token placed; in no
+// fixed order within a slice (this path sums in arrival order anyway).
 YOSO_GLOBAL void slice_lists_kernel(Cumulation c, SliceLists lists) {
-  YOSO_DYNAMIC_SHARED(int, count);  // [warps][slices] counts, then [warps][slices] cursors
-  const int slices = lists.slices, warp = threadIdx.x / kWarp;
-  int* cursor = count + kListWarps * slices;
+  YOSO_DYNAMIC_SHARED(int, count);  // [slices] counts, then [slices] cursors
+  int* cursor = count + lists.slices;
   const int64_t pair = blockIdx.x;
   const bool keys = blockIdx.y == 1;
   const int n = keys ? c.nk : c.nq, low = (1 << lists.shift) - 1;
   const int32_t* codes = (keys ? c.codes_k : c.codes_q) + pair * n;
-  int32_t* starts = (keys ? lists.starts_k : lists.starts_q) + pair * (slices + 1);
+  int32_t* starts = (keys ? lists.starts_k : lists.starts_q) + pair * (lists.slices + 1);
   int32_t* tokens = (keys ? lists.tokens_k : lists.tokens_q) + pair * n;
   int32_t* rows = (keys ? lists.rows_k : lists.rows_q) + pair * n;
-  for (int f = threadIdx.x; f < kListWarps * slices; f += kListThreads) count[f] = 0;
+  for (int s = threadIdx.x; s < lists.slices; s += blockDim.x) count[s] = 0;
   __syncthreads();
-  for_each_listed_code(codes, n, c.tau,
-                       [&](int, int32_t code) { shared_increment(count + warp * slices + (code >> lists.shift)); });
+  for_each_code(codes, n, c.tau, [&](int, int32_t code) { shared_increment(count + (code >> lists.shift)); });
   __syncthreads();
   if (threadIdx.x == 0) {
     int sum = 0;
-    for (int s = 0; s < slices; ++s) {
+    for (int s = 0; s < lists.slices; ++s) {
+      cursor[s] = sum;
       store(starts + s, int32_t(sum));
-      for (int w = 0; w < kListWarps; ++w) {
-        cursor[w * slices + s] = sum;
-        sum += count[w * slices + s];
-      }
+      sum += count[s];
     }
-    store(starts + slices, int32_t(sum));
+    store(starts + lists.slices, int32_t(sum));
   }
   __syncthreads();
-  for_each_listed_code(codes, n, c.tau, [&](int token, int32_t code) {
-    const int at = shared_increment(cursor + warp * slices + (code >> lists.shift));
+  for_each_code(codes, n, c.tau, [&](int token, int32_t code) {
+    const int at = shared_increment(cursor + (code >> lists.shift));
     store(tokens + at, int32_t(token));
     store(rows + at, int32_t(code & low));
   });
@@ -297,7 +280,7 @@ cudaError_t launch_table_cumulation(const Cumulation& c, const SliceLists& lists
     return cudaErrorInvalidValue;  // the host checks first
   }
   const cudaError_t status = YOSO_LAUNCH(slice_lists_kernel, dim3(static_cast<unsigned>(c.B * c.m), 2),
-                                         dim3(kListThreads), 2 * kListWarps * lists.slices * sizeof(int), stream, c,
+                                         dim3(kListThreads), 2 * lists.slices * sizeof(int), stream, c,
                                          lists);
   if (status != cudaSuccess) return status;
   const dim3 grid(static_cast<unsigned>(c.B * c.m * lists.slices), (c.dv + kWarp - 1) / kWarp);

@@ -89,7 +89,6 @@ TABLE_BYTES = 48 * 1024  # yoso_cuda_kernels.h's kTableBytes: a block's shared m
 TABLE_WARPS = 8
 TABLE_BATCH = 8  # listed tokens a warp loads for at once
 LIST_THREADS = 256
-LIST_WARPS = LIST_THREADS // WARP  # each warp counts into counters of its own
 MOST_SLICES = 16
 
 
@@ -104,16 +103,14 @@ def table_rows(tau: int, p: int = 1) -> int:
 
 def slice_lists(c: Call, machine: Machine = H100) -> Kernel:
     """Atomic, before the shared-memory tables: a block per (pair, side) counts its tokens per slice of
-    the codes (shared atomics, each warp into counters of its own), one thread scans the counts of every
-    (slice, warp), then every token is listed with its row: each code read twice, a token and a row
-    stored per token, the starts per pair."""
+    the codes (shared atomics), one thread scans the counts, then every token is listed with its row:
+    each code read twice, a token and a row stored per token, the starts per pair."""
     slices = 2**c.bits // table_rows(c.bits)
     tokens = 2 * c.pairs * c.n
     return Kernel("atomic: tokens listed by slice", blocks=2 * c.pairs, threads=LIST_THREADS, registers=32,
-                  shared_bytes=2 * LIST_WARPS * slices * 4,
-                  instructions=tokens / WARP * 2 * 12 + 2 * c.pairs * LIST_WARPS * slices * 6,
+                  shared_bytes=2 * slices * 4, instructions=tokens / WARP * 2 * 12 + 2 * c.pairs * slices * 6,
                   dram_bytes=tokens * 4 + tokens * 8, l2_bytes=tokens * 8 + tokens * 8,
-                  chain=2 * machine.l2_latency + LIST_WARPS * slices * machine.shared_latency + machine.l2_latency,
+                  chain=2 * machine.l2_latency + slices * machine.shared_latency + machine.l2_latency,
                   loaded=tokens * 8, stored=tokens * 8 + 2 * c.pairs * (slices + 1) * 4)
 
 
