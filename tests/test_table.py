@@ -311,22 +311,27 @@ def test_lra_table_wandb_without_a_key_is_one_line(tmp_path, data_dir):
 
 def test_every_run_is_listed_with_its_seed_status_wall_time_device_and_commit(tmp_path, capsys):
     """lra-table --runs (what docs/results.md carries per run): a row per counted run, in the table's row
-    order and then by seed, each field as its record has it, a missing one as —; markdown only."""
-    runs = [("b", "YOSO-32", 1, "completed", 37.5, 5000, 357.0, "cuda (NVIDIA H100 80GB HBM3)", "d2dbcc1"),
-            ("a", "YOSO-32", 0, "completed", 36.25, 5000, 420.0, "cuda (NVIDIA H100 80GB HBM3)", "d2dbcc1-dirty"),
-            ("c", "Softmax", 0, "failed", None, 12, None, "cpu|gVisor", None)]  # a "|" kept inside its cell
-    for folder, label, seed, status, accuracy, steps, wall, device, commit in runs:
+    order and then by seed, each field as its record has it (the steps a run was resumed at, "none" where it
+    never was), a missing one as —; markdown only."""
+    runs = [("b", "YOSO-32", 1, "completed", 37.5, 5000, [3850, 4300], 357.0, "cuda (NVIDIA H100 80GB HBM3)",
+             "d2dbcc1"),
+            ("a", "YOSO-32", 0, "completed", 36.25, 5000, [], 420.0, "cuda (NVIDIA H100 80GB HBM3)", "d2dbcc1-dirty"),
+            ("c", "Softmax", 0, "failed", None, 12, None, None, "cpu|gVisor", None)]  # a "|" kept inside its cell
+    for folder, label, seed, status, accuracy, steps, resumed, wall, device, commit in runs:
         write_run(tmp_path / folder, label, "listops", seed, status, accuracy)
         record = json.loads((tmp_path / folder / "metrics.json").read_text())
         record.update(steps=steps, wall_time_seconds=wall, device=device, git_commit=commit, error="boom")
+        record.pop("resumed_at_steps", None)
+        record.update({} if resumed is None else {"resumed_at_steps": resumed})
         (tmp_path / folder / "metrics.json").write_text(json.dumps(record))
     table_main([str(tmp_path), "--runs", "--reference", "yoso"])
     out = capsys.readouterr().out
     listed = out[out.index("every run (3):"):].splitlines()[4:]
-    assert listed == ["| Softmax | listops | 0 | failed | — | 12 | — | cpu\\|gVisor | — |",
-                      "| YOSO-32 | listops | 0 | completed | 36.25 | 5000 | 7.0 | cuda (NVIDIA H100 80GB HBM3) | "
+    assert listed == ["| Softmax | listops | 0 | failed | — | 12 | — | — | cpu\\|gVisor | — |",
+                      "| YOSO-32 | listops | 0 | completed | 36.25 | 5000 | none | 7.0 | cuda (NVIDIA H100 80GB HBM3) | "
                       "d2dbcc1-dirty |",
-                      "| YOSO-32 | listops | 1 | completed | 37.50 | 5000 | 6.0 | cuda (NVIDIA H100 80GB HBM3) | d2dbcc1 |"]
+                      "| YOSO-32 | listops | 1 | completed | 37.50 | 5000 | 3850, 4300 | 6.0 | "
+                      "cuda (NVIDIA H100 80GB HBM3) | d2dbcc1 |"]
     table_main([str(tmp_path)])
     assert "every run" not in capsys.readouterr().out
     with pytest.raises(SystemExit) as stopped:

@@ -44,8 +44,8 @@ def main(argv=None) -> None:
     parser.add_argument("--side-by-side", action="store_true",
                         help="one row per attention: each task from scratch beside self-pretrained (+SPT) and the change")
     parser.add_argument("--runs", action="store_true",
-                        help="markdown: also list every run, a row each: seed, status, test accuracy, steps, wall "
-                             "time, device and commit (a results page's per-run list)")
+                        help="markdown: also list every run, a row each: seed, status, test accuracy, steps, the "
+                             "steps it was resumed at, wall time, device and commit (a results page's per-run list)")
     parser.add_argument("--output", type=Path, help="write here instead of standard output")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="also draw the LRA paper's Figure 3: accuracy against training speed, bubble area = peak "

@@ -396,8 +396,9 @@ def unfinished(records: Iterable[dict]) -> str:
 
 def run_list(runs: pd.DataFrame) -> str:
     """Every run the table counts, a row each, in the table's row order, then by task and seed: its
-    status, test accuracy, steps, wall time, device and commit, as its record has them (a results
-    page names these per run); empty without runs."""
+    status, test accuracy, steps, the steps it was resumed at (after a kill or a cut slice; "none"), wall
+    time, device and commit, as its record has them (a results page names these per run); empty without
+    runs."""
     if runs.empty:
         return ""
     runs = runs.reindex(columns=[*runs.columns, *(f for f in RUN_FIELDS if f not in runs)])
@@ -410,19 +411,26 @@ def run_list(runs: pd.DataFrame) -> str:
         whole = isinstance(value, float) and value.is_integer() and form == "{}"  # a seed or a step count
         return form.format(int(value) if whole else value).replace("|", "\\|")  # a cell, whatever it holds
 
-    lines = ["| backend | task | seed | status | test accuracy | steps | wall time (min) | device | commit |",
-             "|:--|:--|--:|:--|--:|--:|--:|:--|:--|"]
+    def resumes(steps) -> str:
+        if not isinstance(steps, (list, tuple)):
+            return MISSING  # a record from before the field, or none at all
+        return ", ".join(str(int(step)) for step in steps) if steps else "none"
+
+    lines = ["| backend | task | seed | status | test accuracy | steps | resumed at | wall time (min) | device | "
+             "commit |", "|:--|:--|--:|:--|--:|--:|--:|--:|:--|:--|"]
     for i in order:
         r = runs.loc[i]
         wall = r["wall_time_seconds"]
         lines.append(f"| {text(r['label'])} | {text(r['task'])} | {text(r['seed'])} | {text(r['status'])} | "
                      f"{text(r['test_accuracy'], '{:.2f}')} | {text(r['steps'])} | "
+                     f"{resumes(r['resumed_at_steps'])} | "
                      f"{text(None if wall is None else wall / 60, '{:.1f}')} | {text(r['device'])} | "
                      f"{text(r['git_commit'])} |")
     return f"every run ({len(order)}):\n\n" + "\n".join(lines)
 
 
-RUN_FIELDS = ("seed", "status", "test_accuracy", "steps", "wall_time_seconds", "device", "git_commit")
+RUN_FIELDS = ("seed", "status", "test_accuracy", "steps", "resumed_at_steps", "wall_time_seconds", "device",
+              "git_commit")
 
 
 def _seed_key(seed):
