@@ -338,3 +338,22 @@ def test_every_run_is_listed_with_its_seed_status_wall_time_device_and_commit(tm
         table_main([str(tmp_path), "--runs", "--format", "csv"])
     assert stopped.value.code == 2
     assert capsys.readouterr().err.strip() == "error: --runs lists the runs in markdown, not csv; drop --format or --runs"
+
+
+@pytest.mark.parametrize("steps, resumed, why", [
+    ("x", ["a"], ["steps is 'x', not a number", "resumed_at_steps is ['a'], not a list of steps"]),
+    (2.5, "abc", ["steps is 2.5, not a whole number", "resumed_at_steps is 'abc', not a list of steps"]),
+    (-1, [True, 3], ["steps is -1, below 0", "resumed_at_steps is [True, 3], not a list of steps"]),
+])
+def test_the_run_list_leaves_a_damaged_step_count_out_with_a_note(tmp_path, capsys, steps, resumed, why):
+    """A record whose steps or resumed_at_steps is no step count is listed with — there, and a note names the
+    value (lra.results.validity), as for any value a table cannot use; it does not stop lra-table."""
+    write_run(tmp_path / "a", "YOSO-32", "listops", 0, "completed", 36.25)
+    record = json.loads((tmp_path / "a" / "metrics.json").read_text())
+    record.update(steps=steps, resumed_at_steps=resumed, wall_time_seconds=120.0, device="cpu", git_commit="abc1234")
+    (tmp_path / "a" / "metrics.json").write_text(json.dumps(record))
+    table_main([str(tmp_path), "--runs"])
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1] == "| YOSO-32 | listops | 0 | completed | 36.25 | — | — | 2.0 | cpu | abc1234 |"
+    assert [f"note: {tmp_path / 'a' / 'metrics.json'}: {w}; left out of the table" for w in why] == \
+        [line for line in captured.err.splitlines() if "steps" in line]

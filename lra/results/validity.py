@@ -1,8 +1,9 @@
 """Which numbers of a run record a table may use: an accuracy is a finite percentage in [0, 100], a
-throughput, a memory peak or a time a finite number ≥ 0. A value that is none of these (``Infinity``,
-``NaN``, −3, 250, a string) is left out of every statistic, and the table says so: the cell counts it
-(``1 invalid``), a note under the table and a ``note:`` line on standard error name the run and the
-value. A table never averages it into ``inf ± nan``."""
+throughput, a memory peak or a time a finite number ≥ 0, a step count a whole one, the steps a run was
+resumed at a list of them. A value that is none of these (``Infinity``, ``NaN``, −3, 250, a string) is
+left out of every statistic, and the table says so: the cell counts it (``1 invalid``), a note under the
+table and a ``note:`` line on standard error name the run and the value. A table never averages it into
+``inf ± nan``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ INVALID = "invalid_values"  # the record's key: {field: what is wrong with its v
 # No measurement of this harness comes near 10^15 (tokens/s a thousand times any GPU's, an exabyte of memory,
 # 30 million years, parameters beyond any model); a larger value is damage, and a mean of two would overflow.
 LARGEST = 1e15
-WHOLE = ("num_parameters",)  # counts
+WHOLE = ("num_parameters", "steps")  # counts
+# What lra-table --runs lists of a run besides them: its steps, and the steps it was resumed at (lra.training).
+RUN_FIELDS = ("steps", "resumed_at_steps")
+STEP_LISTS = ("resumed_at_steps",)
 STATUSES = ("running", "completed", "failed", "interrupted")  # lra.records
 
 
@@ -24,6 +28,9 @@ def problem(field: str, value) -> Optional[str]:
     """What is wrong with ``value`` as the record's ``field`` (None when nothing, or when it is absent)."""
     if value is None:
         return None
+    if field in STEP_LISTS:
+        return None if isinstance(value, list) and not any(problem("steps", step) for step in value) \
+            else f"{field} is {value!r}, not a list of steps"
     if not is_number(value):
         return f"{field} is {value!r}, not a number"
     if not math.isfinite(value):
