@@ -9,6 +9,7 @@ import torch
 
 import attention_zoo
 from helpers import compose_model, forward_backward
+from lra.determinism import deterministic_algorithms
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")]
 
@@ -119,12 +120,8 @@ def test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwi
                 *ops.exact_weight_backward(codes_q, codes_k, q, k, v, mask, grad, tau, engine))
 
     reference = call("torch")
-    previous = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(deterministic, warn_only=True)
-    try:
+    with deterministic_algorithms(deterministic):
         runs = [call("kernel") for _ in range(2)]
-    finally:
-        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
     for got, want in zip(runs[0], reference):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5 * max(1.0, want.abs().max().item()))
     if deterministic:

@@ -60,6 +60,27 @@ def test_the_record_names_ops_that_alerted_under_deterministic_algorithms(recwar
     assert NondeterminismLog().repeatable(True) and not NondeterminismLog().repeatable(False)
 
 
+@pytest.mark.parametrize("before", [(False, False), (True, False), (True, True)])
+def test_deterministic_algorithms_switch_within_the_block_and_are_restored_after_it(before):
+    """lra.determinism.deterministic_algorithms (the benchmarks' and the CUDA tests' switch): on or off,
+    warn-only, inside the block; the earlier setting back after it, an exception too."""
+    from lra.determinism import deterministic_algorithms
+
+    def setting():
+        return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+
+    outside = setting()
+    try:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        for on in (True, False):
+            with pytest.raises(RuntimeError, match="inside"), deterministic_algorithms(on):
+                assert setting() == (on, True)
+                raise RuntimeError("inside")
+            assert setting() == before
+    finally:
+        torch.use_deterministic_algorithms(outside[0], warn_only=outside[1])
+
+
 def test_stuck_at_chance_is_within_three_standard_errors_of_the_best_constant_guess():
     import math
 
