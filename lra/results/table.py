@@ -406,7 +406,7 @@ def run_list(runs: pd.DataFrame) -> str:
                                               _seed_key(runs.at[i, "seed"])))
 
     def text(value, form="{}") -> str:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
+        if _absent(value):
             return MISSING
         whole = isinstance(value, float) and value.is_integer() and form == "{}"  # a seed or a step count
         return form.format(int(value) if whole else value).replace("|", "\\|")  # a cell, whatever it holds
@@ -433,9 +433,13 @@ RUN_FIELDS = ("seed", "status", "test_accuracy", "steps", "resumed_at_steps", "w
               "git_commit")
 
 
+def _absent(value) -> bool:
+    """None, or the NaN a DataFrame holds where a record has no value."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _seed_key(seed):
-    return (0, seed) if isinstance(seed, (int, float)) and not (isinstance(seed, float) and math.isnan(seed)) \
-        else (1, str(seed))
+    return (0, seed) if isinstance(seed, (int, float)) and not _absent(seed) else (1, str(seed))
 
 
 def render(directories: List[Path], warn=lambda message: None) -> str:
