@@ -75,7 +75,7 @@ def read_records(paths: Iterable[Path], warn=lambda message: None, metric: str =
             warn(f"skipped {path}: {why} (the record is damaged or was edited)")
             continue
         record["run_dir"] = str(Path(path).parent)
-        validity.screen(record, (*validity.TABLE_FIELDS, *validity.RUN_FIELDS), warn, str(path))
+        validity.screen(record, (*validity.TABLE_FIELDS, *validity.STEP_FIELDS), warn, str(path))
         validity.require(record, metric, warn, str(path))
         records.append(record)
     return records

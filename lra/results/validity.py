@@ -18,9 +18,9 @@ INVALID = "invalid_values"  # the record's key: {field: what is wrong with its v
 # 30 million years, parameters beyond any model); a larger value is damage, and a mean of two would overflow.
 LARGEST = 1e15
 WHOLE = ("num_parameters", "steps")  # counts
-# What lra-table --runs lists of a run besides them: its steps, and the steps it was resumed at (lra.training).
-RUN_FIELDS = ("steps", "resumed_at_steps")
-STEP_LISTS = ("resumed_at_steps",)
+STEP_LISTS = ("resumed_at_steps",)  # the steps a run was resumed at (lra.training)
+# The step counts lra-table --runs lists of a run besides the table's fields: its steps, and the step lists.
+STEP_FIELDS = ("steps", *STEP_LISTS)
 STATUSES = ("running", "completed", "failed", "interrupted")  # lra.records
 
 
