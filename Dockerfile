@@ -36,6 +36,7 @@ WORKDIR /opt/lra-src
 COPY pyproject.toml README.md ./
 COPY lra ./lra
 COPY attention_zoo ./attention_zoo
+COPY hydra_plugins ./hydra_plugins
 COPY csrc ./csrc
 COPY conf ./conf
 COPY conf_profile ./conf_profile

@@ -53,6 +53,17 @@ def test_dockerfile_parses_and_copies_existing_paths():
     assert "pip install --no-cache-dir ." in runs  # a real (non-editable) install: conf/ and csrc/ inside it
 
 
+def test_the_image_copies_every_folder_the_package_list_names():
+    """`pip install .` inside the image builds from what it copied: every package of pyproject.toml's
+    list must come from a copied folder (its package-dir mapping, else its top-level name)."""
+    tomllib = pytest.importorskip("tomllib")
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {setuptools["package-dir"].get(package, package.replace(".", "/")).split("/")[0]
+               for package in setuptools["packages"]}
+    copied = {shlex.split(arguments)[0].rstrip("/") for keyword, arguments in instructions() if keyword == "COPY"}
+    assert folders <= copied, f"the Dockerfile does not copy {sorted(folders - copied)}"
+
+
 def test_the_image_pins_the_readmes_torch_on_a_matching_cuda_devel_base():
     readme_torch = re.search(r"pip install torch==([\d.]+)", (ROOT / "README.md").read_text()).group(1)
     arguments = build_arguments()
