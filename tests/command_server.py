@@ -4,8 +4,9 @@ Every command starts by importing torch, Hydra and the harness: about 5 s on 2 c
 150 commands of the suite. This server imports them once (it runs nothing else, so no thread pool
 exists yet and forking is safe) and forks a child per request. The child is a fresh process as far as
 the command can tell: it gets the request's argv, working directory, environment and stdout/stderr
-files, calls the command's console-script entry point, runs the exit handlers and exits with its code
-(or dies of its signal, which the tests see as a negative return code, as from subprocess).
+files and an interactive shell's signal handling (whatever the test run's own: `nohup pytest`), calls
+the command's console-script entry point, runs the exit handlers and exits with its code (or dies of
+its signal, which the tests see as a negative return code, as from subprocess).
 
 Protocol, one JSON object per line: request {"command", "args", "cwd", "env", "stdout", "stderr"} on
 stdin; reply {"returncode"} on stdout once the child has ended. Started by tests/conftest.py.
@@ -17,7 +18,18 @@ import atexit
 import importlib.metadata
 import json
 import os
+import signal
 import sys
+
+
+def shell_signal_handling() -> None:
+    """Give this process the handling of SIGINT, SIGTERM and SIGHUP that one started from an interactive
+    shell has, which the tests that send them assume: `nohup pytest` makes every process it starts ignore
+    SIGHUP, a shell's background job (`pytest &`) SIGINT. Python's own ctrl-C handler for SIGINT (as an
+    exec'd process gets anyway), the default action for the others."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _load_commands() -> dict:
@@ -31,6 +43,7 @@ def _run_child(request: dict, main, replies_fd: int) -> None:
     (``sys.exit(main())``), never return."""
     code = 1
     try:
+        shell_signal_handling()
         os.close(replies_fd)
         os.chdir(request["cwd"])
         os.environ.clear()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,6 +12,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from command_server import shell_signal_handling
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -88,7 +91,7 @@ class _CommandServer:
     commands: frozenset = frozenset()
 
     @classmethod
-    def run(cls, args, cwd, env) -> "subprocess.CompletedProcess | None":
+    def run(cls, args, cwd, env, streams) -> "subprocess.CompletedProcess | None":
         if os.environ.get("LRA_TEST_FORK") == "0" or not sys.platform.startswith("linux"):
             return None  # macOS forbids fork after some of torch's imports; Windows has no fork
         if cls.process is None:
@@ -101,29 +104,37 @@ class _CommandServer:
         with tempfile.TemporaryDirectory() as folder:
             out, err = Path(folder) / "stdout", Path(folder) / "stderr"
             request = {"command": args[0], "args": list(args[1:]), "cwd": str(cwd), "env": env,
-                       "stdout": str(out), "stderr": str(err)}
+                       "stdout": str(out), "stderr": str(err), **streams}
             cls.process.stdin.write(json.dumps(request) + "\n")
             cls.process.stdin.flush()
             reply = cls.process.stdout.readline()
             if not reply:
                 raise RuntimeError("tests/command_server.py died; rerun with LRA_TEST_FORK=0 to see the command alone")
             code = json.loads(reply)["returncode"]
-            return subprocess.CompletedProcess(list(args), code, out.read_text(errors="replace"),
-                                               err.read_text(errors="replace"))
+            return subprocess.CompletedProcess(list(args), code, *(path.read_text(errors="replace") if path.exists()
+                                                                    else "" for path in (out, err)))
 
 
-def run_command(args, cwd: Path, data_dir: Path, env_extra=None, check=True) -> subprocess.CompletedProcess:
-    """Run a console script as a user would, with W&B off and the given data directory."""
+def run_command(args, cwd: Path, data_dir: Path, env_extra=None, check=True,
+                streams=None) -> subprocess.CompletedProcess:
+    """Run a console script as a user would, with W&B off and the given data directory. ``streams``:
+    {"stdout" or "stderr": a file the command writes that stream to instead (e.g. /dev/full), read back as ""}."""
+    streams = {name: str(path) for name, path in (streams or {}).items()}
     env = {**os.environ, "LRA_DATA_DIR": str(data_dir), "WANDB_MODE": "disabled", "PYTHONHASHSEED": "0"}
     env.pop("HYDRA_FULL_ERROR", None)
     env.update(env_extra or {})
     Path(cwd).mkdir(parents=True, exist_ok=True)
-    result = _CommandServer.run(args, cwd, env)
+    result = _CommandServer.run(args, cwd, env, streams)
     if result is None:
         exe = Path(sys.executable).parent / args[0]
-        # No timeout of its own: pytest-timeout bounds each test, and subprocess.run kills the command
-        # when the test is interrupted (a fixed limit had failed slow machines mid-run).
-        result = subprocess.run([str(exe), *args[1:]], cwd=cwd, env=env, capture_output=True, text=True)
+        with contextlib.ExitStack() as files:
+            redirected = {name: files.enter_context(open(path, "w")) for name, path in streams.items()}
+            # No timeout of its own: pytest-timeout bounds each test, and subprocess.run kills the command
+            # when the test is interrupted (a fixed limit had failed slow machines mid-run).
+            result = subprocess.run([str(exe), *args[1:]], cwd=cwd, env=env, text=True,
+                                    stdout=redirected.get("stdout", subprocess.PIPE),
+                                    stderr=redirected.get("stderr", subprocess.PIPE), preexec_fn=shell_signal_handling)
+        result.stdout, result.stderr = result.stdout or "", result.stderr or ""
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result

@@ -14,6 +14,7 @@ import sys
 import pytest
 import torch
 
+from command_server import shell_signal_handling
 from conftest import SMALL_LISTOPS, one_run, read_json, run_command, run_dirs
 
 # One layer: what a signal does to a run does not depend on the model's depth, and every run here costs half.
@@ -201,10 +202,12 @@ def test_sigterm_in_lra_prepare_is_one_line_and_leaves_no_staging_folder(tmp_pat
 # ------------------------------------------------------------------ the policy itself, in a fresh interpreter
 def policy(body: str, ignore=()) -> subprocess.CompletedProcess:
     """Run ``body`` (with ``signals``, ``os``, ``signal`` imported) under ``signals.interruptible()`` in a new
-    Python whose ``ignore`` signals start ignored (as under nohup); its output and exit status."""
+    Python whose ``ignore`` signals start ignored (as under nohup), the others as from an interactive shell
+    (whatever this test run's own); its output and exit status."""
     code = ("import os, signal, sys\nfrom lra import signals\n"
             f"for number in {[int(s) for s in ignore]}:\n    signal.signal(number, signal.SIG_IGN)\n" + body)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          preexec_fn=shell_signal_handling)
 
 
 def test_the_first_signal_raises_with_its_status_and_a_later_one_cannot_cut_the_stop_short():
@@ -268,12 +271,12 @@ with signals.interruptible():
     print("the edge owns it:", signals.handles(signal.SIGTERM), flush=True)
 os.kill(os.getpid(), signal.SIGTERM)
 print("not reached")
-"""], capture_output=True, text=True, timeout=60)
+"""], capture_output=True, text=True, timeout=60, preexec_fn=shell_signal_handling)
     assert started.stdout == "the edge owns it: True\n", started.stderr
     assert (started.returncode, started.stderr) == (143, "error: interrupted (SIGTERM); nothing was being written\n")
     library = subprocess.run([sys.executable, "-c", "import signal, lra.commands; "
                               "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"],
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=60, preexec_fn=shell_signal_handling)
     assert library.stdout == "True\n", library.stderr
     ignored = policy("sys.argv[0] = 'lra-train'\nimport lra.commands\nos.kill(os.getpid(), signal.SIGHUP)\nprint('alive')",
                      ignore=[signal.SIGHUP])
