@@ -1,0 +1,71 @@
+"""The Pathfinder generator draws the documented examples: the same PNG bytes, labels, metadata and
+cache, whatever its speed-ups and however many worker processes draw them. The digests below were
+recorded from the generator as it drew before it was made faster; a change of any image, label or
+random draw changes them (and then the generator's REVISION must change too, so no cache is reused)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+
+import pytest
+from hydra import compose, initialize_config_dir
+from PIL import Image
+
+from lra.config import CONF_DIR, register_configs, register_resolvers
+from lra.data import pathfinder_generator as generator, pathfinder_writer as writer
+from lra.data.prepare import load_task_data
+
+register_configs()
+register_resolvers()
+
+# Every file of a 24-image pathfinder32/curv_contour_length_14 release (seed 5, 8 images a folder).
+RELEASE_32 = "c0bb8ad3b198fe8757c45ddb028c3c6194d606519a03ea444c36c193a601e821"
+# Images 0 and 1 of seed 5 (their PNG bytes, label and margin) at the larger sizes.
+SCENES = {(64, "contour_length_9"): "cddbe229d2d702453da3442f73d9f34fe49375ad40e8d61dedcfef3d06ce78f7",
+          (64, "baseline"): "9ce2961b1cf02d10bcea6bb433bcc0a577c7a481de53bca424ab2d9d2d013d85",
+          (128, "baseline"): "2dd1308ea485b13a83aca2b328a79b3ba6b9cf712b50c97a5ec4dc72f26c24a3"}
+# The SHA-256 of every array of the cache that task=pathfinder prepares from 30 generated images
+# (seed 5): the examples themselves, as split into train, val and test.
+CACHE_FILES = "d85957a73e591825971c442ac37a3d59cb7355c9662e614709a42b8f144d5ca8"
+
+
+def release_digest(root) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_generated_release_is_the_recorded_one_for_any_worker_count(tmp_path, workers):
+    settings = writer.GeneratorSettings(num_images=24, seed=5, images_per_folder=8, workers=workers)
+    writer.write_release(generator.geometry_for(32, "contour_length_14"), settings, tmp_path / "release")
+    assert len(list((tmp_path / "release" / "imgs").rglob("*.png"))) == 24
+    assert release_digest(tmp_path / "release") == RELEASE_32
+
+
+@pytest.mark.parametrize("resolution, difficulty", sorted(SCENES))
+def test_generated_images_at_larger_sizes_are_the_recorded_ones(resolution, difficulty):
+    g = generator.geometry_for(resolution, difficulty)
+    digest = hashlib.sha256()
+    for index in range(2):
+        scene = generator.generate_scene(g, 5, index)
+        png = io.BytesIO()
+        Image.fromarray(scene.image).save(png, format="PNG")
+        digest.update(png.getvalue())
+        digest.update(f"{scene.label} {scene.margin}".encode())
+    assert digest.hexdigest() == SCENES[resolution, difficulty]
+
+
+def test_prepared_generated_pathfinder_holds_the_recorded_examples(tmp_path):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        task = compose(config_name="config", overrides=[
+            "task=pathfinder", "task.source=generate", "task.generator.num_images=30", "task.generator.seed=5",
+            "task.generator.images_per_folder=10", "task.generator.workers=2"]).task
+    data = load_task_data(task, tmp_path, announce=lambda line: None, prepare=True)
+    assert data.manifest["counts"] == {"train": 24, "val": 3, "test": 3}
+    files = json.dumps(data.manifest["files"], sort_keys=True).encode()
+    assert hashlib.sha256(files).hexdigest() == CACHE_FILES
