@@ -222,33 +222,13 @@ def exit_on_known_failure(exc: BaseException) -> None:
 def exit_on_failure(exc: BaseException) -> None:
     """End the process with one ``error:`` line for any ``exc``: :func:`failure`'s line and status, or
     for a bug :func:`bug_line` (its traceback in a file) and exit 1. Never returns."""
-    import signal
     import sys
 
-    if _output_closed(exc):  # `lra-train --help | head -1`: what was read is all that was wanted; nothing to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's own flush must not fail again
-        sys.exit(128 + signal.SIGPIPE)  # the status of a process that SIGPIPE ended, as a shell's `cmd | head` gives
     exit_on_known_failure(exc)
     line = f"error: {bug_line(exc)}"
     log_to_file(line)
     print(line, file=sys.stderr)
     sys.exit(1)
-
-
-def _output_closed(exc: BaseException) -> bool:
-    """Whether ``exc`` is a write to standard output after its reader closed the pipe (``| head``), not a
-    pipe of the command's own (to a child process): that would be a bug."""
-    import select
-    import sys
-
-    if not any(isinstance(cause, BrokenPipeError) for cause in _causes(exc)):
-        return False
-    try:
-        poller = select.poll()
-        poller.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(event & select.POLLERR for _, event in poller.poll(0))  # a pipe's write end with no reader
-    except (OSError, ValueError, AttributeError):  # no poll (Windows), or stdout closed or not a file
-        return False
 
 
 def bug_line(exc: BaseException) -> str:
@@ -309,16 +289,18 @@ def exit_on_user_error(exc, folder=None) -> None:
 
 def at_the_edge(main):
     """Decorate a console command's ``main``: it runs under the signal policy (:mod:`lra.signals`:
-    SIGINT, SIGTERM and SIGHUP interrupt it), and every failure ends it with one ``error:`` line instead
-    of a traceback: what :func:`failure` knows (bad input, an interruption, a full disk, …) with its exit
-    status, anything else (a bug) with exit 1 and its traceback in a file the line names (:func:`bug_line`)."""
+    SIGINT, SIGTERM and SIGHUP interrupt it), its standard output may fail without stopping it
+    (:mod:`lra.commands.streams`: a reader gone, a full disk), and every failure ends it with one ``error:``
+    line instead of a traceback: what :func:`failure` knows (bad input, an interruption, a full disk, …) with
+    its exit status, anything else (a bug) with exit 1 and its traceback in a file the line names (:func:`bug_line`)."""
     import functools
 
     from lra import signals
+    from lra.commands import streams
 
     @functools.wraps(main)
     def wrapped(*args, **kwargs):
-        with signals.interruptible():
+        with signals.interruptible(), streams.guarded():
             try:
                 return main(*args, **kwargs)
             except (Exception, KeyboardInterrupt) as exc:
@@ -393,7 +375,9 @@ def run_app(run, valid_keys, check_shown=None) -> None:
     from lra import signals
 
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        with signals.interruptible():
+        from lra.commands import streams
+
+        with signals.interruptible(), streams.guarded():
             run()
         return
     os.environ["HYDRA_FULL_ERROR"] = "1"
