@@ -39,31 +39,52 @@ def no_tokens(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     return v + 0 * (q.sum() + k.sum())
 
 
-def in_float32(forward):
-    """Run ``forward(self, q, k, v, mask)`` in float32, autocast off (its matrix products would be
-    bf16 or fp16 again inside an autocast region: ``model.attention_fp32=false`` leaves these backends
-    in float32), and return the inputs' dtype. An empty sequence (n = 0) returns :func:`no_tokens`
-    without calling ``forward``: the block, chunk, bucket and landmark sizes that backends derive from
-    n would be 0 (divisions by zero, empty reductions)."""
+def computation_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """The dtype the backends compute in for inputs ``tensors``: float64 when any of them is float64,
+    else float32 (float16 and bfloat16 are widened)."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def at_least_float32(forward):
+    """Run ``forward(self, q, k, v, mask)`` in :func:`computation_dtype` (float64 for float64 inputs, so
+    that a float64 reference can check a backend to float64 rounding; float32 for float32, float16 and
+    bfloat16 inputs), autocast off (its matrix products would be bf16 or fp16 again inside an autocast
+    region: ``model.attention_fp32=false`` leaves these backends in float32), and return the inputs'
+    dtype. The backend casts its parameters, buffers and random draws to q's dtype where it uses them:
+    a module in float32 computes float64 inputs in float64, one after ``module.double()`` computes
+    float32 inputs in float32. An empty sequence (n = 0) returns :func:`no_tokens` without calling
+    ``forward``: the block, chunk, bucket and landmark sizes that backends derive from n would be 0
+    (divisions by zero, empty reductions)."""
 
     @functools.wraps(forward)
     def wrapper(self, q, k, v, mask=None):
         if q.shape[2] == 0:
             return no_tokens(q, k, v)
-        dtype = v.dtype
+        dtype, computed = v.dtype, computation_dtype(q, k, v)
         with torch.autocast(q.device.type, enabled=False):
-            out = forward(self, q.float(), k.float(), v.float(), real_mask(mask, q))
+            out = forward(self, q.to(computed), k.to(computed), v.to(computed), real_mask(mask, q))
         return out.to(dtype)
 
     return wrapper
 
 
-def depthwise_sequence_conv(num_heads: int, window: int) -> Optional[torch.nn.Conv2d]:
+class DepthwiseSequenceConv(torch.nn.Conv2d):
     """One filter of ``window`` taps per head along the sequence of [B, heads, n, d], no bias, same
-    length out (the convolution skip on V of Nyströmformer and YOSO-C); None for ``window`` 0."""
+    length out, computed in the input's dtype (its weight cast to it)."""
+
+    def __init__(self, num_heads: int, window: int):
+        super().__init__(num_heads, num_heads, (window, 1), padding=(window // 2, 0), groups=num_heads, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._conv_forward(x, self.weight.to(x.dtype), None)
+
+
+def depthwise_sequence_conv(num_heads: int, window: int) -> Optional[DepthwiseSequenceConv]:
+    """The convolution skip on V of Nyströmformer and YOSO-C (:class:`DepthwiseSequenceConv`); None for
+    ``window`` 0."""
     if window == 0:
         return None
-    return torch.nn.Conv2d(num_heads, num_heads, (window, 1), padding=(window // 2, 0), groups=num_heads, bias=False)
+    return DepthwiseSequenceConv(num_heads, window)
 
 
 UNIT_ROWS_EPS = 1e-12  # F.normalize's: a row shorter than this is divided by it
@@ -141,12 +162,14 @@ def random_rotation_buckets(x: torch.Tensor, rotations: torch.Tensor) -> torch.T
     """Angular LSH (Andoni et al. 2015, as in Reformer): bucket = argmax([xR; −xR]).
 
     ``x`` [B, H, n, d] (normalized inside), ``rotations`` [rounds, d, buckets // 2] →
-    buckets [B, H, rounds, n]. With one bucket every vector lands in bucket 0.
+    buckets [B, H, rounds, n]. With one bucket every vector lands in bucket 0. Computed in float32
+    whatever x's dtype, so that a float64 computation puts every token in the bucket its float32 twin
+    does (a hash is a discrete choice: float64 rounding could flip a near tie).
     """
     if rotations.shape[-1] == 0:
         return torch.zeros(*x.shape[:2], rotations.shape[0], x.shape[2], dtype=torch.long, device=x.device)
-    x = torch.nn.functional.normalize(x, dim=-1)
-    rotated = torch.einsum("bhnd,rdk->bhrnk", x, rotations)
+    x = torch.nn.functional.normalize(x.float(), dim=-1)
+    rotated = torch.einsum("bhnd,rdk->bhrnk", x, rotations.float())
     return torch.cat([rotated, -rotated], dim=-1).argmax(dim=-1)
 
 
@@ -187,7 +210,8 @@ def kept_draws(key: tuple, make) -> tuple:
 def seeded_normal(seed: int, shape: List[int], device: torch.device) -> torch.Tensor:
     """Standard normal draws of ``shape`` from a CPU generator seeded with ``seed``, on ``device`` (made
     once, :func:`kept_draws`): an operator, so that torch.compile keeps it whole (a Generator object
-    cannot be traced)."""
+    cannot be traced). float32 whatever the caller computes in: a float64 computation casts these
+    numbers, so it uses the draws its float32 twin does."""
     def make():
         return (torch.randn(shape, generator=torch.Generator(device="cpu").manual_seed(seed)).to(device),)
 
@@ -200,8 +224,9 @@ def _(seed, shape, device):
 
 
 def draw_normal(module, shape, device) -> torch.Tensor:
-    """Standard normal draws: fresh from the global (seeded) generator in training, fixed per module
-    in evaluation (from the ``rotation_seed`` the module drew at construction)."""
+    """Standard normal draws, float32 (see :func:`seeded_normal`): fresh from the global (seeded)
+    generator in training, fixed per module in evaluation (from the ``rotation_seed`` the module drew
+    at construction)."""
     if module.training:
         return torch.randn(shape, device=device)
     return seeded_normal(module.rotation_seed_value, list(shape), torch.device(device))

@@ -3,7 +3,9 @@ gradients — as compiled kernels (``csrc/yoso``) and as a vectorized pure-PyTor
 same algorithm, behind one dispatch on ``engine``: ``kernel`` (compiled) or ``torch``, what
 :func:`resolve_engine` makes of the user's ``impl`` option (``auto``, ``cpu``, ``cuda`` or ``torch``).
 
-Shapes: B = batch·heads, m hashes, τ bits, n tokens, d head dim, dv value dim.
+Shapes: B = batch·heads, m hashes, τ bits, n tokens, d head dim, dv value dim. The kernels compute in
+float32; the PyTorch path in its inputs' dtype, float64 included (:func:`engine_dtype`); hashing is
+float32 on both.
 
 On CUDA the cumulation and the default backward take one of two paths at each call, by torch's own
 switch (``torch.are_deterministic_algorithms_enabled()``, which ``trainer.deterministic`` sets): with
@@ -39,7 +41,7 @@ import torch
 from torch import Tensor
 
 from attention_zoo import _yoso_build
-from attention_zoo._common import UNIT_ROWS_EPS, gradients_through_unit_rows
+from attention_zoo._common import UNIT_ROWS_EPS, computation_dtype, gradients_through_unit_rows
 from attention_zoo._yoso_build import KernelUnavailable
 
 IMPLS = ("auto", "cuda", "cpu", "torch")
@@ -52,9 +54,16 @@ class KernelFallbackWarning(UserWarning):
     """impl=auto could not use the compiled kernels and runs the pure-PyTorch implementation."""
 
 
-def resolve_engine(impl: str, device: torch.device) -> str:
+def resolve_engine(impl: str, device: torch.device, dtype: torch.dtype = torch.float32) -> str:
     """The engine, 'kernel' or 'torch', that the user's ``impl`` (auto, cpu, cuda or torch) means for
-    tensors on ``device``; loud about any fallback."""
+    tensors of ``dtype`` on ``device``; loud about any fallback. The kernels compute in float32 only:
+    float64 tensors take the PyTorch path, which computes in float64 (``auto`` chooses it; ``cpu`` and
+    ``cuda`` are refused)."""
+    if dtype == torch.float64 and impl != "torch":
+        if impl != "auto":
+            raise ValueError(f"attention.impl={impl}: the compiled YOSO kernels compute in float32 and the inputs "
+                             "are float64; use impl=torch or impl=auto (the PyTorch path computes in float64)")
+        return "torch"
     return _resolve_engine(impl, device.type)
 
 
@@ -179,7 +188,7 @@ def cumulation_torch(codes_q, codes_k, weight_q, weight_k, values, tau, workspac
     hit = sorted_k.gather(1, query_row) == flat_codes_q if nk else torch.zeros_like(flat_codes_q, dtype=torch.bool)
     flat_wq = weight_q.expand(batch, m, channels, nq).reshape(batch * m, channels, nq) * hit[:, None]
     flat_wk = weight_k.expand(batch, m, channels, nk).reshape(batch * m, channels, nk)
-    step = max(1, workspace_bytes // max(1, (nk + nq) * channels * dv * 4 * 2))  # (empty sequences: any step)
+    step = max(1, workspace_bytes // max(1, (nk + nq) * channels * dv * values.element_size() * 2))  # (n = 0: any)
     for start in range(0, batch * m, step):
         pairs = torch.arange(start, min(start + step, batch * m), device=values.device)
         local = torch.arange(len(pairs), device=values.device)[:, None] * nk
@@ -193,14 +202,15 @@ def cumulation_torch(codes_q, codes_k, weight_q, weight_k, values, tau, workspac
 
 def cumulation(codes_q, codes_k, weight_q, weight_k, values, tau: int, engine: str,
                workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> torch.Tensor:
-    return cumulation_op(codes_q.contiguous(), codes_k.contiguous(), _f32(weight_q), _f32(weight_k), _f32(values),
-                         tau, workspace_bytes, engine)
+    dtype = engine_dtype(engine, weight_q, weight_k, values)
+    return cumulation_op(codes_q.contiguous(), codes_k.contiguous(), _as(weight_q, dtype), _as(weight_k, dtype),
+                         _as(values, dtype), tau, workspace_bytes, engine)
 
 
 @torch.library.custom_op("attention_zoo::yoso_cumulation", mutates_args=())
 def cumulation_op(codes_q: Tensor, codes_k: Tensor, weight_q: Tensor, weight_k: Tensor, values: Tensor, tau: int,
                   workspace_bytes: int, engine: str) -> Tensor:
-    """[B, nq, dv] (module docstring); float32 contiguous inputs, engine 'kernel' or 'torch'."""
+    """[B, nq, dv] (module docstring); contiguous inputs of :func:`engine_dtype`, engine 'kernel' or 'torch'."""
     if engine == "kernel":
         return _yoso_build.load(values.device.type).cumulation(codes_q, codes_k, weight_q, weight_k, values, tau,
                                                                 workspace_bytes)
@@ -281,8 +291,9 @@ def exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau: int,
     length: the estimator is taken on their unit rows and ∇Q, ∇K are the gradients of the rows given
     (through x ↦ x / max(‖x‖, ε), :func:`~attention_zoo._common.through_unit_rows`); the CPU kernel
     does both while it packs and unpacks its rows, elsewhere they are passes around the estimator."""
-    return exact_weight_backward_op(codes_q.contiguous(), codes_k.contiguous(), _f32(q), _f32(k), _f32(v),
-                                    _f32(key_weight), _f32(grad), tau, workspace_bytes, engine, normalize)
+    dtype = engine_dtype(engine, q, k, v, grad)
+    return exact_weight_backward_op(codes_q.contiguous(), codes_k.contiguous(), *(_as(x, dtype) for x in (
+        q, k, v, key_weight, grad)), tau, workspace_bytes, engine, normalize)
 
 
 @torch.library.custom_op("attention_zoo::yoso_exact_weight_backward", mutates_args=())
@@ -312,14 +323,15 @@ def _(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine,
 
 
 def pair_gradient(codes_s, codes_o, a, o, s, w, mask_o, tau: int, clamp: float, engine: str) -> torch.Tensor:
-    return pair_gradient_op(codes_s.contiguous(), codes_o.contiguous(), _f32(a), _f32(o), _f32(s), _f32(w),
-                            _f32(mask_o), tau, clamp, engine)
+    dtype = engine_dtype(engine, a, o, s, w)
+    return pair_gradient_op(codes_s.contiguous(), codes_o.contiguous(), *(_as(x, dtype) for x in (a, o, s, w, mask_o)),
+                            tau, clamp, engine)
 
 
 @torch.library.custom_op("attention_zoo::yoso_pair_gradient", mutates_args=())
 def pair_gradient_op(codes_s: Tensor, codes_o: Tensor, a: Tensor, o: Tensor, s: Tensor, w: Tensor, mask_o: Tensor,
                      tau: int, clamp: float, engine: str) -> Tensor:
-    """[B, ns, d] (module docstring); float32 contiguous inputs, engine 'kernel' or 'torch'."""
+    """[B, ns, d] (module docstring); contiguous inputs of :func:`engine_dtype`, engine 'kernel' or 'torch'."""
     if engine == "kernel":
         return _yoso_build.load(a.device.type).pair_gradient(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp)
     return pair_gradient_torch(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp)
@@ -330,5 +342,15 @@ def _(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp, engine):
     return a.new_empty(a.shape)
 
 
+def engine_dtype(engine: str, *tensors: torch.Tensor) -> torch.dtype:
+    """What ``engine`` computes in: float32 for the kernels (their only precision), else
+    :func:`~attention_zoo._common.computation_dtype` of the inputs (float64 stays float64)."""
+    return torch.float32 if engine == "kernel" else computation_dtype(*tensors)
+
+
+def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return x.to(dtype).contiguous()
+
+
 def _f32(x: Optional[torch.Tensor]) -> torch.Tensor:
-    return x.to(torch.float32).contiguous()
+    return _as(x, torch.float32)

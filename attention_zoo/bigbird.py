@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from attention_zoo._common import NEG_INF, in_float32, kept_draws, pad_to_multiple, scaled
+from attention_zoo._common import NEG_INF, at_least_float32, kept_draws, pad_to_multiple, scaled
 from attention_zoo.options import number, whole
 from attention_zoo.registry import Attention, register
 
@@ -139,7 +139,7 @@ class BigBirdAttention(Attention):
         weights = torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~allowed, NEG_INF), dim=-1)
         return self._dropout(weights) @ v
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         batch, heads, n, _ = q.shape
         size = self.options.block_size

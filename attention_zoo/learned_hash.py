@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_zoo._common import NEG_INF, gather_rows, in_float32, no_tokens
+from attention_zoo._common import NEG_INF, gather_rows, at_least_float32, no_tokens
 from attention_zoo.longformer import LongformerAttention, LongformerOptions
 from attention_zoo.options import InvalidOption, choice, number, whole
 from attention_zoo.performer import orthogonal_gaussian_features
@@ -87,7 +87,8 @@ class BucketScorers(nn.Module):
 
     def _score(self, x, own):
         for i, (shared, side) in enumerate(zip(self.shared, own)):
-            x = torch.einsum("bhnd,hdk->bhnk", x, (1 - self.own_share) * shared + self.own_share * side)
+            kernel = (1 - self.own_share) * shared + self.own_share * side
+            x = torch.einsum("bhnd,hdk->bhnk", x, kernel.to(x.dtype))
             if i < len(own) - 1:
                 x = torch.relu(x)
         return x
@@ -96,9 +97,9 @@ class BucketScorers(nn.Module):
         return self._score(q, self.query), self._score(k, self.key)
 
 
-def one_hot_members(index: torch.Tensor, n: int) -> torch.Tensor:
+def one_hot_members(index: torch.Tensor, n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Bucket members [B, H, buckets, size] (token indices) → a 0/1 matrix [B, H, buckets, n]."""
-    return torch.zeros(*index.shape[:3], n, device=index.device).scatter_(-1, index, 1.0)
+    return torch.zeros(*index.shape[:3], n, dtype=dtype, device=index.device).scatter_(-1, index, 1.0)
 
 
 def positive_features(x, features, real, shared: bool):
@@ -216,7 +217,7 @@ class LearnedHashAttention(Attention):
         hashed = self._hashed(q[:, split:], k[:, split:], v[:, split:], mask) if split < q.shape[1] else local[:, :0]
         return torch.cat([local, hashed], dim=1)
 
-    @in_float32
+    @at_least_float32
     def _hashed(self, q, k, v, mask):
         batch, heads, n, d = q.shape
         score_q, score_k, query_index, key_index = self.memberships(q, k, mask)
@@ -231,32 +232,33 @@ class LearnedHashAttention(Attention):
         out = (torch.softmax(scores, dim=-1) @ bv).flatten(2, 3)
 
         # Merge every (bucket, slot) result into its query with log-sum-exp weights.
-        top = torch.full((batch, heads, n), float("-inf"), device=q.device).scatter_reduce(2, flat_q, lse, "amax")
+        top = lse.new_full((batch, heads, n), float("-inf")).scatter_reduce(2, flat_q, lse, "amax")
         weight = torch.exp(lse - top.gather(2, flat_q))
         numerator = torch.zeros_like(q).scatter_add_(2, flat_q.unsqueeze(-1).expand(-1, -1, -1, d), weight.unsqueeze(-1) * out)
-        denominator = torch.zeros(batch, heads, n, device=q.device).scatter_add_(2, flat_q, weight)
+        denominator = weight.new_zeros(batch, heads, n).scatter_add_(2, flat_q, weight)
         result = numerator / denominator.clamp(min=1e-30).unsqueeze(-1)
 
         self.aux_loss = (self.options.aux_loss_weight * self.utility_loss(q, k, mask, score_q, score_k, query_index, key_index)
                          if torch.is_grad_enabled() else None)
         return result
 
-    def utility_features(self, device) -> torch.Tensor:
-        """The random features of this step's utility estimate: fresh in training (``feature_draws=step``,
-        from the global seeded generator), else the ones drawn at construction."""
+    def utility_features(self, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The random features of this step's utility estimate, drawn in float32 and returned in ``dtype``:
+        fresh in training (``feature_draws=step``, from the global seeded generator), else the ones
+        drawn at construction."""
         if self.training and self.options.feature_draws == "step":
-            return orthogonal_gaussian_features(self.options.num_random_features, self.head_dim, device=device)
-        return self.features
+            return orthogonal_gaussian_features(self.options.num_random_features, self.head_dim, device=device).to(dtype)
+        return self.features.to(dtype)
 
     def utility_loss(self, q, k, mask, score_q, score_k, query_index, key_index):
         """KL(ψ ‖ softmax(H(x))) for queries and keys, averaged over real tokens and heads; q and k are
         the ones in-bucket attention scored (LayerNorm'd by default)."""
         n = q.shape[2]
         real = mask[:, None, :].to(q.dtype)
-        query_member = one_hot_members(query_index, n) * real[:, :, None, :]
-        key_member = one_hot_members(key_index, n) * real[:, :, None, :]
+        query_member = one_hot_members(query_index, n, q.dtype) * real[:, :, None, :]
+        key_member = one_hot_members(key_index, n, q.dtype) * real[:, :, None, :]
         target_q, target_k = utility_targets(q.detach(), k.detach(), mask, query_member, key_member,
-                                             self.utility_features(q.device))
+                                             self.utility_features(q.device, q.dtype))
 
         def kl(target, scores):
             per_token = (target * (torch.log(target.clamp(min=1e-30)) - torch.log_softmax(scores, dim=-1))).sum(-1)

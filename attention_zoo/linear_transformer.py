@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from attention_zoo._common import in_float32
+from attention_zoo._common import at_least_float32
 from attention_zoo._feature_attention import feature_attention
 from attention_zoo.options import number
 from attention_zoo.registry import Attention, register
@@ -50,7 +50,7 @@ class LinearTransformerAttention(Attention):
     def label(cls, options: LinearTransformerOptions) -> str:
         return "Linear Transformer"
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         # Contiguous copies: on the model's transposed head views, torch.compile's backward (torch 2.13,
         # aot_eager) otherwise views a gradient whose strides differ from the traced ones.

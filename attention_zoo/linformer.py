@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attention_zoo._common import in_float32, scaled
+from attention_zoo._common import at_least_float32, scaled
 from attention_zoo.options import whole
 from attention_zoo.registry import Attention, register
 
@@ -50,12 +50,12 @@ class LinformerAttention(Attention):
         if self.options.share_across_layers:
             self.key_projection, self.value_projection = first.key_projection, first.value_projection
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         n = q.shape[2]
         if n > self.max_seq_len:
             raise ValueError(f"linformer was built for max_seq_len={self.max_seq_len}, got n={n}")
         real = mask[:, None, :, None].to(q.dtype)
-        keys = self.key_projection[:, :n] @ (k * real)  # [B, H, proj_dim, d]
-        values = self.value_projection[:, :n] @ (v * real)
+        keys = self.key_projection[:, :n].to(q.dtype) @ (k * real)  # [B, H, proj_dim, d]
+        values = self.value_projection[:, :n].to(q.dtype) @ (v * real)
         return torch.softmax(scaled(q) @ keys.transpose(-1, -2), dim=-1) @ values

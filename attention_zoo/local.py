@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from attention_zoo._common import NEG_INF, in_float32, pad_to_multiple, scaled
+from attention_zoo._common import NEG_INF, at_least_float32, pad_to_multiple, scaled
 from attention_zoo.options import number, whole
 from attention_zoo.registry import Attention, register
 
@@ -57,7 +57,7 @@ class LocalAttention(Attention):
             seen = seen & torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
         return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         batch, heads, n, _ = q.shape
         size = self.options.block_size

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention_zoo._common import NEG_INF, in_float32, pad_to_multiple, scaled
+from attention_zoo._common import NEG_INF, at_least_float32, pad_to_multiple, scaled
 from attention_zoo.options import whole
 from attention_zoo.registry import Attention, register
 
@@ -52,7 +52,7 @@ class LongformerAttention(Attention):
             seen = seen & (position[None, :] <= position[:, None])
         return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         batch, heads, n, _ = q.shape
         half = max(1, self.options.window_size // 2)

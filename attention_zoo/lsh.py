@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention_zoo._common import (NEG_INF, draw_rotations, gather_rows, in_float32, pad_to_multiple, random_rotation_buckets,
+from attention_zoo._common import (NEG_INF, draw_rotations, gather_rows, at_least_float32, pad_to_multiple, random_rotation_buckets,
                                    register_rotation_seed, sort_by_bucket)
 from attention_zoo.options import whole
 from attention_zoo.registry import Attention, register
@@ -73,7 +73,7 @@ class LSHAttention(Attention):
         query_chunk, key_chunk = chunk_of_position(query_order), chunk_of_position(key_order)
         return (query_chunk.unsqueeze(-1) == key_chunk.unsqueeze(-2)) & mask[:, None, None, :]
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         batch, heads, n, d = q.shape
         query_order, key_order, chunks, size = self.sorted_chunks(q, k, mask)

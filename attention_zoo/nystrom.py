@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attention_zoo._common import NEG_INF, depthwise_sequence_conv, in_float32
+from attention_zoo._common import NEG_INF, depthwise_sequence_conv, at_least_float32
 from attention_zoo.options import InvalidOption, choice, odd_window, whole
 from attention_zoo.registry import Attention, register
 
@@ -83,7 +83,7 @@ class NystromAttention(Attention):
                                 f"a divisor of the input length {max_seq_len} with landmarks=padded_segments "
                                 "(or use landmarks=real_tokens)")
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         batch, heads, n, d = q.shape
         m = min(self.options.num_landmarks, n)

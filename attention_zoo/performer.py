@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attention_zoo._common import in_float32
+from attention_zoo._common import at_least_float32
 from attention_zoo.options import choice, number, whole
 from attention_zoo.registry import Attention, register
 
@@ -90,9 +90,9 @@ class PerformerAttention(Attention):
         if self.options.kernel_scale == "d":  # the mlpen code's d^{-1/4}, then performer-pytorch's own
             x = x * x.shape[-1] ** -0.25
         x = x * x.shape[-1] ** -0.25
-        return x @ self.features.T, 0.5 * x.square().sum(dim=-1, keepdim=True)
+        return x @ self.features.to(x.dtype).T, 0.5 * x.square().sum(dim=-1, keepdim=True)
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         self._maybe_redraw()
         real = mask[:, None, :, None]

@@ -30,7 +30,7 @@ from typing import List
 
 import torch
 
-from attention_zoo._common import NEG_INF, draw_normal, in_float32, pad_to_multiple, register_rotation_seed, sort_by_bucket
+from attention_zoo._common import NEG_INF, draw_normal, at_least_float32, pad_to_multiple, register_rotation_seed, sort_by_bucket
 from attention_zoo.options import InvalidOption, choice, whole
 from attention_zoo.registry import Attention, register
 
@@ -99,9 +99,10 @@ class ReformerAttention(Attention):
         return draw_normal(self, (self.num_heads, dim, self.options.num_hashes, sum(f // 2 for f in factors)), device)
 
     def hash(self, q: torch.Tensor, real: torch.Tensor) -> tuple:
-        """(buckets [B, H, R, L] with padded tokens in an extra last bucket, number of buckets + 1)."""
+        """(buckets [B, H, R, L] with padded tokens in an extra last bucket, number of buckets + 1); in
+        float32 whatever q's dtype (see :func:`~attention_zoo._common.random_rotation_buckets`)."""
         factors = self.bucket_factors(q.shape[2])
-        rotated = torch.einsum("bhnd,hdrk->bhrnk", q.detach(), self.rotations(q.shape[-1], factors, q.device))
+        rotated = torch.einsum("bhnd,hdrk->bhrnk", q.detach().float(), self.rotations(q.shape[-1], factors, q.device))
         buckets, first, stride = rotated.new_zeros(rotated.shape[:-1], dtype=torch.long), 0, 1
         for factor in (f for f in factors if f > 1):
             part = rotated[..., first : first + factor // 2]
@@ -158,7 +159,7 @@ class ReformerAttention(Attention):
         others = (seen & ~itself).any(-1, keepdim=True)
         return (seen & ~(itself & others))[:, :, :n, :n]
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         batch, heads, n, d = q.shape
         q, real, order, chunk = self.sorted_rounds(q, mask)

@@ -22,7 +22,7 @@ class Attention(nn.Module):
     ``forward(q, k, v, mask)`` takes q, k, v of shape [batch, heads, n, head_dim] and a key-padding
     mask [batch, n] (bool, True = real token, or None for no padding) and returns [batch, heads, n,
     head_dim]. Rows of padded queries may hold anything finite; callers ignore them. n = 0 gives an
-    empty output (most backends through ``_common.in_float32``, which returns it before their own code runs).
+    empty output (most backends through ``_common.at_least_float32``, which returns it before their own code runs).
     ``aux_loss`` is a scalar tensor the trainer adds to its loss, or None.
     """
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attention_zoo._common import in_float32, register_rotation_seed, seeded_normal
+from attention_zoo._common import at_least_float32, register_rotation_seed, seeded_normal
 from attention_zoo._feature_attention import feature_attention
 from attention_zoo.options import choice, number, whole
 from attention_zoo.registry import Attention, register
@@ -79,26 +79,27 @@ class RandomFeatureAttention(Attention):
     def label(cls, options: RFAOptions) -> str:
         return "RFA"
 
-    def random_directions(self, device) -> torch.Tensor:
-        """w̃ [heads, D, d] ~ N(0, I): fresh from the global generator in training with
-        ``feature_draws=step``, else this layer's fixed draw (from its ``rotation_seed``)."""
+    def random_directions(self, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """w̃ [heads, D, d] ~ N(0, I), drawn in float32 and returned in ``dtype``: fresh from the global
+        generator in training with ``feature_draws=step``, else this layer's fixed draw (from its
+        ``rotation_seed``)."""
         shape = (self.num_heads, self.options.num_features, self.head_dim)
         if self.training and self.options.feature_draws == "step":
-            return torch.randn(shape, device=device)
-        return seeded_normal(self.rotation_seed_value, list(shape), torch.device(device))
+            return torch.randn(shape, device=device).to(dtype)
+        return seeded_normal(self.rotation_seed_value, list(shape), torch.device(device)).to(dtype)
 
     def features(self, x: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
         """φ(x̂) [B, H, n, 2D] of x [B, H, n, d] with directions w̃ [H, D, d] (see the module docstring)."""
         unit = x / (torch.linalg.vector_norm(x, dim=-1, keepdim=True) + NORM_GUARD)
         if self.sigma is not None:
-            unit = unit * self.sigma[:, None, :]
+            unit = unit * self.sigma.to(x.dtype)[:, None, :]
         projected = (unit / self.options.temperature) @ directions.transpose(-1, -2)
         return torch.cat([projected.sin(), projected.cos()], dim=-1) * self.options.num_features ** -0.5
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         real = mask[:, None, :, None]
-        directions = self.random_directions(q.device)
+        directions = self.random_directions(q.device, q.dtype)
         phi_k = torch.where(real, self.features(k, directions), 0.0)
         numerator, normalizer = feature_attention(self.features(q, directions), phi_k, torch.where(real, v, 0.0),
                                                   self.causal)

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_zoo._common import NEG_INF, in_float32, pad_to_multiple, scaled
+from attention_zoo._common import NEG_INF, at_least_float32, pad_to_multiple, scaled
 from attention_zoo.options import InvalidOption, number, whole
 from attention_zoo.registry import Attention, register
 
@@ -66,8 +66,9 @@ def sinkhorn_balance(log_scores: torch.Tensor, iterations: int) -> torch.Tensor:
 
 
 def gumbel_like(x: torch.Tensor) -> torch.Tensor:
-    """Standard Gumbel draws −log(−log U) of ``x``'s shape, U uniform from the global (seeded) generator."""
-    uniform = torch.rand_like(x).clamp_min(torch.finfo(x.dtype).tiny)
+    """Standard Gumbel draws −log(−log U) of ``x``'s shape and dtype, U uniform from the global (seeded)
+    generator, drawn in float32 (the same U whatever x's dtype)."""
+    uniform = torch.rand(x.shape, device=x.device).clamp_min(torch.finfo(torch.float32).tiny).to(x.dtype)
     return -torch.log(-torch.log(uniform))
 
 
@@ -118,7 +119,7 @@ class SinkhornAttention(Attention):
         weights = F.dropout(weights, self.options.dropout, self.training)
         return weights @ v
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         batch, heads, n, d = q.shape
         if n > self.max_seq_len:

@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from attention_zoo._common import NEG_INF, in_float32, pad_to_multiple, scaled
+from attention_zoo._common import NEG_INF, at_least_float32, pad_to_multiple, scaled
 from attention_zoo.options import number, whole
 from attention_zoo.registry import Attention, register
 
@@ -90,7 +90,7 @@ class SparseTransformerAttention(Attention):
                 seen[0, 1:] = False
         return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         n = q.shape[2]
         first = 1 if self.options.cls_token and n > 0 else 0

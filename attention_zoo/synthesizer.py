@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attention_zoo._common import NEG_INF, in_float32, scaled
+from attention_zoo._common import NEG_INF, at_least_float32, scaled
 from attention_zoo.options import InvalidOption, choice, number, whole
 from attention_zoo.registry import Attention, register
 
@@ -83,14 +83,14 @@ class SynthesizerAttention(Attention):
         logits = torch.zeros((), dtype=q.dtype, device=q.device)
         mode = self.options.mode
         if mode.endswith("factorized_random"):
-            logits = logits + self.random_left[:, :n] @ self.random_right[:, :, :n]
+            logits = logits + self.random_left[:, :n].to(q.dtype) @ self.random_right[:, :, :n].to(q.dtype)
         elif mode.endswith("random"):
-            logits = logits + self.random_logits[:, :n, :n]
+            logits = logits + self.random_logits[:, :n, :n].to(q.dtype)
         if mode.startswith("dense"):
-            logits = logits + torch.relu(q @ self.dense_hidden) @ self.dense_out[:, :n]
+            logits = logits + torch.relu(q @ self.dense_hidden.to(q.dtype)) @ self.dense_out[:, :n].to(q.dtype)
         return logits
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         n = q.shape[2]
         if n > self.max_seq_len:

@@ -22,6 +22,12 @@ and Y_i = (1/m) Σ_h Σ_{j: same bucket} v_j — an unbiased estimate of Σ_j (1
 built), ``cpu``/``cuda`` (the kernels or an error), ``torch`` (the vectorized PyTorch reference). The
 CUDA kernels are bitwise repeatable under torch's deterministic algorithms (``trainer.deterministic``)
 and use the authors' atomicAdd cumulation otherwise (attention_zoo._yoso_ops).
+Precision: float32 inputs (float16 and bfloat16 widened) are computed in float32; float64 inputs in
+float64 end to end, on the PyTorch path (the kernels are float32-only: ``auto`` takes the PyTorch path
+for float64, ``cpu`` and ``cuda`` refuse it). The hash codes are computed from the rows rounded to
+float32 whatever the dtype, so a float64 call collides the pairs its float32 twin does and differs
+from it by rounding only; a float64 port of the estimator given the same codes checks it to float64
+rounding (tests/test_float64.py).
 Random draws come from the global (seeded) generator in training and from a per-module seed in
 evaluation. YOSO-C adds a depthwise convolution of the masked V along the sequence (one filter per
 head, no bias) to the normalized output.
@@ -38,7 +44,7 @@ from torch import Tensor
 
 from attention_zoo import _yoso_ops as ops
 from attention_zoo._common import (depthwise_sequence_conv, gradients_through_unit_rows, hash_code_length,
-                                   in_float32, kept_draws, register_rotation_seed, unit_rows)
+                                   at_least_float32, kept_draws, register_rotation_seed, unit_rows)
 from attention_zoo.options import InvalidOption, choice, number, odd_window, whole
 from attention_zoo.registry import Attention, register
 from attention_zoo.yoso_e import CLAMP
@@ -170,7 +176,8 @@ def _(seed, batch, head_dim, value_dim, num_hashes, tau, hashing, projections, d
 
 def hash_codes(x: torch.Tensor, draws: Draws, num_hashes: int, tau: int, engine: str) -> torch.Tensor:
     """int32 codes [B, m, n] of the rows of x [B, n, d], projected in float32 whatever the autocast
-    state (a sign flipped by bf16 rounding would move a token to another bucket). Each bit is the sign
+    state (a sign flipped by bf16 rounding would move a token to another bucket) and whatever x's dtype
+    (float64 rows are rounded to float32 first: the codes of their float32 twins). Each bit is the sign
     of a linear projection, so a row and its unit row have the same code: rows are hashed as given."""
     with torch.autocast(x.device.type, enabled=False):
         if draws.diagonals is not None:
@@ -211,7 +218,7 @@ def _save_for_backward(ctx, inputs, output):
 def _sample_backward(ctx, grad):
     q, k, v, key_weight, codes_q, codes_k, projections = ctx.saved_tensors
     s = ctx.setup
-    grad = grad.float().contiguous()
+    grad = grad.to(q.dtype).contiguous()
     if s.backward == "lower_bound" and projections.numel() == 0:  # the default: exact per-pair weights
         gradients = ops.exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, s.tau, s.engine,
                                               s.workspace_bytes, s.normalize)
@@ -256,7 +263,7 @@ def projected_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections
     batch, m, count, n = q.shape[0], codes_q.shape[1], projections.shape[2], q.shape[1]
     cpu = q.device.type == "cpu"
     budget = CPU_WEIGHT_BYTES if cpu else s.workspace_bytes // 4
-    per_hash = 2 * 4 * count * n  # bytes of both weight tensors for one (batch element, hash)
+    per_hash = 2 * q.element_size() * count * n  # bytes of both weight tensors for one (batch element, hash)
     chunk = max(torch.get_num_threads() if cpu else 1, budget // (per_hash * m))  # every core gets work
     group = max(1, min(m, budget // (per_hash * chunk)))
     grad_q, grad_k = torch.zeros_like(q), torch.zeros_like(k)
@@ -319,7 +326,7 @@ class YosoAttention(Attention):
         q, k = q.reshape(flat, n, d), k.reshape(flat, n, d)  # unit rows only inside the op (Setup.normalize)
         key_weight = mask.to(q.dtype).repeat_interleave(heads, dim=0)
         o = self.options
-        engine = ops.resolve_engine(o.impl, q.device)
+        engine = ops.resolve_engine(o.impl, q.device, q.dtype)
         projections = v.shape[-1] if o.backward_projections is None else o.backward_projections
         if self.training:
             draws = draw(flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing, projections, None, q.device)
@@ -330,9 +337,10 @@ class YosoAttention(Attention):
             codes_q = hash_codes(q.detach(), draws, o.num_hashes, self.tau, engine)
             codes_k = hash_codes(k.detach(), draws, o.num_hashes, self.tau, engine)
         setup = Setup(self.tau, o.backward, engine, o.exact_clamp, o.workspace_mb * 2**20, normalize=True)
-        return yoso_cumulation(q, k, v.reshape(flat, n, -1), key_weight, codes_q, codes_k, draws.projections, setup)
+        return yoso_cumulation(q, k, v.reshape(flat, n, -1), key_weight, codes_q, codes_k, draws.projections.to(q.dtype),
+                               setup)
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         y = self.sample(q, k, v, mask)
         return unit_rows(y).reshape(v.shape)
@@ -349,7 +357,7 @@ class YosoCAttention(YosoAttention):
         star = "*" if options.backward == "exact" else ""
         return f"{star}YOSO-C-{options.num_hashes}"
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         y = unit_rows(self.sample(q, k, v, mask)).reshape(v.shape)
         return y if self.conv is None else y + self.conv(v * mask[:, None, :, None].to(v.dtype))

@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from attention_zoo._common import hash_code_length, in_float32
+from attention_zoo._common import hash_code_length, at_least_float32
 from attention_zoo.options import choice, whole
 from attention_zoo.registry import Attention, register
 
@@ -95,6 +95,6 @@ class YosoEAttention(Attention):
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
 
-    @in_float32
+    @at_least_float32
     def forward(self, q, k, v, mask):
         return expectation_attention(q, k, v, mask.to(q.dtype), self.tau, self.options.backward, self.causal)

@@ -235,7 +235,7 @@ def test_a_fully_padded_sequence_is_finite_and_leaves_the_others_alone(name):
 def test_under_autocast_the_backend_runs_in_fp32_unless_told_otherwise(name, attention_fp32):
     """model.attention_fp32 (the default, as the reference): inside bf16 autocast the model's attention
     block hands every backend float32 q, k, v with autocast off, and gets float32 back; off, the
-    backend sees autocast's bf16 projections (those of ``_common.in_float32`` still compute in float32,
+    backend sees autocast's bf16 projections (those of ``_common.at_least_float32`` still compute in float32,
     autocast off: learned_hash and yoso_e failed under autocast before). Forward and backward stay
     finite either way."""
     from lra.model import MultiHeadAttention
