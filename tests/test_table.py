@@ -49,7 +49,8 @@ def test_lra_table_command_formats(tmp_path, capsys):
 
 
 def test_best_bold_deltas_partial_failures_and_efficiency(tmp_path):
-    from lra.results.table import load_reference, to_markdown
+    from lra.results.formats import to_markdown
+    from lra.results.reference import load_reference
 
     for i, (label, seed, status, accuracy) in enumerate([("Softmax", 0, "completed", 36.0), ("Softmax", 1, "completed", 38.0),
                                                           ("None", 0, "completed", 19.0), ("None", 1, "failed", None)]):
@@ -70,7 +71,7 @@ def test_latex_is_booktabs_and_compiles(tmp_path):
     import shutil
     import subprocess
 
-    from lra.results.table import to_latex
+    from lra.results.formats import to_latex
 
     write_run(tmp_path / "a", "*YOSO-16", "listops", 0, "completed", 36.0)
     write_run(tmp_path / "b", "YOSO_E", "text", 0, "failed")
@@ -148,7 +149,7 @@ def test_a_sweep_with_failing_jobs_finishes_the_others_and_tables_them_as_failed
 
 
 def test_the_papers_none_row_is_a_row_not_a_missing_value(tmp_path):
-    from lra.results.table import load_reference
+    from lra.results.reference import load_reference
 
     write_run(tmp_path / "a", "None", "listops", 0, "completed", 20.2)
     reference = load_reference("yoso")

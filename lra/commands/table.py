@@ -8,6 +8,8 @@ one record per (backend, task): mean, std, seeds, failed, and the paper value an
 from __future__ import annotations
 
 import argparse
+import os
+import stat
 import sys
 from pathlib import Path
 
@@ -18,22 +20,25 @@ from lra.errors import UserError
 from lra.io import atomic_write_text, check_output_file
 from lra.records import HISTORY, METRICS
 from lra.results import chart, validity
+from lra.results.formats import note, to_latex, to_markdown
+from lra.results.reading import kind, read_records, record_files
+from lra.results.reference import REFERENCES, load_reference
+from lra.results.table import (collect_wandb, comparison, deduplicate, failures, numbers, run_list, side_by_side,
+                               status_counts, validation_notes)
 from lra.run import CHECKPOINTS, LOCK, LOG, PRETRAIN, RESOLVED
-from lra.results.table import (REFERENCES, collect_wandb, comparison, deduplicate, failures, load_reference, numbers,
-                               read_records, record_files, run_list, side_by_side, status_counts, to_latex,
-                               to_markdown, validation_notes)
 
 
 @at_the_edge
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="lra-table", description=__doc__.split("\n")[0].replace("``", ""))
     parser.add_argument("directories", nargs="*", type=Path,
-                        help="run or sweep directories (or metrics.json files); each run counts once")
+                        help="run or sweep directories (or metrics.json files); each run counts once; a record that "
+                        "is no regular file, is over 16 MiB or nests JSON over 32 levels is skipped with a note")
     parser.add_argument("--wandb", metavar="ENTITY/PROJECT", help="also read the runs of a W&B project")
     parser.add_argument("--format", choices=["markdown", "latex", "csv", "json"], default="markdown")
     parser.add_argument("--metric", default="test_accuracy", help="metrics.json field to tabulate")
     parser.add_argument("--reference", help=f"deltas against a published table: {', '.join(REFERENCES)} or a CSV "
-                        "(method,<task>...,avg)")
+                        "(method,<task>...,avg; one row per method, numbers or empty cells; # starts a comment line)")
     parser.add_argument("--efficiency", nargs="?", const="", metavar="TASK",
                         help="add training tokens/s and peak memory of TASK's runs (default: the first task column)")
     parser.add_argument("--statistic", choices=["mean", "median"], default="mean",
@@ -46,7 +51,8 @@ def main(argv=None) -> None:
     parser.add_argument("--runs", action="store_true",
                         help="markdown: also list every run, a row each: seed, status, test accuracy, steps, the "
                              "steps it was resumed at, wall time, device and commit (a results page's per-run list)")
-    parser.add_argument("--output", type=Path, help="write here instead of standard output")
+    parser.add_argument("--output", type=Path, help="write here instead of standard output (a regular file, or a "
+                        "link to where one is written)")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="also draw the LRA paper's Figure 3: accuracy against training speed, bubble area = peak "
                         "memory (both relative to Softmax), the YOSO paper's points faint behind")
@@ -55,18 +61,14 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.runs and args.format != "markdown":
         parser.exit(2, f"error: --runs lists the runs in markdown, not {args.format}; drop --format or --runs\n")
-    missing = [d for d in args.directories if not d.exists()]
+    missing = [d for d in args.directories if not d.exists() and not d.is_symlink()]  # a link: the reader says why
     if missing:
         parser.exit(2, f"error: no such directory: {', '.join(map(str, missing))}; pass run or sweep folders under runs/\n")
     if not args.directories and not args.wandb:
         parser.exit(2, "error: give run or sweep directories, or --wandb ENTITY/PROJECT\n")
-    try:
-        reference = load_reference(args.reference) if args.reference else None
-    except (OSError, ValueError, KeyError) as exc:
-        parser.exit(2, f"error: cannot read the reference table {args.reference!r} ({exc}); use one of "
-                       f"{', '.join(REFERENCES)} or a CSV with a 'method' column\n")
-    warn = lambda message: print(f"note: {message}", file=sys.stderr)  # noqa: E731
-    files = record_files(args.directories)
+    reference = load_reference(args.reference) if args.reference else None  # a table it cannot use: one line
+    warn = note
+    files = record_files(args.directories, warn)
     _check_outputs(args, files)
     records = read_records(files, warn, args.metric) if args.directories else []
     if args.directories and not records and not args.wandb:
@@ -148,9 +150,11 @@ def _check_outputs(args, records) -> None:
     CSV), never named ``metrics.json`` (the next table would read it as a run record), and never one
     of a run folder's own files (:data:`RUN_FILES`)."""
     reads = [*records, *([args.reference] if args.reference and args.reference not in REFERENCES else [])]
+    reads = [path for path in reads if _resolves(path)]  # a loop of links named metrics.json: nothing to overwrite
     outputs = [(option, path) for option, path in (("--output", args.output), ("--plot", args.plot)) if path]
     for option, path in outputs:
-        path = check_output_file(path, option, reads=reads)
+        path = check_output_file(_output_target(path, option), option, reads=reads)
+        setattr(args, option.removeprefix("--"), path)  # where it is written
         if path.name == METRICS:
             raise UserError(f"{option}: {path} is named like a run record (lra-table would read it as one); "
                             f"give {option} another name")
@@ -160,6 +164,48 @@ def _check_outputs(args, records) -> None:
                             f"replaces; give {option} another name")
     if len(outputs) == 2 and args.output.resolve() == args.plot.resolve():
         raise UserError(f"--output and --plot are the same file ({args.output}); give them two names")
+
+
+def _output_target(path: Path, option: str) -> Path:
+    """Where --output or --plot ``path`` is written: a symbolic link's target (the link stays a link, as with a
+    shell's ``>``). Refused, as the table's file is written whole and renamed over the name, which would
+    replace what is there: an open file of a process (/dev/stdout, /dev/fd/1, /proc/self/fd/1), a file that is
+    no regular file nor folder (a device such as /dev/null, a named pipe, a socket), a loop of links."""
+    import errno
+    import re
+
+    current, hops = os.path.abspath(path), 0
+    while True:
+        if re.fullmatch(r"/proc/[^/]+/fd", os.path.realpath(os.path.dirname(current))):
+            raise UserError(f"{option}: {path} is a file a process has open (standard output or another), which "
+                            f"lra-table cannot replace whole; give {option} a file name"
+                            + (", or leave --output out to write to standard output" if option == "--output" else ""))
+        if not os.path.islink(current) or hops > 40:
+            break
+        current, hops = os.path.join(os.path.dirname(current), os.readlink(current)), hops + 1
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UserError(f"{option}: {path} is a loop of symbolic links; give {option} another name") from None
+        return _followed(path)  # missing (made, where a link points), or for check_output_file to name
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise UserError(f"{option}: {path} is {kind(mode)}, not a regular file (lra-table writes a file whole and "
+                        f"renames it over the name, which would replace it); give {option} a file name"
+                        + (", or leave --output out to write to standard output" if option == "--output" else ""))
+    return _followed(path)
+
+
+def _followed(path: Path) -> Path:
+    return Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+
+
+def _resolves(path) -> bool:
+    try:
+        Path(path).expanduser().resolve()
+        return True
+    except (OSError, RuntimeError):  # a loop of symbolic links: RuntimeError before Python 3.13
+        return False
 
 
 def _plot(parser, args, table, tasks, warn) -> None:

@@ -3,7 +3,6 @@ its failed runs for ``lra-train``'s exit status (:data:`ENDED_SWEEPS`)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -16,14 +15,15 @@ ENDED_SWEEPS: list = []
 class ComparisonTableCallback(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
         from lra.io import atomic_write_text
-        from lra.results.table import read_records, record_files, render_records  # pandas: only when a sweep has ended
+        from lra.results.formats import note
+        from lra.results.reading import read_records, record_files
+        from lra.results.table import render_records  # pandas: only when a sweep has ended
 
         sweep_dir = Path(config.hydra.sweep.dir)
         # A sweep over other settings than the seed repeats (backend, task, seed): the table keeps one
-        # run of each and says which it dropped.
-        warn = lambda message: print(f"note: {message}", file=sys.stderr)  # noqa: E731
-        records = read_records(record_files([sweep_dir]), warn)
-        text = render_records(records, warn)
+        # run of each and says which it dropped. Its records are read as lra-table reads them.
+        records = read_records(record_files([sweep_dir], note), note)
+        text = render_records(records, note)
         atomic_write_text(sweep_dir / "table.md", text + "\n")
         print(f"\nTest accuracy (%), mean ± std (seeds) — {sweep_dir}\n\n{text}\n", flush=True)
         failed = sum(record["status"] == "failed" for record in records)

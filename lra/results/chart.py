@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from lra.io import atomic_write
-from lra.results.table import load_reference
+from lra.results.reference import load_reference
 
 PAPER_EFFICIENCY = "yoso_iclr_table4_attention_efficiency.csv"
 PAPER_SEQ_LEN = 4096  # the LRA figure's speed and memory are at 4K tokens

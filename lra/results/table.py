@@ -9,17 +9,17 @@ and peak memory of one task's runs.
 
 from __future__ import annotations
 
-import json
 import math
-from importlib import resources
 from pathlib import Path
 from typing import Iterable, List, Optional
 
 import pandas as pd
 
 from lra.pretraining import SPT_SUFFIX
-from lra.records import METRICS
 from lra.results import validity
+from lra.results.formats import markdown_cell, to_markdown, visible
+from lra.results.reading import modified, read_records, record_files
+from lra.results.reference import REFERENCES  # noqa: F401 (the presets' tests read the table names here)
 
 TASK_ORDER = ["listops", "text", "retrieval", "image", "pathfinder"]
 # Rows in the order of the YOSO paper's Table 3, then LRA Table 1's other rows and the learning-to-hash
@@ -29,56 +29,13 @@ LABEL_ORDER = ["None", "Softmax", "YOSO-E", "Nystromformer", "Longformer", "Linf
                "*YOSO-32", "*YOSO-C-16", "Local Attention", "Sparse Transformer", "Sinkhorn Transformer",
                "Synthesizer", "BigBird", "Linear Transformer", "RFA", "LSH", "LHA"]
 MISSING, FAILED = "—", "failed"
-REFERENCES = {  # --reference NAME → the shipped CSV
-    "yoso": "yoso_icml2021_table3_lra.csv",
-    "lra": "lra_iclr2021_table1.csv",
-    "lha": "lha_iclr2022_table3_lra.csv",
-}
 # Our label → the name a paper's table uses for the same mechanism, when it differs.
 PAPER_NAMES = {"Softmax": ["Softmax", "Transformer"]}
 
 
-REQUIRED = ("label", "task", "status")  # what a record needs to sit in a table
 # which duplicate of a (backend, task, seed) to keep
 STATUS_RANK = {"completed": 0, "running": 1, "interrupted": 1, "failed": 2}
 FINISHED = ("completed", "failed")  # any other status (running, interrupted) is an unfinished run
-
-
-def record_files(paths: Iterable[Path]) -> List[Path]:
-    """Every ``metrics.json`` under the given run or sweep directories (or given directly), each once
-    however often it is reached (overlapping arguments, symbolic links)."""
-    found = {}
-    for path in paths:
-        path = Path(path)
-        candidates = [path] if path.is_file() else sorted(path.rglob(METRICS))
-        for candidate in candidates:
-            found.setdefault(candidate.resolve(), candidate)
-    return list(found.values())
-
-
-def read_records(paths: Iterable[Path], warn=lambda message: None, metric: str = "test_accuracy") -> List[dict]:
-    """The readable run records among ``paths``; each unreadable one is skipped with a ``warn``, and
-    each value a table cannot use (:mod:`lra.results.validity`, a completed record without ``metric`` too)
-    is left out with one."""
-    records = []
-    for path in paths:
-        try:
-            record = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            warn(f"skipped {path}: not a readable run record ({type(exc).__name__})")
-            continue
-        if not isinstance(record, dict) or any(not isinstance(record.get(k), str) for k in REQUIRED):
-            warn(f"skipped {path}: a run record needs the fields {', '.join(REQUIRED)}")
-            continue
-        why = validity.unplaceable(record)
-        if why is not None:
-            warn(f"skipped {path}: {why} (the record is damaged or was edited)")
-            continue
-        record["run_dir"] = str(Path(path).parent)
-        validity.screen(record, (*validity.TABLE_FIELDS, *validity.STEP_FIELDS), warn, str(path))
-        validity.require(record, metric, warn, str(path))
-        records.append(record)
-    return records
 
 
 def deduplicate(records: List[dict], warn=lambda message: None) -> List[dict]:
@@ -91,7 +48,7 @@ def deduplicate(records: List[dict], warn=lambda message: None) -> List[dict]:
         if previous is None:
             kept[key] = record
             continue
-        rank = lambda r: (STATUS_RANK.get(r["status"], 3), -Path(r["run_dir"], METRICS).stat().st_mtime)  # noqa: E731
+        rank = lambda r: (STATUS_RANK.get(r["status"], 3), -modified(r))  # noqa: E731
         keep, drop = (record, previous) if rank(record) < rank(previous) else (previous, record)
         kept[key] = keep
         warn(f"dropped {drop['run_dir']}: the same {key[0]} on {key[1]} with seed {key[2]} as {keep['run_dir']}")
@@ -101,7 +58,7 @@ def deduplicate(records: List[dict], warn=lambda message: None) -> List[dict]:
 def collect(directories: Iterable[Path], warn=lambda message: None) -> pd.DataFrame:
     """One row per (backend, task, seed) among the ``metrics.json`` under the given run or sweep
     directories; unreadable records and duplicates are left out, each with a ``warn``."""
-    return pd.DataFrame(deduplicate(read_records(record_files(directories), warn), warn))
+    return pd.DataFrame(deduplicate(read_records(record_files(directories, warn), warn), warn))
 
 
 def collect_wandb(project: str, api=None) -> pd.DataFrame:
@@ -126,27 +83,6 @@ def collect_wandb(project: str, api=None) -> pd.DataFrame:
             "run_dir": run.url,
         })
     return pd.DataFrame(rows)
-
-
-def load_reference(name: str) -> pd.DataFrame:
-    """A published table (``yoso``, ``lra``, ``lha``, or a CSV path): method × task, percent."""
-    if name in REFERENCES:
-        text = resources.files("lra.results").joinpath("paper_numbers", REFERENCES[name]).read_text()
-    else:
-        text = Path(name).read_text()
-    from io import StringIO
-
-    # keep_default_na=False: the paper's "None" row (no attention) is a name, not a missing value.
-    table = pd.read_csv(StringIO(text), comment="#", keep_default_na=False, na_values=[""]).set_index("method")
-    table = table.rename(columns={c: "average" for c in table.columns if c.startswith("avg")})
-    for column in table.columns:
-        numeric = pd.to_numeric(table[column], errors="coerce")
-        bad = numeric.isna() & table[column].notna()
-        if bad.any():
-            method = bad[bad].index[0]
-            raise ValueError(f"its {column} value for {method} is {table.loc[method, column]!r}, not a number")
-        table[column] = numeric
-    return table
 
 
 def base_label(label: str) -> tuple:
@@ -304,42 +240,6 @@ def numbers(table: pd.DataFrame, reference: Optional[pd.DataFrame] = None) -> pd
     return out
 
 
-def _bolded(table: pd.DataFrame, wrap) -> pd.DataFrame:
-    best = table.attrs.get("best")
-    out = table.copy()
-    if best is not None:
-        for label in out.index:
-            for column in out.columns:
-                if best.loc[label, column]:
-                    value, _, rest = out.loc[label, column].partition(" ")
-                    out.loc[label, column] = wrap(value) + (" " + rest if rest else "")
-    return out
-
-
-def to_markdown(table: pd.DataFrame) -> str:
-    if table.empty:
-        return "(no runs found)"
-    return _bolded(table, lambda v: f"**{v}**").to_markdown(disable_numparse=True)
-
-
-def to_latex(table: pd.DataFrame, caption: str = "Test accuracy (\\%), mean $\\pm$ std over seeds") -> str:
-    """A booktabs table (pandas' Styler), best per column in bold."""
-    if table.empty:
-        return "% no runs found"
-
-    def tex(text: str) -> str:
-        return (text.replace("\\", "\\textbackslash{}").replace("%", "\\%").replace("&", "\\&").replace("_", "\\_")
-                .replace("#", "\\#").replace("±", "$\\pm$").replace("Δ", "$\\Delta$").replace("—", "--"))
-
-    escaped = table.map(tex)
-    escaped.index = [tex(label) for label in table.index]
-    escaped.columns = [tex(column) for column in table.columns]
-    escaped.attrs = {"best": table.attrs["best"].set_axis(escaped.index).set_axis(escaped.columns, axis=1)}
-    bold = _bolded(escaped, lambda v: f"\\textbf{{{v}}}").rename_axis("Backend").reset_index()
-    return bold.style.hide(axis="index").to_latex(hrules=True, column_format="l" + "r" * (len(bold.columns) - 1),
-                                                  caption=caption, position="t", position_float="centering")
-
-
 def status_counts(runs: pd.DataFrame) -> str:
     if runs.empty:
         return "no runs"
@@ -357,7 +257,7 @@ def validation_notes(runs: pd.DataFrame) -> str:
         kinds = group["validation"].dropna().value_counts()
         if len(kinds):
             listed = "; ".join(f"{kind} ({count} run{'s' if count > 1 else ''})" for kind, count in kinds.items())
-            lines.append(f"- {task}: validated on {listed}")
+            lines.append(visible(f"- {task}: validated on {listed}"))
     return "validation:\n" + "\n".join(lines) if lines else ""
 
 
@@ -367,7 +267,7 @@ def failures(records: Iterable[dict]) -> str:
     killed job goes unseen; empty when every run completed."""
     records = list(records)
     failed = [r for r in records if r.get("status") == "failed"]
-    lines = [f"- {r['run_dir']}: {r.get('error') or 'no error recorded'}" for r in failed]
+    lines = [visible(f"- {r['run_dir']}: {r.get('error') or 'no error recorded'}") for r in failed]
     text = f"failed runs ({len(failed)}):\n" + "\n".join(lines) if failed else ""
     later = unfinished(records)
     return text + ("\n\n" if text and later else "") + later
@@ -390,7 +290,7 @@ def unfinished(records: Iterable[dict]) -> str:
                  None: "running, or killed (its process cannot be checked from here)"}[alive] \
             if r.get("status") == "running" else (r.get("error") or str(r.get("status")))
         resume = "" if alive else f"; resume with: lra-train resume={shlex.quote(r['run_dir'])}"
-        lines.append(f"- {r['run_dir']}: {state} at step {r.get('steps')}{resume}")
+        lines.append(visible(f"- {r['run_dir']}: {state} at step {r.get('steps')}{resume}"))
     return f"unfinished runs ({len(lines)}):\n" + "\n".join(lines) if lines else ""
 
 
@@ -409,7 +309,7 @@ def run_list(runs: pd.DataFrame) -> str:
         if _absent(value):
             return MISSING
         whole = isinstance(value, float) and value.is_integer() and form == "{}"  # a seed or a step count
-        return form.format(int(value) if whole else value).replace("|", "\\|")  # a cell, whatever it holds
+        return markdown_cell(form.format(int(value) if whole else value))  # a cell, whatever it holds
 
     def resumes(steps) -> str:
         if not isinstance(steps, (list, tuple)):
@@ -443,7 +343,7 @@ def _seed_key(seed):
 
 
 def render(directories: List[Path], warn=lambda message: None) -> str:
-    return render_records(read_records(record_files(directories), warn), warn)
+    return render_records(read_records(record_files(directories, warn), warn), warn)
 
 
 def render_records(records: List[dict], warn=lambda message: None) -> str:

@@ -91,6 +91,9 @@ def invalid_count(group, field: str) -> int:
 
 def notes(records: Iterable[dict]) -> str:
     """One line per record with an invalid value (the run and what is wrong), for under a table."""
-    lines: List[str] = [f"- {r['run_dir']}: {'; '.join(r[INVALID].values())}" for r in records if r.get(INVALID)]
+    from lra.results.formats import visible
+
+    lines: List[str] = [visible(f"- {r['run_dir']}: {'; '.join(r[INVALID].values())}") for r in records
+                        if r.get(INVALID)]
     return "invalid values, left out of the table (the record is damaged or was edited):\n" + "\n".join(lines) \
         if lines else ""

@@ -1,0 +1,193 @@
+"""What lra-table reads, read one way: run records (``metrics.json``) and reference tables (``--reference
+FILE``).
+
+A file is read only when it is a regular file (not a named pipe, which would wait for a writer for ever;
+not a device, which may never end; not a folder or a loop of symbolic links) of at most :data:`MAX_BYTES`,
+and a record only when its JSON is nested at most :data:`MAX_DEPTH` levels deep (a run record is a flat
+object with a few lists). Anything else is :class:`Unreadable`, with the reason: a record is then skipped
+with a note like any other unreadable one, a reference table refused with one error line
+(:mod:`lra.results.reference`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, List
+
+from lra.faults import fault_point
+from lra.records import METRICS
+from lra.results import validity
+
+MAX_BYTES = 16 * 2**20  # a run record is a few kB, a paper's table less: 16 MiB is damage, not a record
+MAX_DEPTH = 32  # a run record nests two levels ({"invalid_values": {...}}, lists of steps)
+REQUIRED = ("label", "task", "status")  # what a record needs to sit in a table
+KINDS = {stat.S_IFIFO: "a named pipe", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+         stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symbolic link"}
+
+
+class Unreadable(Exception):
+    """A file these readers refuse; its text is the reason, a phrase ("a named pipe, not a regular file")."""
+
+
+def kind(mode: int) -> str:
+    """What a file of ``mode`` (``os.stat``'s ``st_mode``) is, in words: "a named pipe", "a folder", …"""
+    return KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def read_bytes(path: Path, limit: int = MAX_BYTES) -> bytes:
+    """The content of ``path`` when it is a regular file (a symbolic link to one counts as that file) of at
+    most ``limit`` bytes; else :class:`Unreadable`. Never waits on a named pipe, never reads a device."""
+    try:
+        fault_point("table_read", path)  # tests: LRA_FAULT=table_read:1:EIO (see lra.faults)
+        mode = os.stat(path).st_mode  # nothing that is no regular file is opened (a device's open can act)
+        if not stat.S_ISREG(mode):
+            raise Unreadable(f"{kind(mode)}, not a regular file")
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(descriptor, "rb") as handle:
+            found = os.fstat(handle.fileno())  # what was opened, should the name have been swapped meanwhile
+            if not stat.S_ISREG(found.st_mode):
+                raise Unreadable(f"{kind(found.st_mode)}, not a regular file")
+            if found.st_size > limit:
+                raise Unreadable(f"{found.st_size:,} bytes, more than the {_size(limit)} lra-table reads")
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise Unreadable(_os_reason(exc, path)) from exc
+    if len(data) > limit:  # still being written
+        raise Unreadable(f"more than the {_size(limit)} lra-table reads (it grew while it was read)")
+    return data
+
+
+def read_text(path: Path, limit: int = MAX_BYTES) -> str:
+    """:func:`read_bytes` as UTF-8 text; text that is not UTF-8 is :class:`Unreadable`."""
+    data = read_bytes(path, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Unreadable(f"not UTF-8 text (byte {exc.start} is {data[exc.start:exc.start + 1]!r})") from exc
+
+
+def read_json(path: Path, limit: int = MAX_BYTES, depth: int = MAX_DEPTH):
+    """The JSON value in ``path`` (:func:`read_text`), nested at most ``depth`` levels deep; else
+    :class:`Unreadable`. A value nested past the parser's own recursion limit is that, not a crash."""
+    text = read_text(path, limit)
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise Unreadable(f"JSON nested deeper than {depth} levels") from None
+    except json.JSONDecodeError as exc:
+        raise Unreadable(f"not JSON: {exc}") from None
+    except ValueError:  # an integer longer than Python converts
+        raise Unreadable(f"a number of more than {sys.get_int_max_str_digits():,} digits") from None
+    if nesting(value, depth) > depth:
+        raise Unreadable(f"JSON nested deeper than {depth} levels")
+    try:  # "\ud800" is JSON, but no character: printed, it would end lra-table
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise Unreadable(f"a string that is no Unicode text: it holds {exc.object[exc.start]!r}, half of a "
+                         "surrogate pair") from None
+    return value
+
+
+def nesting(value, stop: int = MAX_DEPTH) -> int:
+    """How many levels of objects and lists ``value`` nests (0 for a number or a string), counted without
+    recursion; the count stops once it passes ``stop``."""
+    if not isinstance(value, (dict, list)):
+        return 0
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, level = pending.pop()
+        deepest = max(deepest, level)
+        if level > stop:
+            break
+        children = item.values() if isinstance(item, dict) else item
+        pending.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def record_files(paths: Iterable[Path], warn: Callable[[str], None] = lambda message: None) -> List[Path]:
+    """Every ``metrics.json`` under the given run or sweep directories (or given directly), each once
+    however often it is reached (overlapping arguments, symbolic links). Every entry of that name counts,
+    whatever it is (the reader says what is wrong with one that is no record); a folder that cannot be
+    listed is named with a ``warn``."""
+    found = {}
+    for path in map(Path, paths):
+        for candidate in (sorted(_named_records(path, warn)) if path.is_dir() else [path]):
+            found.setdefault(os.path.realpath(candidate), candidate)  # realpath: a loop of links is no error
+    return list(found.values())
+
+
+def _named_records(folder: Path, warn: Callable[[str], None]) -> Iterator[Path]:
+    """The entries called ``metrics.json`` in ``folder`` and the folders below it (links to folders are not
+    followed), without recursion: a sweep nested however deep is listed."""
+    pending = [folder]
+    while pending:
+        current = pending.pop()
+        try:
+            fault_point("table_list", current)  # tests: LRA_FAULT=table_list:1:EACCES
+            with os.scandir(current) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            warn(f"skipped {current}: its files cannot be listed ({_os_reason(exc, current)}); the runs in it are "
+                 "not in the table")
+            continue
+        for entry in entries:
+            if entry.name == METRICS:
+                yield Path(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(Path(entry.path))
+
+
+def read_records(paths: Iterable[Path], warn: Callable[[str], None] = lambda message: None,
+                 metric: str = "test_accuracy") -> List[dict]:
+    """The readable run records among ``paths`` (:func:`read_json`); each unreadable one is skipped with a
+    ``warn``, and each value a table cannot use (:mod:`lra.results.validity`, a completed record without
+    ``metric`` too) is left out with one."""
+    records = []
+    for path in paths:
+        try:
+            record = read_json(path)
+        except Unreadable as exc:
+            warn(f"skipped {path}: not a readable run record ({exc})")
+            continue
+        if not isinstance(record, dict) or any(not isinstance(record.get(k), str) or not record[k].strip()
+                                               for k in REQUIRED):
+            warn(f"skipped {path}: a run record needs the fields {', '.join(REQUIRED)}, each a name")
+            continue
+        why = validity.unplaceable(record)
+        if why is not None:
+            warn(f"skipped {path}: {why} (the record is damaged or was edited)")
+            continue
+        record["run_dir"] = str(Path(path).parent)
+        validity.screen(record, (*validity.TABLE_FIELDS, *validity.STEP_FIELDS), warn, str(path))
+        validity.require(record, metric, warn, str(path))
+        records.append(record)
+    return records
+
+
+def modified(record: dict) -> float:
+    """When ``record``'s file was last written (0 when it is gone since it was read)."""
+    try:
+        return os.stat(Path(record["run_dir"], METRICS)).st_mtime
+    except OSError:
+        return 0.0
+
+
+def _size(count: int) -> str:
+    return f"{count // 2**20:,} MiB" if count % 2**20 == 0 else f"{count:,} bytes"
+
+
+def _os_reason(exc: OSError, path) -> str:
+    """Why ``path`` could not be read or listed, as a phrase."""
+    import errno
+
+    if exc.errno == errno.ELOOP:
+        return "a loop of symbolic links"
+    if exc.errno == errno.ENOENT and os.path.islink(path):
+        return "a broken symbolic link"
+    if exc.errno == errno.ENOENT:
+        return "no such file"
+    return (exc.strerror or str(exc)).lower()
