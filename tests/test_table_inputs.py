@@ -186,6 +186,17 @@ def test_a_blank_label_or_task_is_no_row_or_column_but_a_note(tmp_path, capsys, 
                                 "label, task, status, each a name"]
 
 
+def test_a_record_whose_task_is_named_like_the_average_column_is_a_note(tmp_path, capsys):
+    """Its cells were written over by the rows' averages (two columns "average", both the average)."""
+    good_runs(tmp_path)
+    write(tmp_path / "avg", record(task="average", accuracy=99.0))
+    code, out, err = table_of([tmp_path], capsys)
+    assert code == 0 and out.splitlines()[0].split() == ["|", "backend", "|", "listops", "|", "average", "|"]
+    assert "99" not in out and err.splitlines() == [
+        f"note: skipped {tmp_path / 'avg' / 'metrics.json'}: its task is 'average', the name of the table's column of "
+        "each row's average over the tasks (the record is damaged or was edited)"]
+
+
 # ----------------------------------------------------------------------------- the reference table
 @pytest.mark.parametrize("content, line, problem, fix", [
     ("method,listops,avg\nSoftmax,30,30\nSoftmax,31,31\n", 3, "the method 'Softmax' a second time (first on line 2)",
@@ -235,6 +246,25 @@ def test_a_reference_table_with_comments_empty_cells_and_spaces_gives_deltas(tmp
                                                                                 "None": (10.0, 10.0)}
 
 
+@pytest.mark.parametrize("content", ["\ufeffmethod,listops\nSoftmax,37.5\n", "method,listops\r\nSoftmax,37.5\r\n"])
+def test_a_reference_saved_by_a_spreadsheet_is_read(tmp_path, capsys, content):
+    """A byte-order mark (read as part of the first column's name, "no 'method' column") and Windows line ends."""
+    good_runs(tmp_path / "runs")
+    (tmp_path / "paper.csv").write_bytes(content.encode())
+    code, out, _ = table_of([tmp_path / "runs", "--reference", tmp_path / "paper.csv", "--format", "json"], capsys)
+    assert code == 0 and [r["paper"] for r in json.loads(out) if r["backend"] == "Softmax"] == [37.5]
+
+
+@pytest.mark.parametrize("option", ["--reference", "--wandb", "--plot-task", "--metric"])
+def test_an_empty_option_value_is_refused_not_taken_as_no_option(tmp_path, capsys, option):
+    """`--reference "$PAPER"` with PAPER unset gave a table without deltas, and no word."""
+    good_runs(tmp_path / "runs")
+    code, out, err = table_of([tmp_path / "runs", option, "", "--plot", tmp_path / "chart.png"], capsys)
+    assert (code, out) == (2, "") and err.splitlines() == [
+        f"error: {option} is empty (an unset shell variable?); give it a value, or leave {option} out"]
+    assert not (tmp_path / "chart.png").exists()
+
+
 @pytest.mark.parametrize("make, why", [
     (lambda path: path.mkdir(), "a folder, not a regular file"),
     (lambda path: path.symlink_to("/dev/zero"), "a character device, not a regular file"),
@@ -261,8 +291,9 @@ def test_a_reference_that_is_a_named_pipe_is_refused_without_waiting(tmp_path):
 
 
 # ----------------------------------------------------------------------------- what a record holds, printed
-ODD = "a|b\\c\nd\x1b[31m&%_#$^~{}<>"  # a Markdown column, a backslash, a newline, a terminal's escape, LaTeX's specials
-SHOWN = "a|b\\c\\nd\\x1b[31m&%_#$^~{}<>"  # ODD as the table shows it: control characters as their escapes
+# A Markdown column, a backslash, a newline, a terminal's escape, a text-direction override, LaTeX's specials; and as
+# the table shows it, control characters as their escapes.
+ODD, SHOWN = "a|b\\c\nd\x1b[31m\u202e&%_#$^~{}<>", "a|b\\c\\nd\\x1b[31m\\u202e&%_#$^~{}<>"
 
 
 def markdown_cells(line: str) -> list:
@@ -288,7 +319,7 @@ def test_odd_labels_tasks_and_fields_stay_in_their_cells_in_markdown(tmp_path, c
     """A '|' shifted the Markdown columns and a newline ended a row; each now stays in its cell, control
     characters written as their escapes (no terminal escape reaches the screen)."""
     code, out, err = table_of([odd_runs(tmp_path), "--runs"], capsys)
-    assert code == 0 and err == "" and "\x1b" not in out
+    assert code == 0 and err == "" and "\x1b" not in out and "\u202e" not in out
     table = [markdown_cells(line) for line in out[:out.index("\n\n")].splitlines()]
     assert table[0] == ["backend", "listops", "list|ops\\n", "average"] and len(table[1]) == 4
     assert table[2:] == [["None", "20.00 (1)", "—", "—"], ["Softmax", "**37.00** ± 1.41 (2)", "—", "—"],
@@ -304,7 +335,8 @@ def test_odd_labels_are_escaped_for_latex_and_kept_whole_in_csv_and_json(tmp_pat
     odd_runs(tmp_path)
     code, latex, _ = table_of([tmp_path, "--format", "latex"], capsys)
     assert code == 0
-    shown = ("a\\textbar{}b\\textbackslash{}c\\textbackslash{}nd\\textbackslash{}x1b[31m\\&\\%\\_\\#\\$"
+    shown = ("a\\textbar{}b\\textbackslash{}c\\textbackslash{}nd\\textbackslash{}x1b[31m\\textbackslash{}u202e"
+             "\\&\\%\\_\\#\\$"
              "\\textasciicircum{}\\textasciitilde{}\\{\\}\\textless{}\\textgreater{}")
     assert f"Backend & listops & list\\textbar{{}}ops\\textbackslash{{}}n & average \\\\" in latex
     assert f"{shown} & -- & \\textbf{{30.00}} (1) & -- \\\\" in latex
@@ -327,6 +359,16 @@ def test_a_run_folder_named_with_a_newline_is_one_note_line_and_one_list_line(tm
     assert err.splitlines() == [f"note: skipped {tmp_path}/bad\\nname/metrics.json: not a readable run record (not "
                                 "JSON: Expecting property name enclosed in double quotes: line 1 column 3 (char 2))"]
     assert f"failed runs (1):\n- {tmp_path}/failed\\nrun: boom\\n| forged | row |\n" in out + "\n"
+
+
+def test_a_chart_of_labels_with_dollars_and_newlines_is_drawn(tmp_path, capsys):
+    """A label with two '$' was read by matplotlib as mathematics: a parse error over five lines, no chart and no
+    table."""
+    for name, label, speed in (("s", "Softmax", 100.0), ("m", "a$x^$b", 150.0), ("n", "two\nlines", 120.0)):
+        write(tmp_path / "runs" / name, record(label=label, train_tokens_per_second=speed, peak_memory_mb=10.0))
+    code, out, err = table_of([tmp_path / "runs", "--plot", tmp_path / "chart.png"], capsys)
+    assert code == 0 and err == "" and "| a$x^$b" in out
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # ----------------------------------------------------------------------------- --output

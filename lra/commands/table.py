@@ -20,7 +20,7 @@ from lra.errors import UserError
 from lra.io import atomic_write_text, check_output_file
 from lra.records import HISTORY, METRICS
 from lra.results import chart, validity
-from lra.results.formats import note, to_latex, to_markdown
+from lra.results.formats import note, to_latex, to_markdown, visible
 from lra.results.reading import kind, read_records, record_files
 from lra.results.reference import REFERENCES, load_reference
 from lra.results.table import (collect_wandb, comparison, deduplicate, failures, numbers, run_list, side_by_side,
@@ -59,6 +59,11 @@ def main(argv=None) -> None:
     parser.add_argument("--plot-task", metavar="TASK", help="the chart's accuracy: this task (default: the only task, "
                         "else the average over every task, speed and memory from the first)")
     args = parser.parse_args(argv)
+    for option in ("--reference", "--wandb", "--plot-task", "--metric"):  # "$UNSET": not the same as leaving it out
+        value = getattr(args, option.removeprefix("--").replace("-", "_"))
+        if value is not None and not value.strip():
+            parser.exit(2, f"error: {option} is empty (an unset shell variable?); give it a value, or leave {option} "
+                           "out\n")
     if args.runs and args.format != "markdown":
         parser.exit(2, f"error: --runs lists the runs in markdown, not {args.format}; drop --format or --runs\n")
     missing = [d for d in args.directories if not d.exists() and not d.is_symlink()]  # a link: the reader says why
@@ -216,7 +221,8 @@ def _plot(parser, args, table, tasks, warn) -> None:
     try:
         chart.plot(table.attrs["numbers"], args.plot, chart_task, warn)
     except ValueError as exc:
-        parser.exit(1, f"error: cannot draw {args.plot}: {exc}\n")
+        reason = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        parser.exit(1, f"error: cannot draw {args.plot}: {visible(reason)}\n")
     except OSError as exc:
         parser.exit(1, f"error: {_write_error(exc, args.plot, '--plot')}\n")
 

@@ -18,7 +18,9 @@ from typing import Callable, Optional
 import pandas as pd
 
 from lra.io import atomic_write
+from lra.results.formats import visible
 from lra.results.reference import load_reference
+from lra.results.validity import AVERAGE
 
 PAPER_EFFICIENCY = "yoso_iclr_table4_attention_efficiency.csv"
 PAPER_SEQ_LEN = 4096  # the LRA figure's speed and memory are at 4K tokens
@@ -59,7 +61,7 @@ def paper_points(task: Optional[str]) -> pd.DataFrame:
     backend's, memory = its training peak ÷ Softmax's. A Table 3 name matches the Table 4 row of the
     same name, or the only row named ``<name>-<parameter>`` (Reformer → Reformer-2)."""
     accuracy = load_reference("yoso")
-    column = "average" if task is None else task
+    column = AVERAGE if task is None else task
     if column not in accuracy.columns:
         return pd.DataFrame(columns=["accuracy", "speed", "memory"])
     text = resources.files("lra.results").joinpath("paper_numbers", PAPER_EFFICIENCY).read_text()
@@ -112,10 +114,10 @@ def plot(summary: pd.DataFrame, output: Path, task: Optional[str] = None,
         labels.append((name, row["speed"], row["accuracy"], row["memory"] * scale, {"fontsize": 8}))
     axes.margins(0.15)
     where = "LRA average" if task is None else task
-    axes.set_ylabel(f"test accuracy (%), {where}")
+    axes.set_ylabel(visible(f"test accuracy (%), {where}"), parse_math=False)  # a $ in a name is a $
     speed_task = points.attrs["speed_task"]
-    axes.set_xlabel(f"training speed on {speed_task}, × {BASELINE}" if is_relative
-                    else f"training tokens/s on {speed_task}")
+    axes.set_xlabel(visible(f"training speed on {speed_task}, × {BASELINE}" if is_relative
+                            else f"training tokens/s on {speed_task}"), parse_math=False)
     memory = f"× {BASELINE}'s" if is_relative else "MB"
     title = f"Accuracy, speed and peak memory (bubble area, {memory})"
     if not paper.empty:
@@ -159,8 +161,8 @@ def _place_labels(figure, axes, labels) -> None:
         offsets += [(dx + math.copysign(12, dx) if dx else 0, dy + math.copysign(12, dy) if dy else 0, ha, va)
                     for dx, dy, ha, va in offsets]
         for dx, dy, ha, va in offsets:
-            text = axes.annotate(name, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
-                                 zorder=3, arrowprops=leader, **style)
+            text = axes.annotate(visible(name), (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                                 zorder=3, arrowprops=leader, parse_math=False, **style)
             text.update_positions(renderer)
             box = Text.get_window_extent(text, renderer)  # the words only, not the leader line
             if not any(box.overlaps(other) for other in obstacles):
@@ -168,7 +170,7 @@ def _place_labels(figure, axes, labels) -> None:
             text.remove()
         else:  # nowhere free: the first place, as it was
             dx, dy, ha, va = offsets[0]
-            text = axes.annotate(name, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
-                                 zorder=3, arrowprops=leader, **style)
+            text = axes.annotate(visible(name), (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                                 zorder=3, arrowprops=leader, parse_math=False, **style)
         text.update_positions(renderer)
         placed.append(Text.get_window_extent(text, renderer))

@@ -17,6 +17,7 @@ import pandas as pd
 
 from lra.errors import ConfigError
 from lra.results.reading import Unreadable, read_text
+from lra.results.validity import AVERAGE
 
 REFERENCES = {  # --reference NAME → the shipped CSV
     "yoso": "yoso_icml2021_table3_lra.csv",
@@ -34,7 +35,7 @@ def load_reference(name: str) -> pd.DataFrame:
         text = resources.files("lra.results").joinpath("paper_numbers", REFERENCES[name]).read_text()
     else:
         try:
-            text = read_text(Path(name))
+            text = read_text(Path(name)).removeprefix("\ufeff")  # the byte-order mark a spreadsheet may write
         except Unreadable as exc:
             raise ConfigError(f"cannot read the reference table {name!r} ({exc}); use one of {', '.join(REFERENCES)} "
                               f"or a CSV file with a '{METHOD}' column (method,<task>...,avg)") from None
@@ -83,7 +84,7 @@ def parse_reference(text: str, name: str) -> pd.DataFrame:
                f"its first line names the columns ({METHOD},<task>...,avg), then one row per method")
     columns = [column for column in header if column != METHOD]
     table = pd.DataFrame.from_dict(rows, orient="index", columns=columns, dtype=float).rename_axis(METHOD)
-    return table.rename(columns={c: "average" for c in columns if c.startswith("avg")})
+    return table.rename(columns={c: AVERAGE for c in columns if c.startswith("avg")})
 
 
 def _header(fields: list, line: int, refuse) -> list:
@@ -92,13 +93,13 @@ def _header(fields: list, line: int, refuse) -> list:
     if METHOD not in fields:
         refuse(line, f"no '{METHOD}' column in its header ({', '.join(fields)})",
                f"its first line names the columns: {METHOD},<task>...,avg")
-    names = ["average" if field.startswith("avg") else field for field in fields]
+    names = [AVERAGE if field.startswith("avg") else field for field in fields]
     for position, column in enumerate(names):
         if not column:
             refuse(line, f"column {position + 1} of its header has no name", "name every column (a task, or avg)")
         if column in names[:position]:
             refuse(line, f"the column {fields[position]!r} twice in its header" + (
-                   " (every avg… column is the average)" if column == "average" else ""), "keep one of them")
+                   " (every avg… column is the average)" if column == AVERAGE else ""), "keep one of them")
     if len(fields) < 2:
         refuse(line, "no column besides the method", "add a column per task (listops, text, …) and avg")
     return fields

@@ -17,6 +17,7 @@ import pandas as pd
 
 from lra.pretraining import SPT_SUFFIX
 from lra.results import validity
+from lra.results.validity import AVERAGE
 from lra.results.formats import markdown_cell, to_markdown, visible
 from lra.results.reading import modified, read_records, record_files
 from lra.results.reference import REFERENCES  # noqa: F401 (the presets' tests read the table names here)
@@ -154,8 +155,8 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
     labels = sorted(set(runs["label"].dropna()), key=_row_key)
     means = summary.pivot(index="backend", columns="task", values=statistic).reindex(index=labels, columns=tasks)
     complete = means.notna().all(axis=1)
-    means["average"] = means[tasks].mean(axis=1).where(complete)
-    cells = pd.DataFrame(MISSING, index=labels, columns=[*tasks, "average"])
+    means[AVERAGE] = means[tasks].mean(axis=1).where(complete)
+    cells = pd.DataFrame(MISSING, index=labels, columns=[*tasks, AVERAGE])
     for _, row in summary.iterrows():
         note = (f", {row['failed']} failed" if row["failed"] else "") + (
             f", {row['unfinished']} unfinished" if row["unfinished"] else "")
@@ -175,10 +176,10 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
         cells.loc[row["backend"], row["task"]] = text
     for label in labels:
         if complete[label]:
-            cells.loc[label, "average"] = f"{means.loc[label, 'average']:.2f}"
+            cells.loc[label, AVERAGE] = f"{means.loc[label, AVERAGE]:.2f}"
     if reference is not None:
         # A paper's average is comparable only when this table has exactly the paper's tasks.
-        same_tasks = set(tasks) == set(reference.columns) - {"average"}
+        same_tasks = set(tasks) == set(reference.columns) - {AVERAGE}
         for label in labels:
             for column in (cells.columns if same_tasks else tasks):
                 paper = reference_value(reference, label, column)

@@ -22,6 +22,7 @@ STEP_LISTS = ("resumed_at_steps",)  # the steps a run was resumed at (lra.traini
 # The step counts lra-table --runs lists of a run besides the table's fields: its steps, and the step lists.
 STEP_FIELDS = ("steps", *STEP_LISTS)
 STATUSES = ("running", "completed", "failed", "interrupted")  # lra.records
+AVERAGE = "average"  # a table's column after the tasks: no task takes its name
 
 
 def problem(field: str, value) -> Optional[str]:
@@ -47,11 +48,13 @@ def problem(field: str, value) -> Optional[str]:
 def unplaceable(record: dict) -> Optional[str]:
     """Why a record cannot take a place in a table at all (its seed or status is no seed or status), or
     None: a table keeps one run per (backend, task, seed) and sorts them by status."""
-    seed, status = record.get("seed"), record.get("status")
+    seed, status, task = record.get("seed"), record.get("status"), record.get("task")
     if seed is not None and (not is_number(seed) or seed != int(seed) or seed < 0):
         return f"its seed is {seed!r}, not a whole number ≥ 0"
     if status not in STATUSES:
         return f"its status is {status!r}, not one of {', '.join(STATUSES)}"
+    if task == AVERAGE:
+        return f"its task is {task!r}, the name of the table's column of each row's average over the tasks"
     return None
 
 
