@@ -352,5 +352,71 @@ def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x.to(dtype).contiguous()
 
 
+# ------------------------------------------------- the YOSO authors' *YOSO backward (their yoso_v2)
+
+# mlpen/YOSO encoders/backbones/efficient_attentions/yoso/yoso_v2: weighted_lsh_cumulation/cuda_kernel.h
+# (NORMALIZER, WARP_SIZE, INV_PI) and cuda_kernel.cu (the three lookup tables), kernel.py (the workspace).
+AUTHORS_SCALE = 0.99
+AUTHORS_TABLE_SIZE = 32
+AUTHORS_INV_PI = 0.31830989
+AUTHORS_TABLE_CAP = 10.0
+AUTHORS_WORKSPACE = 1024
+
+
+def _interpolate(table: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """The kernels' interpolate(): linear between table[⌊p⌋] and table[⌊p⌋ + 1], p ≥ 0 (p = size − 1, where
+    their weight on the entry past the end is 0, reads the last entry)."""
+    floor = position.floor().clamp(max=table.numel() - 2)
+    index = floor.long()
+    dist = position - floor
+    return (1 - dist) * table[index] + dist * table[index + 1]
+
+
+def authors_derivative(cosine: torch.Tensor, tau: int) -> torch.Tensor:
+    """f'(0.99·c), f(x) = (1 − arccos(x)/π)^τ, as the authors' yoso_v2 backward evaluates it for a colliding
+    pair of unit rows with q̂·k̂ = c: x = 0.99·c and τ·s^(τ−1)·(1/π)·(1 − x²)^(−1/2), s = 1 − arccos(x)/π,
+    each of arccos(·)/π, r ↦ min(10, (r + 1e-6)^(−1/2)) and r ↦ min(10, (r + 1e-6)^(τ−1)) read from a
+    32-entry table by linear interpolation, in the dtype of ``cosine``. No chain factor 0.99."""
+    grid = torch.arange(AUTHORS_TABLE_SIZE, dtype=cosine.dtype, device=cosine.device) / (AUTHORS_TABLE_SIZE - 1)
+    arccos_table = torch.arccos(2 * grid - 1) * AUTHORS_INV_PI
+    inv_sqrt_table = (1 / torch.sqrt(grid + 1e-6)).clamp(max=AUTHORS_TABLE_CAP)
+    pow_table = ((grid + 1e-6) ** (tau - 1)).clamp(max=AUTHORS_TABLE_CAP)
+    last = AUTHORS_TABLE_SIZE - 1
+    x = AUTHORS_SCALE * cosine
+    inv_sqrt = _interpolate(inv_sqrt_table, (1 - x * x) * last)
+    collision = 1 - _interpolate(arccos_table, (1 + x) * last / 2)
+    return tau * _interpolate(pow_table, collision * last) * AUTHORS_INV_PI * inv_sqrt
+
+
+def collided_at_least_once(codes_q: torch.Tensor, codes_k: torch.Tensor) -> torch.Tensor:
+    """[B, nq, nk] bool: code_h(q_i) = code_h(k_j) for at least one of the m hashes of codes [B, m, n]."""
+    hit = torch.zeros(codes_q.shape[0], codes_q.shape[2], codes_k.shape[2], dtype=torch.bool, device=codes_q.device)
+    for h in range(codes_q.shape[1]):
+        hit |= codes_q[:, h, :, None] == codes_k[:, h, None, :]
+    return hit
+
+
+def authors_pair_gradients(codes_q, codes_k, q, k, v, key_weight, grad, tau: int,
+                           workspace_bytes: int = DEFAULT_WORKSPACE_BYTES):
+    """(∇Q, ∇K) of *YOSO as the authors' released kernel (yoso_v2, config ``yoso-v2-16``) computes them, on
+    unit rows q [B, nq, d], k [B, nk, d]: with C_ij = [i, j collide in at least one hash] · w_j ·
+    (∇Y_i·v_j) · :func:`authors_derivative` (q_i·k_j), ∇Q = C K and ∇K = Cᵀ Q. Each colliding pair counts
+    once whatever the number of hashes it collides in, with f' itself (not f'/f, and not averaged over
+    the m hashes): the pairs that collided, with the true derivative's weights. Dense in chunks of the
+    batch (O(nq·nk) per element, as backward=expectation); the authors' kernel keeps at most 1,024 keys
+    per query (key j in slot j mod 1,024, one survivor per slot), which is not reproduced."""
+    grad_q, grad_k = torch.zeros_like(q), torch.zeros_like(k)
+    per_element = 4 * q.shape[1] * k.shape[1] * q.element_size()
+    step = max(1, workspace_bytes // max(1, per_element))
+    for start in range(0, q.shape[0], step):
+        part = slice(start, start + step)
+        weights = authors_derivative(q[part] @ k[part].transpose(-1, -2), tau)
+        coefficient = (grad[part] @ v[part].transpose(-1, -2)) * key_weight[part, None, :] * weights
+        coefficient = coefficient * collided_at_least_once(codes_q[part], codes_k[part])
+        grad_q[part] = coefficient @ k[part]
+        grad_k[part] = coefficient.transpose(-1, -2) @ q[part]
+    return grad_q, grad_k
+
+
 def _f32(x: Optional[torch.Tensor]) -> torch.Tensor:
     return _as(x, torch.float32)

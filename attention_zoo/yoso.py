@@ -16,6 +16,9 @@ and Y_i = (1/m) Σ_h Σ_{j: same bucket} v_j — an unbiased estimate of Σ_j (1
 - ``exact`` ("*YOSO", paper eq. 3): each colliding pair weighted by f'(x)/f(x) (importance
   sampling of the true derivative), x = q̂·k̂ clamped to ±``exact_clamp``; cost grows with the
   number of collisions.
+- ``exact_collided`` ("*YOSO" as the authors' released ``yoso_v2`` kernel computes it): every pair that
+  collides in at least one hash, once, weighted by f'(0.99·q̂·k̂) itself, read from their lookup tables
+  (``_yoso_ops.authors_pair_gradients``; dense, O(n²) like ``expectation``, on every ``impl``).
 - ``expectation``: the dense gradient of YOSO-E (O(n²)), for studies.
 
 ``impl``: ``auto`` (the compiled kernels for the tensors' device, with a warning if they cannot be
@@ -49,7 +52,8 @@ from attention_zoo.options import InvalidOption, choice, number, odd_window, who
 from attention_zoo.registry import Attention, register
 from attention_zoo.yoso_e import CLAMP
 
-BACKWARDS = ("lower_bound", "exact", "expectation")
+BACKWARDS = ("lower_bound", "exact", "exact_collided", "expectation")
+STAR_BACKWARDS = ("exact", "exact_collided")  # the paper's "*": trained with eq. 3
 # *YOSO's derivative ratio τ/((π − arccos x)·√(1 − x²)) at the clamp: 1.4e3·τ at 1 − 1e-6; nearer 1,
 # float32's 1 − x² cancels to 0 or a few ulps and a pair's gradient to inf or noise.
 MAX_EXACT_CLAMP = 1 - 1e-6
@@ -60,7 +64,7 @@ HASHINGS = ("hadamard", "gaussian")
 class YosoOptions:
     num_hashes: int = 32  # m
     hash_code_len: Optional[int] = None  # τ; None: ceil(log2(max_seq_len))
-    backward: str = "lower_bound"  # lower_bound | exact | expectation
+    backward: str = "lower_bound"  # lower_bound | exact | exact_collided | expectation
     hashing: str = "hadamard"  # hadamard | gaussian
     impl: str = "auto"  # auto | cuda | cpu | torch
     backward_projections: Optional[int] = None  # lower_bound: None = exact per-pair weights (the paper); p: p random projections
@@ -231,7 +235,7 @@ def _sample_backward(ctx, grad):
 
 
 def _unit_row_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s: Setup):
-    """(∇Q, ∇K, ∇V) of the expectation, projected lower-bound or exact ("*YOSO") backward, on unit q, k."""
+    """(∇Q, ∇K, ∇V) of the expectation, projected lower-bound or either exact ("*YOSO") backward, on unit q, k."""
     if s.backward == "expectation":
         return expectation_gradients(q, k, v, key_weight, grad, s.tau)
     ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
@@ -239,6 +243,9 @@ def _unit_row_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections
                             s.workspace_bytes)
     if s.backward == "lower_bound":
         grad_q, grad_k = projected_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s)
+    elif s.backward == "exact_collided":
+        grad_q, grad_k = ops.authors_pair_gradients(codes_q, codes_k, q, k, v, key_weight, grad, s.tau,
+                                                    s.workspace_bytes)
     else:
         grad_q = ops.pair_gradient(codes_q, codes_k, q, k, grad, v, key_weight, s.tau, s.exact_clamp, s.engine)
         every_query = q.new_ones(q.shape[0], q.shape[1])
@@ -316,7 +323,7 @@ class YosoAttention(Attention):
 
     @classmethod
     def label(cls, options: YosoOptions) -> str:
-        star = "*" if options.backward == "exact" else ""
+        star = "*" if options.backward in STAR_BACKWARDS else ""
         return f"{star}YOSO-{options.num_hashes}"
 
     def sample(self, q, k, v, mask):
@@ -354,7 +361,7 @@ class YosoCAttention(YosoAttention):
 
     @classmethod
     def label(cls, options: YosoCOptions) -> str:
-        star = "*" if options.backward == "exact" else ""
+        star = "*" if options.backward in STAR_BACKWARDS else ""
         return f"{star}YOSO-C-{options.num_hashes}"
 
     @at_least_float32

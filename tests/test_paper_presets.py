@@ -50,7 +50,8 @@ def test_yoso_table3_rows_carry_the_table_settings():
     def attention(row):
         return compose_config("experiment=yoso_table3", f"row=yoso_table3/{row}").attention
 
-    assert attention("star_yoso_c_16").backward == "exact" and attention("star_yoso_c_16").num_hashes == 16
+    for row in ("star_yoso_16", "star_yoso_c_16"):
+        assert attention(row).backward == "exact_collided" and attention(row).num_hashes == 16
     assert attention("yoso_32").backward_projections is None  # the paper's per-pair estimator
     assert attention("yoso_e").backward == "lower_bound"
     assert (attention("nystromformer").landmarks, attention("nystromformer").pinv_init) == ("padded_segments", "batch")
@@ -80,11 +81,12 @@ CITED = {
         "num_hashes": (16, f"{YOSO_CODE} LRA/models/yoso-v2-16/config.json num_hash_f"),
         "conv_window": (33, "YOSO paper, efficiency study (docs/reference-setup.md); no public YOSO-C LRA config")},
     "yoso_table3/star_yoso_16": {
-        "num_hashes": (16, "YOSO paper Table 3 row *YOSO-16"),
-        "backward": ("exact", "YOSO paper Table 3: * = trained with the backward of eq. 3")},
+        "num_hashes": (16, f"{YOSO_CODE} LRA/models/yoso-v2-16/config.json num_hash_f"),
+        "backward": ("exact_collided", f"{YOSO_CODE} LRA/models/yoso-v2-16/config.json attn_type yoso-v2: "
+                                       "yoso_v2/kernel.py YOSO.backward, weighted_lsh_cumulation/cuda_kernel.cu")},
     "yoso_table3/star_yoso_c_16": {
         "num_hashes": (16, "YOSO paper Table 3 row *YOSO-C-16"),
-        "backward": ("exact", "YOSO paper Table 3: * = trained with the backward of eq. 3"),
+        "backward": ("exact_collided", f"{YOSO_CODE} yoso_v2 (takes conv_window; its one backward, as *YOSO-16)"),
         "conv_window": (33, "as YOSO-C-16")},
     "yoso_table3/nystromformer": {
         "num_landmarks": (64, f"{YOSO_CODE} LRA/models/nystrom-64-conv35/config.json"),
