@@ -21,14 +21,18 @@ HEADER = struct.Struct("<4sHB")  # ":W&B", 0xBEE1, version
 CHUNK = struct.Struct("<IHB")  # CRC-32 of type + payload, payload length, type
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 MAGIC = (b":W&B", 0xBEE1)
+MAX_BYTES = 2**30  # an LRA run's log is kB to MB; what is bigger is read by wandb alone
+PARTLY_READABLE = ("ends with an incomplete record", "is damaged")  # problems that leave a readable part
 
 
 def problem(path: Path) -> Optional[str]:
     """Why ``path`` is not a whole W&B transaction log (one phrase, its subject the file), or None."""
+    from lra.results.reading import Unreadable, read_bytes
+
     try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror or exc})"
+        data = read_bytes(Path(path), limit=MAX_BYTES)
+    except Unreadable as exc:  # a named pipe (reading it would wait for ever), a device, a link loop, …
+        return f"cannot be read: {exc}"
     if len(data) < HEADER.size or HEADER.unpack_from(data)[:2] != MAGIC:
         return "is not a W&B transaction log (its header is not :W&B's)"
     position, in_record, records = HEADER.size, False, 0

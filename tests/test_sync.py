@@ -148,7 +148,8 @@ def test_each_run_says_whether_it_reached_wandb_and_one_that_did_not_fails_the_c
     synced = offline_run(sweep / "0", "a0")
     failed = offline_run(sweep / "1", "a1", mode="server-error")
     unconfirmed = offline_run(sweep / "2", "a2", mode="not-authenticated")
-    result = lra_sync([sweep], tmp_path, fake_wandb)
+    (tmp_path / "link").symlink_to(sweep)
+    result = lra_sync([sweep, sweep / "0", tmp_path / "link" / "1"], tmp_path, fake_wandb)  # each run once
     assert result.returncode == 1, result.stderr
     lines = report(result)
     assert lines[str(sweep / "0")] == ("synced", "")
@@ -181,7 +182,8 @@ def test_a_wandb_error_exit_names_wandbs_own_fix(tmp_path, fake_wandb):
     assert fake_wandb.calls()[0][:3] == ["sync", "--project", "lra"]
 
 
-def test_a_cut_or_damaged_log_a_folder_without_one_and_a_run_still_training_are_not_uploaded(tmp_path, fake_wandb):
+def test_a_cut_damaged_or_unreadable_log_a_folder_without_one_and_a_run_still_training_are_not_uploaded(
+        tmp_path, fake_wandb):
     from lra.run import RunDirectory
 
     runs = tmp_path / "runs"
@@ -189,6 +191,9 @@ def test_a_cut_or_damaged_log_a_folder_without_one_and_a_run_still_training_are_
     offline_run(runs / "flipped", "c1", log=FLIPPED)
     (offline_run(runs / "empty", "c2") / "run-c2.wandb").unlink()
     offline_run(runs / "training", "c3")
+    fifo = offline_run(runs / "fifo", "c5") / "run-c5.wandb"  # reading it would wait for a writer for ever
+    fifo.unlink()
+    os.mkfifo(fifo)
     offline_run(runs / "whole", "c4")
     training = RunDirectory(runs / "training")
     training.claim(fresh=False)
@@ -206,8 +211,10 @@ def test_a_cut_or_damaged_log_a_folder_without_one_and_a_run_still_training_are_
         lines[str(runs / "flipped")][1]
     assert "holds no run-*.wandb file" in lines[str(runs / "empty")][1]
     assert lines[str(runs / "training")][1].startswith(f"still being trained by process {os.getpid()} on ")
+    assert lines[str(runs / "fifo")][1] == ("wandb/offline-run-20261127_101500-c5/run-c5.wandb cannot be read: a "
+                                            "named pipe, not a regular file: nothing of it can be uploaded")
     assert lines[str(runs / "whole")] == ("synced", "")
-    assert the_error_line(result).startswith("error: 4 of 5 runs not synced")
+    assert the_error_line(result).startswith("error: 5 of 6 runs not synced")
     assert [call[-1] for call in fake_wandb.calls()] == [str(next((runs / "whole" / "wandb").iterdir()))], \
         "only the whole run reached wandb"
 

@@ -53,10 +53,14 @@ class RunFolder:
 
 
 def offline_runs(directories: Iterable[Path]) -> List[Path]:
-    found = set()
+    """Every wandb/offline-run-* folder under ``directories``, once (a folder named twice, or inside another
+    one named, counts once)."""
+    found = {}
     for directory in directories:
-        found.update(p for p in Path(directory).rglob("offline-run-*") if p.is_dir() and p.parent.name == "wandb")
-    return sorted(found)
+        for path in sorted(Path(directory).rglob("offline-run-*")):
+            if path.is_dir() and path.parent.name == "wandb":
+                found.setdefault(path.resolve(), path)
+    return sorted(found.values())
 
 
 def run_folders(directories: Iterable[Path]) -> List[RunFolder]:
@@ -84,9 +88,11 @@ def refusal(run: RunFolder) -> Optional[str]:
                     "deleted): nothing of it can be uploaded; delete that folder if the run is otherwise synced")
         for log in logs:
             found = wandb_log.problem(log)
-            if found is not None:
+            if found is not None and found.startswith(wandb_log.PARTLY_READABLE):
                 return (f"{log.relative_to(run.path)} {found}; if the run is still going, sync after it ends; else "
                         f"`wandb sync {shlex.quote(str(folder))}` uploads the part before the damage")
+            if found is not None:
+                return f"{log.relative_to(run.path)} {found}: nothing of it can be uploaded"
     return None
 
 
