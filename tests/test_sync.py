@@ -173,6 +173,17 @@ def test_each_run_says_whether_it_reached_wandb_and_one_that_did_not_fails_the_c
     assert [call[-1] for call in fake_wandb.calls()[3:]] == [str(failed), str(unconfirmed)], "synced runs skipped"
 
 
+def test_a_resumed_run_uploads_only_what_its_last_sync_did_not(tmp_path, fake_wandb):
+    """A run resumed after its first part was synced: one offline folder per process, the same W&B run."""
+    run = tmp_path / "runs" / "0"
+    first = offline_run(run, "r0", when="20261127_101500")
+    marker(first).write_text("")
+    resumed = offline_run(run, "r0", when="20261127_121500")
+    result = lra_sync([run], tmp_path, fake_wandb)
+    assert result.returncode == 0 and report(result) == {str(run): ("synced", "")}
+    assert fake_wandb.calls() == [["sync", str(resumed)]] and marker(resumed).exists()
+
+
 def test_a_wandb_error_exit_names_wandbs_own_fix(tmp_path, fake_wandb):
     offline_run(tmp_path / "run", "b0", mode="no-key")
     result = lra_sync([tmp_path / "run", "--project", "lra"], tmp_path, fake_wandb)
@@ -320,3 +331,24 @@ def test_a_folder_without_offline_runs_is_one_line(tmp_path, fake_wandb):
     result = lra_sync([tmp_path / "run"], tmp_path, fake_wandb)
     assert result.returncode == 1
     assert the_error_line(result).startswith("error: no offline W&B runs (wandb/offline-run-*)")
+
+
+FIRST_LOG = Path("runs/0/wandb/offline-run-20261127_101500-h0/run-h0.wandb")
+RESUMED_LOG = Path("runs/0/wandb/offline-run-20261127_111500-h0/run-h0.wandb")  # the same run, resumed: same name
+
+
+@pytest.mark.parametrize("output, code, found", [
+    (f"wandb: [lra/h0] Finished syncing {FIRST_LOG}\nwandb: [lra/h0] Finished syncing /abs/{RESUMED_LOG}", 0, None),
+    (f"wandb: [lra/h0] Finished syncing {FIRST_LOG}", 0,
+     "wandb sync exited 0 without saying it finished offline-run-20261127_111500-h0/run-h0.wandb (its last line: "),
+    ("wandb: \x1b[31mERROR\x1b[0m Failed to sync all data\r\n", 0, "wandb sync said: wandb: ERROR Failed to sync all data"),
+    ("", 1, "wandb sync failed with exit status 1 (it printed nothing)"),
+    ("Traceback (most recent call last):\nKeyError: 'x'", 1,
+     "wandb sync failed with exit status 1 (its last line: KeyError: 'x')"),
+], ids=["both files finished", "one file of a resumed run unconfirmed", "a coloured error", "a silent failure",
+        "wandb crashed"])
+def test_a_sync_counts_only_when_wandb_finished_every_file_and_said_no_error(output, code, found):
+    from lra.commands.sync import verdict
+
+    said = verdict([FIRST_LOG, RESUMED_LOG], output, code)
+    assert said == found if found is None else said.startswith(found), said

@@ -41,6 +41,7 @@ PASSED_ON = [  # wandb sync's options that lra-sync passes on (its others make n
     (("--replace-tags",), "OLD=NEW,...", "rename the runs' tags"),
 ]
 _ERROR_LINE = re.compile(r"^(?:wandb:\s+)?(?:\[[^\]]*\]\s+)?(?:ERROR\b|Error\b)")
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")  # colours, a progress line redrawn
 
 
 @dataclass
@@ -99,7 +100,7 @@ def refusal(run: RunFolder) -> Optional[str]:
 def verdict(logs: List[Path], output: str, returncode: int) -> Optional[str]:
     """Why the wandb sync call that uploaded ``logs`` did not sync them all, from what it printed and its
     exit status (None: every one finished, nothing went wrong)."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    lines = [line.strip() for line in _TERMINAL_CODES.sub("", output).splitlines() if line.strip()]
     errors = [line for line in lines if _ERROR_LINE.match(line)]
     if errors:
         return "wandb sync said: " + " | ".join(errors)
