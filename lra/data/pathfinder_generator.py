@@ -27,9 +27,12 @@ process allows) to its far end, and asks whether the second marker is there. An 
 disagrees with the label (a label-0 image whose second marker lands near the far end of the first
 marker's snake) is redrawn, so every written image agrees.
 
-Each image draws from its own ``numpy`` generator seeded by ``(seed, image index)``, so the output
-does not depend on the number of worker processes. Layout: ``<root>/imgs/<k>/sample_<i>.png`` and
-``<root>/metadata/<k>.npy`` (plain text despite the name), one line per image:
+Each image draws from its own generator seeded by ``(seed, image index)`` (numpy's
+``default_rng([seed, index])``, its draws reproduced faster by
+:class:`~lra.data.pathfinder_stream.SeededStream`), so the output does not depend on the number of
+worker processes. The drawing state and the per-geometry tables that make an image cost
+milliseconds are in :mod:`lra.data.pathfinder_canvas`. Layout: ``<root>/imgs/<k>/sample_<i>.png``
+and ``<root>/metadata/<k>.npy`` (plain text despite the name), one line per image:
 ``imgs/<k> sample_<i>.png <i> <label> <continuity> <contour_length> <distractor_length>
 <paddle_length> <paddle_thickness> <paddle_margin> 1``.
 """
@@ -44,6 +47,9 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from lra.data import pathfinder_drawing as draw
+from lra.data.pathfinder_canvas import Canvas, Paddle, Tables, tables
+from lra.data.pathfinder_canvas import seed_kernel  # noqa: F401 (the orientations a snake starts in; tests read it)
+from lra.data.pathfinder_stream import SeededStream
 
 DIFFICULTIES = {"baseline": 6, "contour_length_9": 9, "contour_length_14": 14}
 
@@ -113,14 +119,6 @@ def release_folder_name(difficulty: str) -> str:
 
 # ----------------------------------------------------------------------------- snakes
 @dataclass
-class Paddle:
-    snake: int  # 0, 1: the targets; 2…: distractors
-    start: Tuple[float, float]  # (row, col), the end facing the snake's origin
-    end: Tuple[float, float]
-    orientation: float  # direction of travel from start to end
-
-
-@dataclass
 class Scene:
     """One generated image and what the generator knows about it."""
 
@@ -135,189 +133,15 @@ class Scene:
     target_attempts: int = 1
 
 
-def free_tails(mask: np.ndarray, band: int, kernel: np.ndarray) -> np.ndarray:
-    """[k, 2] pixels where a seed paddle (dilation ``kernel``) stays clear (≤ 0.3) of the mask with
-    a border ``band`` pixels wide set occupied."""
-    lined = mask.copy()
-    lined[:band, :] = lined[-band:, :] = lined[:, :band] = lined[:, -band:] = 1.0
-    return np.argwhere(draw.dilate(lined, kernel) <= 0.3)
-
-
-@lru_cache(maxsize=4096)
-def empty_canvas_tails(g: Geometry, margin: int, band: int, orientation: float) -> np.ndarray:
-    """:func:`free_tails` on a canvas with nothing drawn (only the padding occupied)."""
-    mask = np.zeros((g.resolution, g.resolution))
-    p = g.padding
-    mask[:p, :] = mask[-p:, :] = mask[:, :p] = mask[:, -p:] = 1.0
-    kernel = seed_kernel(g.paddle_length, g.paddle_thickness, margin, g.antialias_scale, g.resolution, orientation)
-    return free_tails(mask, band, kernel)
-
-
-@lru_cache(maxsize=16)
-def disk_offsets(radius: int) -> np.ndarray:
-    """[k, 2] offsets of the pixels within ``radius`` of the centre."""
-    return np.argwhere(draw.disk(radius)) - radius
-
-
-@lru_cache(maxsize=64)
-def circle_offsets(radius: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Offsets of the pixels the original samples on a circle around a pivot (a point per pixel of
-    arc, truncated to integers; for a pivot at integer coordinates and points inside the image,
-    truncation is the floor), sorted and unique, with their directions from the pivot."""
-    step = 360.0 / (2 * radius * math.pi)
-    angles = np.arange(0, 360, step) * math.pi / 180
-    offsets = np.unique(np.floor(np.stack([radius * np.sin(angles), radius * np.cos(angles)], axis=1)).astype(int),
-                        axis=0)
-    return offsets, np.arctan2(offsets[:, 0], offsets[:, 1])
-
-
-@lru_cache(maxsize=8192)
-def seed_kernel(length: int, thickness: float, margin: int, scale: int, resolution: int,
-                orientation: float) -> Optional[np.ndarray]:
-    """The dilation kernel of a seed paddle, or None when dilating by it leaves some pixel with every
-    offset outside the image: OpenCV then returns −∞ there, and the original's free-pixel search
-    gives up on any negative value, so seeds only start in orientations whose kernel reaches back
-    over its anchor (the first target paddle and every distractor start this way)."""
-    _, occupancy = draw.paddle_patch(length, thickness, margin, scale, orientation)
-    reach, half = occupancy.shape[0] // 2, length + margin
-    size = 2 * half + 1
-    kernel = np.zeros((size, size), dtype=np.uint8)
-    (rows, cols), (prows, pcols) = draw.window((size, size), (half + 1, half + 1), reach)
-    kernel[rows, cols] = occupancy[prows, pcols] >= 1.0
-    if draw.dilate(np.zeros((resolution, resolution)), kernel).min() < 0:
-        return None
-    return kernel
-
-
-class _Canvas:
-    """The state of one image being drawn: ink, the occupancy mask, and the paddles drawn."""
-
-    def __init__(self, g: Geometry, rng: np.random.Generator, margin: int):
-        self.g, self.rng, self.margin = g, rng, margin
-        size = g.resolution
-        self.ink = np.zeros((size, size))
-        # The occupancy mask lives inside a −∞ frame of the margin's width (outside pixels never count).
-        self.framed = np.full((size + 2 * margin, size + 2 * margin), -np.inf)
-        self.mask = self.framed[margin : margin + size, margin : margin + size]
-        self.mask[...] = 0.0
-        p = g.padding
-        self.mask[:p, :] = self.mask[-p:, :] = self.mask[:, :p] = self.mask[:, -p:] = 1.0
-        self.near_offsets = disk_offsets(margin)
-        self.paddles: List[Paddle] = []
-
-    def paddle(self, orientation: float):
-        g = self.g
-        return draw.paddle_patch(g.paddle_length, g.paddle_thickness, self.margin, g.antialias_scale, float(orientation))
-
-    def inside(self, point) -> bool:
-        return 0 <= point[0] < self.g.resolution and 0 <= point[1] < self.g.resolution
-
-    def seed_kernel(self, orientation: float) -> Optional[np.ndarray]:
-        """Tail offsets at which a paddle of this orientation would cover a pixel: the saturated part
-        of its occupancy, cut to the original's (2(L + m) + 1)² window one pixel off centre; None
-        where the original finds no free tail at all (see :func:`seed_kernel`)."""
-        g = self.g
-        return seed_kernel(g.paddle_length, g.paddle_thickness, self.margin, g.antialias_scale, g.resolution,
-                           float(orientation))
-
-    def record(self, snake: int, start, end, orientation: float) -> None:
-        self.paddles.append(Paddle(snake, (float(start[0]), float(start[1])), (float(end[0]), float(end[1])),
-                                   float(orientation)))
-
-    def random_orientation(self) -> float:
-        return int(self.rng.integers(-180, 180)) * math.pi / 180
-
-    def place_seed(self, snake: int, contrast: float, band: int, stop_below: Optional[float]):
-        """A snake's first paddle at a free tail: (pivot, orientation, pending mask, tail) or None.
-        The tails free of the occupancy mask widened by a border ``band``; with nothing drawn yet
-        (the first target) they depend on the orientation only and are cached."""
-        g, length = self.g, self.g.paddle_length
-        for _ in range(g.paddle_retries + 1):
-            orientation = self.random_orientation()
-            if stop_below is not None and np.mean(np.ceil(self.mask - 0.3) == 0) < stop_below:
-                return None
-            kernel = self.seed_kernel(orientation)
-            if kernel is None:
-                return None
-            if not self.paddles:
-                free = empty_canvas_tails(g, self.margin, band, float(orientation))
-            else:
-                free = free_tails(self.mask, band, kernel)
-            if len(free) == 0:
-                return None
-            tail = tuple(int(c) for c in free[self.rng.integers(len(free))])
-            head = draw.translate(tail, orientation, length)
-            pivot = draw.translate(head, draw.flipped(orientation), length + self.margin)
-            if self.inside(head) and self.inside(pivot):
-                return self.draw_seed(snake, tail, orientation, contrast), orientation
-        return None
-
-    def draw_seed(self, snake: int, tail, orientation: float, contrast: float):
-        length = self.g.paddle_length
-        ink, occupancy = self.paddle(orientation)
-        draw.stamp(self.ink, ink * contrast, tail)
-        end = (tail[0] + length * math.sin(orientation), tail[1] + length * math.cos(orientation))
-        self.record(snake, tail, end, orientation)
-        head = draw.translate(tail, orientation, length)
-        pivot = draw.translate(head, draw.flipped(orientation), length + self.margin)
-        return pivot, (occupancy, tail), tail
-
-    def extend(self, snake: int, pivot, orientation: float, pending, contrast: float):
-        """The next paddle of a snake: (pivot, orientation, pending mask, its far end) or None."""
-        g, length, margin = self.g, self.g.paddle_length, self.margin
-        new_pivot = draw.translate(pivot, orientation, length + 2 * margin)
-        candidates = self.candidates(new_pivot, orientation, length + margin)
-        if candidates is None:
-            return None
-        coords, orientations, cumulative = candidates
-        for _ in range(g.paddle_retries + 1):
-            k = int(np.searchsorted(cumulative, self.rng.random(), side="right"))  # the first cumulative above
-            k = 0 if k == len(cumulative) else k
-            head, new_orientation = tuple(int(c) for c in coords[k]), float(orientations[k])
-            back = draw.flipped(new_orientation)
-            ink, occupancy = self.paddle(back)
-            if draw.overlap_peak(self.mask, occupancy, head) < 1.8:
-                draw.stamp(self.ink, ink * contrast, head)
-                draw.stamp(self.mask, *pending)
-                start = (head[0] + length * math.sin(back), head[1] + length * math.cos(back))
-                self.record(snake, start, head, new_orientation)
-                return new_pivot, new_orientation, (occupancy, head), head
-        return None
-
-    def candidates(self, pivot, orientation: float, radius: int):
-        """Pixels on the circle of ``radius`` around ``pivot`` (one sample per pixel of arc, truncated
-        to integers, inside the image), their directions and the cumulative continuity-weighted
-        probability of each over the margin-dilated free space; None at a dead end."""
-        offsets, directions = circle_offsets(radius)
-        coords = offsets + np.asarray(pivot)
-        keep = ((coords >= 0) & (coords < self.g.resolution)).all(axis=1)
-        if not keep.any():
-            return None
-        coords, directions = coords[keep], directions[keep]
-        turn = np.abs(directions - orientation)
-        turn = np.minimum(np.minimum(turn, 2 * math.pi - turn) * self.g.continuity, math.pi / 2)
-        m = self.margin
-        occupied = self.framed[coords[:, None, 0] + self.near_offsets[None, :, 0] + m,
-                               coords[:, None, 1] + self.near_offsets[None, :, 1] + m].max(axis=1)
-        weight = (1 - occupied) * np.maximum(np.cos(turn), 0) ** 2
-        total = weight.sum()
-        if total < 1e-4:
-            return None
-        return coords, directions, np.cumsum(weight / total)
-
-    def snapshot(self):
-        return self.ink.copy(), self.mask.copy(), len(self.paddles)
-
-    def restore(self, state) -> None:
-        self.ink[...], self.mask[...] = state[0], state[1]
-        del self.paddles[state[2]:]
-
-
-def _target_pair(g: Geometry, rng: np.random.Generator, margin: int) -> Optional[Tuple[_Canvas, list]]:
+def _target_pair(t: Tables, rng: SeededStream) -> Optional[Tuple[Canvas, list]]:
     """Both target snakes grown in step, or None (the original then starts the image over)."""
-    canvas = _Canvas(g, rng, margin)
+    g, margin = t.g, t.margin
+    seed = t.seed(rng.integers(-180, 180))
+    if seed.kernel is None:
+        return None  # as most attempts: no seed paddle starts in this orientation
+    canvas = Canvas(t, rng)
     contrast = g.paddle_contrast * g.snake_contrast
-    first = canvas.place_seed(0, contrast, 2 * g.seed_distance, None)
+    first = canvas.place_seed(0, contrast, 2 * g.seed_distance, None, seed)
     if first is None:
         return None
     (pivot, pending, origin), orientation = first
@@ -325,9 +149,9 @@ def _target_pair(g: Geometry, rng: np.random.Generator, margin: int) -> Optional
     origins, ends = [origin], [None, None]
     for _ in range(g.paddle_retries + 1):
         orientation2 = canvas.random_orientation()
-        angle = int(rng.integers(0, 360)) * math.pi / 180
-        tail = (int(np.round(origin[0] + g.seed_distance * math.sin(angle))),
-                int(np.round(origin[1] + g.seed_distance * math.cos(angle))))
+        angle = rng.integers(0, 360) * math.pi / 180
+        tail = (round(origin[0] + g.seed_distance * math.sin(angle)),  # half to even, as numpy's round
+                round(origin[1] + g.seed_distance * math.cos(angle)))
         head = draw.translate(tail, orientation2, g.paddle_length)
         pivot2 = draw.translate(head, draw.flipped(orientation2), g.paddle_length + margin)
         if canvas.inside(head) and canvas.inside(pivot2):
@@ -343,11 +167,11 @@ def _target_pair(g: Geometry, rng: np.random.Generator, margin: int) -> Optional
             if grown is None:
                 return None
             states[snake], ends[snake] = grown[:3], grown[3]
-    draw.stamp(canvas.mask, *states[1][2])  # as the original, only the second snake's last paddle is committed
+    canvas.commit(states[1][2])  # as the original, only the second snake's last paddle is committed
     return canvas, list(zip(origins, ends))
 
 
-def _distractor(canvas: _Canvas, snake: int) -> bool:
+def _distractor(canvas: Canvas, snake: int) -> bool:
     """One distractor snake (committed) or False (the canvas as before)."""
     g = canvas.g
     state = canvas.snapshot()
@@ -360,22 +184,30 @@ def _distractor(canvas: _Canvas, snake: int) -> bool:
                 break
             pivot, orientation, pending = grown[:3]
         else:
-            draw.stamp(canvas.mask, *pending)
+            canvas.commit(pending)
             return True
     canvas.restore(state)
     return False
 
 
-def _draw_scene(g: Geometry, rng: np.random.Generator, label: int) -> Scene:
+@lru_cache(maxsize=4096)
+def _marker(resolution: int, centre: Tuple[int, int], radius: float, scale: int) -> np.ndarray:
+    marker = draw.marker(resolution, centre, radius, scale)
+    marker.flags.writeable = False
+    return marker
+
+
+def _draw_scene(g: Geometry, rng: SeededStream, label: int) -> Scene:
     margin = int(g.paddle_margins[rng.integers(len(g.paddle_margins))])
+    t = tables(g, margin)
     for attempt in range(1, g.target_retries + 1):
-        drawn = _target_pair(g, rng, margin)
+        drawn = _target_pair(t, rng)
         if drawn is not None:
             break
     else:
         raise RuntimeError(f"no pair of target snakes fits in {g.target_retries} attempts; the geometry is too crowded")
     canvas, tips = drawn
-    target_ink = canvas.ink.copy()
+    target_ink = canvas.render().copy()
     for index in range(g.num_distractors):
         for _ in range(g.distractor_retries + 1):
             if _distractor(canvas, 2 + index):
@@ -383,14 +215,15 @@ def _draw_scene(g: Geometry, rng: np.random.Generator, label: int) -> Scene:
     origin_snake = int(rng.integers(2))
     end_snake = origin_snake if label == 1 else 1 - origin_snake
     centres = [tips[origin_snake][0], tips[end_snake][1]]
-    image = canvas.ink
+    image = canvas.render()
     for centre in centres:
-        disk = draw.marker(g.resolution, centre, g.marker_radius, g.antialias_scale)
+        disk = _marker(g.resolution, tuple(centre), g.marker_radius, g.antialias_scale)
         image, target_ink = np.maximum(image, disk), np.maximum(target_ink, disk)
     markers = np.array([[c[1], c[0]] for c in centres], dtype=float)
-    last = sum(p.snake == end_snake for p in canvas.paddles) - 1
+    paddles = canvas.paddles()
+    last = sum(p.snake == end_snake for p in paddles) - 1
     targets = draw.bytescale(np.stack([image, np.maximum(target_ink, image.min())]))[1] > 0
-    return Scene(draw.bytescale(image), targets, label, markers, margin, canvas.paddles,
+    return Scene(draw.bytescale(image), targets, label, markers, margin, paddles,
                  ((origin_snake, 0), (end_snake, last)), target_attempts=attempt)
 
 
@@ -429,8 +262,8 @@ REVISION = 2
 def generate_scene(g: Geometry, seed: int, index: int, max_redraws: int = 100) -> Scene:
     """Image ``index`` of the run ``seed``: its label drawn once, the image drawn until its contour
     connectivity agrees with that label."""
-    rng = np.random.default_rng([seed, index])
-    label = int(rng.integers(2))  # once per image: a redraw keeps it, so labels stay balanced by construction
+    rng = SeededStream([seed, index])  # np.random.default_rng([seed, index])'s draws, faster
+    label = rng.integers(2)  # once per image: a redraw keeps it, so labels stay balanced by construction
     for redraws in range(max_redraws + 1):
         scene = _draw_scene(g, rng, label)
         if contour_connected(scene, g) == bool(scene.label):
