@@ -21,6 +21,7 @@ HEADS = 2
 VARIANTS = [
     ("yoso", {"impl": "torch"}),
     ("yoso", {"backward": "exact"}),
+    ("yoso", {"backward": "exact_collided"}),
     ("yoso", {"backward": "expectation"}),
     ("yoso", {"backward_projections": 4}),
     ("yoso", {"hashing": "gaussian"}),
