@@ -1,12 +1,21 @@
-"""Local attention (the LRA baseline, Tay et al. 2021): softmax within non-overlapping blocks.
+"""Local attention (the LRA baseline, Tay et al. 2021): softmax within non-overlapping groups of keys.
 
-The sequence is cut into blocks of ``block_size`` consecutive positions and each query attends to
-the real keys of its own block only:
+``grouping=contiguous`` (the default): the sequence is cut into blocks of ``block_size`` consecutive
+positions and each query attends to the real keys of its own block only:
 
     out_i = Σ_{j ∈ B(i)} softmax_j(q_i · k_j / √d) v_j,   B(i) = {j : ⌊j / b⌋ = ⌊i / b⌋, j real}
 
 (causal: also j ≤ i). A length that is not a multiple of b is padded internally with masked
 positions; the last block is then shorter. Memory O(n · b).
+
+``grouping=strided``: what the LRA code's ``LocalAttention`` (models/local/local_attention.py) computes,
+and so what LRA Table 1's Local row ran. It pads n to P = n + b − (n mod b) (a whole extra block when b
+divides n) with zero q, k, v and reshapes [P] to [b, G = P / b]: position t = a·G + g is slot a of
+group g, so a query attends to the b positions t' ≡ t (mod G), strided by G, not to its neighbours
+(causal: slot a' ≤ a). Its padding mask is reshaped the other way, [G, b] (``padding_mask.reshape(
+bs·num_blocks, block_size)``), so the pair (a, a') of group g is allowed when positions g·b + a and
+g·b + a' are real, and is otherwise biased by −1e10; the padded positions count as real (``jnp.pad``
+of the boolean mask with −1e9 pads True). Both quirks are reproduced as they are.
 """
 
 from __future__ import annotations
@@ -19,8 +28,13 @@ import torch
 import torch.nn.functional as F
 
 from attention_zoo._common import NEG_INF, at_least_float32, pad_to_multiple, scaled
-from attention_zoo.options import number, whole
+from attention_zoo.options import choice, number, whole
 from attention_zoo.registry import Attention, register
+
+
+GROUPINGS = ("contiguous", "strided")
+# the LRA code's bias on a masked pair (local_attention.py: lax.select(mask > 0, 0, -1e10))
+LRA_MASK_BIAS = -1e10
 
 
 @dataclass
@@ -28,11 +42,15 @@ class LocalOptions:
     block_size: int = 50
     """Positions per block: 50 is the LRA code's default (``LocalTransformerEncoder``, used by ListOps,
     Text and Retrieval); its Image and Pathfinder configs set 64."""
+    grouping: str = "contiguous"
+    """``contiguous``: blocks of consecutive positions; ``strided``: the LRA code's reshape (module
+    docstring), which LRA Table 1's Local row sets."""
     dropout: float = 0.0
     """Dropout on the attention probabilities, active in training mode only."""
 
     def __post_init__(self):
         whole(self, 1, "block_size")
+        choice(self, "grouping", GROUPINGS)
         number(self, "dropout", 0.0, 1.0, high_open=True)
 
 
@@ -48,17 +66,67 @@ class LocalAttention(Attention):
         return "Local Attention"
 
     def attended_keys(self, q, k, mask: Optional[torch.Tensor]):
-        """Dense [B, H, n, n] bool: the keys each query attends to (for analysis at small n)."""
+        """Dense [B, H, n, n] bool: the keys among the n positions each query attends to (for analysis at
+        small n; ``strided`` also attends the zero keys of its internal padding, which this leaves out)."""
         n = q.shape[2]
         mask = torch.ones(q.shape[0], n, dtype=torch.bool, device=q.device) if mask is None else mask.bool()
+        if self.options.grouping == "strided":
+            return self._strided_pairs(mask, n)[:, None].expand(q.shape[0], q.shape[1], n, n)
         block = torch.arange(n, device=q.device) // self.options.block_size
         seen = block[:, None] == block[None, :]
         if self.causal:
             seen = seen & torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
         return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
 
+    def _strided_geometry(self, n: int):
+        """(P, G): the LRA code's padded length n + b − (n mod b) and its number of groups P / b."""
+        size = self.options.block_size
+        padded = n + size - n % size
+        return padded, padded // size
+
+    def _strided_allowed(self, mask: torch.Tensor, n: int) -> torch.Tensor:
+        """[B, G, b, b] bool: pair (slot a, slot a') of group g allowed, as the LRA code's mask says:
+        positions g·b + a and g·b + a' real (the mask padded with True), and a' ≤ a when causal."""
+        size = self.options.block_size
+        padded, groups = self._strided_geometry(n)
+        real = torch.cat([mask, mask.new_ones(mask.shape[0], padded - n)], dim=1).view(-1, groups, size)
+        allowed = real[:, :, :, None] & real[:, :, None, :]
+        if self.causal:
+            allowed = allowed & torch.ones(size, size, dtype=torch.bool, device=mask.device).tril()
+        return allowed
+
+    def _strided_pairs(self, mask: torch.Tensor, n: int) -> torch.Tensor:
+        """[B, n, n] bool: query t attends key t' (both < n) in the strided grouping."""
+        size = self.options.block_size
+        padded, groups = self._strided_geometry(n)
+        allowed = self._strided_allowed(mask, n)  # [B, g, a, a']
+        position = torch.arange(n, device=mask.device)
+        slot, group = position // groups, position % groups
+        same = group[:, None] == group[None, :]
+        pairs = allowed[:, group[:, None], slot[:, None], slot[None, :]]
+        return pairs & same
+
+    def _strided(self, q, k, v, mask):
+        batch, heads, n, _ = q.shape
+        size = self.options.block_size
+        padded, groups = self._strided_geometry(n)
+
+        def grouped(x):  # [B, H, n, d] → [B, H, G, b, d]: slot a of group g is position a·G + g
+            x = torch.cat([x, x.new_zeros(batch, heads, padded - n, x.shape[-1])], dim=2)
+            return x.view(batch, heads, size, groups, x.shape[-1]).transpose(2, 3)
+
+        scores = grouped(scaled(q)) @ grouped(k).transpose(-1, -2)  # [B, H, G, b, b]
+        bias = torch.where(self._strided_allowed(mask, n), 0.0, LRA_MASK_BIAS).to(scores.dtype)
+        weights = torch.softmax(scores + bias[:, None], dim=-1)
+        if self.training and self.options.dropout:
+            weights = F.dropout(weights, self.options.dropout)
+        out = (weights @ grouped(v)).transpose(2, 3).reshape(batch, heads, padded, v.shape[-1])
+        return out[:, :, :n]
+
     @at_least_float32
     def forward(self, q, k, v, mask):
+        if self.options.grouping == "strided":
+            return self._strided(q, k, v, mask)
         batch, heads, n, _ = q.shape
         size = self.options.block_size
         blocks = math.ceil(n / size)

@@ -31,8 +31,9 @@ for float64, ``cpu`` and ``cuda`` refuse it). The hash codes are computed from t
 float32 whatever the dtype, so a float64 call collides the pairs its float32 twin does and differs
 from it by rounding only; a float64 port of the estimator given the same codes checks it to float64
 rounding (tests/test_float64.py).
-Random draws come from the global (seeded) generator in training and from a per-module seed in
-evaluation. YOSO-C adds a depthwise convolution of the masked V along the sequence (one filter per
+Random draws come from the global (seeded) generator in training; in evaluation (``eval_hashes``)
+from a per-module seed, the same hashes at every call (``fixed``), or, as the authors' code, from the
+global generator afresh at every call (``fresh``: a test number then carries the hashes' noise). YOSO-C adds a depthwise convolution of the masked V along the sequence (one filter per
 head, no bias) to the normalized output.
 """
 
@@ -58,6 +59,7 @@ STAR_BACKWARDS = ("exact", "exact_collided")  # the paper's "*": trained with eq
 # float32's 1 − x² cancels to 0 or a few ulps and a pair's gradient to inf or noise.
 MAX_EXACT_CLAMP = 1 - 1e-6
 HASHINGS = ("hadamard", "gaussian")
+EVAL_HASHES = ("fixed", "fresh")
 
 
 @dataclass
@@ -70,6 +72,7 @@ class YosoOptions:
     backward_projections: Optional[int] = None  # lower_bound: None = exact per-pair weights (the paper); p: p random projections
     exact_clamp: float = 0.99  # *YOSO: |q̂·k̂| at which the derivative is evaluated at most
     workspace_mb: int = 256  # hash tables alive at once (CUDA kernels and the PyTorch path)
+    eval_hashes: str = "fixed"  # fixed: seeded per module in evaluation | fresh: drawn at every call (the authors')
 
     def __post_init__(self):
         whole(self, 1, "num_hashes", "workspace_mb")
@@ -78,6 +81,7 @@ class YosoOptions:
         choice(self, "backward", BACKWARDS)
         choice(self, "hashing", HASHINGS)
         choice(self, "impl", ops.IMPLS)
+        choice(self, "eval_hashes", EVAL_HASHES)
         number(self, "exact_clamp", 0.0, MAX_EXACT_CLAMP, low_open=True)
 
 
@@ -335,7 +339,7 @@ class YosoAttention(Attention):
         o = self.options
         engine = ops.resolve_engine(o.impl, q.device, q.dtype)
         projections = v.shape[-1] if o.backward_projections is None else o.backward_projections
-        if self.training:
+        if self.training or o.eval_hashes == "fresh":
             draws = draw(flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing, projections, None, q.device)
         else:
             draws = seeded_draws(self.rotation_seed_value, flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing,

@@ -49,6 +49,11 @@ class PositionEmbedding(enum.Enum):
     sinusoidal = "sinusoidal"  # fixed sines and cosines (the LRA models' default)
 
 
+class Initialization(enum.Enum):
+    torch = "torch"  # PyTorch's defaults for the model's linear layers (the YOSO/Nyströmformer reference)
+    lra = "lra"  # the LRA code's Flax initialisers: blocks xavier_uniform with N(0, 1e-6) biases; heads lecun_normal
+
+
 class LRSchedule(enum.Enum):
     linear = "linear"  # linear warm-up from lr·lr_start_factor, then linear decay to lr·lr_end_factor (OneCycle-like)
     rsqrt = "rsqrt"  # LRA "constant * linear_warmup * rsqrt_decay": lr · min(1, t/w) / √max(t, w)
@@ -176,13 +181,19 @@ class ModelConfig:
     padding_mask: PaddingMask = PaddingMask.lengths
     position_embedding: PositionEmbedding = PositionEmbedding.learned
     classifier_dim: int = 128
-    embedding_init_std: float = 0.02
+    embedding_init_std: float = 0.02  # N(0, σ) of the learned position table (and the token table unless below)
+    token_embedding_init_std: Optional[float] = None  # N(0, σ) of the token table; None: embedding_init_std
+    initialization: Initialization = Initialization.torch  # the linear layers' initialisers
+    attention_bias: bool = True  # the Q, K, V and output projections carry a bias (the LRA code's have none)
+    layer_norm_eps: float = 1e-5  # ε of every LayerNorm (PyTorch's default; Flax's, the LRA code's, is 1e-6)
     attention_fp32: bool = True  # compute attention in fp32 under mixed precision, as the reference
 
     def __post_init__(self):
         whole(self, 1, "dim", "num_layers", "num_heads", "head_dim", "ff_dim", "classifier_dim")
         number(self, "dropout", 0.0, 1.0, high_open=True)
         number(self, "embedding_init_std", 0.0)
+        number(self, "layer_norm_eps", 0.0, low_open=True)
+        number(self, "token_embedding_init_std", 0.0, optional=True)
 
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -437,6 +448,11 @@ def _run_stamp() -> str:
     return datetime.now().strftime("%H-%M-%S-%f")
 
 
+def pools_by_cls(pooling) -> bool:
+    """Whether ``model.pooling`` (an enum member or its name) prepends a CLS token."""
+    return getattr(pooling, "value", pooling) == Pooling.cls.value
+
+
 def _env_or(name: str, default: str) -> str:
     import os
 
@@ -454,6 +470,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("lra.conf_dir", lambda: str(CONF_DIR))
     if not OmegaConf.has_resolver("lra.gpu_count"):
         OmegaConf.register_new_resolver("lra.gpu_count", _gpu_count)
+    if not OmegaConf.has_resolver("lra.pools_by_cls"):  # a backend's CLS position follows the model's pooling
+        OmegaConf.register_new_resolver("lra.pools_by_cls", pools_by_cls)
     if not OmegaConf.has_resolver("lra.unless_resume"):
         # Resuming writes into the original run directory and keeps its .hydra/ untouched.
         OmegaConf.register_new_resolver("lra.unless_resume", lambda resume, value: None if resume else value)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import attention_zoo
-from lra.config import PaddingMask, Pooling, PositionEmbedding
+from lra.config import Initialization, PaddingMask, Pooling, PositionEmbedding
 
 
 def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
@@ -21,6 +21,12 @@ def sinusoidal_positions(length: int, dim: int) -> torch.Tensor:
     table[:, 0::2] = torch.sin(position * frequency)
     table[:, 1::2] = torch.cos(position * frequency[: dim // 2])
     return table.float()
+
+
+def token_embedding_std(cfg) -> float:
+    """σ of the token table's N(0, σ²) start: ``model.token_embedding_init_std``, else the position
+    table's ``embedding_init_std`` (the YOSO reference starts both at 0.02, the LRA code tokens at 1)."""
+    return cfg.embedding_init_std if cfg.token_embedding_init_std is None else cfg.token_embedding_init_std
 
 
 def input_length(task_max_length: int, cap: Optional[int]) -> int:
@@ -40,19 +46,49 @@ def projection_bias(attention: attention_zoo.AttentionSpec) -> bool:
     return bool(getattr(attention.options, "projection_bias", True))
 
 
+# The LRA code's Flax initialisers (google-research/long-range-arena, models/*/<model>.py and
+# layers/common_layers.py): its blocks' Dense layers (attention projections, MLP) take
+# xavier_uniform kernels and N(0, 1e-6) biases; the classifier head's take Flax's default,
+# lecun_normal (a normal truncated at ±2σ, rescaled to variance 1 / fan_in), and zero biases.
+FLAX_BLOCK_BIAS_STD = 1e-6
+TRUNCATED_NORMAL_STD = 0.87962566103423978  # the std of N(0, 1) truncated to [−2, 2]
+
+
+def xavier_initialized(layers) -> None:
+    """xavier_uniform kernels, N(0, 1e-6) biases: the LRA code's blocks."""
+    for layer in layers:
+        nn.init.xavier_uniform_(layer.weight)
+        if layer.bias is not None:
+            nn.init.normal_(layer.bias, std=FLAX_BLOCK_BIAS_STD)
+
+
+def lecun_normal_initialized(layers) -> None:
+    """lecun_normal kernels (truncated normal of variance 1 / fan_in), zero biases: Flax's Dense default."""
+    for layer in layers:
+        std = math.sqrt(1.0 / layer.weight.shape[1]) / TRUNCATED_NORMAL_STD
+        nn.init.trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std)
+        if layer.bias is not None:
+            nn.init.zeros_(layer.bias)
+
+
+def linear_layers(module: nn.Module) -> list:
+    return [layer for layer in module.modules() if isinstance(layer, nn.Linear)]
+
+
 class MultiHeadAttention(nn.Module):
-    """Separate Q, K, V projections (with bias unless :func:`projection_bias` says otherwise) to
-    heads × head_dim, a backend, an output projection (with bias)."""
+    """Separate Q, K, V projections to heads × head_dim, a backend, an output projection; all four with a
+    bias when ``bias``, the Q, K, V ones not where :func:`projection_bias` says so."""
 
     def __init__(self, dim: int, num_heads: int, head_dim: int, max_seq_len: int,
-                 attention: attention_zoo.AttentionSpec, attention_fp32: bool, causal: bool = False):
+                 attention: attention_zoo.AttentionSpec, attention_fp32: bool, causal: bool = False,
+                 bias: bool = True):
         super().__init__()
         self.num_heads, self.head_dim = num_heads, head_dim
         inner = num_heads * head_dim
-        bias = projection_bias(attention)
-        self.query, self.key, self.value = (nn.Linear(dim, inner, bias=bias) for _ in range(3))
+        qkv_bias = bias and projection_bias(attention)
+        self.query, self.key, self.value = (nn.Linear(dim, inner, bias=qkv_bias) for _ in range(3))
         self.backend = attention.build(num_heads, head_dim, max_seq_len, causal)
-        self.output = nn.Linear(inner, dim)
+        self.output = nn.Linear(inner, dim, bias=bias)
         self.attention_fp32 = attention_fp32
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -71,19 +107,23 @@ class MultiHeadAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LN: x + dropout(attn(LN(x))), then x + MLP(LN(x))."""
+    """Pre-LN: x + dropout(attn(LN(x))), then x + MLP(LN(x)). ``model.initialization=lra``: the model's
+    own linear layers (not the backend's) as the LRA code's blocks (:func:`xavier_initialized`)."""
 
     def __init__(self, cfg, max_seq_len: int, attention: attention_zoo.AttentionSpec, causal: bool = False):
         super().__init__()
-        self.norm1 = nn.LayerNorm(cfg.dim)
+        self.norm1 = nn.LayerNorm(cfg.dim, eps=cfg.layer_norm_eps)
         self.attention = MultiHeadAttention(cfg.dim, cfg.num_heads, cfg.head_dim, max_seq_len, attention,
-                                            cfg.attention_fp32, causal)
+                                            cfg.attention_fp32, causal, bias=cfg.attention_bias)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.norm2 = nn.LayerNorm(cfg.dim)
+        self.norm2 = nn.LayerNorm(cfg.dim, eps=cfg.layer_norm_eps)
         self.mlp = nn.Sequential(
             nn.Linear(cfg.dim, cfg.ff_dim), nn.GELU(), nn.Dropout(cfg.dropout),
             nn.Linear(cfg.ff_dim, cfg.dim), nn.Dropout(cfg.dropout),
         )
+        if cfg.initialization is Initialization.lra:
+            a = self.attention
+            xavier_initialized([a.query, a.key, a.value, a.output, *linear_layers(self.mlp)])
 
     def forward(self, x, mask):
         x = x + self.dropout(self.attention(self.norm1(x), mask))
@@ -105,8 +145,8 @@ class Encoder(nn.Module):
         positions = attention_length(self.pooling, max_length)
         self.token_embedding = nn.Embedding(vocab_size, cfg.dim)
         self.position_embedding = nn.Embedding(positions, cfg.dim)
-        for table in (self.token_embedding, self.position_embedding):
-            nn.init.normal_(table.weight, std=cfg.embedding_init_std)
+        nn.init.normal_(self.token_embedding.weight, std=token_embedding_std(cfg))
+        nn.init.normal_(self.position_embedding.weight, std=cfg.embedding_init_std)
         if cfg.position_embedding is PositionEmbedding.sinusoidal:
             self.position_embedding.weight.data.copy_(sinusoidal_positions(positions, cfg.dim))
             self.position_embedding.weight.requires_grad_(False)
@@ -115,7 +155,7 @@ class Encoder(nn.Module):
         self.blocks = nn.ModuleList(
             Block(cfg, positions, attention, causal) for _ in range(cfg.num_layers)
         )
-        self.norm = nn.LayerNorm(cfg.dim)
+        self.norm = nn.LayerNorm(cfg.dim, eps=cfg.layer_norm_eps)
         for block in self.blocks[1:]:
             block.attention.backend.share_parameters_with(self.blocks[0].attention.backend)
 
@@ -175,6 +215,8 @@ class Classifier(nn.Module):
             nn.Linear(width, model_cfg.classifier_dim), nn.ReLU(),
             nn.Linear(model_cfg.classifier_dim, task_cfg.num_classes),
         )
+        if model_cfg.initialization is Initialization.lra:
+            lecun_normal_initialized(linear_layers(self.head))
 
     def forward(self, ids: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]) -> torch.Tensor:
         if self.dual_encoder:
@@ -205,8 +247,10 @@ class LanguageModel(nn.Module):
         self.encoder = Encoder(model_cfg, task_cfg.vocab_size, max_length, attention, causal)
         # masked inputs only: every parameter must take part in the loss (DDP)
         self.mask_vector = None if causal else nn.Parameter(
-            torch.empty(model_cfg.dim).normal_(std=model_cfg.embedding_init_std))
+            torch.empty(model_cfg.dim).normal_(std=token_embedding_std(model_cfg)))
         self.head = nn.Linear(model_cfg.dim, task_cfg.vocab_size)
+        if model_cfg.initialization is Initialization.lra:
+            lecun_normal_initialized([self.head])
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, masked: Optional[torch.Tensor] = None) -> torch.Tensor:
         """[batch, n, vocabulary] logits, one per input position (a CLS position is left out)."""

@@ -101,6 +101,21 @@ def check_attention(cfg: DictConfig) -> None:
                               "(the compiled kernels for the tensors' device) or attention.impl=cpu")
 
 
+def check_cls_position(cfg: DictConfig) -> None:
+    """A backend that treats position 0 as the CLS token (``cls_token``, Sparse Transformer) does so
+    exactly when the model prepends one, as the LRA code sets it from its pooling: otherwise a real
+    token would attend and be attended densely, or the CLS token would sit inside the pattern."""
+    from lra.config import pools_by_cls
+
+    claimed = getattr(attention_spec(cfg).options, "cls_token", None)
+    prepended = pools_by_cls(cfg.model.pooling)
+    if claimed is not None and claimed != prepended:
+        raise ConfigError(f"invalid value for attention.cls_token: {str(claimed).lower()}; it must be "
+                          f"{str(prepended).lower()} with model.pooling={getattr(cfg.model.pooling, 'value', cfg.model.pooling)} "
+                          f"(position 0 is a CLS token only under model.pooling=cls): leave attention.cls_token "
+                          f"unset, it follows model.pooling")
+
+
 def check_shape(cfg: DictConfig) -> None:
     """The backend's options against the shape the model gives it (e.g. no more Nyström landmarks
     than positions), before anything is built."""
@@ -196,6 +211,7 @@ def validate(cfg: DictConfig) -> TrainRunConfig:
     except InvalidOption as error:
         raise invalid(error.field, error) from None
     check_attention(cfg)
+    check_cls_position(cfg)
     check_shape(cfg)
     check_pretraining(cfg)
     check_device_and_precision(cfg)

@@ -38,6 +38,22 @@ def steps(source: str, batch: int, total: int, warmup: int, every: int, length: 
     return {**out, **(cite(source, task__max_length=length) if length else {})}
 
 
+# The LRA code's encoder, the same in every one of its models (conf/model/lra.yaml, which every LRA Table 1
+# and learning-to-hash setup selects); lines of models/transformer/transformer.py and layers/common_layers.py,
+# the other models' files repeat them.
+TRANSFORMER, COMMON = f"{LRA}/models/transformer/transformer.py", f"{LRA}/models/layers/common_layers.py"
+ENCODER = {
+    **cite(f"{TRANSFORMER}:155 nn.Embed(embedding_init=nn.initializers.normal(stddev=1.0))",
+           model__token_embedding_init_std=1.0),
+    **cite(f"{TRANSFORMER}:169 pe_init = nn.initializers.normal(stddev=0.02) if learn_pos_emb",
+           model__embedding_init_std=0.02),
+    **cite(f"{TRANSFORMER}:69-70 and {COMMON}:151-152 kernel_init=xavier_uniform(), bias_init=normal(stddev=1e-6); "
+           f"{COMMON}:191-193 classifier_head's nn.Dense: Flax's default lecun_normal, zero bias",
+           model__initialization="lra"),
+    **cite(f"{TRANSFORMER}:71 nn.SelfAttention(bias=False): Q, K, V and output without bias", model__attention_bias=False),
+    **cite("flax.deprecated.nn.LayerNorm(epsilon=1e-6), the LRA code's LayerNorm", model__layer_norm_eps=1e-6),
+}
+
 LISTOPS_V1 = f"{LRA}/listops/configs/base_listops_config.py at f866e43 (the first public one) and {LRA_PAPER}"
 TC, MATCH = f"{LRA}/text_classification/configs/base_tc_config.py", f"{LRA}/matching/configs/base_match_config.py"
 CIFAR_BASE, PF_BASE = f"{CIFAR}/base_cifar10_config.py", f"{PF}/base_pathfinder32_config.py"
@@ -93,7 +109,10 @@ for task, (source, length, batch, every, dim, ff, heads, qkv, dropout, positions
 # Each row's attention, whatever the task.
 ROWS = {
     "lra_table1/transformer": cite(f"{LRA}/models/transformer", attention__name="softmax"),
-    "lra_table1/local": cite(f"{LRA}/models/local", attention__name="local"),
+    "lra_table1/local": {
+        **cite(f"{LRA}/models/local", attention__name="local"),
+        **cite(f"{LRA}/models/local/local_attention.py:318 jnp.reshape(query, (bs, block_size, num_query_blocks, "
+               "num_heads, head_dim)): slot a of group g is position a·G + g", attention__grouping="strided")},
     "lra_table1/sparse_transformer": {
         **cite(f"{LRA}/models/sparse_transformer", attention__name="sparse_transformer"),
         **cite(f"{LRA}/utils/train_utils.py: Fixed1Pattern(block_size=50), Fixed2Pattern(block_size=50, c=10)",
@@ -107,7 +126,7 @@ ROWS = {
                attention__name="linformer", attention__proj_dim=16, attention__share_kv=True),
         **cite(f"{LRA}/models/linformer/linformer_attention.py: a kernel per layer", attention__share_across_layers=False)},
     "lra_table1/reformer": cite(f"{LRA}/models/reformer/reformer_attention.py n_hashes=1", attention__name="reformer",
-                                attention__num_hashes=1, attention__projection_bias=True),
+                                attention__num_hashes=1),
     "lra_table1/sinkhorn": cite(f"{LRA}/models/sinkhorn_transformer", attention__name="sinkhorn"),
     "lra_table1/synthesizer": cite(
         f"{LRA}/models/synthesizer/synthesizer.py SynthesizerEncoder synthesizer_mode='random', "
@@ -173,6 +192,9 @@ for row, (layers, dim, heads, qkv, mlp, dropout, extra) in {
     source = f"{PF}/{row}_base.py"
     per_task(row, "pathfinder", **sizes(source, layers, dim, heads, qkv, mlp), **{"model.dropout": (dropout, source)},
              **{k: (v, source) for k, v in extra.items()})
+per_task("sparse_transformer", "pathfinder", **cite(
+    f"{LRA}/models/sparse_transformer/sparse_transformer.py:159-161 use_cls_token only when classifier_pool == 'CLS'; "
+    f"{PF_BASE} pools by MEAN", attention__cls_token=False))
 per_task("performer", "listops", **cite(f"{LRA}/listops/configs/performer_base.py model_kwargs: softmax FAVOR+, "
                                         "nb_features=2; make_fast_softmax_attention numerical_stabilizer=1e-6, "
                                         "redraw_features=True", attention__num_features=2,
@@ -211,7 +233,7 @@ def expected(table: str, row: str, task: str) -> dict:
     (per task where the LRA code changes it). The learning-to-hash table: A.5's setup over every model
     and trainer value, but the row's attention options and pooling (per task too: the LRA code's
     Sinkhorn encoder pools by the mean, which no setup can change)."""
-    setup = SETUPS[f"{table}/{task}"]
+    setup = {**ENCODER, **SETUPS[f"{table}/{task}"]}
     row_task = ROW_TASKS.get((row, task), {})
     if table == "lra_table1":
         return {**setup, **ROWS[row], **row_task}

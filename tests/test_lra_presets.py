@@ -19,7 +19,7 @@ from helpers import compose_config, write_aan, write_aclimdb, write_cifar_python
 from lra.config import CONF_DIR
 from lra.results.table import PAPER_NAMES, REFERENCES
 from lra.validation import attention_spec, validate
-from lra_cited import DEVIATIONS, REFERENCE, ROW_TASKS, ROWS, SETUPS, TABLE_ROWS, TABLE_TASKS, expected
+from lra_cited import DEVIATIONS, ENCODER, REFERENCE, ROW_TASKS, ROWS, SETUPS, TABLE_ROWS, TABLE_TASKS, expected
 
 COMBINATIONS = [(table, row, task) for table in TABLE_ROWS for row in TABLE_ROWS[table] for task in TABLE_TASKS[table]]
 
@@ -63,6 +63,8 @@ def flat_keys(path: Path) -> set:
 
 
 def test_no_preset_file_sets_a_value_without_a_cited_source():
+    encoder = OmegaConf.load(CONF_DIR / "model" / "lra.yaml")
+    assert {f"model.{key}" for key in encoder if key != "defaults"} == set(ENCODER), "conf/model/lra.yaml as cited"
     for setup, cited in SETUPS.items():
         assert flat_keys(CONF_DIR / "setup" / f"{setup}.yaml") <= set(cited), setup
     for row, cited in ROWS.items():

@@ -123,6 +123,11 @@ MLPEN_MODEL = {
     "model.padding_mask": ("nonzero_ids", f"{YOSO_CODE} LRA/dataset.py: mask = (input_ids != 0)"),
     "model.pooling": ("mean_zeroed_padding", f"{YOSO_CODE} LRA/model.py returns norm(X) * mask[:, :, None]; "
                                              "LRA/model_wrapper.py pooling MEAN: inp.mean(dim = 1), over the padded length")}
+YOSO_KERNELS = f"{YOSO_CODE} encoders/backbones/efficient_attentions/yoso"
+for _row in ("yoso_32", "yoso_c_16", "star_yoso_16", "star_yoso_c_16"):
+    CITED[f"yoso_table3/{_row}"]["eval_hashes"] = (
+        "fresh", f"{YOSO_KERNELS}/yoso_v1/kernel.py:115-118 and yoso_v2/kernel.py: hashes drawn in every forward, "
+                 "evaluation included")
 EXPERIMENT_CITED = {"yoso_table3": MLPEN_MODEL, "spt": MLPEN_MODEL}
 
 
