@@ -1,7 +1,9 @@
-"""How much each of the cited code's quirks that the YOSO Table 3 presets now reproduce changes the
-numbers, at initialization (the before/after of issue 45's preset fixes).
+"""How much each of the cited code's quirks that the paper presets reproduce changes the numbers at
+initialization: each preset fix's before and after.
 
-    python -m lra.benchmarks.reference_quirks [--batch 8]
+    python -m lra.benchmarks.reference_quirks [--batch 8] [--yoso-run RUN_DIR --draws 10]
+
+YOSO Table 3 (the mlpen code):
 
 - Pooling: the pooled vector of ``mean_unmasked`` (before) against ``mean_zeroed_padding`` (the
   mlpen code's mean of norm(X)·mask over the padded length), on generated ListOps (500–2,000 tokens
@@ -11,6 +13,20 @@ numbers, at initialization (the before/after of issue 45's preset fixes).
   ``padded_keys=zero_vectors``) against our defaults, on the same q, k, v (ListOps batch), each
   against exact softmax attention.
 - Reformer: the parameters the bias-free projections remove.
+- YOSO's evaluation hashes (``--yoso-run``, a finished YOSO run): its test accuracy with the hashes
+  fixed per module and with fresh hashes at every call (the authors'), ``--draws`` times: the spread a
+  test number carries.
+
+LRA Table 1 and the learning-to-hash table (the LRA code), on the ListOps setup's model at
+initialization (:mod:`lra.benchmarks.lra_quirks`):
+
+- Token embeddings N(0, 1) against N(0, 0.02): the cosine of two different tokens at one position as
+  they enter the first block, and |token| / |position|.
+- The LRA initialisers and bias-free attention projections against PyTorch's defaults: the spread of
+  the first layer's attention logits and of the classifier's logits.
+- Local attention's strided groups against contiguous blocks: the attended pairs they share (Jaccard)
+  and layer 1's attention output on the same q, k, v.
+- Sparse Transformer on Pathfinder without a CLS position against with one: the pooled vector.
 """
 
 from __future__ import annotations
@@ -118,12 +134,20 @@ def reformer_change() -> dict:
 
 
 def main(argv=None) -> None:
+    from lra.benchmarks import lra_quirks
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--yoso-run", help="a finished YOSO run folder: its test accuracy with fixed and fresh hashes")
+    parser.add_argument("--draws", type=int, default=10, help="evaluations with fresh hashes (--yoso-run)")
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    for name, result in (("pooling", pooling_changes(args.batch)), ("performer", performer_changes(args.batch)),
-                         ("reformer", reformer_change())):
+    sections = [("pooling", lambda: pooling_changes(args.batch)), ("performer", lambda: performer_changes(args.batch)),
+                ("reformer", reformer_change), *lra_quirks.sections(args.batch)]
+    if args.yoso_run:
+        sections.append(("yoso evaluation hashes", lambda: lra_quirks.evaluation_hash_spread(args.yoso_run, args.draws)))
+    for name, measure in sections:
+        result = measure()
         print(name)
         for key, value in result.items():
             print(f"  {key}: {value}")
