@@ -46,12 +46,12 @@ def _train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], 
                             job_type=job_type) if ranks.main else NullLogger()
 
     try:
-        encoder = pretrained_encoder(cfg, run, record, announce, ranks, attention, start_logger) \
-            if pretrains(cfg) else None
+        encoder, began_earlier = pretrained_encoder(cfg, run, record, announce, ranks, attention, start_logger) \
+            if pretrains(cfg) else (None, True)  # whether this stage began before this process, if it resumes
         trainer = Trainer(cfg, run, announce, ranks, record=record, attention=attention)
         if encoder is not None:
             trainer.start_from_encoder(encoder)
-        trainer.try_resume()
+        trainer.try_resume(continuing=bool(cfg.resume) and began_earlier)
         logger = start_logger(run.path, trainer.label, cfg.task.name)
         result = trainer.run(logger)
         logger.finish(0)

@@ -3,18 +3,16 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import torch
 
 from lra import checkpoint, distributed
-from lra.data.cache import sha256_file
 from lra.errors import UserError
 from lra.io import atomic_write_json
-from lra.pretraining import (ENCODER, STAGE_DIR, draw_masked, finished_encoder, masking_draws, objective, source_run,
-                             stage_config, token_loss)
-from lra.records import HISTORY, read_record
+from lra.pretraining import (STAGE_DIR, draw_masked, finish_stage, finished_stage, masking_draws, objective,
+                             source_run, source_stage, stage_config, token_loss)
+from lra.records import HISTORY
 from lra.run import RunDirectory
 from lra.training import Trainer
 from lra.validation import run_label
@@ -27,6 +25,7 @@ class Pretrainer(Trainer):
 
     stage_name = "pretraining "
     lr_setting = "pretrain.lr"
+    resumes_field = "pretrain_resumed_at_steps"
 
     def __init__(self, cfg, run: RunDirectory | Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),
                  record=None, attention=None):
@@ -38,10 +37,6 @@ class Pretrainer(Trainer):
     @property
     def stage_dir(self) -> Path:
         return self.run_dir / STAGE_DIR
-
-    @property
-    def encoder_path(self) -> Path:
-        return self.stage_dir / ENCODER
 
     def build_components(self, cfg, announce, ranks):
         from lra.build import build
@@ -81,60 +76,56 @@ class Pretrainer(Trainer):
         self._record_progress("running")
 
     def _record_progress(self, status: str, **extra) -> None:
+        self.record.update(**self._progress_fields(status), **extra)
+
+    def _progress_fields(self, status: str) -> dict:
         s = self.state
         last = s.history[-1] if s.history else {}
-        self.record.update(
+        return dict(
             pretrain_status=status, pretrain_steps=s.step, pretrain_loss=last.get("loss"),
             pretrain_token_accuracy=last.get("token_accuracy"), pretrain_history=s.history,
             pretrain_wall_time_seconds=s.wall_seconds, pretrain_resumed_at_steps=s.resumed_at_steps,
-            pretrain_train_tokens_per_second=s.train_tokens / s.train_seconds if s.train_seconds else None, **extra)
+            pretrain_train_tokens_per_second=s.train_tokens / s.train_seconds if s.train_seconds else None)
 
     def _test(self, logger) -> dict:
-        """Stage 1's end: the encoder's weights, saved atomically (its presence marks the stage finished)."""
+        """Stage 1's end: the encoder's weights, then the records of the stage's end (:func:`finish_stage`)."""
         weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.encoder.state_dict().items()}
-        if self.ranks.main:
-            checkpoint.save(self.encoder_path, {"encoder": weights, "steps": self.state.step})
-        self._record_progress("completed", pretrain_encoder=str(self.encoder_path),
-                              pretrain_encoder_sha256=sha256_file(self.encoder_path) if self.ranks.main else None)
+        fields = {k: v for k, v in (self.record.data | self._progress_fields("completed")).items()
+                  if k.startswith("pretrain_")}
+        finish_stage(self.run_dir, lambda path: checkpoint.save(path, {"encoder": weights, "steps": self.state.step}),
+                     fields, self.record, self.ranks.main)
         logger.summary({"pretrain/loss": self.record.data.get("pretrain_loss"), "pretrain/steps": self.state.step})
         return weights
 
 
-def pretrained_encoder(cfg, run: RunDirectory, record, announce, ranks, attention, start_logger) -> dict:
-    """The encoder weights stage 2 starts from: this run's own finished stage 1 (a resume), the finished
-    stage 1 of ``pretrain.from`` (copied into this run, so that the run stays whole if the other one is
-    moved or deleted; the record takes its ``pretrain_*`` fields and names where they came from), or
-    stage 1 run (or resumed) here."""
+def pretrained_encoder(cfg, run: RunDirectory, record, announce, ranks, attention, start_logger) -> tuple:
+    """(the encoder weights stage 2 starts from, whether stage 1 had finished before this process: a resume
+    that continues in stage 2). The weights: this run's own finished stage 1 (a resume; the record's
+    ``pretrain_*`` fields are read back from it, whatever the record said when the run stopped), the finished
+    stage 1 of ``pretrain.from`` (copied into this run, so that the run stays whole if the other one is moved
+    or deleted; the record takes its ``pretrain_*`` fields and names where they came from), or stage 1 run
+    (or resumed) here."""
     run_dir = run.path
-    stage_dir = run_dir / STAGE_DIR
-    run.remove_interrupted_writes(stage_dir)  # a kill while the encoder was written
-    own = finished_encoder(run_dir)
-    if own is not None:  # stage 1 finished (or was copied) before a kill or preemption: its fields are kept
-        fields = {k: v for k, v in read_record(run_dir).items() if k.startswith("pretrain_")}
-        recorded = fields.get("pretrain_encoder_sha256")
-        if recorded is None:  # killed between the encoder's write and its record's: the encoder is this run's own
-            data = own.read_bytes()
-            fields["pretrain_encoder_sha256"] = hashlib.sha256(data).hexdigest()
-        else:  # checked as pretrain.from's is: a replaced encoder is never fine-tuned from
-            data = checkpoint.verified_encoder(own, recorded, f"resume={run_dir}", fix=(
-                "put this run's encoder back, or start a new run (stage 2 would otherwise fine-tune another encoder "
-                "than its record names)"))
-        record.update(**fields)
-        return _load_encoder(own, data)
+    run.remove_interrupted_writes(run_dir / STAGE_DIR)  # a kill while the encoder or its record was written
+    own = finished_stage(run_dir)
+    if own is not None:  # checked as pretrain.from's is: a replaced encoder is never fine-tuned from
+        data = own.verified_bytes(f"resume={run_dir}", fix=(
+            "put this run's encoder back, or start a new run (stage 2 would otherwise fine-tune another encoder "
+            "than its record names)"))
+        record.update(**own.fields)
+        return _load_encoder(own.encoder, data), True
     source = source_run(cfg)
     if source is not None:
-        path = finished_encoder(source)
-        fields = {k: v for k, v in read_record(source).items() if k.startswith("pretrain_")}
-        data = checkpoint.verified_encoder(path, fields.get("pretrain_encoder_sha256"), f"pretrain.from={source}")
-        weights = _load_encoder(path, data)
-        own = stage_dir / ENCODER
-        if ranks.main:  # the checked bytes, unchanged: the copy has the SHA-256 the record names
-            checkpoint.save_bytes(own, data)
-        record.update(**(fields | {"pretrain_from": str(source), "pretrain_encoder": str(own)}))
+        theirs = source_stage(cfg)
+        data = theirs.verified_bytes(f"pretrain.from={source}")
+        weights = _load_encoder(theirs.encoder, data)
+        # the checked bytes, unchanged: the copy has the SHA-256 the record names
+        finish_stage(run_dir, lambda path: checkpoint.save_bytes(path, data), theirs.fields | {"pretrain_from": str(source)},
+                     record, ranks.main)
         announce(f"fine-tuning the encoder pretrained in {source}")
-        return weights
+        return weights, False
     pretrainer = Pretrainer(cfg, run, announce, ranks, record=record, attention=attention)
-    pretrainer.try_resume()
+    pretrainer.try_resume(continuing=bool(cfg.resume))
     logger = start_logger(pretrainer.stage_dir, pretrainer.label, "pretrain")
     try:
         weights = pretrainer.run(logger)
@@ -142,7 +133,7 @@ def pretrained_encoder(cfg, run: RunDirectory, record, announce, ranks, attentio
         logger.finish(1)
         raise
     logger.finish(0)
-    return weights
+    return weights, False
 
 
 def _load_encoder(path: Path, data: bytes | None = None) -> dict:

@@ -150,6 +150,7 @@ class Trainer:
 
     stage_name = ""  # the progress line's prefix
     lr_setting = "trainer.lr"  # the setting of this stage's learning rate, named when the loss diverges
+    resumes_field = "resumed_at_steps"  # the record's list of the steps this stage was resumed at
 
     @property
     def run_dir(self) -> Path:
@@ -183,10 +184,16 @@ class Trainer:
             "config_sha256": self.folder.config_sha256,  # the config it was trained with (try_resume checks it)
         })
 
-    def try_resume(self) -> bool:
+    def try_resume(self, continuing: bool = False) -> bool:
+        """Load this stage's checkpoint, if it has one. ``continuing``: the stage began in an earlier process
+        (a resume that reached it); without a checkpoint it starts again from step 0, a resume the record
+        lists too."""
         found = self.folder.training_checkpoint(self.checkpoint_dir)
         if found is None:
             self.record.confirm()
+            if continuing:
+                self.state.resumed_at_steps.append(0)
+                self.record.update(**{self.resumes_field: self.state.resumed_at_steps})
             return False
         path, payload = found
         checkpoint.check_config(path, payload, self.folder.config_sha256)
@@ -205,7 +212,7 @@ class Trainer:
                             f"{checkpoint.KEPT}") from None
         self.record.confirm()
         self.state.resumed_at_steps.append(self.state.step)
-        self.record.update(resumed_at_steps=self.state.resumed_at_steps)
+        self.record.update(**{self.resumes_field: self.state.resumed_at_steps})
         self.announce(f"resumed from {path} at step {self.state.step}")
         return True
 

@@ -4,6 +4,7 @@ into stage 1, the weight hand-over, exact resume in either stage, and ``pretrain
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -182,24 +183,53 @@ def test_fine_tuning_starts_from_the_pretrained_encoder_bit_for_bit_with_a_fresh
         assert torch.equal(fresh_head[name], tensor), f"the head is a fresh one, as from scratch: {name}"
 
 
-@pytest.mark.parametrize("fault", ["step:4", "checkpoint_write:3", "step:10"],
-                         ids=["in stage 1", "while the encoder is written", "in stage 2"])
-def test_a_run_killed_in_either_stage_resumes_to_the_uninterrupted_result(tmp_path, data_dir, uninterrupted_spt, fault):
+# (the fault, the pretrain_resumed_at_steps and resumed_at_steps its resume records): a kill anywhere from
+# stage 1 to stage 2's first checkpoint, the stage's end included, resumes to the uninterrupted result with a
+# record that says both stages completed and where it resumed. Stage 1 checkpoints at its steps 3 and 6.
+KILLS = {
+    "in stage 1": ("step:4", [3], []),
+    "while the encoder is written": ("checkpoint_write:3", [6], []),  # no encoder: stage 1 ends again from step 6
+    "after the encoder, before the stage's record of its end": ("encoder_written:1", [6], []),  # so does this one
+    "after the stage's record of its end, before the run's": ("stage_recorded:1", [], [0]),  # stage 2 from step 0
+    "in stage 2 before its first checkpoint": ("step:7", [], [0]),
+    "in stage 2": ("step:10", [], [3]),
+}
+
+
+@pytest.mark.parametrize("fault,pretrain_resumed,resumed", KILLS.values(), ids=KILLS.keys())
+def test_a_run_killed_in_either_stage_or_between_them_resumes_to_the_uninterrupted_result(
+        tmp_path, data_dir, uninterrupted_spt, fault, pretrain_resumed, resumed):
     killed = run_command(["lra-train", *STAGE_ONE, "pretrain=masked"], tmp_path, data_dir,
                          env_extra={"LRA_FAULT": fault}, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     (run,) = run_dirs(tmp_path)
     run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
     record, expected = read_json(run / "metrics.json"), read_json(uninterrupted_spt / "metrics.json")
-    for key in ("status", "steps", "best_val_accuracy", "test_accuracy", "pretrain_steps", "pretrain_loss",
-                "pretrain_history", "pretrain_encoder_sha256", "label"):
+    for key in ("status", "pretrain_status", "steps", "best_val_accuracy", "test_accuracy", "pretrain_steps",
+                "pretrain_loss", "pretrain_history", "pretrain_encoder_sha256", "label"):
         assert record[key] == expected[key], key
-    resumed = {"step:4": ([3], []), "checkpoint_write:3": ([6], []), "step:10": ([], [3])}[fault]
-    assert (record["pretrain_resumed_at_steps"], record["resumed_at_steps"]) == resumed
+    assert (record["pretrain_resumed_at_steps"], record["resumed_at_steps"]) == (pretrain_resumed, resumed)
     assert not list(run.rglob("*.tmp")), "no temporary file may survive"
     expected_weights = final_weights(uninterrupted_spt)
     for name, tensor in final_weights(run).items():
         assert torch.equal(tensor, expected_weights[name]), name
+
+
+def test_a_signal_after_the_encoder_is_written_is_raised_once_the_record_says_stage_one_finished(
+        tmp_path, data_dir, uninterrupted_spt):
+    """SIGTERM after the stage's own record of its end: held until metrics.json says so too, so the record of
+    the interrupted run says stage 1 completed and stage 2 was interrupted; the resume completes it exactly."""
+    stopped = run_command(["lra-train", *STAGE_ONE, "pretrain=masked"], tmp_path, data_dir,
+                          env_extra={"LRA_FAULT": "stage_recorded:1:SIGTERM"}, check=False)
+    errors = [line for line in stopped.stderr.splitlines() if line.startswith("error:")]
+    assert stopped.returncode == 143 and errors == [errors[-1]] and errors[0].startswith("error: interrupted (SIGTERM)")
+    (run,) = run_dirs(tmp_path)
+    record = read_json(run / "metrics.json")
+    assert (record["status"], record["pretrain_status"], record["pretrain_steps"]) == ("interrupted", "completed", 6)
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    record, expected = read_json(run / "metrics.json"), read_json(uninterrupted_spt / "metrics.json")
+    assert (record["status"], record["pretrain_status"], record["resumed_at_steps"]) == ("completed", "completed", [0])
+    assert record["test_accuracy"] == expected["test_accuracy"]
 
 
 def test_pretrain_from_fine_tunes_a_finished_stage_one_exactly_as_the_one_command_run(tmp_path, data_dir,
@@ -207,7 +237,8 @@ def test_pretrain_from_fine_tunes_a_finished_stage_one_exactly_as_the_one_comman
     run_command(["lra-train", *STAGE_ONE, f"pretrain.from={uninterrupted_spt}"], tmp_path, data_dir)
     (run,) = run_dirs(tmp_path)
     record, source = read_json(run / "metrics.json"), read_json(uninterrupted_spt / "metrics.json")
-    assert sorted(p.name for p in (run / "pretrain").iterdir()) == ["encoder.pt"], "nothing is pretrained again"
+    assert sorted(p.name for p in (run / "pretrain").iterdir()) == ["encoder.pt", "finished.json"], \
+        "nothing is pretrained again"
     assert record["pretrain_from"] == str(uninterrupted_spt) and record["label"] == "Softmax +SPT"
     assert record["pretrain_encoder_sha256"] == source["pretrain_encoder_sha256"]
     assert record["test_accuracy"] == source["test_accuracy"]
@@ -254,11 +285,97 @@ def test_pretrain_from_refuses_an_encoder_that_is_not_the_one_its_record_names(t
     assert f"{encoder} is not the encoder that run's record names" in errors[0]
     assert not (tmp_path / "new" / "metrics.json").exists() and not (tmp_path / "new" / "pretrain").exists()
     assert encoder.read_bytes() == replaced, "the source is left as it was"
-    record = read_json(source / "metrics.json")
-    del record["pretrain_encoder_sha256"]  # a record that names no encoder: nothing to check it against
-    (source / "metrics.json").write_text(json.dumps(record))
-    with pytest.raises(UserError, match="names no SHA-256 of .*encoder.pt"):
+    finished = json.loads((source / "pretrain" / "finished.json").read_text())
+    finished["encoder_sha256"] = hashlib.sha256(replaced).hexdigest()  # the stage's record made to name it too
+    (source / "pretrain" / "finished.json").write_text(json.dumps(finished))
+    with pytest.raises(UserError, match="its metrics.json names another encoder .* than its pretrain/finished.json"):
         validate(compose_config(*STAGE_ONE, f"pretrain.from={source}", f"data_dir={data_dir}"))
+
+
+def error_lines(result):
+    return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+
+def test_pretrain_from_refuses_a_source_stopped_while_stage_one_ended_and_reads_one_stopped_after_it(
+        tmp_path, data_dir, uninterrupted_spt):
+    """A source killed after writing its encoder but before recording the stage's end: refused with one line
+    (exit 2, the dry run too, nothing written) that names the resume finishing it. A source killed after
+    the stage's own record of its end, whose metrics.json still says pretrain_status running: its stage is
+    read as finished, and the fine-tune's record says completed and equals the one-command run."""
+    sources = {}
+    for fault in ("encoder_written:1", "stage_recorded:1"):
+        killed = run_command(["lra-train", *STAGE_ONE, "pretrain=masked", f"hydra.run.dir={fault[:7]}"], tmp_path,
+                             data_dir, env_extra={"LRA_FAULT": fault}, check=False)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        sources[fault] = tmp_path / fault[:7]
+        assert read_json(sources[fault] / "metrics.json")["pretrain_status"] == "running"
+    unfinished = sources["encoder_written:1"]
+    command = ["lra-train", *STAGE_ONE, f"pretrain.from={unfinished}", "hydra.run.dir=new"]
+    real = run_command(command, tmp_path, data_dir, check=False)
+    dry = run_command([*command, "--cfg", "job"], tmp_path, data_dir, check=False)
+    (line,) = error_lines(real)
+    assert real.returncode == dry.returncode == 2 and error_lines(dry) == [line] and dry.stdout == "", real.stderr
+    assert line.startswith(f"error: pretrain.from={unfinished} stopped while its pretraining stage ended") and \
+        f"finish that stage with `lra-train resume={unfinished}`" in line, line
+    assert not (tmp_path / "new").exists(), "a refused config leaves no folder"
+    run_command(["lra-train", *STAGE_ONE, f"pretrain.from={sources['stage_recorded:1']}", "hydra.run.dir=fine-tuned"],
+                tmp_path, data_dir)
+    record, expected = read_json(tmp_path / "fine-tuned" / "metrics.json"), read_json(uninterrupted_spt / "metrics.json")
+    assert (record["status"], record["pretrain_status"]) == ("completed", "completed")
+    for key in ("pretrain_steps", "pretrain_history", "pretrain_encoder_sha256", "test_accuracy", "best_val_accuracy"):
+        assert record[key] == expected[key], key
+
+
+def test_stage_one_is_finished_when_its_folder_says_so_whatever_the_status_in_its_record(tmp_path, uninterrupted_spt):
+    """finished_stage decides from the folder: the stage's record of its end (pretrain/finished.json) beside
+    its encoder; for a run from before that file, a metrics.json naming the encoder's SHA-256 (also one whose
+    pretrain_status a killed run left at running); an unreadable finished.json (damaged, a FIFO) is one line."""
+    import shutil
+
+    from lra.errors import UserError
+    from lra.pretraining import finished_stage
+
+    run = tmp_path / "run"
+    shutil.copytree(uninterrupted_spt, run)
+    stage = finished_stage(run)
+    assert stage.fields["pretrain_status"] == "completed" and stage.encoder == run / "pretrain" / "encoder.pt"
+    assert stage.sha256 == hashlib.sha256(stage.encoder.read_bytes()).hexdigest() == stage.fields["pretrain_encoder_sha256"]
+    assert stage.fields["pretrain_steps"] == 6 and stage.fields["pretrain_resumed_at_steps"] == []
+    record = read_json(run / "metrics.json")
+    (run / "metrics.json").write_text(json.dumps(record | {"pretrain_status": "running"}))
+    assert finished_stage(run).fields == stage.fields, "the folder decides, not the record's status"
+    (run / "pretrain" / "finished.json").unlink()  # a run from before the stage recorded its own end
+    assert finished_stage(run).fields["pretrain_status"] == "completed" and finished_stage(run).sha256 == stage.sha256
+    (run / "metrics.json").write_text(json.dumps(record | {"pretrain_encoder_sha256": None}))
+    assert finished_stage(run) is None, "an encoder that no record names: the stage was stopped while it ended"
+    (run / "pretrain" / "finished.json").write_text('{"encoder_sha256": "')
+    with pytest.raises(UserError, match=r"finished.json is unreadable \(JSONDecodeError\); .* delete it and resume"):
+        finished_stage(run)
+    (run / "pretrain" / "finished.json").unlink()
+    os.mkfifo(run / "pretrain" / "finished.json")  # read, it would block forever
+    with pytest.raises(UserError, match=r"finished.json is unreadable \(ValueError\)"):
+        finished_stage(run)
+
+
+def test_a_resume_refuses_a_damaged_record_of_stage_ones_end_and_its_fix_completes_the_run(
+        tmp_path, data_dir, uninterrupted_spt):
+    killed = run_command(["lra-train", *STAGE_ONE, "pretrain=masked", "hydra.run.dir=run"], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "stage_recorded:1"}, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    run, marker = tmp_path / "run", tmp_path / "run" / "pretrain" / "finished.json"
+    marker.write_text(marker.read_text()[:40])
+    before = (run / "metrics.json").read_bytes()
+    refused = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False)
+    (line,) = error_lines(refused)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert line == (f"error: {marker} is unreadable (JSONDecodeError); it records the end of that run's pretraining "
+                    f"stage: delete it and resume the run (lra-train resume={run}), which records the stage's end again")
+    assert (run / "metrics.json").read_bytes() == before, "a refused resume changes nothing"
+    marker.unlink()
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    record, expected = read_json(run / "metrics.json"), read_json(uninterrupted_spt / "metrics.json")
+    assert (record["status"], record["pretrain_status"], record["pretrain_resumed_at_steps"]) == ("completed", "completed", [6])
+    assert record["test_accuracy"] == expected["test_accuracy"] and marker.is_file()
 
 
 @pytest.mark.parametrize("name", attention_zoo.names())
