@@ -23,6 +23,9 @@ The rules:
 - Before a command's edge is reached (its imports: torch alone takes seconds) and after it is left,
   :func:`guard_startup`'s handler ends the process at once with the same line and status: nothing is
   being written then.
+- A process that stops the processes it started may say why before it signals them: it names a file
+  in their environment (:data:`STOP_NOTE`) and writes the reason there (lra-gpu-check's time limit);
+  their interruption then reads ``interrupted (SIGTERM: <that reason>)``.
 """
 
 from __future__ import annotations
@@ -34,19 +37,33 @@ import threading
 from typing import Callable, List, Optional
 
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_NOTE = "LRA_STOP_NOTE"  # a file where the process that started this one writes why it stops it
+
+
+def _noted_cause() -> str:
+    """What the file named by :data:`STOP_NOTE` says (one line, at most 200 characters), or ""."""
+    path = os.environ.get(STOP_NOTE)
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as note:
+            return " ".join(note.read(200).split())
+    except OSError:
+        return ""
 
 
 class Interrupted(KeyboardInterrupt):
     """The process was asked to stop by ``signal_number``. A :class:`KeyboardInterrupt`, so that
     code written for ctrl-C (cleanup in ``except BaseException``, libraries) treats every signal alike."""
 
-    def __init__(self, signal_number: int = signal.SIGINT, advice: str = ""):
+    def __init__(self, signal_number: int = signal.SIGINT, advice: str = "", cause: Optional[str] = None):
         self.signal_number = int(signal_number)
         self.advice = advice  # what to do next, added by the code that knows (e.g. the resume command)
+        self.cause = _noted_cause() if cause is None else cause  # why the signal was sent, where its sender said
         super().__init__(self.signal_name)
 
     def __reduce__(self):  # pickled whole (a launcher returns a job's exception to the sweep)
-        return type(self), (self.signal_number, self.advice)
+        return type(self), (self.signal_number, self.advice, self.cause)
 
     @property
     def signal_name(self) -> str:
@@ -59,7 +76,8 @@ class Interrupted(KeyboardInterrupt):
     @property
     def reason(self) -> str:
         """``interrupted (ctrl-C)``, ``interrupted (SIGTERM)``: the record's error and the console's line."""
-        return "interrupted (ctrl-C)" if self.signal_number == signal.SIGINT else f"interrupted ({self.signal_name})"
+        name = "ctrl-C" if self.signal_number == signal.SIGINT else self.signal_name
+        return f"interrupted ({name}: {self.cause})" if self.cause else f"interrupted ({name})"
 
     def __str__(self) -> str:
         return self.reason + (f"; {self.advice}" if self.advice else "")

@@ -4,10 +4,10 @@
     lra-gpu-check --plan                                   # the steps, their commands and time limits; runs nothing
     lra-gpu-check --device cpu --quick                     # the same pipeline, small, on CPU (the test suite runs it)
     lra-gpu-check --reference [--jobs-per-gpu 4]           # the long part: every backend's reference ListOps run
-    lra-gpu-check --reference --rows softmax,yoso_32 --seeds 0,1 --limit-s 540   # a slice that fits one device command
+    lra-gpu-check --reference --rows softmax,yoso_32 --seeds 0,1 --limit-s 520   # a slice that fits one device command
 
 Steps, each a real command in a process group of its own with a time limit (the whole group is
-killed when it runs over; a failed or timed-out step is recorded and the check goes on; benchmarks
+stopped when it runs over, below; a failed or timed-out step is recorded and the check goes on; benchmarks
 write their rows as they measure them, so a cut step keeps what it measured): the kernel build
 (build.log), the CUDA kernel, AMP, CUDA-graph and a small compile subset of the tests (pytest.log),
 the YOSO kernel benchmark against eager softmax and SDPA (kernels.md; kernels_bert.md at the
@@ -16,22 +16,29 @@ backend (profile.csv, profile.png), a short concurrent ListOps sweep of every ba
 per GPU (sweep.md); summary.md says what ran, how long, and what failed. ``--reference`` instead
 sweeps ``experiment=yoso_table3 task=listops`` (every row of the YOSO paper's Table 3 or ``--rows``, the
 seeds of ``--seeds``; 5,000 steps, n = 2048) into reference.md, and packs every run's record (its
-metrics.json, under its job's folder) into reference-records.tar.gz: slices run on different machines
-or days make one table together (``lra-table`` over the unpacked records).
+metrics.json, with the resolved config it trained, config.yaml, and its overrides.yaml) into
+reference-records.tar.gz: slices run on different machines or days make one table together
+(``lra-table`` over the unpacked records). Its options and overrides are checked before anything runs,
+every job's config composed and validated as ``lra-train`` validates it (lra/commands/reference_slice.py).
+
+A step stops as a user's ctrl-C stops a command (lra/signals.py): at its time limit its process group
+is sent SIGTERM (and SIGCONT, for a stopped process), and a signal to this command (SIGINT, SIGTERM,
+SIGHUP) is passed on to it; the step then has a bounded grace period to end (every lra-train run records
+``interrupted``, with the time limit as the reason at a cut) before what is left is killed. The same
+command with the same ``--sweep-dir`` continues a cut or interrupted slice, each unfinished run resumed.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import platform
-import re
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -41,12 +48,14 @@ from typing import List, Optional
 import attention_zoo
 from lra import signals
 from lra.commands.config_errors import at_the_edge
+from lra.commands.reference_slice import Slice, check_sweep_dir, listed, pack_records, table3_rows, TABLE3_ROWS
 from lra.io import check_output_folder
-from lra.records import REPO_ROOT, git_commit, read_record
+from lra.records import REPO_ROOT, git_commit
 
 OUTPUTS = ("summary.md", "build.log", "pytest.log", "kernels.md", "kernels_bert.md", "profile.csv", "profile.png",
            "sweep.md", "reference.md", "reference-records.tar.gz")
-TABLE3_ROWS = REPO_ROOT / "conf" / "row" / "yoso_table3"  # the rows of `experiment=yoso_table3`
+STOP_GRACE_S = 5  # how long a step stopped by a signal may take to end before it is killed
+REFERENCE_GRACE_S = 30  # a reference slice's: its runs record `interrupted` (seconds on a GPU), kept for a resume
 
 
 @dataclass
@@ -57,9 +66,12 @@ class Step:
     output: Optional[str] = None  # the file its standard output and error go to
     basis: str = ""  # why this limit
     cwd: Optional[Path] = None
+    grace_s: float = STOP_GRACE_S  # once stopped by a signal, how long it may take to end before it is killed
+    limit_name: str = ""  # what its time limit is called where a run records why it was stopped
     seconds: float = 0.0
     status: str = "not run"
-    notes: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)  # what it printed last (summary.md quotes it)
+    advice: List[str] = field(default_factory=list)  # what became of it and what to do next
 
 
 def _tool(name: str) -> str:
@@ -67,7 +79,7 @@ def _tool(name: str) -> str:
 
 
 # Time limits on an H100 (seconds) and why: 9 minutes in all (a device command may run 10). Three steps run
-# every backend, so their limits are counted from attention_zoo.names() (issue 44's audit found them still
+# every backend, so their limits are counted from attention_zoo.names() (an audit once found them still
 # sized for 14 backends when 19 were registered; test_gpu_check checks the counts in the reasons). Measured
 # on 2026-11-27 (the first GPU run, commit 75da463, torch 2.11.0+cu130): build 47 s (H100) and 36 s (H200),
 # kernel benchmark 41 s, BERT shape 19 s, sweep 75 s (H100); profile 4-12 s a backend, 17 backends in 115 s
@@ -110,7 +122,7 @@ def limits(backends: int, jobs_per_gpu: int) -> dict:
         "sweep": (SWEEP_ROUND_S * rounds,
                   f"{backends} jobs, {jobs_per_gpu} per GPU: {rounds} rounds of ~10 s start-up (a 3,200-example "
                   f"generated set) and 100 steps at n = 2,048 (YOSO's attention 2 x 2.1 ms a step projected, "
-                  f"2 x 12.9 ms with the kernels before issue 44: <= 3 s) and two evaluations: ~{SWEEP_ROUND_S} s "
+                  f"2 x 12.9 ms with the earlier kernels: <= 3 s) and two evaluations: ~{SWEEP_ROUND_S} s "
                   f"a round"),
     }
 
@@ -179,71 +191,90 @@ def describe(steps: List[Step]) -> str:
     for step in steps:
         lines += [f"{step.name}: {step.limit_s:.0f} s" + (f" ({step.basis})" if step.basis else ""),
                   "    $ " + " ".join(step.command)]
-    lines.append(f"in all: {sum(s.limit_s for s in steps):.0f} s at most")
+    lines.append(f"in all: {sum(s.limit_s for s in steps):.0f} s at most (a step cut at its limit has "
+                 f"{max(s.grace_s for s in steps):.0f} s more to stop)")
     return "\n".join(lines)
 
 
-def table3_rows() -> List[str]:
-    return sorted(path.stem for path in TABLE3_ROWS.glob("*.yaml"))
-
-
-def reference_plan(device: str, jobs_per_gpu: int, scratch: Path, rows: Optional[List[str]] = None,
-                   seeds: str = "0", limit_s: float = 24 * 3600, overrides: Optional[List[str]] = None,
-                   sweep_dir: Optional[Path] = None) -> List[Step]:
-    """The reference ListOps runs of ``rows`` (default: every Table 3 row) for each of ``seeds``; ``overrides``
-    go to each run after the reference setup's (a smoke test's shorter runs). The sweep folder is
-    ``sweep_dir`` when given (kept; the same command continues it: finished runs kept, cut ones resumed),
-    else a scratch folder removed at the end."""
-    selected = rows or table3_rows()
-    return [Step("reference ListOps", [_tool("lra-train"), "-m", "hydra/launcher=local_gpus",
-                                       f"hydra.launcher.jobs_per_gpu={jobs_per_gpu}", "experiment=yoso_table3",
-                                       "task=listops", f"row={','.join('yoso_table3/' + row for row in selected)}",
-                                       f"seed={seeds}", f"trainer.device={device}", "logger=none",
-                                       *(overrides or []), f"hydra.sweep.dir={sweep_dir or scratch / 'reference'}"],
-                 limit_s,
-                 basis=f"{len(selected)} rows x seeds {seeds}, {jobs_per_gpu} jobs per GPU")]
-
-
-def pack_records(sweep: Path, target: Path) -> int:
-    """Every run's metrics.json under ``sweep`` into the gzipped tar ``target``, each in a folder named by its
-    label and seed (``yoso-32-seed0/metrics.json``; the job's folder where the record is unreadable), so the
-    slices of several machines unpack side by side; the number packed."""
-    records = sorted(sweep.rglob("metrics.json"))
-    with tarfile.open(target, "w:gz") as archive:
-        for record in records:
-            fields = read_record(record.parent)
-            name = (re.sub(r"[^a-z0-9]+", "-", f"{fields['label']}-seed{fields.get('seed')}".lower()).strip("-")
-                    if isinstance(fields.get("label"), str) else f"job-{record.parent.relative_to(sweep)}")
-            archive.add(record, arcname=f"{name}/metrics.json")
-    return len(records)
+def reference_plan(planned: Slice, scratch: Path, limit_s: float = 24 * 3600, sweep_dir: Optional[Path] = None,
+                   jobs: Optional[int] = None) -> List[Step]:
+    """The reference ListOps runs of the slice ``planned`` (``jobs`` of them, when counted). The sweep folder
+    is ``sweep_dir`` when given (kept; the same command continues it: finished runs kept, cut or interrupted
+    ones resumed), else a scratch folder removed at the end."""
+    counted = f"{jobs} jobs: " if jobs is not None else ""
+    return [Step("reference ListOps", [_tool("lra-train"), "-m", *planned.command(sweep_dir or scratch / "reference")],
+                 limit_s, grace_s=REFERENCE_GRACE_S, limit_name=f"the slice's time limit, --limit-s {limit_s:g}",
+                 basis=f"{counted}{len(planned.rows)} rows x seeds {','.join(planned.seeds)}, {planned.jobs_per_gpu} "
+                       f"jobs per GPU")]
 
 
 def run_step(step: Step, out: Path) -> None:
-    """Run ``step`` in a new session (its own process group): on its time limit, or when this process is
-    interrupted, the whole group is killed, so no GPU work outlives its step."""
+    """Run ``step`` in a new session (its own process group). At its time limit, or when this process is
+    interrupted, the group is stopped as ctrl-C stops a command (:func:`stop_group`), and whatever is
+    left of it is killed, so no GPU work outlives its step."""
     if not step.command:
         step.status = "skipped"
         return
     started = time.perf_counter()
     step.status = "running"
     target = out / step.output if step.output else out / ".step.log"
-    with open(target, "w") as log:
-        log.write("$ " + " ".join(step.command) + "\n")
-        log.flush()
-        process = subprocess.Popen(step.command, stdout=log, stderr=subprocess.STDOUT, cwd=step.cwd,
-                                   start_new_session=True)
+    handle, note = tempfile.mkstemp(prefix="lra-gpu-check-stop-", suffix=".txt")  # why it was stopped, if it is
+    os.close(handle)
+    try:
+        with open(target, "w") as log:
+            log.write("$ " + " ".join(step.command) + "\n")
+            log.flush()
+            process = subprocess.Popen(step.command, stdout=log, stderr=subprocess.STDOUT, cwd=step.cwd,
+                                       start_new_session=True, env={**os.environ, signals.STOP_NOTE: note})
+            try:
+                try:
+                    code = process.wait(timeout=step.limit_s)
+                    step.status = "passed" if code == 0 else f"failed (exit {code})"
+                except subprocess.TimeoutExpired:
+                    step.status = f"timed out after {step.limit_s:.0f} s"
+                if step.status.startswith("timed out"):
+                    Path(note).write_text(step.limit_name or f"lra-gpu-check's {step.limit_s:g} s limit for its "
+                                                             f"{step.name} step")
+                    stop_group(process, signal.SIGTERM, step.grace_s)
+            except KeyboardInterrupt as exc:
+                stop_group(process, signals.as_interrupted(exc).signal_number, step.grace_s)
+                raise
+            finally:
+                with signals.deferred():  # a signal now is raised once the group is gone
+                    _kill_group(process)
+                step.seconds = time.perf_counter() - started
+    finally:
+        os.unlink(note)
+        if step.status != "passed":
+            step.notes.append(_tail(target))
+        if not step.output:
+            target.unlink()
+
+
+def stop_group(process: subprocess.Popen, number: int, grace_s: float) -> None:
+    """The signal policy's stop (lra/signals.py) for a step's process group: ``number`` to each of its
+    processes, as a terminal's ctrl-C reaches each process of its job, and SIGCONT (a stopped process takes
+    a signal only once it runs again); then up to ``grace_s`` seconds for the group to end, each lra-train run
+    recording ``interrupted``. A signal to this process meanwhile is raised once the wait is over."""
+    for number_sent in (number, signal.SIGCONT):
         try:
-            code = process.wait(timeout=step.limit_s)
-            step.status = "passed" if code == 0 else f"failed (exit {code})"
+            os.killpg(process.pid, number_sent)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + grace_s
+    interrupted = None
+    while True:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            while _group_alive(process.pid) and time.monotonic() < deadline:  # what the step started, too
+                time.sleep(0.05)
+            break
         except subprocess.TimeoutExpired:
-            step.status = f"timed out after {step.limit_s:.0f} s"
-        finally:
-            _kill_group(process)
-            step.seconds = time.perf_counter() - started
-    if step.status != "passed":
-        step.notes.append(_tail(target))
-    if not step.output:
-        target.unlink()
+            break
+        except KeyboardInterrupt as exc:  # the policy's first signal here: the runs still record, then it is raised
+            interrupted = interrupted or exc
+    if interrupted is not None:
+        raise interrupted
 
 
 def _kill_group(process: subprocess.Popen, patience_s: float = 30.0) -> None:
@@ -300,6 +331,21 @@ def collect(steps: List[Step], out: Path, scratch: Path, reference_dir: Optional
                 step.notes.append(_tail(out / target))
 
 
+def stopped_slice_note(step: Step, sweep_dir: Optional[Path]) -> str:
+    """What became of a reference slice that was cut or interrupted, and how it goes on."""
+    if sweep_dir is None:
+        return ("Each run it was running recorded `interrupted` (reference-records.tar.gz); their checkpoints were in "
+                "a scratch folder, now removed: pass --sweep-dir to keep a slice that can be continued.")
+    return (f"Each run it was running recorded `interrupted` ({step.status}); the same command continues the slice "
+            f"in {sweep_dir}: finished runs are kept, unfinished ones resume from their last checkpoints.")
+
+
+def error_line(step: Step) -> Optional[str]:
+    """The last ``error:`` line a failed step printed (the command's own words for what went wrong)."""
+    lines = [line.strip() for note in step.notes for line in note.splitlines() if line.strip().startswith("error:")]
+    return lines[-1] if lines else None
+
+
 def summary(steps: List[Step], device: str, quick: bool, total_s: float) -> str:
     import torch
 
@@ -309,13 +355,16 @@ def summary(steps: List[Step], device: str, quick: bool, total_s: float) -> str:
              f"{total_s:.0f} s in all", "", "| step | status | seconds | output |", "|:--|:--|--:|:--|"]
     lines += [f"| {s.name} | {s.status} | {s.seconds:.1f} | {s.output or '-'} |" for s in steps]
     for s in steps:
+        if s.notes or s.advice:
+            lines += ["", f"## {s.name}: {s.status}"]
         if s.notes:
-            lines += ["", f"## {s.name}: {s.status}", "", "```", *s.notes, "```"]
+            lines += ["", "```", *s.notes, "```"]
+        if s.advice:
+            lines += ["", *s.advice]
     return "\n".join(lines) + "\n"
 
 
-@at_the_edge
-def main(argv=None) -> int:
+def options() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lra-gpu-check", description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="Writes into --out: " + ", ".join(OUTPUTS) + " (those of the steps run).")
@@ -323,66 +372,100 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (the test suite's CPU run)")
     parser.add_argument("--reference", action="store_true", help="run only the long part: every backend's reference ListOps run")
     parser.add_argument("--jobs-per-gpu", type=int, default=4)
-    parser.add_argument("--rows", default="", help="with --reference: Table 3 rows, comma-separated (default every "
+    parser.add_argument("--rows", default=None, help="with --reference: Table 3 rows, comma-separated (default every "
                         "row of conf/row/yoso_table3)")
-    parser.add_argument("--seeds", default="0", help="with --reference: seeds, comma-separated (default 0)")
+    parser.add_argument("--seeds", default=None, help="with --reference: seeds, comma-separated (default 0)")
     parser.add_argument("--sweep-dir", type=Path, default=None,
                         help="with --reference: the sweep's folder, kept (default a scratch folder); the same command "
                         "continues it, here or on another machine it was unpacked on at the same path")
-    parser.add_argument("--limit-s", type=float, default=24 * 3600,
-                        help="with --reference: the sweep's time limit in seconds (default a day; on a lent device "
-                        "machine, under its command limit)")
+    parser.add_argument("--limit-s", type=float, default=None,
+                        help=f"with --reference: the sweep's time limit in seconds (default a day; on a lent device "
+                        f"machine, under its command limit less {REFERENCE_GRACE_S} s for the runs to record a cut and "
+                        f"the table's few seconds)")
     parser.add_argument("overrides", nargs="*", help="with --reference: Hydra overrides for its runs, after the "
-                        "reference setup's (e.g. trainer.max_steps=100 for a shorter check)")
+                        "reference setup's (e.g. trainer.max_steps=100 for a shorter check), checked as lra-train checks them")
     parser.add_argument("--plan", action="store_true", help="print the steps, their commands and limits; run nothing")
     parser.add_argument("--out", type=Path, default=None, help="default: runs/gpu-check/<date>/<time>")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def checked_slice(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optional[Slice]:
+    """The options' own rules (argparse's line and exit 2), then, for --reference, the slice they choose."""
     if args.jobs_per_gpu < 1:
         parser.error(f"--jobs-per-gpu {args.jobs_per_gpu}: it must be >= 1")
-    rows = [row.strip() for row in args.rows.split(",") if row.strip()]
-    unknown = sorted(set(rows) - set(table3_rows()))
-    if unknown:
-        parser.error(f"--rows {','.join(unknown)}: not a row of {TABLE3_ROWS.relative_to(REPO_ROOT)}; the rows are "
-                     f"{', '.join(table3_rows())}")
-    if (rows or args.seeds != "0" or args.limit_s != 24 * 3600 or args.overrides or args.sweep_dir) and not args.reference:
-        parser.error("--rows, --seeds, --limit-s, --sweep-dir and overrides choose the --reference runs: add --reference")
-    if not all(seed.strip().isdigit() for seed in args.seeds.split(",")):
-        parser.error(f"--seeds {args.seeds!r}: whole numbers, comma-separated (e.g. 0,1,2)")
-    if args.limit_s <= 0:
-        parser.error(f"--limit-s {args.limit_s:g}: it must be > 0")
-    sweep_dir = args.sweep_dir.resolve() if args.sweep_dir else None
-    reference = lambda scratch: reference_plan(args.device, args.jobs_per_gpu, scratch, rows,  # noqa: E731
-                                               args.seeds.replace(" ", ""), args.limit_s, args.overrides, sweep_dir)
-    if args.plan:
-        scratch = Path(tempfile.gettempdir()) / "lra-gpu-check-<scratch>"
-        steps = reference(scratch) if args.reference else plan(args.device, args.quick, args.jobs_per_gpu, scratch)
-        print(describe(steps))
-        return 0
-    if args.device == "cuda":
+    if args.limit_s is not None and not (math.isfinite(args.limit_s) and args.limit_s > 0):
+        parser.error(f"--limit-s {args.limit_s:g}: it must be a finite number of seconds > 0")
+    chosen = [name for name, value in (("--rows", args.rows), ("--seeds", args.seeds), ("--limit-s", args.limit_s),
+                                       ("--sweep-dir", args.sweep_dir), ("overrides", args.overrides or None))
+              if value is not None]
+    if not args.reference:
+        if chosen:
+            parser.error(f"{', '.join(chosen)}: only for the --reference runs; add --reference")
+        return None
+    if args.quick:
+        parser.error("--quick makes the check's own steps small; --reference runs the reference slice, made short by "
+                     "overrides (e.g. -- trainer.max_steps=100): give one of them")
+    rows = listed("--rows", args.rows, table3_rows(), lambda row: None if row in table3_rows() else (
+        f"not a row of {TABLE3_ROWS.relative_to(REPO_ROOT)}; the rows are {', '.join(table3_rows())}"), parser.error)
+    seeds = listed("--seeds", args.seeds, ["0"], lambda seed: None if seed.isdigit() else (
+        "not a whole number >= 0; seeds are whole numbers, comma-separated (e.g. 0,1,2)"), parser.error)
+    return Slice(rows, seeds, list(args.overrides), args.device, args.jobs_per_gpu)
+
+
+@at_the_edge
+def main(argv=None) -> int:
+    parser = options()
+    args = parser.parse_args(argv)
+    planned = checked_slice(parser, args)
+    if args.device == "cuda" and not args.plan:
         import torch
 
         if not torch.cuda.is_available():
-            parser.error("no CUDA device on this machine: run lra-gpu-check on a GPU machine, or --device cpu --quick")
+            parser.error("no CUDA device on this machine: run lra-gpu-check on a GPU machine, or --device cpu"
+                         + ("" if args.reference else " --quick"))
+    jobs = None
+    if planned is not None:  # lra-train's refusal of any job's config, with its line, before anything runs
+        import torch
+
+        jobs = planned.check(assume_cuda=args.plan and args.device == "cuda" and not torch.cuda.is_available())
+    limit_s = args.limit_s if args.limit_s is not None else 24 * 3600
+    sweep_dir = args.sweep_dir.resolve() if args.sweep_dir else None
+    make_steps = (lambda scratch: reference_plan(planned, scratch, limit_s, sweep_dir, jobs)) if planned else (
+        lambda scratch: plan(args.device, args.quick, args.jobs_per_gpu, scratch))
+    if args.plan:
+        print(describe(make_steps(Path(tempfile.gettempdir()) / "lra-gpu-check-<scratch>")))
+        return 0
     out = args.out or Path("runs") / "gpu-check" / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     check_output_folder(out, "--out")  # a file there, a read-only disk: one line, before any step runs
+    if sweep_dir is not None:
+        check_sweep_dir(sweep_dir, planned, out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lra-gpu-check-") as scratch_name:
         scratch = Path(scratch_name)
-        steps = reference(scratch) if args.reference else plan(args.device, args.quick, args.jobs_per_gpu, scratch)
+        steps = make_steps(scratch)
         try:
             for step in steps:
                 print(f"[lra-gpu-check] {step.name} ...", flush=True)
                 run_step(step, out)
                 print(f"[lra-gpu-check] {step.name}: {step.status} ({step.seconds:.0f} s)", flush=True)
+                if error_line(step):
+                    print(f"[lra-gpu-check] {step.name} said: {error_line(step)}", flush=True)
+                if planned is not None and step.status.startswith("timed out"):
+                    step.advice.append(stopped_slice_note(step, sweep_dir))
             collect(steps, out, scratch, sweep_dir)
-        except KeyboardInterrupt as exc:  # SIGINT, SIGTERM, SIGHUP: the step's group is killed; what ran is summarized
+        except KeyboardInterrupt as exc:  # SIGINT, SIGTERM, SIGHUP: the step was stopped; what ran is summarized
             interrupted = signals.as_interrupted(exc)
             for step in steps:
                 if step.status == "running":
                     step.status = interrupted.reason
+                    if planned is not None:
+                        step.advice.append(stopped_slice_note(step, sweep_dir))
+            if planned is not None and (sweep_dir or scratch / "reference").is_dir():
+                pack_records(sweep_dir or scratch / "reference", out / "reference-records.tar.gz")
             (out / "summary.md").write_text(summary(steps, args.device, args.quick, time.perf_counter() - started))
-            interrupted.advice = f"the steps that finished are summarized in {out / 'summary.md'}"
+            interrupted.advice = f"the steps that finished are summarized in {out / 'summary.md'}" + (
+                f"; continue the slice with the same command" if sweep_dir is not None else "")
             raise interrupted from None
     (out / "summary.md").write_text(summary(steps, args.device, args.quick, time.perf_counter() - started))
     print(f"[lra-gpu-check] wrote {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}")
