@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from attention_zoo import _yoso_ops as ops
 from attention_zoo.yoso import draw, hash_codes
-from lra.benchmarks.yoso_kernels_after import table_rows
+from lra.benchmarks.yoso_cost.kernels import table_rows
 from simt import emulation
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
@@ -351,49 +351,3 @@ def test_head_dim_0_returns_early_on_the_host():
                             "key_weight": ones, "grad": empty},
                            {"B": 2, "m": 3, "nq": 5, "nk": 5, "d": 0, "dv": 0, "tau": 3, "workspace_bytes": 2**20})
     assert all(result.outputs[name].size == 0 for name in ("grad_q", "grad_k", "grad_v")) and not result.launches
-
-
-def test_the_cost_models_byte_counts_match_the_emulated_kernels():
-    """python -m lra.benchmarks.yoso_cost projects the GPU time of these kernels from, among other terms,
-    the bytes each one loads, stores and adds atomically (lra.benchmarks.yoso_kernels_after); here its
-    counts, with the bucket statistics of these codes, meet the emulation's, which counts every
-    yoso::load / store / atomic_add: exact where nothing is data-dependent, within 2 % where the model
-    takes a binary search's average length."""
-    from lra.benchmarks import yoso_kernels_after as model
-    from lra.benchmarks.yoso_call import Call, measured
-
-    batch, n, d, dv, m, tau = 2, 200, 32, 32, 8, 8
-    q, k, v, grad, _, draws, codes_q, codes_k = problem(batch, n, d, dv, m, tau, correlation=0.0)
-    every = torch.ones(batch, n)
-    call = measured(Call(batch, n, d, dv, m, tau), codes_q.numpy(), codes_k.numpy())
-    hashed = emulation.run("plain", "fast_hash", {"x": q.numpy(), "diagonals": draws.diagonals.numpy()},
-                           {"B": batch, "n": n, "d": d, "R": draws.diagonals.shape[1], "P": draws.diagonals.shape[3],
-                            "m": m, "tau": tau})
-    both_sides = model.fast_hash(call)  # the model counts q and k; one launch hashes one of them
-    assert hashed.traffic("fast_hash_kernel") == (both_sides.loaded / 2, both_sides.stored / 2)
-    sizes = {"B": batch, "m": m, "tau": tau, "nq": n, "nk": n, "dv": dv, "workspace_bytes": 2**24}
-    forward_arrays = {"codes_q": codes_q.numpy(), "codes_k": codes_k.numpy(),
-                      "weight_q": torch.ones(batch, 1, 1, n).numpy(), "weight_k": every[:, None, None].numpy(),
-                      "values": v.numpy()}
-    for deterministic in (1, 0):
-        forward = emulation.run("plain", "cumulation", forward_arrays,
-                                {**sizes, "p": 1, "mq": 1, "mk": 1, "deterministic": deterministic})
-        backward = emulation.run("plain", "exact_backward", backward_arrays(codes_q, codes_k, q, k, v, every, grad),
-                                 {**sizes, "d": d, "deterministic": deterministic})
-        checks = [(backward, "find_heavy_kernel", model.find_heavy(call)),
-                  (backward, "number_heavy_kernel", model.number_heavy(call))]
-        if deterministic:
-            checks += [(forward, "bucket_rows_kernel", model.bucket_rows(call)),
-                       (forward, "gather_rows_kernel", model.gather_rows(call)),
-                       (backward, "query_gradients_kernel", model.token_gradients(call, "query")),
-                       (backward, "key_gradients_kernel", model.token_gradients(call, "key"))]
-        else:
-            checks += [(forward, "table_cumulation_kernel", model.table_cumulation(call)),
-                       (forward, "slice_lists_kernel", model.slice_lists(call)),
-                       (backward, "run_starts_kernel", model.run_starts(call, 1)[1]),  # the keys' only
-                       (backward, "scatter_pairs_kernel", model.scatter_pairs(call))]
-        for result, kernel, modelled in checks:
-            loaded, stored = result.traffic(kernel)
-            assert loaded == pytest.approx(modelled.loaded, rel=0.02), kernel
-            assert stored == pytest.approx(modelled.stored, rel=1e-9, abs=0), kernel
-            assert result.atomics(kernel) == pytest.approx(modelled.added, rel=1e-9, abs=0), kernel

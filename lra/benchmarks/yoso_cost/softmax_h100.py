@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Dict, Tuple
 
-from lra.benchmarks.gpu_model import H100, Machine
+from lra.benchmarks.yoso_cost.gpu import H100, Machine
 
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 # (kernel, direction, head dim) -> TFLOP/s at LENGTHS (FlashAttention-3, Figures 5 and 6 without causal

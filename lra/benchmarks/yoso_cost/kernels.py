@@ -1,25 +1,27 @@
-"""The CUDA kernels of csrc/yoso after issue 44, on paper, as lra.benchmarks.gpu_model counts them: the
+"""The CUDA kernels of csrc/yoso on paper, as :mod:`lra.benchmarks.yoso_cost.gpu` counts them: the
 deterministic sorted path (when torch's deterministic algorithms are on, the trainer's default) and the
 atomic path (the YOSO authors' design, atomicAdd into shared rows). Read from the code (yoso_cuda_hash.cu,
 yoso_cuda_kernels.cu, yoso_cuda_heavy.cu, yoso_cuda_gradients.cu, yoso_cuda_host.cpp); registers from
-ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c). What changed from lra.benchmarks.yoso_kernels_before:
+ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c):
 
 - hashing: a token's padded vector held by P/S lanes, S = 4 coordinates each (P ≤ 128), the transform's
   stages in registers and warp shuffles, positions by shifts and masks; 16 tokens per block at P = 32;
 - chunks of a fixed budget (attention.workspace_mb, not the L2's): the same on every GPU; a chunk's
   tables may outgrow L2, and then their rows go through DRAM;
+- the sorted cumulation: a warp per sorted key position, a bucket's first position summing its
+  weighted values into its row; a warp per query gathering its rows one hash after another;
 - the atomic cumulation: rows indexed by code (2^τ ≤ 2n: no sort), cleared per chunk, a warp per
   (key, hash) adds its value row with atomicAdd, the gather reads a query's rows without searching;
-  since issue 16's H100 profile, where a pair's table fits shared memory in at most 16 slices of the
-  codes (τ ≤ 12 with one channel), two kernels instead: the tokens listed by slice, then the tables in
-  shared memory, the output by atomics;
-- the backward in one pass (since issue 16's profile, a token finds its bucket by one load from each
-  pair's run starts by code where 2^τ ≤ 2n, not a binary search): heavy runs flagged by a thread per sorted key position, numbered by a
-  prefix sum (torch's cumsum), tables only for them; then, deterministic, one launch per gradient over
-  every pair, a team of d/4 lanes per token (its rows in registers, float4 loads) visiting its m
-  hashes; or, atomic, a team per (hash, query) adding each colliding pair's share into ∇K, ∇V and its
-  sum into ∇Q with atomicAdd: from sm_90 on one float4 atomic per lane (a63867c; a 128-byte row, 4
-  sector updates), before sm_90 four 4-byte ones (the same row, 16 sector updates).
+  where a pair's table fits shared memory in at most 16 slices of the codes (τ ≤ 12 with one
+  channel), two kernels instead: the tokens listed by slice, then the tables in shared memory, the
+  output by atomics;
+- the backward in one pass (a token finds its bucket by one load from each pair's run starts by code
+  where 2^τ ≤ 2n, else by a binary search): heavy runs flagged by a thread per sorted key position,
+  numbered by a prefix sum (torch's cumsum), tables only for them; then, deterministic, one launch per
+  gradient over every pair, a team of d/4 lanes per token (its rows in registers, float4 loads)
+  visiting its m hashes; or, atomic, a team per (hash, query) adding each colliding pair's share into
+  ∇K, ∇V and its sum into ∇Q with atomicAdd: from sm_90 on one float4 atomic per lane (a 128-byte
+  row, 4 sector updates), before sm_90 four 4-byte ones (the same row, 16 sector updates).
 
 ``loaded``, ``stored`` and ``added`` count the bytes the threads load, store and add atomically, as the
 CPU emulation counts them (every lane of a team loads the code and walks the binary search itself).
@@ -30,13 +32,23 @@ from __future__ import annotations
 import math
 from typing import List, Optional, Tuple
 
-from lra.benchmarks import yoso_kernels_before as before
-from lra.benchmarks.gpu_model import H100, SECTOR, Kernel, Machine, streaming
-from lra.benchmarks.yoso_call import WARP, Call, dependent_latency, max_of_poisson, torch_sort
+from lra.benchmarks.yoso_cost.call import Call, dependent_latency, max_of_poisson, torch_sort
+from lra.benchmarks.yoso_cost.gpu import H100, SECTOR, WARP, Kernel, Machine, streaming
 
 WORKSPACE_BYTES = 256 * 2**20  # attention.workspace_mb: tables per chunk of (sequence, hash) pairs
 ROWS_PER_BLOCK = 8
 GRADIENT_THREADS = 128
+
+
+def heavy_minimum(c: Call) -> int:
+    """The fewest tokens one side of a heavy bucket can have (yoso_math.h's heavy_side_minimum): a bucket
+    is heavy where a table costs less than visiting its pairs, which takes keys·(dv + 2d) > 2·dv·d."""
+    return 2 * c.dv * c.d // (c.dv + 2 * c.d) + 1
+
+
+def chunk_batches(c: Call, chunk: int) -> float:
+    """Sequences per chunk of pairs (a chunk may start and end inside a sequence's hashes)."""
+    return min(c.B, chunk / c.m + 1) if chunk < c.pairs else c.B
 
 
 def team_lanes(c: Call) -> int:
@@ -138,15 +150,25 @@ def table_cumulation(c: Call, machine: Machine = H100) -> Kernel:
 
 
 def bucket_rows(c: Call, machine: Machine = H100) -> Kernel:
-    """Deterministic: before's bucket_rows (38 registers), its rows through DRAM where the chunk's
-    tables outgrow L2."""
+    """Deterministic: a warp per sorted key position of a chunk's pairs (every lane reads the code and
+    its predecessor); a bucket's first position sums w_j v_j into its row: per value coordinate the
+    run's codes (and the one after), order, weight and value. Its rows go through DRAM where the
+    chunk's tables outgrow L2."""
+    b = c.stats
     _, rows, chunk = cumulation_plan(c, False)
-    kernel = before.bucket_rows(c, machine)
-    written = c.pairs * c.stats.distinct * c.dv * 4
-    return Kernel(kernel.name, blocks=math.ceil(c.n / ROWS_PER_BLOCK) * chunk, threads=kernel.threads,
-                  launches=math.ceil(c.pairs / chunk), registers=38, instructions=kernel.instructions,
-                  dram_bytes=kernel.dram_bytes + written * _row_miss(c, rows, chunk, machine),
-                  l2_bytes=kernel.l2_bytes, chain=kernel.chain, loaded=kernel.loaded, stored=kernel.stored)
+    slices = math.ceil(c.dv / WARP)
+    longest = max_of_poisson(b.per_query, ROWS_PER_BLOCK)
+    element = machine.l2_latency + 2 * machine.l1_latency
+    written = c.pairs * b.distinct * c.dv * 4
+    return Kernel("bucket_rows", blocks=math.ceil(c.n / ROWS_PER_BLOCK) * chunk, threads=WARP * ROWS_PER_BLOCK,
+                  launches=math.ceil(c.pairs / chunk), registers=38,
+                  instructions=c.pairs * (c.n * 20 + b.distinct * slices * (c.run * 12 + 8)),
+                  dram_bytes=c.pairs * c.n * 8 + c.B * c.n * 4 * (c.dv + 1)
+                  + written * _row_miss(c, rows, chunk, machine),
+                  l2_bytes=c.pairs * (c.n * 2 * SECTOR + b.distinct * slices * (c.run * (3 * SECTOR + 128) + 128)),
+                  chain=machine.l2_latency + (longest + 1) * slices * element,
+                  loaded=c.pairs * 4 * (WARP * (2 * c.n - 1) + c.dv * (4 * c.n + b.distinct - 1)),
+                  stored=written)
 
 
 def rows_cleared(c: Call, machine: Machine = H100) -> Kernel:
@@ -180,13 +202,14 @@ def scatter_rows(c: Call, machine: Machine = H100) -> Kernel:
 
 
 def gather_rows(c: Call, atomic: bool = False, machine: Machine = H100) -> Kernel:
-    """before's gather_rows (56 registers): a lane per hash finds the query's row (direct: its code; else
-    from the run starts, or a binary search where 2^τ > 2n), then the warp reads the rows one hash after
-    another; direct rows are read for every hash."""
+    """A warp per query and sequence of a chunk (56 registers): a lane per hash finds the query's row
+    (direct: its code; else from the run starts, or a binary search where 2^τ > 2n), then the warp reads
+    the rows one hash after another (a branch on the weight between the two loads); direct rows are read
+    for every hash; the output row is read and written once per chunk."""
     b = c.stats
     direct, rows, chunk = cumulation_plan(c, atomic)
     launches = math.ceil(c.pairs / chunk)
-    batches = before.chunk_batches(c, chunk)
+    batches = chunk_batches(c, chunk)
     visits = c.n * launches * batches
     hit = 1.0 if direct else b.hit
     search = 0.0 if direct else run_loads(c) - 1  # a binary search's loads, or none from the run starts
@@ -214,7 +237,7 @@ def find_heavy(c: Call, machine: Machine = H100) -> Kernel:
     heavy_side_minimum keys loads the run's last such key (a longer run, none with uniform codes,
     searches its length and its queries)."""
     positions = c.pairs * c.n
-    minimum = before.heavy_minimum(c)
+    minimum = heavy_minimum(c)
     starts = c.pairs * c.stats.distinct * max(0, c.n - minimum + 1) / c.n
     return Kernel("heavy runs flagged", blocks=positions / 256, threads=256, registers=22,
                   instructions=positions / WARP * 20, dram_bytes=positions * 12, l2_bytes=positions * 12,
@@ -242,7 +265,7 @@ def heavy_search(c: Call, machine: Machine = H100) -> List[Kernel]:
 
 def heavy_capacity(c: Call) -> int:
     """Heavy buckets with tables: at most a pair's tokens over the heavy minimum, and the workspace's."""
-    return min(c.pairs * (c.n // before.heavy_minimum(c)), WORKSPACE_BYTES // 4 // (c.dv * (2 * c.d + 1)))
+    return min(c.pairs * (c.n // heavy_minimum(c)), WORKSPACE_BYTES // 4 // (c.dv * (2 * c.d + 1)))
 
 
 def heavy_grid(c: Call, name: str, machine: Machine, registers: int = 40) -> Kernel:

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import List
 
-from lra.benchmarks.gpu_model import RTX_2080_TI, SECTOR, Kernel, Machine, gemm, streaming
+from lra.benchmarks.yoso_cost.gpu import RTX_2080_TI, SECTOR, Kernel, Machine, gemm, streaming
 
 HEADS, HEAD_DIM, DIM = 12, 64, 768  # BERT-base multi-head attention
 TABLE_ROW = 32 * 4  # the authors' tables hold 32 value coordinates (one warp) per row

@@ -13,9 +13,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import List, Optional
 
-from lra.benchmarks.gpu_model import Kernel, Machine, streaming
-
-WARP = 32
+from lra.benchmarks.yoso_cost.gpu import WARP, Kernel, Machine, streaming
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,16 @@
 
     python -m lra.benchmarks.yoso_cost [--lengths 512 1024 ...] [--out FILE.md]
 
-Every kernel a YOSO call launches is costed by lra.benchmarks.gpu_model: a launch term, plus the
+Every kernel a YOSO call launches is costed by lra.benchmarks.yoso_cost.gpu: a launch term, plus the
 largest of the instruction-issue, DRAM, L2, FP32 and dependent-latency (with occupancy) terms. The
 model is first applied to the YOSO authors' own CUDA design on the paper's GPU (RTX 2080 Ti) at the
-paper's attention-module shapes (lra.benchmarks.yoso_paper_model) and compared with the paper's
-Table 4 (YOSO-16/32/64/128, forward and backward, n = 512 … 4,096); no constant was fitted to that
-table. The same model then projects this project's kernels on an H100: before issue 44
-(lra.benchmarks.yoso_kernels_before) and after it, on its deterministic sorted path and its atomic
-path (lra.benchmarks.yoso_kernels_after), against SDPA and eager softmax in bf16 at the throughput
-the FlashAttention papers measured on an H100 (lra.benchmarks.softmax_h100). Codes are taken
-uniform (random q, k); trained models collide more. A projection until measured (lra-gpu-check).
+paper's attention-module shapes (lra.benchmarks.yoso_cost.authors_kernels) and compared with the
+paper's Table 4 (YOSO-16/32/64/128, forward and backward, n = 512 … 4,096); no constant was fitted to
+that table. The same model then projects this project's kernels (lra.benchmarks.yoso_cost.kernels) on
+an H100, on their deterministic sorted path and their atomic path, against SDPA and eager softmax in
+bf16 at the throughput the FlashAttention papers measured on an H100
+(lra.benchmarks.yoso_cost.softmax_h100). Codes are taken uniform (random q, k); trained models collide
+more. A projection until measured (lra-gpu-check).
 """
 
 from __future__ import annotations
@@ -19,27 +19,18 @@ from __future__ import annotations
 import argparse
 import csv
 from dataclasses import dataclass, replace
+from importlib import resources
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from lra.benchmarks import softmax_h100
-from lra.benchmarks import yoso_kernels_after as after
-from lra.benchmarks import yoso_kernels_before as before
-from lra.benchmarks import yoso_paper_model as paper
-from lra.benchmarks.gpu_model import H100, RTX_2080_TI, Kernel, Machine, bound, seconds
-from lra.benchmarks.yoso_call import Call, around_operator, measured  # noqa: F401 (measured: the emulation tests)
+from lra.benchmarks.yoso_cost import authors_kernels as paper
+from lra.benchmarks.yoso_cost import kernels as project
+from lra.benchmarks.yoso_cost import softmax_h100
+from lra.benchmarks.yoso_cost.call import Call, around_operator
+from lra.benchmarks.yoso_cost.gpu import H100, RTX_2080_TI, Kernel, Machine, bound, seconds
 
-# The model of the kernels csrc/yoso compiles today, whose load, store and atomic counts the CPU emulation
-# checks (tests/test_cuda_emulation.py): each takes a Call and returns a Kernel (loaded, stored, added).
-fast_hash, bucket_rows, gather_rows, scatter_rows = (after.fast_hash, after.bucket_rows, after.gather_rows,
-                                                     after.scatter_rows)
-table_cumulation, slice_lists = after.table_cumulation, after.slice_lists
-find_heavy, number_heavy, token_gradients, scatter_pairs = (after.find_heavy, after.number_heavy,
-                                                            after.token_gradients, after.scatter_pairs)
-heavy_tables = before.heavy_tables  # the kernels before issue 44 (key_tables_kernel, query_tables_kernel)
-
-TABLE4 = Path(__file__).resolve().parents[1] / "results" / "paper_numbers" / "yoso_iclr_table4_attention_efficiency.csv"
-DESIGNS = ("before", "after, sorted", "after, atomic")
+TABLE4 = resources.files("lra.results") / "paper_numbers" / "yoso_iclr_table4_attention_efficiency.csv"
+DESIGNS = ("sorted", "atomic")  # csrc/yoso's deterministic path and its atomic one
 LISTOPS = Call(32 * 2, 2048, 32, 32)  # the ListOps reference model's attention call: batch 32 × 2 heads
 
 
@@ -58,7 +49,7 @@ class Cell:
         return self.forward_ms / self.paper_forward_ms, self.backward_ms / self.paper_backward_ms
 
 
-def calibration(methods: Optional[List[str]] = None, path: Path = TABLE4,
+def calibration(methods: Optional[List[str]] = None, path=TABLE4,
                 machine: Machine = RTX_2080_TI) -> List[Cell]:
     """The authors' design on the 2080 Ti, per instance, at every Table 4 cell of YOSO-m (and softmax)."""
     rows = [row for row in csv.reader(path.read_text().splitlines()) if row and not row[0].startswith("#")]
@@ -85,11 +76,8 @@ def total(kernels: List[Kernel], machine: Machine = H100) -> float:
 def kernels(c: Call, design: str, machine: Machine = H100) -> Dict[str, List[Kernel]]:
     """The forward's and the backward's kernels of ``design`` (one of DESIGNS), with PyTorch's work
     around the operator."""
-    if design == "before":
-        forward, backward = before.forward(c, machine), before.backward(c, machine)
-    else:
-        atomic = design.endswith("atomic")
-        forward, backward = after.forward(c, atomic, machine), after.backward(c, atomic, machine)
+    atomic = design == "atomic"
+    forward, backward = project.forward(c, atomic, machine), project.backward(c, atomic, machine)
     return {"forward": forward + [around_operator(c, False, machine)],
             "backward": backward + [around_operator(c, True, machine)]}
 
@@ -120,8 +108,8 @@ def calibration_table(cells: List[Cell]) -> str:
 
 
 def listops_table(c: Call = LISTOPS, machine: Machine = H100) -> str:
-    """Per kernel, before and after (both paths), µs and the term that bounds it."""
-    lines = ["| phase | kernel | before µs | after, sorted µs | after, atomic µs |", "|:--|:--|--:|--:|--:|"]
+    """Per kernel, on both paths, µs and the term that bounds it."""
+    lines = ["| phase | kernel | sorted µs | atomic µs |", "|:--|:--|--:|--:|"]
     designs = {design: kernels(c, design, machine) for design in DESIGNS}
     for phase in ("forward", "backward"):
         names = list(dict.fromkeys(k.name for design in DESIGNS for k in designs[design][phase]))
@@ -165,41 +153,41 @@ def sweep_table(name: str, batch_heads: int, d: int, lengths: List[int]) -> str:
     rows = sweep(batch_heads, d, lengths)
     lines = [f"**{name}** (batch·heads {batch_heads}, head dim {d}, YOSO-32, τ = ⌈log2 n⌉), forward + backward "
              "in ms (a projection):", "",
-             "| n | YOSO before | YOSO after, sorted | YOSO after, atomic | SDPA bf16 | eager bf16 "
-             "| after (best) ÷ SDPA | sorted ÷ atomic |", "|--:|--:|--:|--:|--:|--:|--:|--:|"]
+             "| n | YOSO sorted | YOSO atomic | SDPA bf16 | eager bf16 | YOSO (best) ÷ SDPA | sorted ÷ atomic |",
+             "|--:|--:|--:|--:|--:|--:|--:|"]
     for row in rows:
-        best = min(row["after, sorted"], row["after, atomic"])
+        best = min(row["sorted"], row["atomic"])
         eager = f"{row['eager'] * 1e3:,.3f}" if row["eager_fits"] else f"({row['eager'] * 1e3:,.0f}: > 80 GB)"
-        lines.append(f"| {row['n']:,} | {row['before'] * 1e3:,.3f} | {row['after, sorted'] * 1e3:,.3f} | "
-                     f"{row['after, atomic'] * 1e3:,.3f} | {row['SDPA'] * 1e3:,.3f} | {eager} | "
-                     f"{best / row['SDPA']:.2f} | {row['after, sorted'] / row['after, atomic']:.2f} |")
+        lines.append(f"| {row['n']:,} | {row['sorted'] * 1e3:,.3f} | {row['atomic'] * 1e3:,.3f} | "
+                     f"{row['SDPA'] * 1e3:,.3f} | {eager} | {best / row['SDPA']:.2f} | "
+                     f"{row['sorted'] / row['atomic']:.2f} |")
     lines.append("")
     for design in DESIGNS:
         n = crossover(rows, design)
         text = f"n = {n:,}" if n else f"none up to n = {lengths[-1]:,}"
         if n and n != lengths[0]:
-            before = lengths[lengths.index(n) - 1]
-            step = max(1, (n - before) // 16)
-            finer = crossover(sweep(batch_heads, d, list(range(before, n + 1, step))), design)
-            text += f" (between {before:,} and {n:,}, steps of {step:,}: from n = {finer:,})"
+            previous = lengths[lengths.index(n) - 1]
+            step = max(1, (n - previous) // 16)
+            finer = crossover(sweep(batch_heads, d, list(range(previous, n + 1, step))), design)
+            text += f" (between {previous:,} and {n:,}, steps of {step:,}: from n = {finer:,})"
         lines.append(f"- crossover with SDPA-bf16, YOSO {design}: {text}")
     return "\n".join(lines)
 
 
 def paths_table(c: Call = LISTOPS, machine: Machine = H100) -> str:
-    """The two paths after issue 44 against the code length τ at the ListOps call (n = 2,048): the
-    atomic forward indexes rows by code while 2^τ ≤ 2n, and buckets shrink as τ grows."""
+    """The two paths against the code length τ at the ListOps call (n = 2,048): the atomic forward
+    indexes rows by code while 2^τ ≤ 2n, and buckets shrink as τ grows."""
     lines = ["| τ | keys per bucket | sorted: forward / backward ms | atomic: forward / backward ms "
              "| sorted ÷ atomic |", "|--:|--:|--:|--:|--:|"]
     for tau in (8, 10, 11, 12, 14, 16, 20):
         call = Call(c.B, c.n, c.d, c.dv, c.m, tau)
-        sorted_, atomic = (yoso_seconds(call, design, machine) for design in DESIGNS[1:])
+        sorted_, atomic = (yoso_seconds(call, design, machine) for design in DESIGNS)
         lines.append(f"| {tau} | {call.stats.per_query:.3g} | {sorted_['forward'] * 1e3:.2f} / "
                      f"{sorted_['backward'] * 1e3:.2f} | {atomic['forward'] * 1e3:.2f} / "
                      f"{atomic['backward'] * 1e3:.2f} | {sum(sorted_.values()) / sum(atomic.values()):.2f} |")
-    vector, scalar = (seconds(after.scatter_pairs(c, machine, vector_atomics=v), machine) for v in (True, False))
-    sorted_total = sum(yoso_seconds(c, DESIGNS[1], machine).values())
-    atomic_total = sum(yoso_seconds(c, DESIGNS[2], machine).values())
+    vector, scalar = (seconds(project.scatter_pairs(c, machine, vector_atomics=v), machine) for v in (True, False))
+    sorted_total = sum(yoso_seconds(c, "sorted", machine).values())
+    atomic_total = sum(yoso_seconds(c, "atomic", machine).values())
     scalar_total = atomic_total - vector + scalar
     lines += ["", f"What float4 atomics buy: the atomic backward's kernel adds a row with one float4 atomicAdd per "
                   f"lane on sm_90 (a 128-byte row, 4 sector updates): {vector * 1e6:,.0f} µs at τ = {c.bits}. With "
@@ -216,7 +204,7 @@ SENSITIVE = ("dram_latency", "l2_latency", "l1_latency", "shared_latency", "l2_b
 def sensitivity_rows(lengths: List[int]) -> List[Dict]:
     """Each memory-system, efficiency and launch constant of both machines × 0.7 and × 1.3 (an
     efficiency at most 1; the latencies and L2 bandwidths are measured on sibling GPUs): the
-    calibration's ratios, the ListOps call (ms) per design and the BERT-base crossovers after issue 44."""
+    calibration's ratios, the ListOps call (ms) per design and the BERT-base crossovers."""
     rows = []
     for field in SENSITIVE:
         for factor in (0.7, 1.3):
@@ -227,13 +215,13 @@ def sensitivity_rows(lengths: List[int]) -> List[Dict]:
             listops = {design: sum(yoso_seconds(LISTOPS, design, hopper).values()) * 1e3 for design in DESIGNS}
             bert = sweep(12, 64, lengths, machine=hopper)
             rows.append({"constant": field, "factor": factor, "ratios": (min(ratios), max(ratios)), "listops": listops,
-                         "crossovers": [crossover(bert, design) for design in DESIGNS[1:]]})
+                         "crossovers": [crossover(bert, design) for design in DESIGNS]})
     return rows
 
 
 def sensitivity(lengths: List[int]) -> str:
-    lines = ["| constant | × | Table 4: model ÷ paper | ListOps call before / after, sorted / after, atomic (ms) "
-             "| BERT-base crossover (after, sorted / atomic) |", "|:--|--:|--:|--:|--:|"]
+    lines = ["| constant | × | Table 4: model ÷ paper | ListOps call sorted / atomic (ms) "
+             "| BERT-base crossover (sorted / atomic) |", "|:--|--:|--:|--:|--:|"]
     for row in sensitivity_rows(lengths):
         listops = " / ".join(f"{row['listops'][design]:.2f}" for design in DESIGNS)
         crossings = " / ".join(f"{n:,}" if n else "none" for n in row["crossovers"])

@@ -1,0 +1,3 @@
+from lra.benchmarks.yoso_cost.report import main
+
+main()
