@@ -25,7 +25,7 @@ def test_the_contract_presets_exist():
     assert TASKS == sorted(["listops", "text", "retrieval", "image", "pathfinder"])
     assert set(ATTENTIONS) == {"softmax", "none", "yoso", "yoso_e", "yoso_c", "nystrom", "linformer",
                                "performer", "reformer", "longformer", "lsh", "learned_hash",
-                               # issue 45: the rest of LRA Table 1 and the learning-to-hash table
+                               # the rest of LRA Table 1 and the learning-to-hash table
                                "local", "sparse_transformer", "sinkhorn", "synthesizer", "bigbird",
                                "linear_transformer", "rfa"}
     assert set(attention_zoo.names()) <= set(ATTENTIONS), "every registered backend needs a preset"

@@ -168,7 +168,7 @@ def test_emulated_hash_reuses_its_staged_codes_safely_over_several_groups(name, 
     """More hashes than padded coordinates (m > P): a block stages several groups of P codes through one
     shared buffer, each read back by other warps than wrote it (P = 32: 8 lanes a token, 16 tokens on 4
     warps). Bitwise the PyTorch path's codes, and under ThreadSanitizer no read of one group races with
-    the next group's writes (a barrier missing between them was seen by no other test: issue 44's plant).
+    the next group's writes (a barrier removed between them on purpose was caught by no other test).
     P = 4,096 gathers each group's bits in the staging buffer itself, cleared after the group is stored."""
     batch, n, tau = (2, 40, 3) if head_dim <= 256 else (1, 3, 1)
     x = torch.randn(batch, n, head_dim, generator=torch.Generator().manual_seed(hashes))

@@ -248,8 +248,8 @@ def test_text_without_prepared_data_names_the_command_and_a_damaged_cache_is_reb
 
 
 def test_all_five_tasks_train_on_prepared_fixtures_and_retrieval_uses_the_dual_encoder(tmp_path):
-    """Issue 17, item 2: after lra-prepare, lra-train with no source or path (task.source=auto) trains
-    on the prepared data, the release's included, and records which."""
+    """After lra-prepare, lra-train with no source or path (task.source=auto) trains on the prepared
+    data, the release's included, and records which."""
     raw, data = tmp_path / "raw", tmp_path / "data"
     listops.write_tsv_files(listops.GeneratorSettings(seed=4, num_train=40, num_val=8, num_test=8,
                                                       min_length=20, max_length=200), raw / "lra_release" / "listops-1000")

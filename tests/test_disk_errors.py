@@ -190,7 +190,7 @@ def small_disk(tmp_path):
 
 @pytest.mark.parametrize("size", ["16k", "80k"], ids=["while tokens are written", "while arrays are written"])
 def test_lra_prepare_on_a_really_full_disk_is_one_line_and_leaves_no_staging_folder(tmp_path, data_dir, small_disk, size):
-    """The issue's case on a real file system: the token files fill a 16 KiB disk (the staging folder
+    """On a real file system: the token files fill a 16 KiB disk (the staging folder
     stayed), or they fit in 80 KiB and the arrays made of them do not (written through a memory map,
     that ended the process with SIGBUS). Either way: one line, nothing left in the cache."""
     from lra.data import listops

@@ -53,7 +53,7 @@ def load_in_subprocess(cache: Path, **popen):
 
 @needs_kernels
 def test_a_finished_build_is_imported_without_running_ninja_or_writing(tmp_path):
-    """Issue 17, item 9: a finished build was compiled again by later jobs, because torch's loader
+    """A finished build was once compiled again by later jobs, because torch's loader
     runs ninja in the build folder and ninja recompiles identical sources when .ninja_log is missing
     or the sources are newer than the objects (another checkout, a reinstalled wheel). Both are set
     up here; the folder must not change at all, not even a lock file: a read-only cache built by
@@ -121,8 +121,8 @@ def stack_frames(ptxas_report: str) -> dict:
 
 def test_cuda_sources_compile_with_nvcc_and_keep_the_gradients_in_registers(tmp_path):
     """Every .cu source compiles with torch's nvcc flags for an H100 (sm_90); ptxas reports no stack frame
-    for any gradient kernel (their accumulators in registers: issue 44 measured 2-3 KB of local memory
-    per thread before the kernels were templated on the head dim) nor for the hash at any head dim (P up to 4,096)."""
+    for any gradient kernel (their accumulators in registers: before the kernels were templated on the head dim
+    they took 2-3 KB of local memory per thread) nor for the hash at any head dim (P up to 4,096)."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc not installed: the .cu kernels were not compile-checked")
@@ -194,7 +194,7 @@ def test_the_cuda_extension_compiles_against_another_torchs_headers(tmp_path):
 
 
 def test_the_cuda_kernels_read_no_property_of_the_device():
-    """Issue 44: chunks followed the L2 size, so an H100 and an H200 summed in different orders. Whatever
+    """Chunks once followed the L2 size, so an H100 and an H200 summed in different orders. Whatever
     the kernels and their host logic decide comes from the arguments (attention.workspace_mb included),
     never from the device: the same bits on every GPU."""
     import re

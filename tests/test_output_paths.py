@@ -99,7 +99,7 @@ def test_an_injected_read_only_file_system_is_refused_by_the_check(tmp_path, mon
 
 # ----------------------------------------------------------------------------- lra-table
 def test_lra_table_never_writes_its_table_over_the_record_it_reads(tmp_path, data_dir):
-    """The issue's case: the record stays byte for byte, one line, exit 1; a later table still has the run."""
+    """The record stays byte for byte, one line, exit 1; a later table still has the run."""
     run = write_run(tmp_path / "run")
     before = snapshot(run)
     result = run_command(["lra-table", str(run), "--output", str(run / "metrics.json")], tmp_path, data_dir, check=False)

@@ -91,7 +91,7 @@ def test_generated_listops_that_differs_from_its_record_is_generated_again_befor
 
 
 def test_edited_generated_listops_is_never_trained_on_end_to_end(tmp_path, data_dir):
-    """The issue's case: rows removed and a validation label changed, then lra-train: one line says
+    """Rows removed and a validation label changed, then lra-train: one line says
     the data is generated again, and the run trains on exactly the data of an untouched run."""
     data = tmp_path / "data"
     args = ["lra-train", "trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2", "model.num_layers=1",
@@ -217,7 +217,7 @@ def test_a_cache_that_differs_from_its_manifest_is_refused_with_its_rebuild_comm
 
 
 def test_an_edited_manifest_ends_lra_train_with_one_line_and_the_printed_rebuild_command_works(tmp_path, data_dir):
-    """The issue's case, end to end: a manifest whose split lost its documents' files (FileNotFoundError
+    """End to end: a manifest whose split lost its documents' files (FileNotFoundError
     before) stops lra-train with the damaged-cache line; running the command it prints rebuilds the cache."""
     data = tmp_path / "data"
     args = ["lra-prepare", "listops", "--data-dir", str(data), *LISTOPS]

@@ -35,7 +35,7 @@ def failed_record(root):
 
 
 def test_a_diverged_run_is_one_line_naming_the_learning_rate_and_grad_clip(tmp_path, data_dir):
-    """The issue's case: trainer.lr=10 on the smoke preset diverges within its first 10 steps."""
+    """trainer.lr=10 on the smoke preset diverges within its first 10 steps."""
     result = run_command(["lra-train", "trainer=smoke", "trainer.lr=10", *SMALL_LISTOPS], tmp_path, data_dir,
                          check=False)
     line = one_error_line(result)

@@ -159,7 +159,7 @@ def test_the_papers_none_row_is_a_row_not_a_missing_value(tmp_path):
 
 
 def test_lra_chart_points_are_relative_to_softmax_and_the_paper_layer_comes_from_its_two_tables(tmp_path, capsys):
-    """Issue 17, item 6: the LRA Figure 3 chart from the same records (lra-table --plot)."""
+    """The LRA Figure 3 chart from the same records (lra-table --plot)."""
     from PIL import Image
 
     from lra.results import chart
@@ -191,8 +191,8 @@ def test_lra_chart_points_are_relative_to_softmax_and_the_paper_layer_comes_from
 
 
 def test_seeds_stuck_at_chance_are_counted_and_can_be_left_out(tmp_path, capsys):
-    """Issue 32: a seed whose record says stuck_at_chance stays in the mean by default, and the cell
-    says "k of n at chance"; --exclude-stuck leaves it out of the statistic and still counts it;
+    """A seed whose record says stuck_at_chance stays in the mean by default, and the cell says
+    "k of n at chance"; --exclude-stuck leaves it out of the statistic and still counts it;
     --statistic median; records written before the field existed count as not stuck."""
     for seed, (accuracy, stuck) in enumerate([(80.0, False), (82.0, False), (50.1, True), (90.0, None)]):
         write_run(tmp_path / str(seed), "Softmax", "pathfinder", seed, "completed", accuracy)
@@ -230,9 +230,9 @@ def test_the_efficiency_view_checks_the_parameter_budget_against_softmax(tmp_pat
 
 
 def test_self_pretrained_rows_stay_apart_and_show_side_by_side(tmp_path, capsys):
-    """Issue 32: "+SPT" rows form their own block after the from-scratch rows; --side-by-side puts each
-    task's from-scratch cell beside its SPT cell and the change; each row's parameters are checked
-    against the Softmax row of its own setup."""
+    """Self-pretrained ("+SPT") rows form their own block after the from-scratch rows; --side-by-side
+    puts each task's from-scratch cell beside its SPT cell and the change; each row's parameters are
+    checked against the Softmax row of its own setup."""
     rows = [("Softmax", 0, 36.0, 1000), ("Softmax", 1, 38.0, 1000), ("YOSO-32", 0, 30.0, 1000),
             ("Softmax +SPT", 0, 50.0, 2000), ("Softmax +SPT", 1, 52.0, 2000), ("YOSO-32 +SPT", 0, 41.0, 2100),
             ("None +SPT", 0, 20.0, 2000)]

@@ -41,7 +41,7 @@ def test_an_accuracy_that_is_no_percentage_is_left_out_counted_and_named(tmp_pat
 
 
 def test_lra_table_with_an_infinite_accuracy_shows_no_inf_and_names_the_run(tmp_path, data_dir):
-    """The issue's case, end to end, in every format: no 'inf ± nan' anywhere, valid JSON."""
+    """End to end, in every format: no 'inf ± nan' anywhere, valid JSON."""
     write_record(tmp_path / "runs" / "a", 0, "Infinity")
     write_record(tmp_path / "runs" / "b", 0, "NaN", label="YOSO-32")
     write_record(tmp_path / "runs" / "c", 1, "40.0", label="YOSO-32")

@@ -1,4 +1,4 @@
-"""Honest validation (issue 32): ``task.validation=heldout`` validates on a seeded split of the
+"""Honest validation: ``task.validation=heldout`` validates on a seeded split of the
 training examples, never on the test split; the record says what a run validated on, and lra-table
 says it per task."""
 
