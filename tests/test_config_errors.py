@@ -2,9 +2,11 @@
 non-zero exit, no default substituted, and no run record claiming a success."""
 
 import pytest
+import yaml
 
-from conftest import run_command
+from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from helpers import compose_config
+from lra.config import CONF_DIR
 from lra.errors import ConfigError
 from lra.validation import validate
 
@@ -110,6 +112,17 @@ def test_every_preset_and_default_is_valid():
                               "sweep them: -m task=listops,text"),
     (["--config-dir", "no/such/folder"], "/no/such/folder' not found; pass an existing folder to --config-dir, or "
                                          "leave it out"),
+    # Several values without -m: Hydra's line was cut to "1. To use it as a list, use key=[value1,value2]".
+    (["attention=softmax,none"], "attention=softmax,none gives several values, which only a sweep trains: add -m to "
+                                 "train each; for one value that is a list write attention=[softmax,none]"),
+    (["seed=range(0,3)"], "seed=range(0,3) gives several values, which only a sweep trains: add -m to train each"),
+    # -m with --cfg (or --info) was "unexpected ValueError ... a bug in the harness"
+    (["-m", "--cfg", "job", "experiment=quickstart"], "-m (--multirun), --cfg, --info, --run and --shell-completion "
+                                                      "each choose what the command does: give one of them"),
+    (["--info", "-m"], "-m (--multirun), --cfg, --info, --run and --shell-completion each choose"),
+    # a mistyped option was argparse's usage (8 lines) and "lra-train: error: ..."
+    (["--cfgg", "job"], "unrecognized arguments: --cfgg job; `lra-train --help` lists its options and --hydra-help Hydra's"),
+    (["--cfg", "jb"], "argument --cfg/-c: invalid choice: 'jb' (choose from 'job', 'hydra', 'all'); `lra-train --help`"),
 ])
 def test_lra_train_refuses_bad_input_with_one_line_and_no_record(tmp_path, data_dir, args, expected):
     if "cuda" in " ".join(args):
@@ -146,6 +159,8 @@ DRY_RUNS = [
     (["pretrain.from=no/such/run"], ["-c", "job"]),
     (["trainer.device=cpu", "trainer.precision=bf16"], ["--cfg=job", "--resolve"]),
     (["resume=no/such/run"], ["--cfg", "job"]),  # exit 1 and another line ("cannot resume …: unreadable")
+    (["attention=softmax,none"], ["--cfg", "job"]),
+    (["experiment=lra_table1"], ["--cfg", "hydra"]),  # printed the sweep's config as if it were one job's
 ]
 
 
@@ -171,3 +186,58 @@ def test_a_valid_dry_run_prints_its_config_and_a_resumes_dry_run_checks_the_save
     (line,) = dry.stderr.strip().splitlines()
     assert dry.returncode == real.returncode == 1 and real.stderr.strip() == line and dry.stdout == ""
     assert line.startswith(f"error: cannot resume {run}: its .hydra/resolved.yaml is unreadable"), line
+
+
+# ----------------------------------------------------------------------------- a preset that is a sweep
+def preset_sweeps():
+    """{preset: the keys it sweeps} for every file in conf/experiment/ whose hydra.sweeper.params sweeps
+    (read from the file itself: a new preset is covered when it is added)."""
+    presets = {}
+    for path in sorted((CONF_DIR / "experiment").glob("*.yaml")):
+        params = ((yaml.safe_load(path.read_text()) or {}).get("hydra") or {}).get("sweeper", {}).get("params")
+        if params:
+            presets[path.stem] = list(params)
+    return presets
+
+
+def test_every_table_and_quickstart_preset_is_a_sweep():
+    assert {"lra_table1", "lha_table3", "quickstart", "yoso_table3", "spt", "spt_quickstart"} <= set(preset_sweeps())
+
+
+@pytest.mark.parametrize("preset,swept", preset_sweeps().items())
+def test_a_preset_that_is_a_sweep_refuses_to_run_without_m_and_so_does_its_dry_run(tmp_path, data_dir, preset, swept):
+    """Without -m, Hydra ignores a preset's hydra.sweeper.params: `lra-train experiment=lra_table1` trained one
+    Softmax job with setup=null and exited 0. One line names -m and the keys that pick one job; exit 2; nothing
+    written; the dry run the same."""
+    args = [f"experiment={preset}", "trainer=smoke"]
+    real = run_command(["lra-train", *args], tmp_path / "real", data_dir, check=False)
+    dry = run_command(["lra-train", *args, "--cfg", "job"], tmp_path / "dry", data_dir, check=False)
+    (line,) = real.stderr.strip().splitlines()
+    assert real.returncode == dry.returncode == 2 and dry.stderr.strip() == line and dry.stdout == "", real.stderr
+    assert line.startswith(f"error: experiment={preset} is a sweep ({swept[0]}: "), line
+    assert f"which only -m trains: train it with `lra-train -m experiment={preset} trainer=smoke`" in line, line
+    assert f"{', '.join(swept)} one value, e.g. `lra-train experiment={preset} trainer=smoke {swept[0]}=" in line, line
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()] and not (tmp_path / "real" / "runs").exists()
+
+
+def test_one_job_of_a_sweep_preset_trains_when_each_swept_key_has_one_value(tmp_path, data_dir):
+    """The preset's settings with the one value given for its swept key: exactly one job, what -m would train
+    for that value."""
+    args = ["experiment=quickstart", "attention=none", "trainer.max_steps=2", "trainer.warmup_steps=0",
+            "trainer.eval_every=2", *SMALL_LISTOPS]
+    shown = run_command(["lra-train", *args, "--cfg", "job"], tmp_path, data_dir).stdout
+    assert "  lr: 0.001\n" in shown and "  name: none\n" in shown, "the preset's learning rate, the attention given"
+    run_command(["lra-train", *args], tmp_path, data_dir)
+    (run,) = run_dirs(tmp_path)
+    record = read_json(run / "metrics.json")
+    assert (record["status"], record["label"], record["steps"]) == ("completed", "None", 2)
+
+
+def test_an_option_between_overrides_is_read_as_hydra_reads_it_in_front(tmp_path, data_dir):
+    """`lra-train task=listops -m seed=0` (an option between overrides) was argparse's usage and "unrecognized
+    arguments: seed=0": the same command with its options first. A dry run shows the override after --cfg job."""
+    shown = run_command(["lra-train", "trainer=smoke", "--cfg", "job", "trainer.grad_clip=2"], tmp_path, data_dir)
+    assert "  grad_clip: 2.0\n" in shown.stdout and shown.stderr == ""
+    run_command(["lra-train", "attention=none", "-m", "trainer.max_steps=1", "trainer.warmup_steps=0",
+                 "hydra.sweep.dir=sweep", *SMALL_LISTOPS], tmp_path, data_dir)
+    assert read_json(tmp_path / "sweep" / "0" / "metrics.json")["steps"] == 1 and not (tmp_path / "sweep" / "1").exists()

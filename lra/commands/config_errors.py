@@ -57,11 +57,32 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
             return str(cause).splitlines()[0].split("resolving interpolation: ", 1)[-1]
         if isinstance(cause, SearchPathException):
             return f"{str(cause).splitlines()[0]}; pass an existing folder to --config-dir, or leave it out"
+        mode = _run_mode_line(cause)
+        if mode is not None:
+            return mode
     group = _group_choice_line(exc)
     if group is not None:
         return group
     if isinstance(exc, ConfigCompositionException):
         return " ".join(line.strip() for line in str(exc).splitlines()[:2])
+    return None
+
+
+def _run_mode_line(cause: BaseException) -> Optional[str]:
+    """Several values for a key without ``-m`` (which only a sweep trains), or ``-m`` with ``--cfg``: Hydra's
+    message is a numbered list (cut to its first item on one line), or a ValueError read as a bug."""
+    import re
+
+    text = str(cause)
+    if isinstance(cause, ValueError) and text.startswith("Only one of --run, --multirun, --cfg"):
+        return ("-m (--multirun), --cfg, --info, --run and --shell-completion each choose what the command does: give "
+                "one of them; --cfg prints the config of one job, so leave out -m and give each swept key one value")
+    several = re.match(r"(?:Ambiguous value for argument|Sweep parameters) '([^'=]+)=(.*)'", text)
+    if isinstance(cause, ConfigCompositionException) and several:
+        key, value = several.groups()
+        alternatives = "" if text.startswith("Sweep") else (f"; for one value that is a list write {key}=[{value}], "
+                                                            f"for a string quote it: {key}='{value}'")
+        return f"{key}={value} gives several values, which only a sweep trains: add -m to train each{alternatives}"
     return None
 
 
@@ -386,6 +407,7 @@ def run_app(run, valid_keys, check_shown=None) -> None:
     @at_the_edge
     def guarded():
         try:
+            sys.argv[1:] = _options_first(sys.argv[1:])
             if check_shown is not None:
                 _check_dry_run(check_shown)
             run()
@@ -404,6 +426,42 @@ def run_app(run, valid_keys, check_shown=None) -> None:
     guarded()
 
 
+def _options_first(argv: list) -> list:
+    """``argv`` with Hydra's options (-m, --cfg job, …) before the overrides when an option stands between
+    overrides (``lra-train task=text -m seed=0,1``), which Hydra's parser refuses with its usage and
+    "unrecognized arguments"; a command line that does not parse either way is one ConfigError line."""
+    import contextlib
+    import io
+    import sys
+
+    from hydra._internal.utils import get_args_parser
+
+    from lra.errors import ConfigError
+
+    parser, errors = get_args_parser(), io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+        try:
+            parser.parse_args(argv)
+            return argv
+        except SystemExit as stop:
+            if not stop.code:  # --help, --version: Hydra answers them itself
+                return argv
+        try:
+            overrides = parser.parse_intermixed_args(argv).overrides
+        except (SystemExit, TypeError):
+            problem = (errors.getvalue().strip().splitlines() or ["cannot parse the command line"])[-1]
+            command = os.path.basename(sys.argv[0])
+            raise ConfigError(f"{problem.split('error: ', 1)[-1]}; `{command} --help` lists its options and "
+                              "--hydra-help Hydra's") from None
+    remaining, options = list(overrides), []
+    for token in argv:
+        if remaining and token == remaining[0]:
+            remaining.pop(0)
+        else:
+            options.append(token)
+    return options + list(overrides)
+
+
 def _check_dry_run(check_shown) -> None:
     """``--cfg``/``-c`` on the command line: validate the config Hydra is about to print."""
     import sys
@@ -420,5 +478,5 @@ def _check_dry_run(check_shown) -> None:
             args = get_args_parser().parse_args(sys.argv[1:])
     except SystemExit:  # Hydra's own parser reports a malformed command line when it runs
         return
-    if args.cfg is not None:
+    if args.cfg is not None and not args.multirun:  # with -m, Hydra refuses the pair itself (_run_mode_line)
         check_shown(list(args.overrides))

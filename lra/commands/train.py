@@ -53,10 +53,51 @@ def _record_refused_job(folder: RunDirectory, cfg: DictConfig, hydra_cfg, error:
     record.fail(str(error))
 
 
+def refuse_one_job_of_a_sweep(sweep_params, experiment: Optional[str], overrides: list) -> None:
+    """A run without ``-m`` whose config is a sweep (a preset's ``hydra.sweeper.params``, which only
+    ``-m`` applies) trains one job only if the command line gives each swept key its one value; otherwise
+    it would train the defaults (``setup=null``, Softmax) and say nothing: one :class:`ConfigError` line
+    naming both ways on."""
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    unset = {str(key): value for key, value in (sweep_params or {}).items() if str(key) not in given}
+    if not unset:
+        return
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    counts, examples = [], []
+    for key, value in unset.items():
+        try:
+            override = parser.parse_override(f"{key}={value}")
+            values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [str(value)]
+        except Exception:  # a glob over a group's options needs Hydra's config loader: no count to show
+            values = []
+        counts.append(f"{key}: {len(values)} value{'s' * (len(values) != 1)}" if values else f"{key}: {value}")
+        examples.append(f"{key}={values[0] if values else '<one value>'}")
+    what = f"experiment={experiment}" if experiment else "this config (its hydra.sweeper.params)"
+    raise ConfigError(f"{what} is a sweep ({', '.join(counts)}), which only -m trains: train it with "
+                      f"`{shlex.join(['lra-train', '-m', *overrides])}`, or one of its jobs by giving "
+                      f"{'each of ' * (len(unset) > 1)}{', '.join(unset)} one value, e.g. `{shlex.join(['lra-train', *overrides, *examples])}`")
+
+
+def _command_overrides() -> list:
+    """The overrides on this command line, as Hydra parsed them (flags such as ``--cfg job`` left out)."""
+    import contextlib
+    import io
+
+    from hydra._internal.utils import get_args_parser
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        return list(get_args_parser().parse_args(sys.argv[1:]).overrides)
+
+
 def _start_fresh(folder: RunDirectory, cfg: DictConfig, hydra_cfg, multirun: bool) -> DictConfig:
     """Validate, then own the folder (refusing one that holds a run), then write its config files; None
     for a sweep's job that already completed with this config (a sweep continued: kept, not trained)."""
     composed = cfg.copy()
+    if not multirun:
+        refuse_one_job_of_a_sweep(hydra_cfg.sweeper.get("params"), hydra_cfg.runtime.choices.get("experiment"),
+                                  _command_overrides())
     try:
         validate(cfg)
     except ConfigError as error:
@@ -241,9 +282,14 @@ def _validate_dry_run(overrides: list) -> None:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides)
+            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
     finally:
         GlobalHydra.instance().clear()
+    hydra_cfg = cfg.hydra
+    with open_dict(cfg):
+        del cfg["hydra"]
+    if not cfg.resume:
+        refuse_one_job_of_a_sweep(hydra_cfg.sweeper.get("params"), hydra_cfg.runtime.choices.get("experiment"), overrides)
     if cfg.resume:
         from lra.config import _if_resume  # hydra.run.dir's resolver: the real run's refusal, word for word
 
