@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional
@@ -22,9 +21,11 @@ from omegaconf import II, MISSING, DictConfig, OmegaConf
 import attention_zoo
 from attention_zoo._common import package_folder
 from attention_zoo.options import InvalidOption, choice, number, whole
+from lra.config_fields import attention_schema, device_name
 from lra.data.listops import GeneratorSettings
 from lra.data.sources import AUTO, SOURCES
 from lra.data.pathfinder_writer import GeneratorSettings as PathfinderGeneratorSettings
+from lra.tool_configs import FidelityConfig, ProfileConfig
 
 CONF_DIR = package_folder("lra.conf")  # lra-train (conf/ in the repository)
 PROFILE_CONF_DIR = package_folder("lra.conf_profile")  # lra-profile's own presets
@@ -75,19 +76,6 @@ class Precision(enum.Enum):
 
 # The embedding table must hold every token id of a task's vocabulary (pad and out-of-vocabulary ids included).
 MIN_VOCABULARY = {"listops": 17, "text": 257, "retrieval": 257, "image": 256, "pathfinder": 256}
-
-
-def known_backends(options, name: str) -> None:
-    values = getattr(options, name)
-    unknown = [b for b in values if b not in attention_zoo.names()]
-    if unknown or not values:
-        raise InvalidOption(name, list(values), f"a non-empty list of registered backends: {', '.join(attention_zoo.names())}")
-
-
-def device_name(options, name: str) -> None:
-    value = getattr(options, name)
-    if not (value in ("auto", "cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())):
-        raise InvalidOption(name, value, "auto, cpu, cuda or cuda:N")
 
 
 VALIDATIONS = ("test", "heldout")
@@ -338,20 +326,6 @@ class TrainRunConfig:
         choice(self, "optimized_metric", OPTIMIZABLE_METRICS)
 
 
-def attention_schema(backend: attention_zoo.Backend, with_name: bool = True) -> type:
-    """A dataclass with ``name`` (unless not ``with_name``) plus the backend's own options."""
-    fields = [("name", str, field(default=backend.name))] if with_name else []
-    types = typing.get_type_hints(backend.options)  # resolves string annotations
-    for option in dataclasses.fields(backend.options):
-        default = (
-            field(default_factory=option.default_factory)
-            if option.default_factory is not dataclasses.MISSING
-            else field(default=option.default)
-        )
-        fields.append((option.name, types[option.name], default))
-    return dataclasses.make_dataclass(f"{backend.cls.__name__}Config", fields)
-
-
 TASK_SCHEMAS = {"schema_task_base": TaskConfig, "schema_task_listops": ListOpsTaskConfig,
                 "schema_task_bytes": ByteTaskConfig, "schema_task_pathfinder": PathfinderTaskConfig}
 
@@ -402,8 +376,6 @@ def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (idempotent)."""
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainRunConfig)
-    from lra.tool_configs import FidelityConfig, ProfileConfig  # they import this module
-
     cs.store(name="profile_schema", node=ProfileConfig)
     cs.store(name="fidelity_schema", node=FidelityConfig)
     for name, node in TASK_SCHEMAS.items():

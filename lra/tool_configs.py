@@ -1,5 +1,5 @@
 """Structured configs of ``lra-profile`` and ``lra-fidelity`` (``lra-train``'s are in :mod:`lra.config`,
-whose ``register_configs`` stores these too)."""
+whose ``register_configs`` stores these too; what they share is in :mod:`lra.config_fields`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import attention_zoo
 from attention_zoo.options import InvalidOption, choice, number, whole
-from lra.config import attention_schema, device_name, known_backends
+from lra.config_fields import attention_schema, device_name, known_backends
 
 
 @dataclass

@@ -2,6 +2,8 @@
 Bad input ends with one line that names the fix, and never with a record claiming success."""
 
 import itertools
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -150,3 +152,14 @@ def test_a_preset_without_code_fails_with_the_implemented_list(tmp_path, data_di
     assert result.returncode == 1 and "implemented: " in result.stderr.strip().splitlines()[-1]
     (run,) = run_dirs(tmp_path)
     assert read_json(run / "metrics.json")["status"] == "failed"
+
+
+def test_the_schemas_import_in_one_direction():
+    """lra.config (lra-train's schemas, and the registry of all) imports lra.tool_configs (lra-profile's
+    and lra-fidelity's); both take what they share from lra.config_fields, which imports neither."""
+    probe = ("import sys, importlib; importlib.import_module(sys.argv[1]); "
+             "print(sorted(m for m in ('lra.config', 'lra.tool_configs') if m in sys.modules))")
+    imported = {module: subprocess.run([sys.executable, "-c", probe, module], capture_output=True, text=True,
+                                       check=True).stdout.strip()
+                for module in ("lra.config_fields", "lra.tool_configs")}
+    assert imported == {"lra.config_fields": "[]", "lra.tool_configs": "['lra.tool_configs']"}
