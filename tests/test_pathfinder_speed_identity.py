@@ -109,3 +109,19 @@ def test_numpy_sum_is_numpys_float_sum():
         values = rng.random(length) * 10.0 ** rng.integers(-8, 8, length)
         assert numpy_sum(values.tolist()) == np.add.reduce(values)
     assert numpy_sum([]) == 0.0
+
+
+def test_generator_benchmark_reports_rates_per_worker_count_and_a_labelled_projection(capsys):
+    from lra.benchmarks import data_speed
+
+    data_speed.main(["--generators-only", "--pathfinder-images", "10", "--repeats", "1", "--workers", "1,2",
+                     "--cores", "16"])
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split("|")[1:-1] for line in lines if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert [int(row[0]) for row in rows] == [1, 2]
+    assert all(float(value) > 0 for row in rows for value in row[1:])
+    (projection,) = [line for line in lines if line.startswith("Projection to 16 cores (not measured")]
+    assert "200,000 images in" in projection
+    with pytest.raises(SystemExit) as stopped:
+        data_speed.main(["--generators-only", "--workers", "0,2"])
+    assert stopped.value.code == 2 and "error: argument --workers" in capsys.readouterr().err

@@ -121,7 +121,7 @@ class PaddleShape:
     margin's disk (what a commit adds to the mask and to its dilation, in one call), and the pixels
     that can take the mask to the overlap limit, as (flat offset, occupancy) pairs."""
 
-    def __init__(self, g, margin: int, orientation: float, resolution: int):
+    def __init__(self, g, margin: int, orientation: float, stride: int):
         self.ink, occupancy = draw.paddle_patch(g.paddle_length, g.paddle_thickness, margin, g.antialias_scale,
                                                 orientation)
         framed = np.pad(occupancy, margin)  # zeros: a commit leaves the mask (≥ 0) as it is there
@@ -129,7 +129,7 @@ class PaddleShape:
         self.half = self.stacked.shape[1] // 2
         half = occupancy.shape[0] // 2
         rows, cols = np.nonzero(occupancy > HEAVY)
-        self.heavy = [(int(r) - half, int(c) - half, int(r - half) * resolution + int(c - half), float(occupancy[r, c]))
+        self.heavy = [(int(r) - half, int(c) - half, int(r - half) * stride + int(c - half), float(occupancy[r, c]))
                       for r, c in zip(rows, cols)]
         self.heavy_flat = [(offset, value) for _, _, offset, value in self.heavy]
         self.heavy_reach = max([max(abs(r), abs(c)) for r, c, _, _ in self.heavy], default=0)
@@ -175,11 +175,18 @@ class Tables:
             raise ValueError("the dilated occupancy mask relies on a padding of at least one pixel")
         mask = np.zeros((size, size))
         mask[:p, :] = mask[-p:, :] = mask[:, :p] = mask[:, -p:] = 1.0
-        self.empty = np.stack([mask, draw.dilate(mask, draw.disk(margin))])  # the mask and its dilation
+        self.empty_mask = mask
+        # The mask and its dilation, framed wide enough that a commit centred up to a paddle's length
+        # outside the image needs no clipping; nothing reads the frame.
+        self.frame = g.paddle_length + int(math.ceil(g.paddle_thickness)) + 2 * margin + g.paddle_length
+        self.stride = size + 2 * self.frame
+        self.empty = np.zeros((2, self.stride, self.stride))
+        inner = (slice(None), slice(self.frame, self.frame + size), slice(self.frame, self.frame + size))
+        self.empty[inner] = np.stack([mask, draw.dilate(mask, draw.disk(margin))])
         self.pivot_step = g.paddle_length + 2 * margin
         self.seed_reach = g.paddle_length + margin
         offsets, self.directions = circle_offsets(g.paddle_length + margin)
-        self.circle = [(row, col, row * size + col) for row, col in offsets.tolist()]
+        self.circle = [(row, col, row * self.stride + col) for row, col in offsets.tolist()]
         self.circle_flat = [flat for _, _, flat in self.circle]
         self.circle_low = (int(offsets[:, 0].min()), int(offsets[:, 1].min()))
         self.circle_high = (int(offsets[:, 0].max()), int(offsets[:, 1].max()))
@@ -196,7 +203,7 @@ class Tables:
     def shape(self, orientation: float) -> PaddleShape:
         shape = self._shapes.get(orientation)
         if shape is None:
-            shape = self._shapes[orientation] = PaddleShape(self.g, self.margin, orientation, self.resolution)
+            shape = self._shapes[orientation] = PaddleShape(self.g, self.margin, orientation, self.stride)
         return shape
 
     def turn(self, orientation: float) -> tuple:
@@ -224,7 +231,7 @@ class Tables:
     def empty_tails(self, seed: Seed, band: int) -> np.ndarray:
         tails = seed.empty_tails.get(band)
         if tails is None:
-            tails = seed.empty_tails[band] = free_tails(self.empty[0], band, seed.kernel)
+            tails = seed.empty_tails[band] = free_tails(self.empty_mask, band, seed.kernel)
         return tails
 
 
@@ -247,8 +254,10 @@ class Canvas:
         self.drawn: List[tuple] = []  # (snake, start, end, orientation) of each paddle
 
     def _allocate(self) -> None:
-        self.state = self.t.empty.copy()
-        self.mask, self.mask_flat = self.state[0], self.state[0].reshape(-1)
+        t = self.t
+        self.state = t.empty.copy()
+        self.mask = self.state[0, t.frame : t.frame + t.resolution, t.frame : t.frame + t.resolution]
+        self.mask_flat = self.state[0].reshape(-1)
         self.mask_at, self.near_at = memoryview(self.state[0].reshape(-1)), memoryview(self.state[1].reshape(-1))
 
     def inside(self, point) -> bool:
@@ -266,15 +275,11 @@ class Canvas:
         shape, (row, col) = pending
         if self.state is None:
             self._allocate()
-        half, size = shape.half, self.t.resolution
-        if half <= row < size - half and half <= col < size - half:
-            window = self.state[:, row - half : row + half + 1, col - half : col + half + 1]
-            np.maximum(window, shape.stacked, out=window)
-        else:
-            (rows, cols), (prows, pcols) = draw.window((size, size), (row, col), half)
-            if rows.stop > rows.start and cols.stop > cols.start:
-                window = self.state[:, rows, cols]
-                np.maximum(window, shape.stacked[:, prows, pcols], out=window)
+        top, left = row + self.t.frame - shape.half, col + self.t.frame - shape.half
+        if not (0 <= top <= self.t.stride - shape.stacked.shape[1] and 0 <= left <= self.t.stride - shape.stacked.shape[2]):
+            raise AssertionError(f"a paddle committed at {(row, col)}, beyond the mask's frame")
+        window = self.state[:, top : top + shape.stacked.shape[1], left : left + shape.stacked.shape[2]]
+        np.maximum(window, shape.stacked, out=window)
 
     def render(self) -> np.ndarray:
         """The ink of every paddle kept so far (drawn now: the max of the stamps, in any order)."""
@@ -355,7 +360,7 @@ class Canvas:
         t, near_at = self.t, self.near_at
         size = t.resolution
         row, col = pivot
-        base = row * size + col
+        base = (row + t.frame) * t.stride + col + t.frame
         low, high = t.circle_low, t.circle_high
         if row + low[0] >= 0 and col + low[1] >= 0 and row + high[0] < size and col + high[1] < size:
             kept = None
@@ -374,7 +379,7 @@ class Canvas:
         """Whether the paddle's occupancy at ``centre`` plus the mask reaches the limit anywhere."""
         size, mask_at = self.t.resolution, self.mask_at
         row, col = centre
-        base = row * size + col
+        base = (row + self.t.frame) * self.t.stride + col + self.t.frame
         reach = shape.heavy_reach
         if reach <= row < size - reach and reach <= col < size - reach:
             if shape.heavy_arrays is not None:
