@@ -1,20 +1,18 @@
 """lra-gpu-check must finish inside one device window: its plan fits 9 minutes, and a step that runs
-over its limit is killed with everything it started (no GPU work left running into the next step)."""
+over its limit, or whose check is interrupted, is stopped as ctrl-C stops a command (the signal passed on,
+a grace to record) and then killed with everything it started (no GPU work left running into the next step).
+The reference slice's own tests are in test_gpu_check_reference.py."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
 import sys
-import tarfile
-from pathlib import Path
 
 import attention_zoo
-from omegaconf import OmegaConf
-from conftest import SMALL_LISTOPS, one_run, run_command
-from lra.commands import gpu_check
+from command_server import shell_signal_handling
+from lra.commands import gpu_check, gpu_steps
 
 
 def test_the_plan_fits_nine_minutes_and_says_why_each_limit(tmp_path):
@@ -24,7 +22,7 @@ def test_the_plan_fits_nine_minutes_and_says_why_each_limit(tmp_path):
     printed = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--plan"], capture_output=True,
                              text=True, check=True).stdout
     assert printed.strip().splitlines()[-1] == (f"in all: {sum(step.limit_s for step in steps):.0f} s at most (a step cut "
-                                                f"at its limit has {gpu_check.STOP_GRACE_S} s more to stop)")
+                                                f"at its limit has {gpu_steps.STOP_GRACE_S} s more to stop)")
     assert sum(step.limit_s + step.grace_s for step in steps) <= 9.5 * 60
     for step in steps:
         assert f"{step.name}: {step.limit_s:.0f} s (" in printed
@@ -116,177 +114,55 @@ def test_a_signal_ends_the_check_with_one_line_its_step_killed_and_a_summary(tmp
     assert not alive, "the interrupted step outlived the check"
 
 
-SMOKE = ["trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2", *SMALL_LISTOPS]
+def test_a_signal_is_passed_on_to_the_step_which_may_finish_recording_though_another_signal_comes(tmp_path):
+    """SIGHUP to the check (a closed terminal) reaches the step as SIGHUP, not as a kill: the step takes it, sends
+    the check a second signal (ignored while the check stops, as lra/signals.py has it) and only then writes
+    what it recorded; the check waits for it and ends with 128 + 1."""
+    said = tmp_path / "said.txt"
+    script = ("import os, signal, threading\n"
+              "def stop(number, frame):\n"
+              "    os.kill(os.getppid(), signal.SIGTERM)\n"
+              f"    open({str(said)!r}, 'w').write(signal.Signals(number).name)\n"
+              "    raise SystemExit(0)\n"
+              "signal.signal(signal.SIGHUP, stop)\n"
+              "os.kill(os.getppid(), signal.SIGHUP)\n"
+              "threading.Event().wait()\n")
+    driver = ("import sys\n"
+              "from lra.commands import gpu_check\n"
+              f"gpu_check.plan = lambda *a, **k: [gpu_check.Step('hung up', [sys.executable, '-c', {script!r}], 60, "
+              "'hung.log', grace_s=60)]\n"
+              "sys.exit(gpu_check.main(['--device', 'cpu', '--out', sys.argv[1]]))\n")
+    done = subprocess.run([sys.executable, "-c", driver, str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=120, preexec_fn=shell_signal_handling)
+    assert done.returncode == 128 + 1, done.stderr
+    assert done.stderr.startswith("error: interrupted (SIGHUP); the steps that finished") and done.stderr.count("\n") == 1
+    assert said.read_text() == "SIGHUP"
+    assert "| hung up | interrupted (SIGHUP) |" in (tmp_path / "out" / "summary.md").read_text()
 
 
-def test_a_reference_slice_runs_its_rows_and_seeds_and_packs_their_records(tmp_path):
-    """A device command runs at most 10 minutes, the reference ListOps table takes longer: --rows and
-    --seeds choose a slice, and its records come back in one archive that unpacks beside other slices', each
-    with the config its run trained."""
-    out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--device", "cpu", "--reference",
-                           "--rows", "softmax,yoso_32", "--seeds", "0,1", "--limit-s", "300", "--out", str(out),
-                           "--sweep-dir", str(tmp_path / "sweep"), "--", *SMOKE], capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    reference = (out / "reference.md").read_text()
-    assert "runs: 4 completed" in reference
-    assert "every run (4):" in reference and "| YOSO-32 | listops | 1 | completed | " in reference  # lra-table --runs
-    with tarfile.open(out / "reference-records.tar.gz") as archive:
-        archive.extractall(tmp_path / "records", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-    names = sorted(path.parent.name for path in (tmp_path / "records").rglob("metrics.json"))
-    assert names == ["softmax-seed0", "softmax-seed1", "yoso-32-seed0", "yoso-32-seed1"]
-    record = json.loads((tmp_path / "records" / "yoso-32-seed1" / "metrics.json").read_text())
-    assert (record["status"], record["seed"], record["task"]) == ("completed", 1, "listops")
-    assert record["wall_time_seconds"] > 0 and record["device"].startswith("cpu")
-    # each record beside the resolved config its run trained (the run folder's .hydra/resolved.yaml) and its overrides
-    assert sorted(path.name for path in (tmp_path / "records" / "yoso-32-seed1").iterdir()) == [
-        "config.yaml", "metrics.json", "overrides.yaml"]
-    packed = OmegaConf.load(tmp_path / "records" / "yoso-32-seed1" / "config.yaml")
-    run = Path(record["run_dir"])
-    assert (tmp_path / "records" / "yoso-32-seed1" / "config.yaml").read_text() == (run / ".hydra" / "resolved.yaml").read_text()
-    assert (packed.seed, packed.task.name, packed.attention.name, packed.attention.num_hashes) == (1, "listops", "yoso", 32)
-    assert (packed.trainer.max_steps, packed.model.pooling, packed.model.padding_mask) == (2, "mean_zeroed_padding", "nonzero_ids")
-    overrides = OmegaConf.load(tmp_path / "records" / "yoso-32-seed1" / "overrides.yaml")
-    assert "row=yoso_table3/yoso_32" in overrides and "seed=1" in overrides and "trainer.max_steps=2" in overrides
-
-
-def check_in_process(capsys, *args):
-    """``lra-gpu-check *args`` in this process: (exit status, standard output, its last line on standard error)."""
-    try:
-        status = gpu_check.main(list(args))
-    except SystemExit as stopped:
-        status = stopped.code
-    printed = capsys.readouterr()
-    return status, printed.out, (printed.err.strip().splitlines() or [""])[-1]
-
-
-def test_reference_slice_options_are_checked_before_anything_runs(tmp_path, capsys):
-    def refused(*args):
-        status, _, line = check_in_process(capsys, *args, "--out", str(tmp_path / "o"))
-        assert status == 2 and not (tmp_path / "o").exists(), (status, line)
-        return line
-
-    assert "--rows sofmax: not a row of conf/row/yoso_table3; the rows are linformer," in refused(
-        "--reference", "--rows", "softmax,sofmax")
-    assert "--seeds x: not a whole number >= 0" in refused("--reference", "--seeds", "0,x")
-    assert "--seeds -1: not a whole number >= 0" in refused("--reference", "--seeds", "-1")
-    assert "--rows, --sweep-dir: only for the --reference runs; add --reference" in refused(
-        "--rows", "softmax", "--sweep-dir", str(tmp_path / "s"))
-    assert "overrides: only for the --reference runs; add --reference" in refused("--", "trainer.max_steps=3")
-    # an empty shell variable is refused, not read as "every row" (12 rows x 5,000 steps) or as no limit
-    assert refused("--reference", "--rows", "").endswith("--rows '' is empty (an unset shell variable?); name at "
-                                                         "least one, or leave --rows out (default: " +
-                                                         ",".join(gpu_check.table3_rows()) + ")")
-    assert "--seeds '' is empty (an unset shell variable?)" in refused("--reference", "--seeds", "")
-    assert "--seeds ' , ' has an empty item" in refused("--reference", "--seeds", " , ")
-    assert "--rows 'softmax,,yoso_32' has an empty item" in refused("--reference", "--rows", "softmax,,yoso_32")
-    assert "--rows lists softmax more than once" in refused("--reference", "--rows", "softmax,yoso_32,softmax")
-    assert "--seeds lists 0 more than once" in refused("--reference", "--seeds", "0,1,0")
-    for limit in ("nan", "inf", "-inf", "0", "-5", "1e999"):
-        assert "it must be a finite number of seconds > 0" in refused("--reference", f"--limit-s={limit}"), limit
-    assert "--quick makes the check's own steps small" in refused("--reference", "--quick")
-    status, printed, _ = check_in_process(capsys, "--reference", "--rows", "yoso_e", "--seeds", "2", "--limit-s",
-                                          "540", "--plan")
-    assert status == 0 and "row=yoso_table3/yoso_e seed=2 " in printed
-    assert printed.strip().endswith(f"in all: 540 s at most (a step cut at its limit has "
-                                    f"{gpu_check.REFERENCE_GRACE_S} s more to stop)")
-    assert "reference ListOps: 540 s (1 jobs: 1 rows x seeds 2, 4 jobs per GPU)" in printed
-
-
-def test_a_slice_s_overrides_are_refused_with_lra_train_s_own_line_before_anything_runs(tmp_path, capsys, data_dir):
-    """Each job of the slice is composed and validated as lra-train validates it: the same line, exit 2, in
-    --plan and in a real run alike, with no output folder made and nothing started."""
-    job = ["experiment=yoso_table3", "task=listops", "row=yoso_table3/yoso_32", "seed=0", "trainer.device=cpu",
-           "logger=none"]
-    out, sweep = tmp_path / "o", tmp_path / "s"
-    run = ["--device", "cpu", "--sweep-dir", str(sweep), "--out", str(out)]
-    for mistake, modes in ((["trainer.max_step=3"], (["--plan"], run)), (["attention.num_hashs=8"], (["--plan"], run)),
-                           (["trainer.lr=-1"], (["--plan"],))):
-        train = run_command(["lra-train", "--cfg", "job", *job, *mistake], tmp_path, data_dir, check=False)
-        assert train.returncode == 2, (mistake, train.stdout, train.stderr)
-        expected = train.stderr.strip().splitlines()[-1]
-        assert expected.startswith("error: ") and "Traceback" not in train.stderr
-        for mode in modes:  # the first job is yoso_32's: its keys are the ones suggested
-            status, printed, line = check_in_process(capsys, "--reference", "--rows", "yoso_32,softmax", *mode, "--",
-                                                     "trainer=smoke", *mistake)
-            assert (status, line, printed) == (2, expected, ""), (mistake, mode)
-    assert not out.exists() and not sweep.exists()
-
-    def refused(*overrides, seeds="0"):
-        status, printed, line = check_in_process(capsys, "--reference", "--seeds", seeds, "--plan", "--", *overrides)
-        assert (status, printed) == (2, ""), line
-        return line
-
-    assert refused("trainer.lr=0.001,-1").startswith("error: invalid value for trainer.lr: -1.0;")  # a sweep's 2nd job
-    assert refused("+trainer.foo=1").startswith("error: unknown key 'trainer.foo'; valid keys under trainer: batch_size,")
-    assert refused("attention=nope").startswith("error: unknown choice 'nope' for attention (did you mean 'none'?); valid:")
-    assert refused("trainer.max_steps=abc").startswith("error: invalid value for trainer.max_steps: Value 'abc' of type")
-    assert refused("hydra.job.chdr=true") == ("error: unknown key 'hydra.job.chdr' (did you mean 'chdir'?); valid keys "
-                                              "under hydra.job: chdir, config, config_name, env_copy, env_set, id, name, "
-                                              "num, override_dirname")
-    assert refused(seeds="4294967296").startswith("error: invalid value for seed: 4294967296; it must be a whole number")
-    assert refused("").startswith("error: an override is empty ('': an unset shell variable?)")
-    assert refused("--cfg").startswith("error: cannot parse the override '--cfg'")
-    assert refused("seed=3") == ("error: the override 'seed=3' sets what lra-gpu-check --reference sets itself: use "
-                                 "--seeds")
-    assert refused("hydra.sweep.dir=/tmp/x").endswith("sets itself: use --sweep-dir")
-    assert refused("hydra.launcher.n_jobs=64").endswith("sets itself: use --jobs-per-gpu")
-    assert refused("trainer.device=cuda").endswith("sets itself: use --device")
-    assert refused("task=text").endswith("a slice is always task=listops (another task: lra-train -m "
-                                         "experiment=yoso_table3 task=<it>)")
-    assert "continues a slice" in refused(f"resume={tmp_path}")
-    status, printed, _ = check_in_process(capsys, "--reference", "--plan", "--", "task.generator.num_train=64",
-                                          "trainer.lr=0.001,0.002")
-    assert status == 0 and "(24 jobs: 12 rows x seeds 0, 4 jobs per GPU)" in printed
-
-
-def test_a_sweep_dir_that_cannot_take_the_slice_is_refused_with_one_line_naming_the_fix(tmp_path, capsys):
-    from omegaconf import OmegaConf
-
-    def refused(sweep, *extra, status=2):
-        code, printed, line = check_in_process(capsys, "--device", "cpu", "--reference", "--rows", "softmax",
-                                               "--sweep-dir", str(sweep), "--out", str(tmp_path / "o"), *extra,
-                                               "--", "trainer=smoke", "trainer.max_steps=50")
-        assert (code, printed) == (status, "") and not (tmp_path / "o").exists(), line
-        return line
-
-    (tmp_path / "file").write_text("not a folder")
-    assert refused(tmp_path / "file", status=1) == (f"error: --sweep-dir: {tmp_path / 'file'} is a file, not a folder; "
-                                                    "give --sweep-dir another folder (a missing one is created)")
-    other = tmp_path / "other"
-    other.mkdir()
-    saved = ["experiment=yoso_table3", "task=listops", "row=yoso_table3/softmax,yoso_table3/yoso_32", "seed=0,1",
-             "trainer.device=cuda", "logger=none", "trainer=smoke", "trainer.max_steps=100"]
-    OmegaConf.save({"hydra": {"overrides": {"task": saved}}}, other / "multirun.yaml")
-    assert refused(other) == (f"error: --sweep-dir {other} holds another slice, made by: lra-gpu-check --reference "
-                              f"--device cuda --rows softmax,yoso_32 --seeds 0,1 --jobs-per-gpu 4 --sweep-dir {other} "
-                              f"-- trainer=smoke trainer.max_steps=100; continue it with that command, or give --sweep-dir a new folder")
-    OmegaConf.save({"hydra": {"overrides": {"task": ["attention=softmax,yoso", "seed=0"]}}}, other / "multirun.yaml")
-    assert refused(other).endswith("holds a sweep lra-gpu-check did not make (lra-train -m attention=softmax,yoso "
-                                   "seed=0); give --sweep-dir a new or empty folder")
-    (other / "multirun.yaml").unlink()
-    (other / "notes.txt").write_text("mine")
-    assert refused(other) == (f"error: --sweep-dir {other} holds files but no sweep (no multirun.yaml); give "
-                              "--sweep-dir a new or empty folder")
-    assert (other / "notes.txt").read_text() == "mine"
-    line = refused(tmp_path / "s", "--out", str(tmp_path / "s" / "out"), status=1)
-    assert line.endswith("lie one inside the other (lra-table would count the packed records as runs of the slice): "
-                         "give them separate folders")
-
-
-def test_a_step_s_error_line_is_on_the_console_not_only_in_summary_md(tmp_path, data_dir):
-    """lra-train refuses a sweep folder inside the data it reads: the check says so on its console."""
-    sweep = data_dir / "listops" / "slice"
-    done = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--device", "cpu", "--reference", "--rows",
-                           "softmax", "--sweep-dir", str(sweep), "--out", str(tmp_path / "o"), "--", *SMOKE],
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "LRA_DATA_DIR": str(data_dir), "WANDB_MODE": "disabled"})
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
-    said = [line for line in done.stdout.splitlines() if " said: " in line]
-    assert said == [f"[lra-gpu-check] reference ListOps said: error: hydra.sweep.dir: {sweep} is inside the listops "
-                    f"data folder {data_dir / 'listops'}, which this command reads; give hydra.sweep.dir a folder "
-                    "outside it"], done.stdout
+def test_ctrl_c_while_a_step_cut_at_its_limit_stops_waits_for_the_step_then_ends_the_check(tmp_path):
+    """The step's limit passes, the check sends it SIGTERM, and ctrl-C reaches the check while the step is
+    still recording: the step gets its grace all the same, and the check ends after it with 128 + 2."""
+    said = tmp_path / "said.txt"
+    script = ("import os, signal, threading\n"
+              "def stop(number, frame):\n"
+              "    os.kill(os.getppid(), signal.SIGINT)\n"
+              f"    open({str(said)!r}, 'w').write(open(os.environ['LRA_STOP_NOTE']).read())\n"
+              "    raise SystemExit(0)\n"
+              "signal.signal(signal.SIGTERM, stop)\n"
+              "threading.Event().wait()\n")
+    driver = ("import sys\n"
+              "from lra.commands import gpu_check\n"
+              f"gpu_check.plan = lambda *a, **k: [gpu_check.Step('slow', [sys.executable, '-c', {script!r}], 1, "
+              "'slow.log', grace_s=60), gpu_check.Step('next', [sys.executable, '-c', 'print(1)'], 60, 'next.log')]\n"
+              "sys.exit(gpu_check.main(['--device', 'cpu', '--out', sys.argv[1]]))\n")
+    done = subprocess.run([sys.executable, "-c", driver, str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=120, preexec_fn=shell_signal_handling)
+    assert done.returncode == 128 + 2, done.stderr
+    assert done.stderr.startswith("error: interrupted (ctrl-C); the steps that finished") and done.stderr.count("\n") == 1
+    assert said.read_text() == "lra-gpu-check's 1 s limit for its slow step"
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "| slow | timed out after 1 s |" in summary and "| next | not run |" in summary
 
 
 def test_a_step_stopped_has_its_grace_then_is_killed_and_learns_why(tmp_path):
@@ -310,121 +186,3 @@ def test_a_step_stopped_has_its_grace_then_is_killed_and_learns_why(tmp_path):
     step = gpu_check.Step("deaf", [sys.executable, "-c", deaf], limit_s=1, output="deaf.log", grace_s=2)
     gpu_check.run_step(step, tmp_path)
     assert step.status == "timed out after 1 s" and 3 <= step.seconds < 30
-
-
-def test_a_reference_slice_cut_short_is_continued_by_the_same_command_in_its_sweep_folder(tmp_path):
-    """A slice that outlives its machine (killed at step 30, as at the end of a lease) keeps its checkpoints in
-    --sweep-dir; the same command there (or on another machine, unpacked at the same path) resumes the run."""
-    sweep, out = tmp_path / "sweep", tmp_path / "out"
-    command = [sys.executable, "-m", "lra.commands.gpu_check", "--device", "cpu", "--reference", "--rows", "softmax",
-               "--sweep-dir", str(sweep), "--limit-s", "300", "--out", str(out), "--",
-               *SMALL_LISTOPS, "trainer=smoke", "trainer.max_steps=60", "trainer.eval_every=20"]
-    environment = {**os.environ, "LRA_FAULT": "step:30:SIGKILL", "LRA_FAULT_ONCE": str(tmp_path / "killed-once")}
-    cut = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
-    assert cut.returncode == 1, cut.stdout[-3000:] + cut.stderr[-3000:]
-    (job,) = [path.parent for path in sweep.rglob("metrics.json")]
-    assert (job / "checkpoints" / "last.pt").is_file()
-    out.rename(tmp_path / "first-out")
-    continued = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment)
-    assert continued.returncode == 0, continued.stdout[-3000:] + continued.stderr[-3000:]
-    assert "resumed from" in (job / "train.log").read_text() and "at step 20" in (job / "train.log").read_text()
-    assert "runs: 1 completed" in (out / "reference.md").read_text()
-
-
-LAUNCHER = """#!{python} -S
-# The step's first process in place of lra-train (which it runs, passing its output on): it holds the check
-# (SIGSTOP) until the runs have reached the trigger line, or sends the check a signal there.
-import os, signal, subprocess, sys
-check, action, trigger, count = os.getppid(), os.environ["WRAP_ACTION"], os.environ["WRAP_TRIGGER"], int(os.environ["WRAP_COUNT"])
-if action == "hold":
-    os.kill(check, signal.SIGSTOP)
-child = subprocess.Popen([{lra_train!r}, *sys.argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(number, signal.SIG_IGN)  # the step's group is stopped: that signal is lra-train's to take
-seen = 0
-try:
-    for line in child.stdout:
-        sys.stdout.buffer.write(line)
-        sys.stdout.flush()
-        seen += trigger.encode() in line
-        if seen == count and trigger:
-            trigger = ""
-            os.kill(check, signal.SIGCONT if action == "hold" else getattr(signal, action))
-finally:
-    os.kill(check, signal.SIGCONT)
-sys.exit(child.wait())
-"""
-DRIVER = """import sys
-from lra.commands import gpu_check
-tool = gpu_check._tool
-gpu_check._tool = lambda name: sys.argv[1] if name == "lra-train" else tool(name)
-sys.exit(gpu_check.main(sys.argv[2:]))
-"""
-CHAIN = ["trainer=smoke", "trainer.max_steps=8", "trainer.eval_every=2", "trainer.checkpoint_every=2",
-         "trainer.log_every=1", *SMALL_LISTOPS]
-
-
-def test_a_slice_cut_at_its_limit_or_stopped_by_sigterm_records_why_and_the_same_command_resumes_it_exactly(
-        tmp_path, data_dir):
-    """Both runs of a slice stop themselves at a known step (LRA_FAULT=step:3:SIGSTOP: frozen, as a suspended
-    job is), so the stop meets them there: the first time the slice's --limit-s cuts it (the check is held
-    until then, so the limit falls due while the runs are frozen), the second time SIGTERM to lra-gpu-check
-    itself stops it. Each time every run records `interrupted` and why (its checkpoint from two steps
-    before kept), and the same command resumes them: the runs end equal to one run never interrupted."""
-    from command_server import shell_signal_handling
-
-    launcher = tmp_path / "lra-train"
-    launcher.write_text(LAUNCHER.format(python=sys.executable, lra_train=gpu_check._tool("lra-train")))
-    launcher.chmod(0o755)
-    sweep = tmp_path / "sweep"
-
-    def check(out, limit_s, **wrap):
-        env = {**os.environ, "LRA_DATA_DIR": str(data_dir), "WANDB_MODE": "disabled", "PYTHONHASHSEED": "0",
-               "WRAP_ACTION": "", "WRAP_TRIGGER": "", "WRAP_COUNT": "0", **wrap}
-        return subprocess.run([sys.executable, "-c", DRIVER, str(launcher), "--device", "cpu", "--reference",
-                               "--rows", "softmax,yoso_32", "--jobs-per-gpu", "2", "--sweep-dir", str(sweep),
-                               "--limit-s", str(limit_s), "--out", str(tmp_path / out), "--", *CHAIN],
-                              capture_output=True, text=True, timeout=600, env=env, preexec_fn=shell_signal_handling)
-
-    def records():
-        return {path.parent.name: json.loads(path.read_text()) for path in sweep.glob("*/metrics.json")}
-
-    def frozen_at(step):  # the third step each process trains: step 3, or step 5 after a resume at step 2
-        return {"LRA_FAULT": "step:3:SIGSTOP", "WRAP_TRIGGER": f"step {step}/8 ", "WRAP_COUNT": "2"}
-
-    cut = check("cut", 5, WRAP_ACTION="hold", **frozen_at(3))
-    assert cut.returncode == 1, cut.stdout[-3000:] + cut.stderr[-3000:]
-    assert "[lra-gpu-check] reference ListOps: timed out after 5 s" in cut.stdout
-    assert "said: error: interrupted (SIGTERM: the slice's time limit, --limit-s 5)" in cut.stdout
-    assert sorted(records()) == ["0", "1"]
-    for record in records().values():
-        assert (record["status"], record["signal"]) == ("interrupted", "SIGTERM"), record
-        assert record["error"] == "interrupted (SIGTERM: the slice's time limit, --limit-s 5)"
-    assert "the same command continues the slice in" in (tmp_path / "cut" / "summary.md").read_text()
-    assert all((sweep / job / "checkpoints" / "last.pt").is_file() for job in ("0", "1"))
-
-    stopped = check("stopped", 300, WRAP_ACTION="SIGTERM", **frozen_at(5))
-    assert stopped.returncode == 128 + 15, stopped.stdout[-3000:] + stopped.stderr[-3000:]
-    errors = stopped.stderr.strip().splitlines()
-    assert len(errors) == 1 and errors[0].startswith("error: interrupted (SIGTERM); the steps that finished are "
-                                                      "summarized in "), stopped.stderr
-    assert errors[0].endswith("; continue the slice with the same command")
-    for record in records().values():
-        assert (record["status"], record["error"], record["resumed_at_steps"]) == (
-            "interrupted", "interrupted (SIGTERM)", [2]), record
-    with tarfile.open(tmp_path / "stopped" / "reference-records.tar.gz") as archive:
-        packed = {name: json.load(archive.extractfile(name)) for name in archive.getnames() if name.endswith(".json")}
-    assert sorted(packed) == ["softmax-seed0/metrics.json", "yoso-32-seed0/metrics.json"]
-    assert all(record["status"] == "interrupted" for record in packed.values())
-
-    done = check("done", 300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "runs: 2 completed" in (tmp_path / "done" / "reference.md").read_text()
-    resumed = records()
-    assert [resumed[job]["resumed_at_steps"] for job in ("0", "1")] == [[2, 4], [2, 4]]
-    once = one_run(tmp_path / "once", data_dir, ["experiment=yoso_table3", "task=listops", "row=yoso_table3/softmax",
-                                                 "seed=0", "trainer.device=cpu", "logger=none", *CHAIN])
-    uninterrupted = json.loads((once / "metrics.json").read_text())
-    for field in ("steps", "best_step", "best_val_accuracy", "test_accuracy", "test_loss"):
-        assert resumed["0"][field] == uninterrupted[field], field
-    assert json.loads((sweep / "0" / "history.json").read_text()) == json.loads((once / "history.json").read_text())

@@ -33,45 +33,26 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
-import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
 import attention_zoo
 from lra import signals
 from lra.commands.config_errors import at_the_edge
+from lra.commands.gpu_steps import Step, run_step
 from lra.commands.reference_slice import Slice, check_sweep_dir, listed, pack_records, table3_rows, TABLE3_ROWS
 from lra.io import check_output_folder
 from lra.records import REPO_ROOT, git_commit
 
 OUTPUTS = ("summary.md", "build.log", "pytest.log", "kernels.md", "kernels_bert.md", "profile.csv", "profile.png",
            "sweep.md", "reference.md", "reference-records.tar.gz")
-STOP_GRACE_S = 5  # how long a step stopped by a signal may take to end before it is killed
 REFERENCE_GRACE_S = 30  # a reference slice's: its runs record `interrupted` (seconds on a GPU), kept for a resume
-
-
-@dataclass
-class Step:
-    name: str
-    command: List[str]
-    limit_s: float
-    output: Optional[str] = None  # the file its standard output and error go to
-    basis: str = ""  # why this limit
-    cwd: Optional[Path] = None
-    grace_s: float = STOP_GRACE_S  # once stopped by a signal, how long it may take to end before it is killed
-    limit_name: str = ""  # what its time limit is called where a run records why it was stopped
-    seconds: float = 0.0
-    status: str = "not run"
-    notes: List[str] = field(default_factory=list)  # what it printed last (summary.md quotes it)
-    advice: List[str] = field(default_factory=list)  # what became of it and what to do next
 
 
 def _tool(name: str) -> str:
@@ -179,7 +160,8 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
                                  basis=bases["bert"])]),
         Step("profile", [_tool("lra-profile"), f"device={device}", *profile, f"hydra.run.dir={scratch / 'profile'}"],
              limits_s["profile"], basis=bases.get("profile", "")),
-        Step("sweep", [_tool("lra-train"), "-m", "hydra/launcher=local_gpus", f"hydra.launcher.jobs_per_gpu={jobs_per_gpu}",
+        Step("sweep", [_tool("lra-train"), "-m", "hydra/launcher=local_gpus",  # no more workers than jobs (each a process)
+                       f"hydra.launcher.jobs_per_gpu={min(jobs_per_gpu, len(sweep_backends))}",
                        f"attention={','.join(sweep_backends)}", f"trainer.device={device}", "logger=none", *sweep,
                        f"hydra.sweep.dir={scratch / 'sweep'}"], limits_s["sweep"], basis=bases.get("sweep", "")),
     ]
@@ -201,112 +183,11 @@ def reference_plan(planned: Slice, scratch: Path, limit_s: float = 24 * 3600, sw
     """The reference ListOps runs of the slice ``planned`` (``jobs`` of them, when counted). The sweep folder
     is ``sweep_dir`` when given (kept; the same command continues it: finished runs kept, cut or interrupted
     ones resumed), else a scratch folder removed at the end."""
-    counted = f"{jobs} jobs: " if jobs is not None else ""
+    counted = f"{jobs} job{'s' * (jobs != 1)}: " if jobs is not None else ""
     return [Step("reference ListOps", [_tool("lra-train"), "-m", *planned.command(sweep_dir or scratch / "reference")],
                  limit_s, grace_s=REFERENCE_GRACE_S, limit_name=f"the slice's time limit, --limit-s {limit_s:g}",
-                 basis=f"{counted}{len(planned.rows)} rows x seeds {','.join(planned.seeds)}, {planned.jobs_per_gpu} "
-                       f"jobs per GPU")]
-
-
-def run_step(step: Step, out: Path) -> None:
-    """Run ``step`` in a new session (its own process group). At its time limit, or when this process is
-    interrupted, the group is stopped as ctrl-C stops a command (:func:`stop_group`), and whatever is
-    left of it is killed, so no GPU work outlives its step."""
-    if not step.command:
-        step.status = "skipped"
-        return
-    started = time.perf_counter()
-    step.status = "running"
-    target = out / step.output if step.output else out / ".step.log"
-    handle, note = tempfile.mkstemp(prefix="lra-gpu-check-stop-", suffix=".txt")  # why it was stopped, if it is
-    os.close(handle)
-    try:
-        with open(target, "w") as log:
-            log.write("$ " + " ".join(step.command) + "\n")
-            log.flush()
-            process = subprocess.Popen(step.command, stdout=log, stderr=subprocess.STDOUT, cwd=step.cwd,
-                                       start_new_session=True, env={**os.environ, signals.STOP_NOTE: note})
-            try:
-                try:
-                    code = process.wait(timeout=step.limit_s)
-                    step.status = "passed" if code == 0 else f"failed (exit {code})"
-                except subprocess.TimeoutExpired:
-                    step.status = f"timed out after {step.limit_s:.0f} s"
-                if step.status.startswith("timed out"):
-                    Path(note).write_text(step.limit_name or f"lra-gpu-check's {step.limit_s:g} s limit for its "
-                                                             f"{step.name} step")
-                    stop_group(process, signal.SIGTERM, step.grace_s)
-            except KeyboardInterrupt as exc:
-                stop_group(process, signals.as_interrupted(exc).signal_number, step.grace_s)
-                raise
-            finally:
-                with signals.deferred():  # a signal now is raised once the group is gone
-                    _kill_group(process)
-                step.seconds = time.perf_counter() - started
-    finally:
-        os.unlink(note)
-        if step.status != "passed":
-            step.notes.append(_tail(target))
-        if not step.output:
-            target.unlink()
-
-
-def stop_group(process: subprocess.Popen, number: int, grace_s: float) -> None:
-    """The signal policy's stop (lra/signals.py) for a step's process group: ``number`` to each of its
-    processes, as a terminal's ctrl-C reaches each process of its job, and SIGCONT (a stopped process takes
-    a signal only once it runs again); then up to ``grace_s`` seconds for the group to end, each lra-train run
-    recording ``interrupted``. A signal to this process meanwhile is raised once the wait is over."""
-    for number_sent in (number, signal.SIGCONT):
-        try:
-            os.killpg(process.pid, number_sent)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + grace_s
-    interrupted = None
-    while True:
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            while _group_alive(process.pid) and time.monotonic() < deadline:  # what the step started, too
-                time.sleep(0.05)
-            break
-        except subprocess.TimeoutExpired:
-            break
-        except KeyboardInterrupt as exc:  # the policy's first signal here: the runs still record, then it is raised
-            interrupted = interrupted or exc
-    if interrupted is not None:
-        raise interrupted
-
-
-def _kill_group(process: subprocess.Popen, patience_s: float = 30.0) -> None:
-    """Kill what is left of the step's process group (the step itself, and anything it started), and
-    return only once every member has exited: a SIGKILL is delivered asynchronously, and a
-    grandchild still exiting would hold the GPU into the next step."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    process.wait()
-    deadline = time.monotonic() + patience_s
-    while _group_alive(process.pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-def _group_alive(group: int) -> bool:
-    """Whether a process of process group ``group`` has not exited yet (a zombie has: it holds nothing
-    but its exit status), from /proc; False where there is no /proc."""
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()  # the name may hold spaces
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
-            return True
-    return False
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    text = path.read_text(errors="replace").strip().splitlines() if path.is_file() else []
-    return "\n".join(text[-lines:])
+                 basis=f"{counted}{len(planned.rows)} row{'s' * (len(planned.rows) != 1)} x seeds {','.join(planned.seeds)}, "
+                       f"{planned.workers_per_gpu()} jobs per GPU")]
 
 
 def collect(steps: List[Step], out: Path, scratch: Path, reference_dir: Optional[Path] = None) -> None:
@@ -409,6 +290,7 @@ def checked_slice(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         f"not a row of {TABLE3_ROWS.relative_to(REPO_ROOT)}; the rows are {', '.join(table3_rows())}"), parser.error)
     seeds = listed("--seeds", args.seeds, ["0"], lambda seed: None if seed.isdigit() else (
         "not a whole number >= 0; seeds are whole numbers, comma-separated (e.g. 0,1,2)"), parser.error)
+    seeds = listed("--seeds", ",".join(str(int(seed)) for seed in seeds), [], lambda seed: None, parser.error)  # 007 is 7
     return Slice(rows, seeds, list(args.overrides), args.device, args.jobs_per_gpu)
 
 
@@ -433,6 +315,8 @@ def main(argv=None) -> int:
     make_steps = (lambda scratch: reference_plan(planned, scratch, limit_s, sweep_dir, jobs)) if planned else (
         lambda scratch: plan(args.device, args.quick, args.jobs_per_gpu, scratch))
     if args.plan:
+        if sweep_dir is not None:
+            check_sweep_dir(sweep_dir, planned, args.out)
         print(describe(make_steps(Path(tempfile.gettempdir()) / "lra-gpu-check-<scratch>")))
         return 0
     out = args.out or Path("runs") / "gpu-check" / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")

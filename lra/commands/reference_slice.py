@@ -77,19 +77,22 @@ class Slice:
         return [*SETUP, f"row={','.join('yoso_table3/' + row for row in self.rows)}", f"seed={','.join(self.seeds)}",
                 f"trainer.device={self.device}", "logger=none", *self.overrides]
 
-    def launcher(self) -> List[str]:
-        return ["hydra/launcher=local_gpus", f"hydra.launcher.jobs_per_gpu={self.jobs_per_gpu}"]
+    def workers_per_gpu(self) -> int:
+        """``jobs_per_gpu``, at most the slice's number of jobs: the launcher starts every worker it may use
+        at once (--jobs-per-gpu 100000 would start as many processes for a slice of two runs)."""
+        return min(self.jobs_per_gpu, len(self.jobs()))
 
     def command(self, sweep_dir: Path) -> List[str]:
         """The lra-train arguments after ``-m``."""
-        return [*self.launcher(), *self.task_overrides(), f"hydra.sweep.dir={sweep_dir}"]
+        return ["hydra/launcher=local_gpus", f"hydra.launcher.jobs_per_gpu={self.workers_per_gpu()}",
+                *self.task_overrides(), f"hydra.sweep.dir={sweep_dir}"]
 
     def jobs(self) -> List[List[str]]:
         """Each job's overrides, the sweep expanded as Hydra's basic sweeper expands it."""
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
-        parsed = OverridesParser.create().parse_overrides([*self.launcher(), *self.task_overrides()])
+        parsed = OverridesParser.create().parse_overrides(self.task_overrides())
         return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
 
     def check(self, assume_cuda: bool = False) -> int:
@@ -166,7 +169,7 @@ def _valid_keys(job: List[str]) -> Callable[[str], list]:
     from lra.config import CONF_DIR
 
     groups = {path.name for path in CONF_DIR.iterdir() if path.is_dir()}
-    choices = [o for o in job if "=" in o and (o.split("=")[0] in groups or o.startswith("hydra/"))]
+    choices = [o for o in job if "=" in o and o.split("=")[0] in groups]
 
     def valid_keys(path: str) -> list:
         try:
@@ -227,10 +230,13 @@ def saved_task_overrides(sweep_dir: Path) -> Optional[List[str]]:
         return None
     try:
         task = OmegaConf.select(OmegaConf.load(saved), "hydra.overrides.task")
+        if not OmegaConf.is_list(task):
+            raise ValueError("hydra.overrides.task is no list")
         return [str(override) for override in task]
     except Exception as exc:
-        raise UserError(f"--sweep-dir {sweep_dir}: its multirun.yaml is unreadable ({type(exc).__name__}); give "
-                        "--sweep-dir a new folder, or restore that file from the slice's own copy") from None
+        raise UserError(f"--sweep-dir {sweep_dir}: its multirun.yaml is unreadable ({type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:120]}); give --sweep-dir a new folder, or restore that file from "
+                        "the slice's own copy") from None
 
 
 def continuing_command(saved: Optional[List[str]], sweep_dir: Path, jobs_per_gpu: int) -> Optional[str]:
