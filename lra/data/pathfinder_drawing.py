@@ -66,10 +66,15 @@ def dilated_at(image: np.ndarray, kernel: np.ndarray, points: np.ndarray) -> np.
     return values.max(axis=1)
 
 
+def lanczos_levels(fine: np.ndarray, size: int) -> np.ndarray:
+    """A 0–255 image resized to ``size``² with Lanczos in 8 bits (uint8)."""
+    image = Image.fromarray(np.clip(fine, 0, 255).astype(np.uint8), mode="L")
+    return np.asarray(image.resize((size, size), resample=Image.LANCZOS))
+
+
 def lanczos_uint8(fine: np.ndarray, size: int) -> np.ndarray:
     """A 0–255 image resized to ``size``² with Lanczos in 8 bits, returned as floats in [0, 1]."""
-    image = Image.fromarray(np.clip(fine, 0, 255).astype(np.uint8), mode="L")
-    return np.asarray(image.resize((size, size), resample=Image.LANCZOS), dtype=np.float64) / 255.0
+    return np.asarray(lanczos_levels(fine, size), dtype=np.float64) / 255.0
 
 
 @lru_cache(maxsize=4096)
@@ -119,10 +124,18 @@ def overlap_peak(canvas: np.ndarray, patch: np.ndarray, centre) -> float:
 def marker(resolution: int, centre, radius: float, scale: int) -> np.ndarray:
     """A marker disk of ``radius`` pixels at ``centre`` (row, col), as the original: drawn at
     ``scale`` × the resolution, resized with Lanczos in 8 bits; floats in [0, 1]."""
+    return np.asarray(marker_levels(resolution, tuple(centre), radius, scale), dtype=np.float64) / 255.0
+
+
+@lru_cache(maxsize=1024)  # every centre of a 32-px image; 16 MB at 128 px
+def marker_levels(resolution: int, centre: Tuple[int, int], radius: float, scale: int) -> np.ndarray:
+    """:func:`marker`'s 8-bit levels (uint8, read-only)."""
     size = resolution * scale
     y, x = np.ogrid[-centre[0] * scale : size - centre[0] * scale, -centre[1] * scale : size - centre[1] * scale]
     fine = np.where(x * x + y * y <= (radius * scale) ** 2, 255.0, 0.0)
-    return lanczos_uint8(fine, resolution)
+    levels = lanczos_levels(fine, resolution)
+    levels.flags.writeable = False
+    return levels
 
 
 def bytescale(image: np.ndarray) -> np.ndarray:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import List, Optional, Tuple
 
 import numpy as np
@@ -190,13 +189,6 @@ def _distractor(canvas: Canvas, snake: int) -> bool:
     return False
 
 
-@lru_cache(maxsize=4096)
-def _marker(resolution: int, centre: Tuple[int, int], radius: float, scale: int) -> np.ndarray:
-    marker = draw.marker(resolution, centre, radius, scale)
-    marker.flags.writeable = False
-    return marker
-
-
 def _draw_scene(g: Geometry, rng: SeededStream, label: int) -> Scene:
     margin = int(g.paddle_margins[rng.integers(len(g.paddle_margins))])
     t = tables(g, margin)
@@ -217,7 +209,7 @@ def _draw_scene(g: Geometry, rng: SeededStream, label: int) -> Scene:
     centres = [tips[origin_snake][0], tips[end_snake][1]]
     image = canvas.render()
     for centre in centres:
-        disk = _marker(g.resolution, tuple(centre), g.marker_radius, g.antialias_scale)
+        disk = draw.marker(g.resolution, centre, g.marker_radius, g.antialias_scale)
         image, target_ink = np.maximum(image, disk), np.maximum(target_ink, disk)
     markers = np.array([[c[1], c[0]] for c in centres], dtype=float)
     paddles = canvas.paddles()
