@@ -1,10 +1,13 @@
-"""Atomic file writes (a temporary file in the same folder, fsync, rename over the target), and the
-one check of an output path that every command makes before it writes anything."""
+"""Atomic file writes (a temporary file in the same folder, fsync, rename over the target), the one
+check of an output path that every command makes before it writes anything, and the one bounded read
+of a file the harness did not necessarily write (a run record, a reference table): only a regular file
+of bounded size, never a named pipe (which would wait for a writer for ever) or a device."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -199,3 +202,60 @@ def check_hydra_output_overrides(argv: Sequence[str], reads: Iterable[Path | str
                 if path == folder or folder in path.parents:
                     raise UserError(f"{key}: {path} is {'' if path == folder else 'inside '}{what} {folder}, which this "
                                     f"command reads; give {key} a folder outside it")
+
+
+MAX_READ_BYTES = 16 * 2**20  # a run record is a few kB, a paper's table less: 16 MiB is damage, not a record
+KINDS = {stat.S_IFIFO: "a named pipe", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+         stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symbolic link"}
+
+
+class Unreadable(Exception):
+    """A file these readers refuse; its text is the reason, a phrase ("a named pipe, not a regular file")."""
+
+
+def kind(mode: int) -> str:
+    """What a file of ``mode`` (``os.stat``'s ``st_mode``) is, in words: "a named pipe", "a folder", …"""
+    return KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def read_bytes(path: Path, limit: int = MAX_READ_BYTES) -> bytes:
+    """The content of ``path`` when it is a regular file (a symbolic link to one counts as that file) of at
+    most ``limit`` bytes; else :class:`Unreadable`. Never waits on a named pipe, never reads a device."""
+    try:
+        fault_point("table_read", path)  # tests: LRA_FAULT=table_read:1:EIO (see lra.faults)
+        mode = os.stat(path).st_mode  # nothing that is no regular file is opened (a device's open can act)
+        if not stat.S_ISREG(mode):
+            raise Unreadable(f"{kind(mode)}, not a regular file")
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(descriptor, "rb") as handle:
+            found = os.fstat(handle.fileno())  # what was opened, should the name have been swapped meanwhile
+            if not stat.S_ISREG(found.st_mode):
+                raise Unreadable(f"{kind(found.st_mode)}, not a regular file")
+            if found.st_size > limit:
+                raise Unreadable(f"{found.st_size:,} bytes, more than the {byte_size(limit)} a record or table may hold")
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise Unreadable(os_reason(exc, path)) from exc
+    if len(data) > limit:  # still being written
+        raise Unreadable(f"more than the {byte_size(limit)} a record or table may hold (it grew while it was read)")
+    return data
+
+
+
+
+def byte_size(count: int) -> str:
+    """A byte count as text: whole MiB as such, else bytes."""
+    return f"{count // 2**20:,} MiB" if count % 2**20 == 0 else f"{count:,} bytes"
+
+
+def os_reason(exc: OSError, path) -> str:
+    """Why ``path`` could not be read or listed, as a phrase."""
+    import errno
+
+    if exc.errno == errno.ELOOP:
+        return "a loop of symbolic links"
+    if exc.errno == errno.ENOENT and os.path.islink(path):
+        return "a broken symbolic link"
+    if exc.errno == errno.ENOENT:
+        return "no such file"
+    return (exc.strerror or str(exc)).lower()

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Optional
 import torch
 
 from lra import signals
-from lra.io import atomic_write_json
+from lra.io import Unreadable, atomic_write_json, read_bytes
 
 METRICS = "metrics.json"
 # A record's status: "running" (being trained, or killed without a word: SIGKILL, a power cut),
@@ -47,13 +47,15 @@ def describe_device(device: torch.device) -> str:
 
 
 def read_record(run_dir: Path) -> Dict[str, Any]:
-    """A run directory's ``metrics.json`` as a dict ({} when missing or unreadable)."""
+    """A run directory's ``metrics.json`` as a dict ({} when missing or unreadable: not a regular file of
+    at most 16 MiB, as :func:`lra.io.read_bytes` reads, so a named pipe never blocks a resume, or no JSON
+    object)."""
     import json
 
     try:
-        data = json.loads((Path(run_dir) / METRICS).read_text())
+        data = json.loads(read_bytes(Path(run_dir) / METRICS))
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+    except (Unreadable, ValueError, RecursionError):
         return {}
 
 

@@ -129,6 +129,17 @@ def test_ctrl_c_records_the_run_as_interrupted_and_a_resume_completes_it(tmp_pat
     assert read_json(run / "metrics.json")["status"] == "completed"
 
 
+def test_a_resume_whose_record_is_a_named_pipe_neither_waits_nor_loses_the_run(tmp_path, data_dir):
+    """A metrics.json that is a FIFO (no writer ever comes) is read as no record: the resume goes on from
+    the checkpoint and writes a regular record in its place."""
+    run_command(["lra-train", *SHORT], tmp_path, data_dir, env_extra={"LRA_FAULT": "step:3:SIGINT"}, check=False)
+    (run,) = run_dirs(tmp_path)
+    (run / "metrics.json").unlink()
+    os.mkfifo(run / "metrics.json")
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)  # pytest-timeout bounds a hang
+    assert (run / "metrics.json").is_file() and read_json(run / "metrics.json")["status"] == "completed"
+
+
 @pytest.mark.parametrize("world", ["2", "two"])
 def test_a_leftover_world_size_is_one_line_and_leaves_no_folder(tmp_path, data_dir, world):
     result = run_command(["lra-train", *SHORT], tmp_path, data_dir, env_extra={"WORLD_SIZE": world}, check=False)

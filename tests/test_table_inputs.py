@@ -95,7 +95,7 @@ def test_records_that_are_no_regular_file_or_too_large_or_too_deep_are_notes_and
                             f'"test_accuracy": {"9" * 5000}}}')
     result = bounded([sweep], tmp_path)
     assert result.returncode == 0 and result.stdout == expected, result.stderr
-    why = {"big": f"{MAX_BYTES + 1:,} bytes, more than the 16 MiB lra-table reads",
+    why = {"big": f"{MAX_BYTES + 1:,} bytes, more than the 16 MiB a record or table may hold",
            "dangling": "a broken symbolic link", "deep": "JSON nested deeper than 32 levels",
            "device": "a character device, not a regular file", "digits": "a number of more than 4,300 digits",
            "fifo": "a named pipe, not a regular file", "folder": "a folder, not a regular file",
@@ -139,7 +139,7 @@ def test_the_reader_takes_a_file_of_exactly_its_limits(tmp_path):
     assert path.stat().st_size == MAX_BYTES and read_json(path)["test_accuracy"] == 36.0
     with open(path, "a") as handle:
         handle.write(" ")
-    with pytest.raises(Unreadable, match=r"^16,777,217 bytes, more than the 16 MiB lra-table reads$"):
+    with pytest.raises(Unreadable, match=r"^16,777,217 bytes, more than the 16 MiB a record or table may hold$"):
         read_json(path)
 
 

@@ -13,52 +13,18 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, List
 
 from lra.faults import fault_point
+from lra.io import MAX_READ_BYTES as MAX_BYTES
+from lra.io import KINDS, Unreadable, byte_size, kind, os_reason, read_bytes  # noqa: F401 (the readers' names)
 from lra.records import METRICS
 from lra.results import validity
 
-MAX_BYTES = 16 * 2**20  # a run record is a few kB, a paper's table less: 16 MiB is damage, not a record
 MAX_DEPTH = 32  # a run record nests two levels ({"invalid_values": {...}}, lists of steps)
 REQUIRED = ("label", "task", "status")  # what a record needs to sit in a table
-KINDS = {stat.S_IFIFO: "a named pipe", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-         stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symbolic link"}
-
-
-class Unreadable(Exception):
-    """A file these readers refuse; its text is the reason, a phrase ("a named pipe, not a regular file")."""
-
-
-def kind(mode: int) -> str:
-    """What a file of ``mode`` (``os.stat``'s ``st_mode``) is, in words: "a named pipe", "a folder", …"""
-    return KINDS.get(stat.S_IFMT(mode), "not a regular file")
-
-
-def read_bytes(path: Path, limit: int = MAX_BYTES) -> bytes:
-    """The content of ``path`` when it is a regular file (a symbolic link to one counts as that file) of at
-    most ``limit`` bytes; else :class:`Unreadable`. Never waits on a named pipe, never reads a device."""
-    try:
-        fault_point("table_read", path)  # tests: LRA_FAULT=table_read:1:EIO (see lra.faults)
-        mode = os.stat(path).st_mode  # nothing that is no regular file is opened (a device's open can act)
-        if not stat.S_ISREG(mode):
-            raise Unreadable(f"{kind(mode)}, not a regular file")
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(descriptor, "rb") as handle:
-            found = os.fstat(handle.fileno())  # what was opened, should the name have been swapped meanwhile
-            if not stat.S_ISREG(found.st_mode):
-                raise Unreadable(f"{kind(found.st_mode)}, not a regular file")
-            if found.st_size > limit:
-                raise Unreadable(f"{found.st_size:,} bytes, more than the {_size(limit)} lra-table reads")
-            data = handle.read(limit + 1)
-    except OSError as exc:
-        raise Unreadable(_os_reason(exc, path)) from exc
-    if len(data) > limit:  # still being written
-        raise Unreadable(f"more than the {_size(limit)} lra-table reads (it grew while it was read)")
-    return data
 
 
 def read_text(path: Path, limit: int = MAX_BYTES) -> str:
@@ -131,7 +97,7 @@ def _named_records(folder: Path, warn: Callable[[str], None]) -> Iterator[Path]:
             with os.scandir(current) as listing:
                 entries = list(listing)
         except OSError as exc:
-            warn(f"skipped {current}: its files cannot be listed ({_os_reason(exc, current)}); the runs in it are "
+            warn(f"skipped {current}: its files cannot be listed ({os_reason(exc, current)}); the runs in it are "
                  "not in the table")
             continue
         for entry in entries:
@@ -174,20 +140,3 @@ def modified(record: dict) -> float:
         return os.stat(Path(record["run_dir"], METRICS)).st_mtime
     except OSError:
         return 0.0
-
-
-def _size(count: int) -> str:
-    return f"{count // 2**20:,} MiB" if count % 2**20 == 0 else f"{count:,} bytes"
-
-
-def _os_reason(exc: OSError, path) -> str:
-    """Why ``path`` could not be read or listed, as a phrase."""
-    import errno
-
-    if exc.errno == errno.ELOOP:
-        return "a loop of symbolic links"
-    if exc.errno == errno.ENOENT and os.path.islink(path):
-        return "a broken symbolic link"
-    if exc.errno == errno.ENOENT:
-        return "no such file"
-    return (exc.strerror or str(exc)).lower()
