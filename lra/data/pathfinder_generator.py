@@ -46,7 +46,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from lra.data import pathfinder_drawing as draw
-from lra.data.pathfinder_canvas import Canvas, Paddle, Tables, tables
+from lra.data.pathfinder_canvas import Canvas, Paddle, Seed, Tables, tables
 from lra.data.pathfinder_canvas import seed_kernel  # noqa: F401 (the orientations a snake starts in; tests read it)
 from lra.data.pathfinder_stream import SeededStream
 
@@ -132,12 +132,10 @@ class Scene:
     target_attempts: int = 1
 
 
-def _target_pair(t: Tables, rng: SeededStream) -> Optional[Tuple[Canvas, list]]:
-    """Both target snakes grown in step, or None (the original then starts the image over)."""
+def _target_pair(t: Tables, rng: SeededStream, seed: Seed) -> Optional[Tuple[Canvas, list]]:
+    """Both target snakes grown in step from a first paddle in the orientation of ``seed`` (the
+    attempt's first draw), or None (the original then starts the image over)."""
     g, margin = t.g, t.margin
-    seed = t.seed(rng.integers(-180, 180))
-    if seed.kernel is None:
-        return None  # as most attempts: no seed paddle starts in this orientation
     canvas = Canvas(t, rng)
     contrast = g.paddle_contrast * g.snake_contrast
     first = canvas.place_seed(0, contrast, 2 * g.seed_distance, None, seed)
@@ -193,7 +191,10 @@ def _draw_scene(g: Geometry, rng: SeededStream, label: int) -> Scene:
     margin = int(g.paddle_margins[rng.integers(len(g.paddle_margins))])
     t = tables(g, margin)
     for attempt in range(1, g.target_retries + 1):
-        drawn = _target_pair(t, rng)
+        seed = t.seed(rng.integers(-180, 180))
+        if seed.kernel is None:
+            continue  # most attempts: no snake can start in this orientation
+        drawn = _target_pair(t, rng, seed)
         if drawn is not None:
             break
     else:
