@@ -139,11 +139,16 @@ def test_a_slice_s_overrides_are_refused_with_lra_train_s_own_line_before_anythi
     assert refused(seeds="4294967296").startswith("error: invalid value for seed: 4294967296; it must be a whole number")
     assert refused("").startswith("error: an override is empty ('': an unset shell variable?)")
     assert refused("--cfg").startswith("error: cannot parse the override '--cfg'")
+    assert refused("trainer.lr=interval(0.1,0.2)") == ("error: BasicSweeper does not support sweep type : INTERVAL_SWEEP; "
+                                                       "a slice sweeps lists of values: a,b,c, range(...) or choice(...) "
+                                                       "(e.g. trainer.lr=0.001,0.002)")
     assert refused("seed=3") == ("error: the override 'seed=3' sets what lra-gpu-check --reference sets itself: use "
                                  "--seeds")
     assert refused("hydra.sweep.dir=/tmp/x").endswith("sets itself: use --sweep-dir")
     assert refused("hydra.launcher.n_jobs=64").endswith("sets itself: use --jobs-per-gpu")
     assert refused("trainer.device=cuda").endswith("sets itself: use --device")
+    assert refused("hydra.sweeper.params.trainer.lr=0.1").endswith("sets itself: a slice's jobs are --rows x --seeds x "
+                                                                   "the sweeps in its overrides (e.g. trainer.lr=0.1,0.2)")
     assert refused("task=text").endswith("a slice is always task=listops (another task: lra-train -m "
                                          "experiment=yoso_table3 task=<it>)")
     assert "continues a slice" in refused(f"resume={tmp_path}")

@@ -28,6 +28,8 @@ SETUP = ["experiment=yoso_table3", "task=listops"]
 OWNED = {
     "row": "use --rows", "seed": "use --seeds", "trainer.device": "use --device", "hydra.sweep": "use --sweep-dir",
     "hydra/launcher": "use --jobs-per-gpu", "hydra.launcher": "use --jobs-per-gpu",
+    "hydra/sweeper": "a slice's jobs are --rows x --seeds x the sweeps in its overrides (e.g. trainer.lr=0.1,0.2)",
+    "hydra.sweeper": "a slice's jobs are --rows x --seeds x the sweeps in its overrides (e.g. trainer.lr=0.1,0.2)",
     "experiment": "a slice is always experiment=yoso_table3 (another preset: lra-train -m experiment=<it>)",
     "task": "a slice is always task=listops (another task: lra-train -m experiment=yoso_table3 task=<it>)",
     "resume": "the same command with the same --sweep-dir continues a slice, each unfinished run resumed",
@@ -92,8 +94,14 @@ class Slice:
         from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
+        from hydra.errors import HydraException
+
         parsed = OverridesParser.create().parse_overrides(self.task_overrides())
-        return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+        try:
+            return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+        except HydraException as exc:  # interval(): a range of real numbers, no list of jobs
+            raise ConfigError(f"{str(exc).splitlines()[0]}; a slice sweeps lists of values: a,b,c, range(...) or "
+                              "choice(...) (e.g. trainer.lr=0.001,0.002)") from None
 
     def check(self, assume_cuda: bool = False) -> int:
         """Refuse the first mistake in the overrides or in any job's composed config, with lra-train's line
