@@ -161,7 +161,6 @@ class Seed:
 
     orientation: float
     kernel: Optional[np.ndarray]
-    shape: Optional[PaddleShape]
     empty_tails: Dict[int, np.ndarray]  # band → free tails on a canvas with nothing drawn
 
 
@@ -224,8 +223,7 @@ class Tables:
             orientation = degrees * math.pi / 180
             kernel = seed_kernel(g.paddle_length, g.paddle_thickness, self.margin, g.antialias_scale, g.resolution,
                                  orientation)
-            seed = self.seeds[degrees + 180] = Seed(orientation, kernel,
-                                                    None if kernel is None else self.shape(orientation), {})
+            seed = self.seeds[degrees + 180] = Seed(orientation, kernel, {})
         return seed
 
     def empty_tails(self, seed: Seed, band: int) -> np.ndarray:
