@@ -21,6 +21,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import time
 import platform
 import shutil
 import sys
@@ -376,10 +377,25 @@ def main(argv=None) -> None:
     for kind in args.kinds:
         if kind == "cuda" and not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
             parser.error("building the CUDA kernels without a GPU needs TORCH_CUDA_ARCH_LIST (e.g. '8.0 9.0')")
+        started = time.perf_counter()
         try:
-            print(f"{kind}: {load(kind).__file__}")
+            announce_build(kind)
+            module = load(kind)
         except KernelUnavailable as error:
             parser.exit(1, f"error: {error}\n")
+        print(f"{kind}: {module.__file__} ({time.perf_counter() - started:.0f} s)", flush=True)
+
+
+def announce_build(kind: str) -> None:
+    """One line before a build that will compile, so its minute is never silent: what, for what, and where."""
+    build = plan(kind)
+    folder = cache_dir() / build.name
+    if (folder / COMPLETE_STAMP).exists():
+        return
+    target = f"CUDA architectures {build.arch_list}" if kind == "cuda" else f"CPU flags {' '.join(_cpu_flags(kind))}"
+    print(f"{kind}: compiling the YOSO kernels ({', '.join(build.sources)}) for {target} into {folder}; "
+          f"{'several minutes' if kind == 'cuda' else 'about a minute'} (LRA_KERNEL_VERBOSE=1 shows the compiler)",
+          flush=True)
 
 
 if __name__ == "__main__":
