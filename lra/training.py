@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import attention_zoo
-from lra import checkpoint, distributed
+from lra import checkpoint, distributed, gpus
 from lra.build import build
 from lra.chance import ChanceLevel
 from lra.config import typed
@@ -44,6 +44,7 @@ class TrainState:
     train_seconds: float = 0.0
     train_tokens: int = 0
     wall_seconds: float = 0.0
+    gpu_seconds: Optional[float] = None  # lra.gpus.GpuClock: None on CPU, or unknown (an older checkpoint)
     resumed_at_steps: List[int] = field(default_factory=list)  # one entry per resume (kill, preemption)
 
 
@@ -136,6 +137,7 @@ class Trainer:
         self.optimizer, self.scheduler = parts.optimizer, parts.scheduler
         self.scaler, self.sampler = parts.scaler, parts.sampler
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
+        self.gpu_clock = gpus.GpuClock.of(self.device, ranks.world)
         self.chance = ChanceLevel.of(self.data.splits["val"].labels)
         self.state = TrainState()
         self.best_weights: Optional[Dict[str, torch.Tensor]] = None
@@ -294,17 +296,19 @@ class Trainer:
     # ---------------------------------------------------------------- loop
     def _record_progress(self, status: str, **extra) -> None:
         s = self.state
+        s.gpu_seconds = self.gpu_clock.advance(s.gpu_seconds, s.wall_seconds)
         self.record.update(
             status=status, steps=s.step, best_step=s.best_step, best_val_accuracy=s.best_val_accuracy,
             train_tokens_per_second=s.train_tokens / s.train_seconds if s.train_seconds else None,
             wall_time_seconds=s.wall_seconds, peak_memory_mb=process_peak_mb(self.device),
+            gpu_seconds=s.gpu_seconds, gpu_name=self.gpu_clock.name, train_tokens=s.train_tokens,
             resumed_at_steps=s.resumed_at_steps, nondeterministic_ops=list(self.nondeterminism.ops),
             chance_accuracy=self.chance.accuracy, stuck_at_chance=self.chance.stuck(s.best_val_accuracy),
             deterministic=self.nondeterminism.repeatable(self.cfg.trainer.deterministic), **extra,
         )
 
     def run(self, logger) -> dict:
-        with self.nondeterminism:
+        with self.nondeterminism, self.gpu_clock.running(self.state.wall_seconds, self.state.gpu_seconds):
             return self._train_and_test(logger)
 
     def _train_and_test(self, logger) -> dict:
