@@ -19,7 +19,7 @@ from lra.commands.config_errors import at_the_edge
 from lra.errors import UserError
 from lra.io import atomic_write_text, check_output_file
 from lra.records import HISTORY, METRICS
-from lra.results import chart, validity
+from lra.results import chart, cost, validity
 from lra.results.formats import note, to_latex, to_markdown, visible
 from lra.results.reading import kind, read_records, record_files
 from lra.results.reference import REFERENCES, load_reference
@@ -58,6 +58,7 @@ def main(argv=None) -> None:
                         "memory (both relative to Softmax), the YOSO paper's points faint behind")
     parser.add_argument("--plot-task", metavar="TASK", help="the chart's accuracy: this task (default: the only task, "
                         "else the average over every task, speed and memory from the first)")
+    cost.add_arguments(parser)
     args = parser.parse_args(argv)
     for option in ("--reference", "--wandb", "--plot-task", "--metric"):  # "$UNSET": not the same as leaving it out
         value = getattr(args, option.removeprefix("--").replace("-", "_"))
@@ -66,6 +67,7 @@ def main(argv=None) -> None:
                            "out\n")
     if args.runs and args.format != "markdown":
         parser.exit(2, f"error: --runs lists the runs in markdown, not {args.format}; drop --format or --runs\n")
+    cost.check_arguments(parser, args)
     missing = [d for d in args.directories if not d.exists() and not d.is_symlink()]  # a link: the reader says why
     if missing:
         parser.exit(2, f"error: no such directory: {', '.join(map(str, missing))}; pass run or sweep folders under runs/\n")
@@ -83,6 +85,9 @@ def main(argv=None) -> None:
                            "<time>, runs/multirun/<date>/<time>)\n")
         parser.exit(1, f"error: none of the {len(files)} run records under {where} can be tabulated (the notes above "
                        "say why); pass the folders of runs whose metrics.json is whole\n")
+    if args.cost:  # what the runs cost on a GPU, and a preset × seeds projected (lra/results/cost.py)
+        return _emit(parser, args, cost.report(deduplicate(records, warn), args.cost_preset, args.cost_seeds,
+                                               args.gpu_share, warn))
     screened = [*validity.TABLE_FIELDS, *_numeric_metric(records, args.metric, warn)]
     frames = [pd.DataFrame(deduplicate(records, warn))] if args.directories else []
     if args.wandb:
@@ -126,6 +131,11 @@ def main(argv=None) -> None:
                 else records.astype(object).where(records.notna(), None).to_json(orient="records", indent=2))
     if args.plot and not table.empty:
         _plot(parser, args, table, set(runs["task"]), warn)
+    _emit(parser, args, text)
+
+
+def _emit(parser, args, text: str) -> None:
+    """``text`` to --output, else to standard output."""
     if args.output:
         try:
             atomic_write_text(args.output, text.rstrip("\n") + "\n")

@@ -1,0 +1,354 @@
+"""``lra-table DIR... --cost``: what the runs cost on a GPU, and what a preset's table would.
+
+From the records: each run's GPU-seconds (``gpu_seconds``, which :mod:`lra.gpus` measures: wall time
+weighted by the run's share of the GPU) and their H100-seconds; the mean H100-seconds of a run per row ×
+task; then a preset × seeds in H100-hours, each cell **measured** (the mean of its completed runs) or
+**projected** (from the H100-seconds per training token the runs measured, times the cell's training
+tokens), with the total split between the two.
+
+A record from before ``gpu_seconds`` existed (a CUDA run with a wall time) has its GPU-seconds
+**derived**: wall time × processes × a share of the GPU, ``--gpu-share`` or :data:`DEFAULT_GPU_SHARE`.
+A GPU other than the H100 is converted only with a known factor (:data:`H100_FACTORS`); without one its
+runs are listed unconverted and left out of the projection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+from lra.errors import ConfigError
+from lra.results import validity
+from lra.results.cost_preset import Cell, preset_cells, preset_of, presets, run_tokens
+from lra.results.formats import markdown_cell
+from lra.results.table import LABEL_ORDER, MISSING, TASK_ORDER
+
+# H100-seconds per second of a GPU, by the name CUDA gives it (a record's gpu_name). Only the reference GPU
+# itself: another is converted once a measurement of the same runs on both gives its factor.
+H100 = "NVIDIA H100 80GB HBM3"
+H100_FACTORS = {H100: 1.0}
+# The share of its GPU a CUDA record without gpu_seconds is taken to have had: 4 runs to a GPU, as
+# `lra-gpu-check --reference` packs the reference runs (--jobs-per-gpu 4) and as the committed GPU records
+# ran (docs/gpu/*/records; docs/reference-setup.md). --gpu-share sets another.
+DEFAULT_GPU_SHARE = Fraction(1, 4)
+DEFAULT_SEEDS = 3
+COST_FIELDS = ("gpu_seconds", "train_tokens")  # the record's numbers this report reads besides the table's
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cost", action="store_true",
+                        help="instead of the table: each run's GPU time (GPU-seconds, H100-seconds), the mean "
+                        "H100-seconds of a run per row x task, and a preset x seeds projected in H100-hours")
+    parser.add_argument("--cost-preset", metavar="NAME", help="with --cost: the preset to project (an experiment "
+                        "that sweeps rows x tasks, e.g. yoso_table3; default: the one the records name)")
+    parser.add_argument("--cost-seeds", type=int, metavar="N", help=f"with --cost: seeds per cell in the projection "
+                        f"(default {DEFAULT_SEEDS})")
+    parser.add_argument("--gpu-share", metavar="SHARE", help="with --cost: the share of its GPU a CUDA record "
+                        "without gpu_seconds had (1/4: four runs at once; 1: alone); default "
+                        f"{DEFAULT_GPU_SHARE}, as the committed GPU records ran")
+
+
+# The table's options that --cost does not use, with their defaults.
+TABLE_OPTIONS = (("--wandb", "wandb", None), ("--format", "format", "markdown"),
+                 ("--metric", "metric", "test_accuracy"),
+                 ("--reference", "reference", None), ("--efficiency", "efficiency", None),
+                 ("--statistic", "statistic", "mean"), ("--exclude-stuck", "exclude_stuck", False),
+                 ("--side-by-side", "side_by_side", False), ("--runs", "runs", False), ("--plot", "plot", None),
+                 ("--plot-task", "plot_task", None))
+
+
+def check_arguments(parser: argparse.ArgumentParser, args) -> None:
+    """The --cost options together, each mistake one line (exit 2); ``args.gpu_share`` becomes a Fraction."""
+    if not args.cost:
+        given = [o for o, value in (("--cost-preset", args.cost_preset), ("--cost-seeds", args.cost_seeds),
+                                    ("--gpu-share", args.gpu_share)) if value is not None]
+        if given:
+            parser.exit(2, f"error: {', '.join(given)} only go with --cost; add --cost, or leave them out\n")
+        return
+    clashing = [option for option, name, default in TABLE_OPTIONS if getattr(args, name, default) != default]
+    if clashing:
+        parser.exit(2, f"error: --cost prints what the runs cost (markdown), not the table that {', '.join(clashing)} "
+                       f"shape{'s' * (len(clashing) == 1)}; run lra-table twice, with --cost and without\n")
+    if not args.directories:
+        parser.exit(2, "error: --cost reads run records: give run or sweep directories\n")
+    if args.cost_preset is not None and not args.cost_preset.strip():
+        parser.exit(2, "error: --cost-preset is empty (an unset shell variable?); give it a preset, or leave it out "
+                       "(default: the preset the records name)\n")
+    if args.cost_seeds is not None and args.cost_seeds < 1:
+        parser.exit(2, f"error: --cost-seeds {args.cost_seeds}: a preset's table needs at least 1 seed; give "
+                       f"--cost-seeds N with N >= 1\n")
+    if args.gpu_share is not None:
+        args.gpu_share = parse_share(args.gpu_share, lambda line: parser.exit(2, f"error: {line}\n"))
+
+
+def parse_share(text: str, fail: Callable[[str], None]) -> Fraction:
+    """``1/4`` or ``0.25``: a share of a GPU in (0, 1]."""
+    try:
+        share = Fraction(text.strip())
+    except (ValueError, ZeroDivisionError):
+        share = None
+    if share is None or not 0 < share <= 1:
+        fail(f"--gpu-share {text!r}: give the share of its GPU a run had, a number in (0, 1] such as 1/4 (four "
+             "runs at once) or 1 (alone)")
+    return share
+
+
+@dataclass
+class RunCost:
+    """One record's GPU time. ``basis``: measured (its gpu_seconds), derived (wall time × share × processes),
+    cpu (no GPU time) or unknown (a CUDA record without a usable wall time or gpu_seconds)."""
+
+    record: dict
+    basis: str
+    gpu_name: Optional[str] = None
+    gpu_seconds: Optional[float] = None
+    share: Optional[float] = None
+    tokens: Optional[int] = None
+    preset: Optional[str] = None
+
+    @property
+    def label(self) -> str:
+        return self.record["label"]
+
+    @property
+    def task(self) -> str:
+        return self.record["task"]
+
+    @property
+    def factor(self) -> Optional[float]:
+        return H100_FACTORS.get(self.gpu_name)
+
+    @property
+    def h100_seconds(self) -> Optional[float]:
+        return None if self.gpu_seconds is None or self.factor is None else self.gpu_seconds * self.factor
+
+
+def gpu_name(record: dict) -> Optional[str]:
+    """The GPU a record ran on: its ``gpu_name``, else the name in its device ("cuda (NVIDIA H100 80GB HBM3)",
+    lra.records.describe_device); None for a CPU record."""
+    if isinstance(record.get("gpu_name"), str) and record["gpu_name"].strip():
+        return record["gpu_name"]
+    device = record.get("device")
+    if isinstance(device, str) and device.startswith("cuda"):
+        inside = device[len("cuda"):].strip()
+        return inside[1:-1] if inside.startswith("(") and inside.endswith(")") else (inside or "CUDA device")
+    return None
+
+
+def run_cost(record: dict, gpu_share: Optional[Fraction], warn: Callable[[str], None]) -> RunCost:
+    """What ``record`` (read by :func:`lra.results.reading.read_records`) cost on its GPU."""
+    where = str(Path(record["run_dir"]) / "metrics.json")
+    validity.screen(record, COST_FIELDS, warn, where)
+    name = gpu_name(record)
+    tokens = record.get("train_tokens")
+    if tokens is None:
+        tokens = run_tokens(Path(record["run_dir"]), record.get("steps"), warn)
+    cost = RunCost(record, "cpu", name, tokens=None if tokens is None else int(tokens),
+                   preset=preset_of(Path(record["run_dir"]), warn))
+    if name is None:
+        return cost
+    wall, processes = record.get("wall_time_seconds"), record.get("processes")
+    processes = processes if validity.is_number(processes) and processes >= 1 else 1
+    if record.get("gpu_seconds") is not None:
+        cost.basis, cost.gpu_seconds = "measured", float(record["gpu_seconds"])
+        cost.share = cost.gpu_seconds / (wall * processes) if wall else None
+    elif wall is not None and "gpu_seconds" not in record.get(validity.INVALID, {}):
+        share = gpu_share if gpu_share is not None else DEFAULT_GPU_SHARE
+        cost.basis, cost.share, cost.gpu_seconds = "derived", float(share), wall * processes * float(share)
+    else:
+        cost.basis = "unknown"
+    return cost
+
+
+# ----------------------------------------------------------------------------- the report
+def report(records: List[dict], preset: Optional[str], seeds: Optional[int], gpu_share: Optional[Fraction],
+           warn: Callable[[str], None]) -> str:
+    """The per-run table, the row × task table and the projection of ``preset`` (default: the one the records
+    name) × ``seeds``, as markdown; :class:`ConfigError` for a preset that cannot be projected."""
+    costs = sorted((run_cost(r, gpu_share, warn) for r in records), key=_order)
+    parts = [per_run_table(costs, gpu_share), per_cell_table(costs)]
+    if preset is None:
+        preset = _named_preset(costs)
+        if preset is not None and preset not in presets():
+            raise ConfigError(f"the records name the preset {preset}, which is no table this checkout knows; choose "
+                              f"the one to project with --cost-preset NAME ({', '.join(presets())})")
+    if preset is None:
+        parts.append("no projection: the records name no preset (their overrides hold no experiment=); pass "
+                     "--cost-preset NAME")
+    else:
+        parts.append(projection(costs, preset, preset_cells(preset), seeds or DEFAULT_SEEDS))
+    return "\n\n".join(parts)
+
+
+def _named_preset(costs: List[RunCost]) -> Optional[str]:
+    named = sorted({c.preset for c in costs if c.preset is not None})
+    if len(named) > 1:
+        raise ConfigError(f"the records come from the presets {', '.join(named)}; choose the one to project with "
+                          "--cost-preset NAME")
+    return named[0] if named else None
+
+
+def _order(cost: RunCost):
+    label, task, seed = cost.label, cost.task, cost.record.get("seed")
+    return (LABEL_ORDER.index(label) if label in LABEL_ORDER else len(LABEL_ORDER), label,
+            TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER), task,
+            seed if validity.is_number(seed) else math.inf)
+
+
+def per_run_table(costs: List[RunCost], gpu_share: Optional[Fraction]) -> str:
+    lines = ["GPU time of each run (GPU-seconds: wall time × the run's share of its GPU; H100-seconds: GPU-seconds "
+             "× the GPU's factor, 1 on an H100):", "",
+             "| backend | task | seed | status | device | wall s | GPU share | GPU-seconds | H100-seconds | steps | "
+             "training tokens |", "|:--|:--|--:|:--|:--|--:|--:|--:|--:|--:|--:|"]
+    for c in costs:
+        r = c.record
+        device = c.gpu_name if c.gpu_name is not None else "CPU"
+        gpu = {"cpu": "none (CPU)", "unknown": "unknown"}.get(c.basis, f"{_number(c.gpu_seconds)} {c.basis}")
+        h100 = (_number(c.h100_seconds) if c.h100_seconds is not None else
+                "unconverted" if c.gpu_seconds is not None else MISSING)
+        lines.append(f"| {_cell(c.label)} | {_cell(c.task)} | {_cell(r.get('seed'))} | {_cell(r.get('status'))} | "
+                     f"{_cell(device)} | {_number(r.get('wall_time_seconds'))} | "
+                     f"{MISSING if c.share is None else f'{c.share:.2f}'} | {gpu} | {h100} | "
+                     f"{_count(r.get('steps'))} | {_tokens(c.tokens)} |")
+    notes = []
+    if any(c.basis == "derived" for c in costs):
+        notes.append(f"derived: a record from before gpu_seconds, wall time × processes × a GPU share of "
+                     f"{gpu_share if gpu_share is not None else DEFAULT_GPU_SHARE}"
+                     + (" (--gpu-share)" if gpu_share is not None else
+                        f" (the default: {DEFAULT_GPU_SHARE.denominator} runs to a GPU, as lra-gpu-check --reference "
+                        "packs them and the committed GPU records ran; --gpu-share to change)"))
+    unconverted = sorted({c.gpu_name for c in costs if c.gpu_seconds is not None and c.factor is None})
+    if unconverted:
+        notes.append(f"unconverted: no H100 factor is known for {', '.join(map(_cell, unconverted))}; their runs' "
+                     "GPU-seconds are listed as they are, and left out of the H100-seconds and the projection")
+    if any(c.basis == "unknown" for c in costs):
+        notes.append("unknown: a CUDA record with neither gpu_seconds nor a wall time (or with an invalid one)")
+    if any(r.get("pretrain_wall_time_seconds") for r in (c.record for c in costs)):
+        notes.append("self-pretraining's stage 1 is not counted: its time is pretrain_wall_time_seconds, no GPU "
+                     "time")
+    return "\n".join(lines) + ("\n\n" + "\n".join(f"- {note}" for note in notes) if notes else "")
+
+
+def per_cell_table(costs: List[RunCost]) -> str:
+    """Mean H100-seconds of a completed run per row × task (its run count beside it)."""
+    rows: Dict[str, Dict[str, List[RunCost]]] = {}
+    for c in costs:
+        if c.record.get("status") == "completed" and c.gpu_seconds is not None:
+            rows.setdefault(c.label, {}).setdefault(c.task, []).append(c)
+    if not rows:
+        return "H100-seconds per run, row × task: none (no completed run has GPU time)"
+    tasks = sorted({t for cells in rows.values() for t in cells}, key=lambda t: (TASK_ORDER.index(t) if t in
+                                                                                 TASK_ORDER else len(TASK_ORDER), t))
+    lines = ["H100-seconds of a completed run, row × task (mean, the runs in brackets):", "",
+             "| backend | " + " | ".join(map(_cell, tasks)) + " |", "|:--|" + "--:|" * len(tasks)]
+    for label, cells in rows.items():
+        texts = []
+        for task in tasks:
+            runs = cells.get(task, [])
+            converted = [c.h100_seconds for c in runs if c.h100_seconds is not None]
+            text = f"{_number(sum(converted) / len(converted))} ({len(converted)})" if converted else MISSING
+            if len(converted) < len(runs):
+                text += f" + {len(runs) - len(converted)} unconverted"
+            texts.append(text)
+        lines.append(f"| {_cell(label)} | " + " | ".join(texts) + " |")
+    return "\n".join(lines)
+
+
+def projection(costs: List[RunCost], preset: str, cells: List[Cell], seeds: int) -> str:
+    """The H100-hours of ``preset``'s cells × ``seeds``: a cell with completed runs of the preset measured on
+    a converted GPU is their mean (its runs' H100-seconds per training token × the cell's training tokens,
+    the same when they trained the cell's schedule); any other cell projected from the rate of its row's
+    measured cells, else of every measured cell."""
+    by_cell = {(cell.label, cell.task): cell for cell in cells}
+    measured: Dict[tuple, List[float]] = {}
+    rescaled = set()  # cells with a run of another schedule (trainer=smoke, say): projected from their runs
+    for c in costs:
+        key = (c.label, c.task)
+        if (c.preset == preset and key in by_cell and c.record.get("status") == "completed"
+                and c.h100_seconds is not None and c.tokens):
+            measured.setdefault(key, []).append(c.h100_seconds / c.tokens)
+            if c.tokens != by_cell[key].tokens:
+                rescaled.add(key)
+    header = f"Projection: experiment={preset} × {seeds} seed{'s' * (seeds != 1)}, in H100-hours"
+    if not measured:
+        return (f"{header}: none, as no completed run of {preset}'s cells has H100 time (runs of the preset, on a GPU "
+                "with a known factor, with their training tokens)")
+    rate = {key: sum(values) / len(values) for key, values in measured.items()}
+    row_rates: Dict[str, List[float]] = {}
+    for (label, _), value in rate.items():
+        row_rates.setdefault(label, []).append(value)
+    overall = sum(rate.values()) / len(rate)
+    rows = list(dict.fromkeys(cell.label for cell in cells))
+    tasks = list(dict.fromkeys(cell.task for cell in cells))
+    hours: Dict[tuple, float] = {}
+    lines = [header + ":", "", "| backend | " + " | ".join(map(_cell, tasks)) + " | row |",
+             "|:--|" + "--:|" * (len(tasks) + 1)]
+    for label in rows:
+        texts = []
+        for task in tasks:
+            cell = by_cell.get((label, task))
+            if cell is None:
+                texts.append(MISSING)
+                continue
+            key = (label, task)
+            per_token = rate.get(key)
+            if per_token is None:  # the row's measured rate, else every measured cell's
+                per_token = _mean(row_rates.get(label)) if label in row_rates else overall
+            hours[key] = per_token * cell.tokens * seeds / 3600
+            texts.append(f"{hours[key]:.2f} {'measured' if key in rate and key not in rescaled else 'projected'}")
+        row_total = sum(hours.get((label, task), 0.0) for task in tasks)
+        lines.append(f"| {_cell(label)} | " + " | ".join(texts) + f" | {row_total:.2f} |")
+    exact = [key for key in rate if key not in rescaled]
+    measured_hours = sum(hours[key] for key in exact)
+    total = sum(hours.values())
+    by_task = [sum(h for (_, t), h in hours.items() if t == task) for task in tasks]
+    lines.append("| all rows | " + " | ".join(f"{h:.2f}" for h in by_task) + f" | {total:.2f} |")
+    tokens = {}
+    for cell in cells:
+        tokens.setdefault(cell.task, set()).add(cell.tokens)
+    measured_rows = sorted(row_rates, key=rows.index)
+    lines += ["", f"**Total: {total:.1f} H100-hours** for {len(hours)} cells × {seeds} seeds: "
+              f"{measured_hours:.2f} measured ({len(exact)} cell{'s' * (len(exact) != 1)}, the mean of their runs), "
+              f"{total - measured_hours:.1f} projected ({len(hours) - len(exact)} cells).", "",
+              "- projected: the H100-seconds per training token of the cell's own runs where they trained another "
+              "schedule, else of the row's measured cells ("
+              + ", ".join(f"{_cell(label)} {_mean(row_rates[label]):.3g}" for label in measured_rows)
+              + f" s/token), else the mean over every measured cell ({overall:.3g} s/token), × the cell's training "
+              "tokens (steps × batch × length × documents, from the preset's schedule); how attention's cost grows "
+              "with length and how evaluation's share differs between tasks are not modelled",
+              "- training tokens of a run: " + ", ".join(
+                  f"{_cell(task)} {' / '.join(_tokens(n) for n in sorted(tokens[task]))}" for task in tasks)]
+    if any(cell.pretrains for cell in cells):
+        lines.append("- self-pretraining's stage 1 is not in these hours (its runs record no GPU time for it)")
+    return "\n".join(lines)
+
+
+def _mean(values: Optional[List[float]]) -> Optional[float]:
+    return sum(values) / len(values) if values else None
+
+
+def _cell(value) -> str:
+    return MISSING if value is None else markdown_cell(value)
+
+
+def _number(value) -> str:
+    if value is None or not validity.is_number(value) or not math.isfinite(value):
+        return MISSING
+    return f"{value:,.0f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def _count(value) -> str:
+    return f"{int(value):,}" if validity.is_number(value) and math.isfinite(value) else MISSING
+
+
+def _tokens(count: Optional[int]) -> str:
+    if count is None:
+        return MISSING
+    for size, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if count >= size:
+            return f"{count / size:.3g} {unit}"
+    return str(count)
