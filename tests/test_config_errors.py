@@ -120,6 +120,9 @@ def test_every_preset_and_default_is_valid():
     (["-m", "--cfg", "job", "experiment=quickstart"], "-m (--multirun), --cfg, --info, --run and --shell-completion "
                                                       "each choose what the command does: give one of them"),
     (["--info", "-m"], "-m (--multirun), --cfg, --info, --run and --shell-completion each choose"),
+    # "Multiple values for experiment. To override a value use 'override experiment: quickstart'"
+    (["+experiment=quickstart"], "+experiment=quickstart adds a config group the config has already: choose it with "
+                                 "experiment=quickstart (without +)"),
     # a mistyped option was argparse's usage (8 lines) and "lra-train: error: ..."
     (["--cfgg", "job"], "unrecognized arguments: --cfgg job; `lra-train --help` lists its options and --hydra-help Hydra's"),
     (["--cfg", "jb"], "argument --cfg/-c: invalid choice: 'jb' (choose from 'job', 'hydra', 'all'); `lra-train --help`"),

@@ -378,6 +378,52 @@ def test_a_resume_refuses_a_damaged_record_of_stage_ones_end_and_its_fix_complet
     assert record["test_accuracy"] == expected["test_accuracy"] and marker.is_file()
 
 
+def test_a_full_disk_when_stage_one_records_its_end_is_one_line_and_the_resume_ends_the_stage_again(
+        tmp_path, data_dir, uninterrupted_spt):
+    failed = run_command(["lra-train", *STAGE_ONE, "pretrain=masked", "hydra.run.dir=run"], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "encoder_written:1:ENOSPC"}, check=False)
+    (line,) = error_lines(failed)
+    assert failed.returncode == 1 and line.startswith("error: No space left on device") and "Traceback" not in failed.stderr
+    run = tmp_path / "run"
+    record = read_json(run / "metrics.json")
+    assert (record["status"], record["pretrain_status"]) == ("failed", "failed"), "stage 1 did not record its end"
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    record, expected = read_json(run / "metrics.json"), read_json(uninterrupted_spt / "metrics.json")
+    assert (record["status"], record["pretrain_status"], record["pretrain_resumed_at_steps"]) == ("completed", "completed", [6])
+    assert (record["pretrain_encoder_sha256"], record["test_accuracy"]) == (expected["pretrain_encoder_sha256"],
+                                                                            expected["test_accuracy"])
+
+
+def test_a_fine_tune_killed_between_its_copy_of_the_encoder_and_its_record_copies_it_again(
+        tmp_path, data_dir, uninterrupted_spt):
+    """pretrain.from: its copy of the source's encoder is not finished until the copy's record of the stage's
+    end is written; killed between them, the resume needs the source again (moved away: one line, nothing
+    changed), and completes as the uninterrupted fine-tune once it is back."""
+    killed = run_command(["lra-train", *STAGE_ONE, f"pretrain.from={uninterrupted_spt}", "hydra.run.dir=run"], tmp_path,
+                         data_dir, env_extra={"LRA_FAULT": "encoder_written:1"}, check=False)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    run = tmp_path / "run"
+    assert (run / "pretrain" / "encoder.pt").is_file() and not (run / "pretrain" / "finished.json").exists()
+    moved = uninterrupted_spt.parent / "moved"
+    uninterrupted_spt.rename(moved)
+    try:
+        before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file() and path.name != ".lock"}
+        refused = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False)
+        (line,) = error_lines(refused)
+        assert refused.returncode == 2 and line == (f"error: pretrain.from={uninterrupted_spt} is not a folder; pass a "
+                                                    "run directory of lra-train ... pretrain=masked|causal that "
+                                                    "finished its pretraining stage"), refused.stderr
+        assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file() and path.name != ".lock"} == before
+    finally:
+        moved.rename(uninterrupted_spt)
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    record, expected = read_json(run / "metrics.json"), read_json(uninterrupted_spt / "metrics.json")
+    assert (record["status"], record["pretrain_status"], record["pretrain_from"]) == ("completed", "completed",
+                                                                                      str(uninterrupted_spt))
+    assert (record["pretrain_encoder_sha256"], record["test_accuracy"]) == (expected["pretrain_encoder_sha256"],
+                                                                            expected["test_accuracy"])
+
+
 @pytest.mark.parametrize("name", attention_zoo.names())
 def test_every_backend_pretrains_and_hands_its_encoder_over(tmp_path, data_dir, name):
     """Stage 1 with each registered backend (its causal mode where it has one): finite losses over two

@@ -69,8 +69,9 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
 
 
 def _run_mode_line(cause: BaseException) -> Optional[str]:
-    """Several values for a key without ``-m`` (which only a sweep trains), or ``-m`` with ``--cfg``: Hydra's
-    message is a numbered list (cut to its first item on one line), or a ValueError read as a bug."""
+    """Several values for a key without ``-m`` (which only a sweep trains), ``-m`` with ``--cfg``, or ``+`` on a
+    group the config has: Hydra's message is a numbered list (cut to its first item on one line), a ValueError
+    read as a bug, or the defaults list's syntax."""
     import re
 
     text = str(cause)
@@ -83,6 +84,11 @@ def _run_mode_line(cause: BaseException) -> Optional[str]:
         alternatives = "" if text.startswith("Sweep") else (f"; for one value that is a list write {key}=[{value}], "
                                                             f"for a string quote it: {key}='{value}'")
         return f"{key}={value} gives several values, which only a sweep trains: add -m to train each{alternatives}"
+    added = re.match(r"Multiple values for (\S+)\. To override a value use 'override \S+: (.*)'", text)
+    if isinstance(cause, ConfigCompositionException) and added:  # Hydra names the defaults list's syntax
+        group, choice = added.groups()
+        return (f"+{group}={choice} adds a config group the config has already: choose it with {group}={choice} "
+                "(without +)")
     return None
 
 
