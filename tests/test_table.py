@@ -179,8 +179,7 @@ def test_lra_chart_points_are_relative_to_softmax_and_the_paper_layer_comes_from
     with Image.open(tmp_path / "lra.png") as image:
         assert image.size == (1125, 825)
 
-    points = chart.our_points(comparison(collect([tmp_path])).attrs["numbers"], None)
-    assert chart.relative(points)
+    points = chart.relative(chart.our_points(comparison(collect([tmp_path])).attrs["numbers"], None))
     assert points.loc["YOSO-32", "accuracy"] == (36.5 + 56.5) / 2  # the average over both tasks
     assert points.loc["YOSO-32", "speed"] == 2.5 and points.loc["None", "memory"] == 60 / 800  # on listops
     paper = chart.paper_points("listops")

@@ -20,11 +20,11 @@ from lra.errors import UserError
 from lra.io import atomic_write_text, check_output_file
 from lra.records import HISTORY, METRICS
 from lra.results import chart, cost, validity
-from lra.results.formats import note, to_latex, to_markdown, visible
+from lra.results.formats import note, to_latex, visible
 from lra.results.reading import kind, read_records, record_files
 from lra.results.reference import REFERENCES, load_reference
-from lra.results.table import (collect_wandb, comparison, deduplicate, failures, numbers, run_list, side_by_side,
-                               status_counts, validation_notes)
+from lra.results.listing import page
+from lra.results.table import collect_wandb, comparison, deduplicate, numbers, side_by_side
 from lra.run import CHECKPOINTS, LOCK, LOG, PRETRAIN, RESOLVED
 
 
@@ -119,10 +119,7 @@ def main(argv=None) -> None:
     if table.empty:
         text = "(no runs found)"
     elif args.format == "markdown":
-        failed = failures(records)
-        notes = "\n\n".join(n for n in (validation_notes(runs), validity.notes(records)) if n)
-        text = (to_markdown(table) + f"\n\nruns: {status_counts(runs)}" + (f"\n\n{notes}" if notes else "")
-                + (f"\n\n{failed}" if failed else "") + (f"\n\n{run_list(runs)}" if args.runs else ""))
+        text = page(table, runs, records, every_run=args.runs)
     elif args.format == "latex":
         text = to_latex(table)
     else:

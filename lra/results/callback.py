@@ -20,8 +20,8 @@ class ComparisonTableCallback(Callback):
         from lra.results.table import render_records  # pandas: only when a sweep has ended
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        # A sweep over other settings than the seed repeats (backend, task, seed): the table keeps one
-        # run of each and says which it dropped. Its records are read as lra-table reads them.
+        # A sweep over other settings than the seed gives each setup its own row (lra.results.setups).
+        # Its records are read as lra-table reads them.
         records = read_records(record_files([sweep_dir], note), note)
         text = render_records(records, note)
         atomic_write_text(sweep_dir / "table.md", text + "\n")

@@ -1,10 +1,14 @@
 """The LRA paper's Figure 3 from run records: accuracy against training speed, bubble area = peak
-memory, one bubble per backend; the YOSO paper's numbers (its Table 3 accuracy with its Table 4
-attention-module cost) as a faint layer behind them.
+memory, one bubble per row (one setup), with the accuracy's standard deviation over seeds as an error
+bar; the YOSO paper's numbers (its Table 3 accuracy with its Table 4 attention-module cost, measured on a
+GPU) as a faint layer behind them.
 
-Speed and memory are relative to Softmax (× its training tokens/s, × its peak memory) so that
-our runs and the paper's, measured on different machines, share the axes; without a Softmax run
-they are absolute and the paper layer is left out.
+Speed and memory are relative to the Softmax row of each row's own setup, measured on the same kind of
+device (× its training tokens/s, × its peak memory), so that our runs and the paper's, measured on
+different machines, share the axes; without such a Softmax row they are absolute and the paper layer is
+left out. Runs measured on a CPU say so on the axes and in the title: their speed is wall-clock time on a
+shared machine and their memory the process's peak, not the attention module's cost on a GPU that the
+paper's points are.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from lra.io import atomic_write
+from lra.results.efficiency import CPU, MIXED
 from lra.results.formats import visible
 from lra.results.reference import load_reference
 from lra.results.validity import AVERAGE
@@ -28,31 +33,45 @@ BASELINE = "Softmax"
 
 
 def our_points(summary: pd.DataFrame, task: Optional[str]) -> pd.DataFrame:
-    """One row per backend: accuracy (the task's mean, or the average over every task when ``task`` is
-    None, only for backends with all of them), tokens/s and peak MB on ``speed_task``."""
+    """One row per table row: accuracy (the task's mean, or the average over every task when ``task`` is
+    None, only for rows with all of them) and its std over seeds (NaN with one seed; for the average, the
+    tasks' stds combined as for a mean of independent numbers), tokens/s, peak MB, device and the Softmax
+    row of its setup on ``speed_task``."""
     tasks = sorted(set(summary["task"]))
     done = summary[summary["seeds"] > 0]
     accuracy = done.pivot(index="backend", columns="task", values="mean")
+    spread = done.pivot(index="backend", columns="task", values="std")
     if task is None:
-        accuracy = accuracy.reindex(columns=tasks).dropna().mean(axis=1)
+        accuracy = accuracy.reindex(columns=tasks).dropna()
+        spread = spread.reindex(index=accuracy.index, columns=tasks)
+        std = (spread ** 2).sum(axis=1, min_count=len(tasks)) ** 0.5 / len(tasks)
+        accuracy = accuracy.mean(axis=1)
         speed_task = tasks[0]
     else:
         accuracy = accuracy[task].dropna() if task in accuracy.columns else pd.Series(dtype=float)
+        std = spread[task].reindex(accuracy.index) if task in spread.columns else pd.Series(dtype=float)
         speed_task = task
-    cost = done[done["task"] == speed_task].set_index("backend")[["tokens_per_s", "peak_memory_mb"]]
-    points = pd.DataFrame({"accuracy": accuracy}).join(cost, how="inner").dropna()
+    columns = ["tokens_per_s", "peak_memory_mb", "device", "softmax_row"]
+    cost = done[done["task"] == speed_task].set_index("backend").reindex(columns=columns)
+    points = pd.DataFrame({"accuracy": accuracy, "accuracy_std": std}).join(cost, how="inner")
+    points = points.dropna(subset=["accuracy", "tokens_per_s", "peak_memory_mb"])
     points.attrs["speed_task"] = speed_task
     return points
 
 
-def relative(points: pd.DataFrame) -> bool:
-    """Divide speed and memory by Softmax's, in place; False (left absolute) without a Softmax row."""
-    if BASELINE not in points.index:
-        return False
-    base = points.loc[BASELINE]
-    points["speed"] = points["tokens_per_s"] / base["tokens_per_s"]
-    points["memory"] = points["peak_memory_mb"] / base["peak_memory_mb"]
-    return True
+def relative(points: pd.DataFrame) -> Optional[pd.DataFrame]:
+    """``points`` with ``speed`` and ``memory`` relative to the Softmax row of each row's setup measured on the
+    same kind of device, the rows without one left out; None when no row has one."""
+    baselines = [b if isinstance(b, str) and b in points.index and points.loc[b, "device"] == device else None
+                 for b, device in zip(points["softmax_row"], points["device"])]
+    if not any(baselines):
+        return None
+    kept = points[[b is not None for b in baselines]].copy()
+    base = points.loc[[b for b in baselines if b is not None]]
+    kept["speed"] = kept["tokens_per_s"].to_numpy() / base["tokens_per_s"].to_numpy()
+    kept["memory"] = kept["peak_memory_mb"].to_numpy() / base["peak_memory_mb"].to_numpy()
+    kept.attrs = dict(points.attrs)
+    return kept
 
 
 def paper_points(task: Optional[str]) -> pd.DataFrame:
@@ -80,7 +99,8 @@ def paper_points(task: Optional[str]) -> pd.DataFrame:
 
 def plot(summary: pd.DataFrame, output: Path, task: Optional[str] = None,
          warn: Callable[[str], None] = lambda message: None) -> pd.DataFrame:
-    """Write the chart to ``output`` (any format matplotlib knows by its suffix); returns our points."""
+    """Write the chart to ``output`` (any format matplotlib knows by its suffix); returns our points (the chart's
+    title and x label in their ``attrs``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -92,11 +112,18 @@ def plot(summary: pd.DataFrame, output: Path, task: Optional[str] = None,
         warn(f"not in the chart (no completed run on every task it needs): {', '.join(left_out)}")
     if points.empty:
         raise ValueError("no backend has completed runs to plot" + (f" on {task}" if task else " on every task"))
-    is_relative = relative(points)
+    drawn, speed_task = list(points.index), points.attrs["speed_task"]
+    scaled = relative(points)
+    is_relative = scaled is not None
     if not is_relative:
         points["speed"], points["memory"] = points["tokens_per_s"], points["peak_memory_mb"]
-        warn(f"no {BASELINE} run on {points.attrs['speed_task']}: speed and memory are absolute and the paper's "
-             "points are left out")
+        warn(f"no {BASELINE} run of the rows' setups on {speed_task}: speed and memory are absolute and the "
+             "paper's points are left out")
+    elif len(points := scaled) < len(drawn):
+        warn(f"not in the chart (no {BASELINE} run of its setup on {speed_task}, on the same kind of device, to "
+             f"measure it against): {', '.join(name for name in drawn if name not in points.index)}")
+    kinds = set(points["device"].dropna())
+    on_cpu, mixed = bool(kinds & {CPU, MIXED}), len(kinds) > 1
     paper = paper_points(task) if is_relative else pd.DataFrame()
     scale = 900 / max([*points["memory"], *paper.get("memory", [])])  # the largest bubble: 900 pt²
 
@@ -111,18 +138,27 @@ def plot(summary: pd.DataFrame, output: Path, task: Optional[str] = None,
     for colour, (name, row) in zip(colours, points.sort_values("memory", ascending=False).iterrows()):
         axes.scatter(row["speed"], row["accuracy"], s=row["memory"] * scale, color=colour, alpha=0.75,
                      edgecolors="black", linewidths=0.6, zorder=2)
+        if not math.isnan(row["accuracy_std"]):  # the std over seeds
+            axes.errorbar(row["speed"], row["accuracy"], yerr=row["accuracy_std"], fmt="none", ecolor="black",
+                          elinewidth=0.9, capsize=3, zorder=2.5)
+        name += " (CPU)" if mixed and row["device"] == CPU else ""
         labels.append((name, row["speed"], row["accuracy"], row["memory"] * scale, {"fontsize": 8}))
     axes.margins(0.15)
     where = "LRA average" if task is None else task
-    axes.set_ylabel(visible(f"test accuracy (%), {where}"), parse_math=False)  # a $ in a name is a $
-    speed_task = points.attrs["speed_task"]
-    axes.set_xlabel(visible(f"training speed on {speed_task}, × {BASELINE}" if is_relative
-                            else f"training tokens/s on {speed_task}"), parse_math=False)
+    axes.set_ylabel(visible(f"test accuracy (%), {where}; bars: ± std over seeds"), parse_math=False)
+    device = " (CPU, wall clock)" if on_cpu else ""
+    axes.set_xlabel(visible(f"training speed on {speed_task}{device}, × the {BASELINE} run of the same setup"
+                            if is_relative else f"training tokens/s on {speed_task}{device}"), parse_math=False)
     memory = f"× {BASELINE}'s" if is_relative else "MB"
-    title = f"Accuracy, speed and peak memory (bubble area, {memory})"
+    title = f"Accuracy, speed and peak {'process ' if on_cpu else ''}memory (bubble area, {memory})"
+    if on_cpu:
+        title += (f"\ncoloured: these runs, {'those marked (CPU) ' if mixed else ''}on a CPU (speed in wall-clock "
+                  "time on a shared machine; memory: the process's peak)")
     if not paper.empty:
-        title += f"\ngrey: the YOSO paper (Table 3 accuracy; Table 4 attention cost at n = {PAPER_SEQ_LEN:,})"
+        title += (f"\ngrey: the YOSO paper on a GPU (Table 3 accuracy; Table 4 attention-module cost at "
+                  f"n = {PAPER_SEQ_LEN:,})")
     axes.set_title(title, fontsize=9)
+    points.attrs.update(title=title, xlabel=axes.get_xlabel())
     axes.grid(alpha=0.3)
     figure.tight_layout()
     axes.set_xlim(axes.get_xlim())  # fixed before the labels are placed in display coordinates

@@ -39,7 +39,9 @@ def load_reference(name: str) -> pd.DataFrame:
         except Unreadable as exc:
             raise ConfigError(f"cannot read the reference table {name!r} ({exc}); use one of {', '.join(REFERENCES)} "
                               f"or a CSV file with a '{METHOD}' column (method,<task>...,avg)") from None
-    return parse_reference(text, name)
+    table = parse_reference(text, name)
+    table.attrs["reference"] = name  # which paper's preset its deltas are checked against (lra.results.paper_setup)
+    return table
 
 
 def parse_reference(text: str, name: str) -> pd.DataFrame:

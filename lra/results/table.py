@@ -1,10 +1,12 @@
-"""Comparison tables from run records: backends (rows) × tasks (columns), mean ± std over seeds.
+"""Comparison tables from run records: setups (rows) × tasks (columns), mean ± std over seeds.
 
-A cell with no completed run is shown as missing (``—``) or ``failed``, never as 0; a cell with
-some failed seeds says so. A row's average is given only when every task column of that row is
-complete. The best mean per column is bold. Optionally each cell carries its delta against a
-published table (shipped in ``lra/results/paper_numbers/``) and each row the training throughput
-and peak memory of one task's runs.
+A row is one setup (:mod:`lra.results.setups`): runs of one label trained differently are separate rows,
+never merged. A cell with no completed run is shown as missing (``—``) or ``failed``, never as 0; a cell
+with some failed seeds says so, and so does one with seeds stuck at chance. A row's average is given only
+when every task column of that row is complete. The best mean per column is bold. Optionally each cell
+carries its delta against a published table (shipped in ``lra/results/paper_numbers/``), drawn only where
+the runs were trained as the paper's preset trains that row (:mod:`lra.results.paper_setup`), and each
+row the training throughput, peak memory and parameters of one task's runs (:mod:`lra.results.efficiency`).
 """
 
 from __future__ import annotations
@@ -15,36 +17,26 @@ from typing import Iterable, List, Optional
 
 import pandas as pd
 
-from lra.pretraining import SPT_SUFFIX
-from lra.results import validity
-from lra.results.validity import AVERAGE
-from lra.results.formats import markdown_cell, to_markdown, visible
+from lra.results import efficiency, setups, validity
+from lra.results.listing import (failures, page, run_list, status_counts,  # noqa: F401 (lra-table's names)
+                                 unfinished, validation_notes)
+from lra.results.paper_setup import NOT_PAPER, PAPER, PRESETS, UNCHECKED, PaperSetups
 from lra.results.reading import modified, read_records, record_files
 from lra.results.reference import REFERENCES  # noqa: F401 (the presets' tests read the table names here)
-
-TASK_ORDER = ["listops", "text", "retrieval", "image", "pathfinder"]
-# Rows in the order of the YOSO paper's Table 3, then LRA Table 1's other rows and the learning-to-hash
-# table's; unknown labels follow alphabetically.
-LABEL_ORDER = ["None", "Softmax", "YOSO-E", "Nystromformer", "Longformer", "Linformer", "Reformer",
-               "Performer", "YOSO-16", "YOSO-32", "YOSO-64", "YOSO-128", "YOSO-C-16", "YOSO-C-32", "*YOSO-16",
-               "*YOSO-32", "*YOSO-C-16", "Local Attention", "Sparse Transformer", "Sinkhorn Transformer",
-               "Synthesizer", "BigBird", "Linear Transformer", "RFA", "LSH", "LHA"]
-MISSING, FAILED = "—", "failed"
-# Our label → the name a paper's table uses for the same mechanism, when it differs.
-PAPER_NAMES = {"Softmax": ["Softmax", "Transformer"]}
-
-
-# which duplicate of a (backend, task, seed) to keep
-STATUS_RANK = {"completed": 0, "running": 1, "interrupted": 1, "failed": 2}
-FINISHED = ("completed", "failed")  # any other status (running, interrupted) is an unfinished run
+from lra.results.rows import (FAILED, FINISHED, LABEL_ORDER, MISSING, PAPER_NAMES,  # noqa: F401 (their names)
+                              STATUS_RANK, TASK_ORDER, base_label, label_key)
+from lra.results.validity import AVERAGE
 
 
 def deduplicate(records: List[dict], warn=lambda message: None) -> List[dict]:
-    """One record per (backend, task, seed): completed before running before failed, then the
-    latest; each dropped duplicate is named."""
+    """One record per (backend, setup, task, seed): completed before running before failed, then the
+    latest; each dropped duplicate is named. Each record is given its setup first
+    (:func:`lra.results.setups.describe`)."""
+    setups.describe(records, warn)
+    setups.place(records)
     kept = {}
     for record in records:
-        key = (record["label"], record["task"], record.get("seed"))
+        key = (record["label"], record.get("setup"), record["task"], record.get("seed"))
         previous = kept.get(key)
         if previous is None:
             kept[key] = record
@@ -52,19 +44,20 @@ def deduplicate(records: List[dict], warn=lambda message: None) -> List[dict]:
         rank = lambda r: (STATUS_RANK.get(r["status"], 3), -modified(r))  # noqa: E731
         keep, drop = (record, previous) if rank(record) < rank(previous) else (previous, record)
         kept[key] = keep
-        warn(f"dropped {drop['run_dir']}: the same {key[0]} on {key[1]} with seed {key[2]} as {keep['run_dir']}")
+        same = f"the same setup ({key[1]})" if key[1] else "no config recorded by either"
+        warn(f"dropped {drop['run_dir']}: the same {key[0]} on {key[2]} with seed {key[3]}, {same}, as {keep['run_dir']}")
     return list(kept.values())
 
 
 def collect(directories: Iterable[Path], warn=lambda message: None) -> pd.DataFrame:
-    """One row per (backend, task, seed) among the ``metrics.json`` under the given run or sweep
+    """One row per (backend, setup, task, seed) among the ``metrics.json`` under the given run or sweep
     directories; unreadable records and duplicates are left out, each with a ``warn``."""
     return pd.DataFrame(deduplicate(read_records(record_files(directories, warn), warn), warn))
 
 
 def collect_wandb(project: str, api=None) -> pd.DataFrame:
     """The same rows from a W&B project (``entity/project``) through the public API: the run's
-    summary holds the final metrics (``test/accuracy`` …), its config the task and seed, its name
+    summary holds the final metrics (``test/accuracy`` …), its config the task, seed and setup, its name
     the label. A run without a test accuracy is failed (W&B state failed/crashed) or unfinished."""
     if api is None:
         import wandb
@@ -81,21 +74,10 @@ def collect_wandb(project: str, api=None) -> pd.DataFrame:
             "status": "completed" if test_accuracy is not None else
             ("failed" if run.state in ("failed", "crashed") else "running"),
             **{k: summary.get(k) for k in ("best_val_accuracy", "train_tokens_per_second", "peak_memory_mb")},
-            "run_dir": run.url,
+            "run_dir": run.url, "config": config if isinstance(task, dict) else None,
         })
+    setups.describe(rows)
     return pd.DataFrame(rows)
-
-
-def base_label(label: str) -> tuple:
-    """(the attention's label, whether the row is self-pretrained): "YOSO-32 +SPT" → ("YOSO-32", True)."""
-    pretrained = label.endswith(SPT_SUFFIX)
-    return (label[: -len(SPT_SUFFIX)] if pretrained else label), pretrained
-
-
-def _row_key(label: str):
-    """From-scratch rows first, then the self-pretrained ones, each block in the YOSO paper's order."""
-    base, pretrained = base_label(label)
-    return (pretrained, 0, LABEL_ORDER.index(base), base) if base in LABEL_ORDER else (pretrained, 1, 0, base)
 
 
 def _stuck(runs: pd.DataFrame) -> pd.Series:
@@ -105,27 +87,37 @@ def _stuck(runs: pd.DataFrame) -> pd.Series:
     return runs["stuck_at_chance"].map(lambda value: value is True)
 
 
+def _first(values: pd.Series):
+    present = values.dropna()
+    return present.iloc[0] if len(present) else None
+
+
 def summarize(runs: pd.DataFrame, metric: str = "test_accuracy", exclude_stuck: bool = False) -> pd.DataFrame:
-    """Numbers behind the table, one row per (backend, task): the mean, median and std of the
-    completed seeds, how many there are, how many of them are stuck at chance (left out of the
-    statistic with ``exclude_stuck``, still counted), how many failed; throughput, peak memory and
-    parameters of the completed runs."""
+    """Numbers behind the table, one row per (row, task): the mean, median and std of the completed
+    seeds, how many there are, how many of them are stuck at chance (left out of the statistic with
+    ``exclude_stuck``, still counted), how many failed; throughput, peak memory and parameters of the
+    completed runs, the kind of device they ran on, the row's label and setup."""
     rows = []
-    for (label, task), group in runs.groupby(["label", "task"], sort=False):
+    for (name, task), group in runs.groupby(["row" if "row" in runs else "label", "task"], sort=False):
         completed = group[group["status"] == "completed"]
         stuck = _stuck(completed) & completed[metric].notna()  # among the seeds with a valid value: "k of n"
         counted = completed[~stuck] if exclude_stuck else completed
         done = counted[metric].dropna()
-        rows.append({"backend": label, "task": task, "mean": done.mean() if len(done) else math.nan,
+        device = efficiency.devices_of(completed["device"] if "device" in completed else [])
+        cost = (lambda field: math.nan if device == efficiency.MIXED
+                else completed.get(field, pd.Series(dtype=float)).mean())
+        rows.append({"backend": name, "task": task, "mean": done.mean() if len(done) else math.nan,
                      "std": done.std(ddof=1) if len(done) > 1 else math.nan, "seeds": len(done),
                      "failed": int((group["status"] == "failed").sum()),
                      "unfinished": int((~group["status"].isin(FINISHED)).sum()),
                      "stuck": int(stuck.sum()), "completed": len(completed[metric].dropna()),
                      "invalid": validity.invalid_count(completed, metric),
                      "median": done.median() if len(done) else math.nan,
-                     "tokens_per_s": completed.get("train_tokens_per_second", pd.Series()).mean(),
-                     "peak_memory_mb": completed.get("peak_memory_mb", pd.Series()).mean(),
-                     "num_parameters": completed.get("num_parameters", pd.Series()).mean()})
+                     "tokens_per_s": cost("train_tokens_per_second"), "peak_memory_mb": cost("peak_memory_mb"),
+                     "num_parameters": completed.get("num_parameters", pd.Series(dtype=float)).mean(),
+                     "device": device, "label": group["label"].iloc[0],
+                     "setup": _first(group["setup"]) if "setup" in group else None,
+                     "preset_row": _first(group["preset_row"]) if "preset_row" in group else None})
     return pd.DataFrame(rows)
 
 
@@ -138,209 +130,195 @@ def reference_value(reference: Optional[pd.DataFrame], label: str, column: str) 
     return math.nan
 
 
-BUDGET = 0.10  # LRA's protocol: every model within ±10 % of the Softmax baseline's parameters
+def _configs(runs: pd.DataFrame) -> dict:
+    """Each setup fingerprint's flat config."""
+    if "setup" not in runs:
+        return {}
+    present = runs[runs["setup"].notna()]
+    return dict(zip(present["setup"], present["setup_config"]))
+
+
+def _check_setups(summary: pd.DataFrame, reference: pd.DataFrame, configs: dict) -> None:
+    """``paper_setup`` and ``paper_setup_why`` of each (row, task) with a paper number and a result, in place
+    (:mod:`lra.results.paper_setup`; a reference CSV of the user's own is not checked)."""
+    name = reference.attrs.get("reference")
+    checker = PaperSetups(name, PAPER_NAMES) if name in PRESETS else None
+    verdicts, reasons = [], []
+    for _, row in summary.iterrows():
+        paper = reference_value(reference, row["label"], row["task"])
+        if math.isnan(paper) or math.isnan(row["mean"]):
+            verdict, why = None, ""
+        elif checker is None:
+            verdict, why = UNCHECKED, "a reference table of your own: setups not checked"
+        else:
+            verdict, why = checker.check(row["label"], row["task"], configs.get(row["setup"]), row["preset_row"])
+        verdicts.append(verdict)
+        reasons.append(why)
+    summary["paper_setup"], summary["paper_setup_why"] = verdicts, reasons
 
 
 def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Optional[pd.DataFrame] = None,
                efficiency_task: Optional[str] = None, efficiency: bool = False, statistic: str = "mean",
                exclude_stuck: bool = False) -> pd.DataFrame:
     """Formatted cells ``mean ± std (seeds)`` (the median with ``statistic="median"``), ``k of n at
-    chance`` where seeds are stuck there, ``[Δ ±x]`` against ``reference`` when given;
-    ``table.attrs["best"]`` marks the best per column, ``table.attrs["numbers"]`` the summary. The
-    efficiency view adds each row's parameters against the Softmax row of the same task (± 10 %)."""
+    chance`` where seeds are stuck there, ``[Δ ±x]`` against ``reference`` when given and the runs are the
+    paper's setup (else ``[Δ — why not]``); ``table.attrs["best"]`` marks the best per column,
+    ``table.attrs["numbers"]`` the summary, ``attrs["legend"]`` and ``attrs["notes"]`` what a page says
+    under it. The efficiency view adds each row's throughput and memory (labelled by device) and its
+    parameters against the Softmax row of its own setup (± 10 %)."""
     if runs.empty:
         return pd.DataFrame()
+    from lra.results import efficiency as cost
+
+    runs = runs.copy()
+    runs["row"], runs["row_rank"], setup_lines = setups.name_rows(runs)
     summary = summarize(runs, metric, exclude_stuck)
+    configs = _configs(runs)
+    summary["softmax_row"] = cost.softmax_rows(summary, configs)
     tasks = [t for t in TASK_ORDER if t in set(runs["task"])] + sorted(set(runs["task"]) - set(TASK_ORDER))
-    labels = sorted(set(runs["label"].dropna()), key=_row_key)
+    rank = runs.groupby("row")["row_rank"].min()
+    label_of = runs.groupby("row")["label"].first()
+    labels = sorted(set(runs["row"].dropna()), key=lambda row: (label_key(label_of[row]), rank[row], row))
     means = summary.pivot(index="backend", columns="task", values=statistic).reindex(index=labels, columns=tasks)
     complete = means.notna().all(axis=1)
     means[AVERAGE] = means[tasks].mean(axis=1).where(complete)
     cells = pd.DataFrame(MISSING, index=labels, columns=[*tasks, AVERAGE])
     for _, row in summary.iterrows():
-        note = (f", {row['failed']} failed" if row["failed"] else "") + (
-            f", {row['unfinished']} unfinished" if row["unfinished"] else "")
-        invalid = f"{row['invalid']} invalid" if row["invalid"] else ""
-        if row["stuck"]:
-            note = (f"; {row['stuck']} of {row['completed']} at chance" + (", excluded" if exclude_stuck else "")
-                    + note)
-        if row["seeds"]:
-            spread = f" ± {row['std']:.2f}" if row["seeds"] > 1 else ""
-            text = f"{row[statistic]:.2f}{spread} ({row['seeds']}{', ' + invalid if invalid else ''}{note})"
-        elif row["stuck"]:
-            text = f"stuck ({row['stuck']} of {row['completed']} at chance, excluded)"
-        elif invalid:
-            text = f"invalid ({row['invalid']}{note})"
-        else:
-            text = FAILED if row["failed"] else MISSING
-        cells.loc[row["backend"], row["task"]] = text
+        cells.loc[row["backend"], row["task"]] = _cell(row, statistic, exclude_stuck)
     for label in labels:
         if complete[label]:
             cells.loc[label, AVERAGE] = f"{means.loc[label, AVERAGE]:.2f}"
+    notes = setups.setup_notes(setup_lines, runs)
     if reference is not None:
-        # A paper's average is comparable only when this table has exactly the paper's tasks.
-        same_tasks = set(tasks) == set(reference.columns) - {AVERAGE}
-        for label in labels:
-            for column in (cells.columns if same_tasks else tasks):
-                paper = reference_value(reference, label, column)
-                if not math.isnan(paper) and not math.isnan(means.loc[label, column]):
-                    cells.loc[label, column] += f" [Δ {means.loc[label, column] - paper:+.2f}]"
+        _check_setups(summary, reference, configs)
+        _deltas(cells, means, summary, reference, tasks, label_of)
+        notes.append(_reference_note(summary, reference))
     best = means.eq(means.max(axis=0), axis=1) & means.notna()
     if efficiency or efficiency_task:
         task = efficiency_task or tasks[0]
         rows = summary[summary["task"] == task].set_index("backend").reindex(labels)
-        cells[f"{task} tokens/s"] = [MISSING if math.isnan(v) else f"{v:,.0f}" for v in rows["tokens_per_s"]]
-        cells[f"{task} peak MB"] = [MISSING if math.isnan(v) else f"{v:,.0f}" for v in rows["peak_memory_mb"]]
-        # each row against the Softmax row of its own setup (from scratch or self-pretrained)
-        baselines = [rows["num_parameters"].get("Softmax" + (SPT_SUFFIX if base_label(label)[1] else ""), math.nan)
-                     for label in labels]
-        cells[f"{task} params vs Softmax"] = [_budget(v, b) for v, b in zip(rows["num_parameters"], baselines)]
+        cells[f"{task} tokens/s"] = [cost.throughput_cell(v, k) for v, k in zip(rows["tokens_per_s"], rows["device"])]
+        cells[f"{task} peak MB"] = [cost.memory_cell(v, k) for v, k in zip(rows["peak_memory_mb"], rows["device"])]
+        cells[f"{task} params vs Softmax"] = cost.parameter_cells(rows)
         best[f"{task} tokens/s"], best[f"{task} peak MB"], best[f"{task} params vs Softmax"] = False, False, False
     cells = cells.rename_axis("backend")
+    legend = cell_legend(statistic, exclude_stuck, reference,
+                         summary["device"] if efficiency or efficiency_task else None)
     cells.attrs = {"best": best.reindex(columns=cells.columns, fill_value=False), "numbers": summary,
-                   "statistic": statistic}
+                   "statistic": statistic, "legend": legend, "notes": [n for n in notes if n], "runs": runs}
     return cells
 
 
+def _cell(row, statistic: str, exclude_stuck: bool) -> str:
+    note = (f", {row['failed']} failed" if row["failed"] else "") + (
+        f", {row['unfinished']} unfinished" if row["unfinished"] else "")
+    invalid = f"{row['invalid']} invalid" if row["invalid"] else ""
+    if row["stuck"]:
+        note = f"; {row['stuck']} of {row['completed']} at chance" + (", excluded" if exclude_stuck else "") + note
+    if row["seeds"]:
+        spread = f" ± {row['std']:.2f}" if row["seeds"] > 1 else ""
+        return f"{row[statistic]:.2f}{spread} ({row['seeds']}{', ' + invalid if invalid else ''}{note})"
+    if row["stuck"]:
+        return f"stuck ({row['stuck']} of {row['completed']} at chance, excluded)"
+    if invalid:
+        return f"invalid ({row['invalid']}{note})"
+    return FAILED if row["failed"] else MISSING
+
+
+def _deltas(cells, means, summary, reference, tasks, label_of) -> None:
+    """``[Δ x]`` in each cell whose runs are the paper's setup (or cannot be checked), ``[Δ — why]`` in each
+    that is not; a row's average only when every task's cell has its delta."""
+    verdicts = {(b, t): (v, why) for b, t, v, why in
+                zip(summary["backend"], summary["task"], summary["paper_setup"], summary["paper_setup_why"])}
+    # A paper's average is comparable only when this table has exactly the paper's tasks.
+    same_tasks = set(tasks) == set(reference.columns) - {AVERAGE}
+    for row in cells.index:
+        label = label_of[row]
+        for column in (cells.columns if same_tasks else tasks):
+            paper = reference_value(reference, label, column)
+            if math.isnan(paper) or math.isnan(means.loc[row, column]):
+                continue
+            if column == AVERAGE:
+                refused = [verdicts.get((row, t), (None,))[0] == NOT_PAPER for t in tasks]
+                cells.loc[row, column] += (" [Δ — not every task at the paper's setup]" if any(refused)
+                                           else f" [Δ {means.loc[row, column] - paper:+.2f}]")
+            elif verdicts[(row, column)][0] == NOT_PAPER:
+                cells.loc[row, column] += f" [Δ — {verdicts[(row, column)][1]}]"
+            else:
+                cells.loc[row, column] += f" [Δ {means.loc[row, column] - paper:+.2f}]"
+
+
+def _reference_note(summary: pd.DataFrame, reference: pd.DataFrame) -> str:
+    unchecked = summary[summary["paper_setup"] == UNCHECKED]
+    if not len(unchecked):
+        return ""
+    cells = ", ".join(f"{b} on {t}" for b, t in zip(unchecked["backend"], unchecked["task"]))
+    return "Δ not checked against the paper's setup: " + (
+        "the reference is a table of your own, with no preset to compare the runs' setups with"
+        if reference.attrs.get("reference") not in PRESETS else
+        f"the runs of {cells} record no config, so their setup is unknown")
+
+
+def cell_legend(statistic: str, exclude_stuck: bool, reference: Optional[pd.DataFrame], devices) -> str:
+    """What a cell of the table says, for under it."""
+    lines = [f"{statistic} ± std over seeds (n): n is the number of seeds in the {statistic}, and a std needs two",
+             "k of n at chance: seeds whose record says the run never left chance level, "
+             + ("left out of the statistic" if exclude_stuck else "counted in it"),
+             "failed, unfinished and invalid runs are counted beside n, never in it; **bold**: the best of a column; "
+             "average: over the tasks, for a row with all of them; a row is one setup (its label, and what sets "
+             "it apart where the label has several)"]
+    if reference is not None:
+        name = reference.attrs.get("reference")
+        preset = f"experiment={PRESETS[name]}" if name in PRESETS else "the paper's"
+        lines.append(f"[Δ x]: the cell minus the paper's number, where the runs are {preset}'s setup for that row "
+                     "and task; [Δ — …]: why there is none")
+    if devices is not None:
+        lines += efficiency.legend(devices)
+    return "how to read the cells:\n" + "\n".join(f"- {line}" for line in lines)
+
+
 def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per attention, each task's from-scratch cell beside its self-pretrained one and the change
-    of the statistic (``+SPT Δ``); a row with only one of the two shows the other as missing."""
+    """One row per attention (and setup), each task's from-scratch cell beside its self-pretrained one and
+    the change of the statistic (``+SPT Δ``); a row with only one of the two shows the other as missing."""
     summary = table.attrs["numbers"]
     tasks = [c for c in table.columns if c in set(summary["task"])]
     statistic = table.attrs.get("statistic", "mean")
-    bases = sorted({base_label(label)[0] for label in table.index}, key=_row_key)
-    out = pd.DataFrame(MISSING, index=pd.Index(bases, name="backend"),
-                       columns=[f"{t}{suffix}" for t in tasks for suffix in ("", SPT_SUFFIX, f"{SPT_SUFFIX} Δ")])
+    label_of = summary.drop_duplicates("backend").set_index("backend")["label"]
+
+    def paired(row: str) -> tuple:  # (the row's name without +SPT, whether it is the +SPT one)
+        label = label_of[row]
+        base, pretrained = base_label(label)
+        return base + row[len(label):], pretrained, base
+
+    pairs = {row: paired(row) for row in table.index}
+    bases = sorted({(name, base) for name, _, base in pairs.values()}, key=lambda p: (label_key(p[1]), p[0]))
+    out = pd.DataFrame(MISSING, index=pd.Index([name for name, _ in bases], name="backend"),
+                       columns=[f"{t}{suffix}" for t in tasks for suffix in ("", " +SPT", " +SPT Δ")])
     values = summary.set_index(["backend", "task"])[statistic]
-    for base in bases:
+    for name, _ in bases:
+        scratch = next((row for row, p in pairs.items() if p[:2] == (name, False)), None)
+        spt = next((row for row, p in pairs.items() if p[:2] == (name, True)), None)
         for task in tasks:
-            for suffix in ("", SPT_SUFFIX):
-                if base + suffix in table.index:
-                    out.loc[base, f"{task}{suffix}"] = table.loc[base + suffix, task]
-            scratch, spt = values.get((base, task), math.nan), values.get((base + SPT_SUFFIX, task), math.nan)
-            if not (math.isnan(scratch) or math.isnan(spt)):
-                out.loc[base, f"{task}{SPT_SUFFIX} Δ"] = f"{spt - scratch:+.2f}"
-    out.attrs = {"best": pd.DataFrame(False, index=out.index, columns=out.columns), "numbers": summary}
+            for row, suffix in ((scratch, ""), (spt, " +SPT")):
+                if row is not None:
+                    out.loc[name, f"{task}{suffix}"] = table.loc[row, task]
+            before, after = values.get((scratch, task), math.nan), values.get((spt, task), math.nan)
+            if not (math.isnan(before) or math.isnan(after)):
+                out.loc[name, f"{task} +SPT Δ"] = f"{after - before:+.2f}"
+    out.attrs = {key: value for key, value in table.attrs.items() if key != "best"}
+    out.attrs["best"] = pd.DataFrame(False, index=out.index, columns=out.columns)
     return out
-
-
-def _budget(parameters: float, baseline: float) -> str:
-    """``+3.1 %`` against the Softmax row's parameters; marked when outside LRA's ±10 % budget."""
-    if math.isnan(parameters) or math.isnan(baseline) or not baseline:
-        return MISSING
-    change = parameters / baseline - 1
-    return f"{100 * change:+.1f} %" + (" (outside ±10 %)" if abs(change) > BUDGET + 1e-12 else "")
 
 
 def numbers(table: pd.DataFrame, reference: Optional[pd.DataFrame] = None) -> pd.DataFrame:
-    """The numbers behind ``table`` (one record per backend × task), with the paper value and delta."""
+    """The numbers behind ``table`` (one record per row × task), with the paper value and the delta where the
+    runs are the paper's setup (``paper_setup``, and why not)."""
     out = table.attrs["numbers"].copy()
     if reference is not None:
-        out["paper"] = [reference_value(reference, b, t) for b, t in zip(out["backend"], out["task"])]
-        out["delta"] = out["mean"] - out["paper"]
+        out["paper"] = [reference_value(reference, b, t) for b, t in zip(out["label"], out["task"])]
+        drawn = out["paper_setup"].isin([PAPER, UNCHECKED]) if "paper_setup" in out else True
+        out["delta"] = (out["mean"] - out["paper"]).where(drawn)
     return out
-
-
-def status_counts(runs: pd.DataFrame) -> str:
-    if runs.empty:
-        return "no runs"
-    counts = runs["status"].value_counts()
-    return ", ".join(f"{count} {status}" for status, count in counts.items())
-
-
-def validation_notes(runs: pd.DataFrame) -> str:
-    """One line per task: what its runs validated on (``validation`` in their records), so that a
-    table mixing the reference protocol (Text: its test split) with a held-out split says so."""
-    if runs.empty or "validation" not in runs:
-        return ""
-    lines = []
-    for task, group in runs.groupby("task", sort=False):
-        kinds = group["validation"].dropna().value_counts()
-        if len(kinds):
-            listed = "; ".join(f"{kind} ({count} run{'s' if count > 1 else ''})" for kind, count in kinds.items())
-            lines.append(visible(f"- {task}: validated on {listed}"))
-    return "validation:\n" + "\n".join(lines) if lines else ""
-
-
-def failures(records: Iterable[dict]) -> str:
-    """The failed runs among ``records`` (duplicates the table dropped included), one line each with
-    its error, then the unfinished ones (:func:`unfinished`), so that no failed, refused, interrupted or
-    killed job goes unseen; empty when every run completed."""
-    records = list(records)
-    failed = [r for r in records if r.get("status") == "failed"]
-    lines = [visible(f"- {r['run_dir']}: {r.get('error') or 'no error recorded'}") for r in failed]
-    text = f"failed runs ({len(failed)}):\n" + "\n".join(lines) if failed else ""
-    later = unfinished(records)
-    return text + ("\n\n" if text and later else "") + later
-
-
-def unfinished(records: Iterable[dict]) -> str:
-    """Runs neither completed nor failed, one line each: interrupted by a signal, running now, or
-    ``running`` with its process gone (killed by SIGKILL, the out-of-memory killer, a power cut: no
-    handler could record it), each with the command that resumes it; empty when there is none."""
-    import shlex
-
-    from lra.run import RunDirectory
-
-    lines = []
-    for r in records:
-        if r.get("status") in FINISHED:
-            continue
-        alive = RunDirectory(r["run_dir"]).last_holder_alive() if r.get("status") == "running" else None
-        state = {True: "running (its process is alive)", False: "killed while running (its process is gone)",
-                 None: "running, or killed (its process cannot be checked from here)"}[alive] \
-            if r.get("status") == "running" else (r.get("error") or str(r.get("status")))
-        resume = "" if alive else f"; resume with: lra-train resume={shlex.quote(r['run_dir'])}"
-        lines.append(visible(f"- {r['run_dir']}: {state} at step {r.get('steps')}{resume}"))
-    return f"unfinished runs ({len(lines)}):\n" + "\n".join(lines) if lines else ""
-
-
-def run_list(runs: pd.DataFrame) -> str:
-    """Every run the table counts, a row each, in the table's row order, then by task and seed: its
-    status, test accuracy, steps, the steps it was resumed at (after a kill or a cut slice; "none"), wall
-    time, device and commit, as its record has them (a results page names these per run); empty without
-    runs."""
-    if runs.empty:
-        return ""
-    runs = runs.reindex(columns=[*runs.columns, *(f for f in RUN_FIELDS if f not in runs)])
-    order = sorted(runs.index, key=lambda i: (_row_key(str(runs.at[i, "label"])), str(runs.at[i, "task"]),
-                                              _seed_key(runs.at[i, "seed"])))
-
-    def text(value, form="{}") -> str:
-        if _absent(value):
-            return MISSING
-        whole = isinstance(value, float) and value.is_integer() and form == "{}"  # a seed or a step count
-        return markdown_cell(form.format(int(value) if whole else value))  # a cell, whatever it holds
-
-    def resumes(steps) -> str:
-        if not isinstance(steps, (list, tuple)):
-            return MISSING  # a record from before the field, or none at all
-        return ", ".join(str(int(step)) for step in steps) if steps else "none"
-
-    lines = ["| backend | task | seed | status | test accuracy | steps | resumed at | wall time (min) | device | "
-             "commit |", "|:--|:--|--:|:--|--:|--:|--:|--:|:--|:--|"]
-    for i in order:
-        r = runs.loc[i]
-        wall = r["wall_time_seconds"]
-        lines.append(f"| {text(r['label'])} | {text(r['task'])} | {text(r['seed'])} | {text(r['status'])} | "
-                     f"{text(r['test_accuracy'], '{:.2f}')} | {text(r['steps'])} | "
-                     f"{resumes(r['resumed_at_steps'])} | "
-                     f"{text(None if wall is None else wall / 60, '{:.1f}')} | {text(r['device'])} | "
-                     f"{text(r['git_commit'])} |")
-    return f"every run ({len(order)}):\n\n" + "\n".join(lines)
-
-
-RUN_FIELDS = ("seed", "status", "test_accuracy", "steps", "resumed_at_steps", "wall_time_seconds", "device",
-              "git_commit")
-
-
-def _absent(value) -> bool:
-    """None, or the NaN a DataFrame holds where a record has no value."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _seed_key(seed):
-    return (0, seed) if isinstance(seed, (int, float)) and not _absent(seed) else (1, str(seed))
 
 
 def render(directories: List[Path], warn=lambda message: None) -> str:
@@ -350,7 +328,4 @@ def render(directories: List[Path], warn=lambda message: None) -> str:
 def render_records(records: List[dict], warn=lambda message: None) -> str:
     """:func:`render` of records already read."""
     runs = pd.DataFrame(deduplicate(records, warn))
-    failed = failures(records)
-    notes = "\n\n".join(n for n in (validation_notes(runs), validity.notes(records)) if n)
-    return (f"{to_markdown(comparison(runs))}\n\nruns: {status_counts(runs)}" + (f"\n\n{notes}" if notes else "")
-            + (f"\n\n{failed}" if failed else ""))
+    return page(comparison(runs), runs, records)

@@ -1,0 +1,138 @@
+"""Cost columns of a table, like with like: each row's parameters against the Softmax row of its own setup
+(LRA's ±10 % budget), and throughput and memory labelled with what they are on the device that measured
+them.
+
+- **The Softmax row of a row's setup** (:func:`softmax_rows`): a row whose runs' setup is the row's own but
+  for the attention (``attention.*``, and whatever the paper presets' row files set for that row and task:
+  LRA Table 1's per-row Image and Pathfinder model sizes). Rows without a recorded config fall back on the
+  Softmax row of the same label block (from scratch or self-pretrained), as before configs were compared.
+- **Devices** (:func:`device_kind`): a record's ``device`` says ``cuda (…)`` or ``cpu (…)``. On a CPU,
+  tokens/s is wall-clock throughput on a machine shared with whatever else ran, and ``peak_memory_mb`` is
+  the process's peak resident memory (Python, torch, the data), not what the attention holds; such cells
+  say ``CPU`` and ``CPU process``. A cell whose seeds ran on both kinds of device has no mean.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+from typing import Dict, Iterable, Optional
+
+import pandas as pd
+
+from lra.pretraining import SPT_SUFFIX
+from lra.results.setups import flatten
+
+BASELINE = "Softmax"
+BUDGET = 0.10  # LRA's protocol: every model within ±10 % of the Softmax baseline's parameters
+MISSING = "—"
+CPU, GPU, MIXED = "CPU", "GPU", "CPU and GPU"
+ATTENTION = "attention."
+
+
+def device_kind(device) -> Optional[str]:
+    """:data:`CPU` or :data:`GPU` from a record's ``device`` ("cuda (NVIDIA H100 …)", "cpu (x86_64, 2
+    threads)"); None when it says neither (a W&B run, an old record)."""
+    text = str(device or "").strip().lower()
+    return GPU if text.startswith("cuda") else CPU if text.startswith("cpu") else None
+
+
+def devices_of(devices: Iterable) -> Optional[str]:
+    """The device kind of a cell's runs: one kind, :data:`MIXED`, or None when none says."""
+    kinds = {kind for kind in map(device_kind, devices) if kind}
+    return kinds.pop() if len(kinds) == 1 else MIXED if kinds else None
+
+
+@lru_cache(maxsize=None)
+def row_keys(row: Optional[str], task: str) -> frozenset:
+    """The keys a paper preset's row files set (``conf/row/<row>.yaml`` and ``conf/row/<row>/<task>.yaml``)."""
+    if not isinstance(row, str) or not re.fullmatch(r"[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*", row):
+        return frozenset()
+    from omegaconf import OmegaConf
+
+    from lra.config import CONF_DIR
+
+    keys = set()
+    for path in (CONF_DIR / "row" / f"{row}.yaml", CONF_DIR / "row" / row / f"{task}.yaml"):
+        if path.is_file():
+            content = OmegaConf.to_container(OmegaConf.load(path))
+            content.pop("defaults", None)
+            keys |= set(flatten(content))
+    return frozenset(keys)
+
+
+def same_but_attention(a: dict, b: dict, ignored: frozenset) -> bool:
+    keys = (set(a) | set(b)) - ignored
+    return all(a.get(k) == b.get(k) for k in keys if not k.startswith(ATTENTION))
+
+
+def softmax_rows(summary: pd.DataFrame, configs: Dict[str, dict]) -> pd.Series:
+    """For each (row, task) of ``summary``, the Softmax row of its setup on that task (module docstring), or
+    None. ``configs``: each setup fingerprint's flat config."""
+    out = pd.Series(None, index=summary.index, dtype=object)
+    for task, group in summary.groupby("task", sort=False):
+        candidates = group[group["label"].map(lambda label: label.removesuffix(SPT_SUFFIX) == BASELINE)]
+        for index, row in group.iterrows():
+            config = configs.get(row["setup"]) if isinstance(row["setup"], str) else None
+            if config is None:  # no config: the label block's own Softmax row, by name
+                name = BASELINE + (SPT_SUFFIX if row["label"].endswith(SPT_SUFFIX) else "")
+                out[index] = name if (candidates["backend"] == name).any() else None
+                continue
+            for _, candidate in candidates.iterrows():
+                other = configs.get(candidate["setup"]) if isinstance(candidate["setup"], str) else None
+                ignored = row_keys(row["preset_row"], task) | row_keys(candidate["preset_row"], task)
+                if other is not None and same_but_attention(config, other, ignored):
+                    out[index] = candidate["backend"]
+                    break
+    return out
+
+
+def budget(parameters: float, baseline: float) -> str:
+    """``+3.1 %`` against the Softmax row's parameters; marked when outside LRA's ±10 % budget."""
+    if math.isnan(parameters) or math.isnan(baseline) or not baseline:
+        return MISSING
+    change = parameters / baseline - 1
+    return f"{100 * change:+.1f} %" + (" (outside ±10 %)" if abs(change) > BUDGET + 1e-12 else "")
+
+
+def parameter_cells(rows: pd.DataFrame) -> list:
+    """The ``params vs Softmax`` column of ``rows`` (one task's summary, indexed by row name)."""
+    cells = []
+    for name, row in rows.iterrows():
+        baseline = row.get("softmax_row")
+        if not isinstance(baseline, str) or baseline not in rows.index:
+            cells.append(MISSING if math.isnan(row["num_parameters"]) else f"{MISSING} (no Softmax run of this setup)")
+        else:
+            cells.append(budget(row["num_parameters"], rows.loc[baseline, "num_parameters"]))
+    return cells
+
+
+def throughput_cell(value: float, kind: Optional[str]) -> str:
+    if kind == MIXED:
+        return f"{MISSING} (CPU and GPU runs)"
+    if math.isnan(value):
+        return MISSING
+    return f"{value:,.0f}" + (" (CPU)" if kind == CPU else "")
+
+
+def memory_cell(value: float, kind: Optional[str]) -> str:
+    if kind == MIXED:
+        return f"{MISSING} (CPU and GPU runs)"
+    if math.isnan(value):
+        return MISSING
+    return f"{value:,.0f}" + (" (CPU process)" if kind == CPU else "")
+
+
+def legend(kinds: Iterable[Optional[str]]) -> list:
+    """What the cost columns hold, a line each, for under a table with them."""
+    kinds = set(kinds)
+    lines = ["tokens/s: training throughput (wall clock, the mean over seeds); peak MB: on a GPU, the peak "
+             "memory of torch's tensors"]
+    if kinds & {CPU, MIXED}:
+        lines.append("(CPU): measured on a CPU, in wall-clock time on a machine shared with whatever else ran, so "
+                     "not a kernel's speed; (CPU process): the process's peak resident memory (Python, torch, the "
+                     "data), the same for every attention that fits, not what the attention holds")
+    lines.append("params vs Softmax: against the Softmax row of the same setup but for the attention; marked "
+                 "outside LRA's ±10 % budget")
+    return lines
