@@ -25,7 +25,7 @@ class ProfileConfig:
     num_heads: int = 12  # the YOSO paper's attention module: BERT-base, 12 heads of 64
     head_dim: int = 64
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    repeats: int = 3  # best of this many after a warm-up
+    repeats: int = 3  # the median of this many calls after a warm-up (and their spread: lra-profile warns when large)
     timeout_s: int = 600  # per cell; cells over it are recorded as timed out
     fit_min_length: int = 2048  # scaling exponents are fitted over n >= this
     output_dir: str = "${hydra:runtime.output_dir}"

@@ -103,11 +103,17 @@ def run(cfg: DictConfig) -> None:
         rows += found
         out_dir.mkdir(parents=True, exist_ok=True)  # the rows so far: a profile cut short keeps them
         atomic_write_text(out_dir / "profile.csv", pd.DataFrame(rows).to_csv(index=False))
-    title = (f"attention modules on {device}: {cfg.num_heads} heads of {cfg.head_dim}, "
+    title = (f"attention modules on {device}{' (wall-clock times on a CPU)' if device == 'cpu' else ''}: "
+             f"{cfg.num_heads} heads of {cfg.head_dim}, "
              f"{'largest batch that fits' if cfg.mode == 'largest' else f'batch {cfg.batch_size}'}")
     frame = report.write(rows, out_dir, cfg.fit_min_length, title)
     OmegaConf.save(cfg, out_dir / "profile_config.yaml", resolve=True)
     print((out_dir / "profile.md").read_text())
+    shaky = report.unsteady(frame)
+    if len(shaky):
+        log.warning(f"{len(shaky)} of {len(frame)} cells timed unsteadily (slowest call over {measure.UNSTEADY:g}× the "
+                    "fastest: the machine was busy); their times and the exponents fitted over them are not to be "
+                    f"trusted: {', '.join(f'{label} at n = {n}' for label, n in zip(shaky['label'], shaky['n']))}")
     print(f"wrote {out_dir}/profile.{{csv,json,md,png}} and exponents.csv ({len(frame)} cells)")
     failed = [row for row in rows if row.get("error")]
     if rows and len(failed) == len(rows):

@@ -6,9 +6,11 @@ its peak memory is its own and an out-of-memory failure is a recorded cell, not 
 Per instance (times and memory divided by the batch): forward time in training mode, backward time,
 the training step (forward + backward), the backward cache (memory held between forward and
 backward), the training peak (one forward + backward) and the inference peak (one forward under
-``torch.no_grad``), peaks and times as :mod:`lra.profiling.measure` defines them. The backward
-cache: CUDA, the allocation held after the forward; CPU, the bytes of the tensors autograd saves
-(``saved_tensors_hooks``, each storage once, inputs excluded).
+``torch.no_grad``), peaks and times as :mod:`lra.profiling.measure` defines them. Each time is the
+median of ``repeats`` calls after a warm-up, with the spread of the training step's and inference's
+calls (slowest ÷ fastest; none for one call). Memory is what torch's tensors hold, on a CPU too (its
+allocator's events), not the process. The backward cache: CUDA, the allocation held after the forward;
+CPU, the bytes of the tensors autograd saves (``saved_tensors_hooks``, each storage once, inputs excluded).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 import time
 from typing import Dict
 
-from lra.profiling.measure import MB, best_of, step_peak_bytes, synchronize
+from lra.profiling.measure import MB, Timing, repeated, step_peak_bytes, synchronize
 
 
 def measure(spec: Dict) -> Dict:
@@ -45,14 +47,14 @@ def measure(spec: Dict) -> Dict:
 
     attend.eval()
     with torch.no_grad():  # one warm-up: kernels built, caches filled, before anything is measured
-        inference = best_of(lambda: attend(q, k, v, mask), device, repeats)
+        inference = Timing(repeated(lambda: attend(q, k, v, mask), device, repeats))
         inference_peak = step_peak_bytes(lambda: attend(q, k, v, mask), device)
 
     attend.train()
     loss_of(attend(q, k, v, mask)).backward()  # warm-up of the training path
     q.grad = k.grad = v.grad = None
     forward_times, backward_times, caches = [], [], []
-    for _ in range(repeats):  # forward and backward timed apart, as best_of would time each
+    for _ in range(repeats):  # forward and backward timed apart, as repeated() would time each
         before = torch.cuda.memory_allocated(device) if cuda else 0
         saved: Dict[int, int] = {}
 
@@ -80,13 +82,20 @@ def measure(spec: Dict) -> Dict:
     training_peak = step_peak_bytes(lambda: loss_of(attend(q, k, v, mask)).backward(), device)
     q.grad = k.grad = v.grad = None
     per = 1.0 / batch
+    step = Timing([f + b for f, b in zip(forward_times, backward_times)])
+
+    def spread(timing: Timing):
+        return None if len(timing.seconds) < 2 else timing.spread
+
     return {
         "backend": spec["backend"], "label": attention_zoo.label(spec["backend"], **spec.get("options", {})),
         "n": n, "batch": batch, "device": str(device),
-        "forward_ms": min(forward_times) * 1e3 * per, "backward_ms": min(backward_times) * 1e3 * per,
-        "step_ms": (min(forward_times) + min(backward_times)) * 1e3 * per, "inference_ms": inference * 1e3 * per,
+        "forward_ms": Timing(forward_times).median * 1e3 * per,
+        "backward_ms": Timing(backward_times).median * 1e3 * per,
+        "step_ms": step.median * 1e3 * per, "inference_ms": inference.median * 1e3 * per,
         "backward_cache_mb": max(min(caches), 0) / MB * per, "training_peak_mb": max(training_peak, 0) / MB * per,
-        "inference_peak_mb": max(inference_peak, 0) / MB * per, "error": None,
+        "inference_peak_mb": max(inference_peak, 0) / MB * per, "repeats": repeats, "step_spread": spread(step),
+        "inference_spread": spread(inference), "error": None,
     }
 
 

@@ -6,6 +6,10 @@
   GPU work is inside the interval and nothing before it is. The minimum is the least disturbed by
   other work on a shared machine. Work that is measured once (a data set generated, a cache
   loaded, a first compiled step, many training steps for a rate) is :func:`timed` the same way.
+- **Repeated timings** (:func:`repeated`, :class:`Timing`): the same synchronized calls, each kept: their
+  median is the time ``lra-profile`` reports, and their spread (slowest ÷ fastest) says how steady the
+  machine was; a spread over :data:`UNSTEADY` (other work on a shared CPU, a GPU clocking down) makes
+  the time a warning, not a fact.
 - **Peak memory of a step** (:func:`step_peak_bytes`), the same quantity on both devices: the highest
   point that the memory held by torch's tensors reaches during the step, above what they held when it
   started. CUDA: the caching allocator's ``max_memory_allocated`` after a reset, minus the allocation
@@ -55,9 +59,40 @@ def timed(work: Callable[[], T], device="cpu") -> Tuple[T, float]:
 
 def best_of(step: Callable[[], object], device, repeats: int, warmup: int = 1) -> float:
     """Seconds: the fastest of ``repeats`` synchronized calls of ``step`` after ``warmup`` calls."""
+    return min(repeated(step, device, repeats, warmup))
+
+
+def repeated(step: Callable[[], object], device, repeats: int, warmup: int = 1) -> List[float]:
+    """Seconds of each of ``repeats`` synchronized calls of ``step`` after ``warmup`` calls."""
     for _ in range(warmup):
         step()
-    return min(timed(step, device)[1] for _ in range(repeats))
+    return [timed(step, device)[1] for _ in range(repeats)]
+
+
+UNSTEADY = 1.5  # slowest ÷ fastest of a cell's repeats above which its time is not to be trusted
+
+
+class Timing:
+    """Seconds of repeated calls: the :attr:`median` reported, the :attr:`spread` (slowest ÷ fastest; NaN
+    for one call, which shows no spread)."""
+
+    def __init__(self, seconds: Sequence[float]):
+        self.seconds = sorted(seconds)
+
+    @property
+    def median(self) -> float:
+        ordered, middle = self.seconds, len(self.seconds) // 2
+        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+    @property
+    def spread(self) -> float:
+        if len(self.seconds) < 2:
+            return float("nan")
+        return self.seconds[-1] / self.seconds[0] if self.seconds[0] > 0 else float("inf")
+
+    @property
+    def unsteady(self) -> bool:
+        return self.spread > UNSTEADY  # False for NaN: one call is "unknown", said apart
 
 
 def step_peak_bytes(step: Callable[[], object], device) -> int:

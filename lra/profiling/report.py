@@ -1,6 +1,10 @@
 """From ``lra-profile`` rows to files: CSV and JSON of every cell, log-log plots of time and memory
 against n with each backend's fitted scaling exponent, and a Markdown table shaped like the YOSO
-paper's attention-module table (forward / backward ms; backward cache / training / inference MB)."""
+paper's attention-module table (forward / backward ms; backward cache / training / inference MB).
+
+Each time is the median of the cell's repeats; a cell whose repeats spread more than
+:data:`lra.profiling.measure.UNSTEADY` (slowest ÷ fastest) is listed as unsteady, and so is an exponent
+fitted over one, since a busy machine bends a curve (a negative time exponent on a shared CPU)."""
 
 from __future__ import annotations
 
@@ -12,9 +16,12 @@ import numpy as np
 import pandas as pd
 
 from lra.io import atomic_write_text, save_figure
+from lra.profiling.measure import UNSTEADY
 
 COLUMNS = ["backend", "label", "n", "batch", "device", "forward_ms", "backward_ms", "step_ms", "inference_ms",
-           "backward_cache_mb", "training_peak_mb", "inference_peak_mb", "error"]
+           "backward_cache_mb", "training_peak_mb", "inference_peak_mb", "repeats", "step_spread", "inference_spread",
+           "error"]
+SPREADS = ("step_spread", "inference_spread")
 
 
 def fit_exponent(lengths, values) -> float:
@@ -31,10 +38,46 @@ def exponents(frame: pd.DataFrame, min_length: int) -> pd.DataFrame:
     rows = []
     for label, group in frame[frame["error"].isna()].groupby("label", sort=False):
         fit = group[group["n"] >= min_length].sort_values("n")
+        spread = fit["step_spread"].max()
         rows.append({"label": label, "time_exponent": fit_exponent(fit["n"], fit["step_ms"]),
                      "memory_exponent": fit_exponent(fit["n"], fit["training_peak_mb"]),
-                     "fit_lengths": ",".join(str(n) for n in fit["n"])})
+                     "fit_lengths": ",".join(str(n) for n in fit["n"]),
+                     "timing": "unsteady" if spread > UNSTEADY else "steady" if spread == spread else "measured once"})
     return pd.DataFrame(rows)
+
+
+def unsteady(frame: pd.DataFrame) -> pd.DataFrame:
+    """The measured cells whose repeated step or inference times spread more than :data:`UNSTEADY`."""
+    done = frame[frame["error"].isna()]
+    return done[(done[list(SPREADS)].apply(pd.to_numeric, errors="coerce") > UNSTEADY).any(axis=1)]
+
+
+def timing_notes(frame: pd.DataFrame) -> str:
+    """How the times were taken and how steady they were, for profile.md and the console."""
+    done = frame[frame["error"].isna()]
+    repeats = sorted({int(r) for r in done["repeats"].dropna()})
+    lines = []
+    if repeats == [1] or not repeats:
+        lines.append("Each time was measured once, so how steady the machine was is unknown: raise `repeats` (3 or "
+                     "more) for times to trust.")
+    else:
+        lines.append(f"Each time is the median of {'/'.join(map(str, repeats))} calls after a warm-up; a cell is "
+                     f"unsteady when its slowest call took over {UNSTEADY:g}× its fastest.")
+    devices = set(done["device"].dropna().astype(str))
+    if any(device.startswith("cpu") for device in devices):
+        lines.append("Measured on a CPU: times are wall-clock on a machine shared with whatever else ran (not a GPU's "
+                     "kernel times); memory is what torch's tensors hold (the CPU allocator's events), not the "
+                     "process's peak.")
+    shaky = unsteady(frame)
+    if len(shaky):
+        cells = ", ".join(f"{row['label']} at n = {int(row['n'])} ({_worst(row):.1f}×)" for _, row in shaky.iterrows())
+        lines.append(f"**Warning: unsteady timings** (the machine was busy; rerun on a quiet machine or raise "
+                     f"`repeats`), and the exponents fitted over them: {cells}.")
+    return "\n\n".join(lines)
+
+
+def _worst(row) -> float:
+    return max(float(row[column]) for column in SPREADS if row[column] == row[column])
 
 
 def growth_table(frame: pd.DataFrame) -> str:
@@ -95,6 +138,10 @@ def plot(frame: pd.DataFrame, fits: pd.DataFrame, path: Path, title: str) -> Non
             (line,) = axis.plot(group["n"], group[column].clip(lower=1e-3), marker="o", label=name,
                                 color=colours.get(label))
             colours[label] = line.get_color()
+            if column == "step_ms":  # an unsteady time: ringed
+                shaky = group[group["step_spread"] > UNSTEADY]
+                axis.scatter(shaky["n"], shaky[column].clip(lower=1e-3), s=160, facecolors="none",
+                             edgecolors=line.get_color(), linewidths=1.2, zorder=3)
     for axis, ylabel in ((axes[0], "training step per instance (ms)"), (axes[1], "training peak per instance (MB)")):
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
@@ -112,6 +159,8 @@ def plot(frame: pd.DataFrame, fits: pd.DataFrame, path: Path, title: str) -> Non
         axis.set_xlabel("sequence length n")
         axis.set_ylabel(ylabel)
         axis.grid(True, which="both", alpha=0.3)
+    if len(unsteady(frame)):
+        title += f"\nringed: unsteady times (slowest of the repeats over {UNSTEADY:g}× the fastest): not to be trusted"
     figure.suptitle(title, fontsize=10)
     save_figure(figure, path)
 
@@ -120,6 +169,8 @@ def write(rows: List[Dict], out_dir: Path, min_length: int, title: str) -> pd.Da
     """Write ``profile.csv``, ``profile.json``, ``exponents.csv``, ``profile.md`` and ``profile.png``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     frame = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    for column in ("repeats", *SPREADS):  # None (one call: no spread) is NaN
+        frame[column] = pd.to_numeric(frame[column], errors="coerce")
     known = frame.dropna(subset=["label"]).groupby("backend")["label"].first()
     frame["label"] = frame["label"].fillna(frame["backend"].map(known)).fillna(frame["backend"])
     fits = exponents(frame, min_length)
@@ -128,7 +179,8 @@ def write(rows: List[Dict], out_dir: Path, min_length: int, title: str) -> pd.Da
                       .to_json(orient="records", indent=1))
     atomic_write_text(out_dir / "exponents.csv", fits.to_csv(index=False))
     fitted = fits.round(2).to_markdown(index=False) if not fits.empty else "(no complete cells)"
-    atomic_write_text(out_dir / "profile.md", f"# {title}\n\n{paper_table(frame)}\n\n{growth_table(frame)}\n\n"
+    atomic_write_text(out_dir / "profile.md", f"# {title}\n\n{timing_notes(frame)}\n\n{paper_table(frame)}\n\n"
+                                              f"{growth_table(frame)}\n\n"
                                               f"**fitted exponents over n ≥ {min_length}**\n\n{fitted}\n")
     plot(frame, fits, out_dir / "profile.png", title)
     return frame
