@@ -119,7 +119,8 @@ def test_a_quickstart_run_gets_no_paper_delta_and_says_why(tmp_path, capsys):
                             "256 ≠ 2048, +") and quick.endswith(" more]")
     table_main([str(tmp_path), "--reference", "yoso"])
     out = capsys.readouterr().out
-    assert "[Δ x]: the cell minus the paper's number, where the runs are experiment=yoso_table3's setup" in out
+    assert "- Δ (in brackets after a cell): the cell minus the paper's number, where the runs are " \
+           "experiment=yoso_table3's setup" in out
     assert "| 37.00** (1) [Δ -0.10]" in out.replace("**37.00", "37.00**") or "**37.00** (1) [Δ -0.10]" in out
     table_main([str(tmp_path), "--reference", "yoso", "--format", "json"])
     cells = {cell["mean"]: cell for cell in json.loads(capsys.readouterr().out)}
@@ -151,6 +152,7 @@ def test_parameters_are_compared_with_the_softmax_row_of_the_same_setup(tmp_path
     write_run(tmp_path / "transformer", [*lra, "row=lra_table1/transformer"], 0, 36.0)
     write_run(tmp_path / "performer", [*lra, "row=lra_table1/performer"], 0, 18.0)
     write_run(tmp_path / "yoso", [*QUICKSTART, "attention=yoso", "trainer.max_steps=40"], 0, 17.0)
+    write_run(tmp_path / "none", [*QUICKSTART, "attention=none"], 0, 17.0)
     table = comparison(collect([tmp_path]), efficiency=True)
     budget = table["listops params vs Softmax"]
     counts = {name: resolved(tuple(overrides))[2] for name, overrides in (
@@ -163,6 +165,9 @@ def test_parameters_are_compared_with_the_softmax_row_of_the_same_setup(tmp_path
     change = counts["performer"] / counts["transformer"] - 1
     assert budget["Performer"] == f"{100 * change:+.1f} %" + (" (outside ±10 %)" if abs(change) > 0.1 else "")
     assert budget["YOSO-32"] == "— (no Softmax run of this setup)"
+    (note,) = [n for n in table.attrs["notes"] if n.startswith("rows of different setups")]
+    assert note.splitlines()[1:3] == ["- listops: 3 setups besides the attention:", "  - None, Softmax, Linformer"]
+    assert "  - YOSO-32: trainer.max_steps 40 ≠ 300" in note.splitlines()  # not a peer of the 300-step rows
 
 
 def test_mean_std_and_n_per_cell_and_stuck_seeds_counted_per_cell(tmp_path, capsys):

@@ -15,20 +15,17 @@ them.
 from __future__ import annotations
 
 import math
-import re
-from functools import lru_cache
 from typing import Dict, Iterable, Optional
 
 import pandas as pd
 
 from lra.pretraining import SPT_SUFFIX
-from lra.results.setups import flatten
+from lra.results.setups import row_keys, same_but_attention
 
 BASELINE = "Softmax"
 BUDGET = 0.10  # LRA's protocol: every model within ±10 % of the Softmax baseline's parameters
 MISSING = "—"
 CPU, GPU, MIXED = "CPU", "GPU", "CPU and GPU"
-ATTENTION = "attention."
 
 
 def device_kind(device) -> Optional[str]:
@@ -42,29 +39,6 @@ def devices_of(devices: Iterable) -> Optional[str]:
     """The device kind of a cell's runs: one kind, :data:`MIXED`, or None when none says."""
     kinds = {kind for kind in map(device_kind, devices) if kind}
     return kinds.pop() if len(kinds) == 1 else MIXED if kinds else None
-
-
-@lru_cache(maxsize=None)
-def row_keys(row: Optional[str], task: str) -> frozenset:
-    """The keys a paper preset's row files set (``conf/row/<row>.yaml`` and ``conf/row/<row>/<task>.yaml``)."""
-    if not isinstance(row, str) or not re.fullmatch(r"[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*", row):
-        return frozenset()
-    from omegaconf import OmegaConf
-
-    from lra.config import CONF_DIR
-
-    keys = set()
-    for path in (CONF_DIR / "row" / f"{row}.yaml", CONF_DIR / "row" / row / f"{task}.yaml"):
-        if path.is_file():
-            content = OmegaConf.to_container(OmegaConf.load(path))
-            content.pop("defaults", None)
-            keys |= set(flatten(content))
-    return frozenset(keys)
-
-
-def same_but_attention(a: dict, b: dict, ignored: frozenset) -> bool:
-    keys = (set(a) | set(b)) - ignored
-    return all(a.get(k) == b.get(k) for k in keys if not k.startswith(ATTENTION))
 
 
 def softmax_rows(summary: pd.DataFrame, configs: Dict[str, dict]) -> pd.Series:

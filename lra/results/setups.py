@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -25,6 +26,7 @@ import pandas as pd
 
 from lra.results.formats import visible
 from lra.results.reading import Unreadable, read_text
+from lra.results.rows import label_key
 
 # Keys that do not change what a run computes: its seed (a row's seeds are its repeats), where it reads and
 # writes, the device and how kernels are chosen and compiled on it, logging and checkpoint cadence.
@@ -146,6 +148,33 @@ def preset_row(folder: Path) -> Optional[str]:
             if found:
                 return found.group(1)
     return None
+
+
+ATTENTION = "attention."
+
+
+@lru_cache(maxsize=None)
+def row_keys(row: Optional[str], task: str) -> frozenset:
+    """The keys a paper preset's row files set (``conf/row/<row>.yaml`` and ``conf/row/<row>/<task>.yaml``)."""
+    if not isinstance(row, str) or not re.fullmatch(r"[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*", row):
+        return frozenset()
+    from omegaconf import OmegaConf
+
+    from lra.config import CONF_DIR
+
+    keys = set()
+    for path in (CONF_DIR / "row" / f"{row}.yaml", CONF_DIR / "row" / row / f"{task}.yaml"):
+        if path.is_file():
+            content = OmegaConf.to_container(OmegaConf.load(path))
+            content.pop("defaults", None)
+            keys |= set(flatten(content))
+    return frozenset(keys)
+
+
+def same_but_attention(a: dict, b: dict, ignored: frozenset) -> bool:
+    """Whether two setups agree on every key but the attention's and ``ignored``."""
+    keys = (set(a) | set(b)) - ignored
+    return all(a.get(k) == b.get(k) for k in keys if not k.startswith(ATTENTION))
 
 
 def describe(records: List[dict], warn: Callable[[str], None] = lambda message: None,
@@ -274,3 +303,46 @@ def setup_notes(lines: List[str], runs: pd.DataFrame) -> List[str]:
                          "by its label and task alone (with the one setup its label has there, if any), so its setup "
                          "is not checked")
     return notes
+
+
+def column_notes(summary: pd.DataFrame, configs: Dict[str, dict]) -> List[str]:
+    """A note per task whose rows ran different setups besides their attention (and what a paper preset's row
+    files set): the rows of each, and how each differs from the first (the one with the most rows), so that
+    rows of different setups are not read as peers."""
+    lines = []
+    for task, group in summary.groupby("task", sort=False):
+        clusters: List[list] = []  # [config, preset row, [row names]]
+        for _, row in group.iterrows():
+            config = configs.get(row["setup"]) if isinstance(row["setup"], str) else None
+            if config is None:
+                continue
+            for cluster in clusters:
+                ignored = row_keys(row["preset_row"], task) | row_keys(cluster[1], task)
+                if same_but_attention(config, cluster[0], ignored):
+                    cluster[2].append(row["backend"])
+                    break
+            else:
+                clusters.append([config, row["preset_row"], [row["backend"]]])
+        if len(clusters) < 2:
+            continue
+        order = {name: (label_key(label), name) for name, label in zip(group["backend"], group["label"])}
+        for cluster in clusters:  # each in the table's row order
+            cluster[2].sort(key=order.get)
+        clusters.sort(key=lambda cluster: (-len(cluster[2]), order[cluster[2][0]]))
+        first = clusters[0]
+        parts = [f"  - {', '.join(first[2])}"]
+        for config, row, names in clusters[1:]:
+            ignored = row_keys(row, task) | row_keys(first[1], task)
+            found = [d for d in differences(config, first[0]) if not d.startswith(ATTENTION) and
+                     d.split(" ", 1)[0] not in ignored]
+            parts.append(f"  - {', '.join(names)}: {compact(found, NOTED)}")
+        lines.append(f"- {task}: {len(clusters)} setups besides the attention:\n" + "\n".join(parts))
+    if not lines:
+        return []
+    return [visible_lines("rows of different setups (their numbers compare within a setup, not across):\n"
+                          + "\n".join(lines))]
+
+
+def visible_lines(text: str) -> str:
+    """``text`` with each line made visible (:func:`lra.results.formats.visible`), the line breaks kept."""
+    return "\n".join(visible(line) for line in text.split("\n"))

@@ -188,7 +188,7 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
     for label in labels:
         if complete[label]:
             cells.loc[label, AVERAGE] = f"{means.loc[label, AVERAGE]:.2f}"
-    notes = setups.setup_notes(setup_lines, runs)
+    notes = [*setups.setup_notes(setup_lines, runs), *setups.column_notes(summary, configs)]
     if reference is not None:
         _check_setups(summary, reference, configs)
         _deltas(cells, means, summary, reference, tasks, label_of)
@@ -264,14 +264,15 @@ def cell_legend(statistic: str, exclude_stuck: bool, reference: Optional[pd.Data
     lines = [f"{statistic} ± std over seeds (n): n is the number of seeds in the {statistic}, and a std needs two",
              "k of n at chance: seeds whose record says the run never left chance level, "
              + ("left out of the statistic" if exclude_stuck else "counted in it"),
-             "failed, unfinished and invalid runs are counted beside n, never in it; **bold**: the best of a column; "
+             "runs that failed, have not finished or hold an invalid value are counted beside n, never in it; "
+             "**bold**: the best of a column; "
              "average: over the tasks, for a row with all of them; a row is one setup (its label, and what sets "
              "it apart where the label has several)"]
     if reference is not None:
         name = reference.attrs.get("reference")
         preset = f"experiment={PRESETS[name]}" if name in PRESETS else "the paper's"
-        lines.append(f"[Δ x]: the cell minus the paper's number, where the runs are {preset}'s setup for that row "
-                     "and task; [Δ — …]: why there is none")
+        lines.append(f"Δ (in brackets after a cell): the cell minus the paper's number, where the runs are {preset}'s "
+                     "setup for that row and task; elsewhere the brackets say why there is none")
     if devices is not None:
         lines += efficiency.legend(devices)
     return "how to read the cells:\n" + "\n".join(f"- {line}" for line in lines)
