@@ -104,6 +104,7 @@ def test_a_record_without_a_config_joins_its_labels_one_setup_or_is_a_row_of_its
 def test_a_quickstart_run_gets_no_paper_delta_and_says_why(tmp_path, capsys):
     """--reference yoso printed Δ −4.70 for the quickstart's Softmax (300 steps, length 256); a run of
     experiment=yoso_table3 gets its delta, and one that changed a single key of it says which."""
+    from lra.results.formats import to_latex
     from lra.results.reference import load_reference
 
     write_run(tmp_path / "quick", [*QUICKSTART, "attention=softmax"], 0, 32.4)
@@ -114,6 +115,8 @@ def test_a_quickstart_run_gets_no_paper_delta_and_says_why(tmp_path, capsys):
     row = table.attrs["numbers"].set_index("mean")["backend"]  # each setup's row, by its one run's accuracy
     assert table.loc[row[20.0], "listops"] == "20.00 (1) [Δ — not the paper's setup: trainer.max_steps 300 ≠ 5000]"
     assert table.loc[row[37.0], "listops"] == "37.00 (1) [Δ -0.10]"
+    latex = to_latex(table)  # LaTeX's words for ≠ and —, and what a cell holds
+    assert "300 $\\neq$ 5000" in latex and "≠" not in latex and "std over seeds (in parentheses: n" in latex
     quick = table.loc[row[32.4], "listops"]
     assert quick.startswith("32.40 (1) [Δ — not the paper's setup: trainer.max_steps 300 ≠ 5000, task.max_length "
                             "256 ≠ 2048, +") and quick.endswith(" more]")

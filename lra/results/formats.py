@@ -12,12 +12,14 @@ send a terminal its own commands.
 from __future__ import annotations
 
 import sys
+from typing import Optional
 
 import pandas as pd
 
 LATEX = {"\\": "\\textbackslash{}", "&": "\\&", "%": "\\%", "$": "\\$", "#": "\\#", "_": "\\_", "{": "\\{",
          "}": "\\}", "~": "\\textasciitilde{}", "^": "\\textasciicircum{}", "<": "\\textless{}",
-         ">": "\\textgreater{}", "|": "\\textbar{}", "±": "$\\pm$", "Δ": "$\\Delta$", "—": "--"}
+         ">": "\\textgreater{}", "|": "\\textbar{}", "±": "$\\pm$", "Δ": "$\\Delta$", "—": "--", "≠": "$\\neq$",
+         "×": "$\\times$", "…": "\\ldots{}", "≥": "$\\geq$", "≤": "$\\leq$"}
 
 
 def visible(text) -> str:
@@ -80,10 +82,16 @@ def to_markdown(table: pd.DataFrame) -> str:
     return bold.to_markdown(disable_numparse=True)
 
 
-def to_latex(table: pd.DataFrame, caption: str = "Test accuracy (\\%), mean $\\pm$ std over seeds") -> str:
-    """A booktabs table (pandas' Styler), best per column in bold."""
+def to_latex(table: pd.DataFrame, caption: Optional[str] = None) -> str:
+    """A booktabs table (pandas' Styler), best per column in bold; its caption says what a cell holds (the
+    table's metric and statistic over seeds, n in parentheses) unless ``caption`` is given."""
     if table.empty:
         return "% no runs found"
+    if caption is None:
+        metric = table.attrs.get("metric", "test_accuracy")
+        what = "Test accuracy (\\%)" if metric == "test_accuracy" else latex_text(metric)
+        caption = (f"{what}, {table.attrs.get('statistic', 'mean')} $\\pm$ std over seeds (in parentheses: n, the "
+                   "seeds counted)")
     bold = _bolded(_escaped(table, latex_text), _best(table), lambda v: f"\\textbf{{{v}}}").rename_axis("Backend")
     bold = bold.reset_index()
     return bold.style.hide(axis="index").to_latex(hrules=True, column_format="l" + "r" * (len(bold.columns) - 1),

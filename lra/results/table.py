@@ -205,7 +205,7 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
     legend = cell_legend(statistic, exclude_stuck, reference,
                          summary["device"] if efficiency or efficiency_task else None)
     cells.attrs = {"best": best.reindex(columns=cells.columns, fill_value=False), "numbers": summary,
-                   "statistic": statistic, "legend": legend, "notes": [n for n in notes if n], "runs": runs}
+                   "statistic": statistic, "metric": metric, "legend": legend, "notes": [n for n in notes if n], "runs": runs}
     return cells
 
 
