@@ -111,8 +111,8 @@ def run(cfg: DictConfig) -> None:
     print((out_dir / "profile.md").read_text())
     shaky = report.unsteady(frame)
     if len(shaky):
-        log.warning(f"{len(shaky)} of {len(frame)} cells timed unsteadily (slowest call over {measure.UNSTEADY:g}× the "
-                    "fastest: the machine was busy); their times and the exponents fitted over them are not to be "
+        log.warning(f"{len(shaky)} of {len(frame)} cells timed unsteadily (slowest call over {measure.UNSTEADY:g}× "
+                    "the fastest: the machine was busy); their times and the exponents fitted over them are not to be "
                     f"trusted: {', '.join(f'{label} at n = {n}' for label, n in zip(shaky['label'], shaky['n']))}")
     print(f"wrote {out_dir}/profile.{{csv,json,md,png}} and exponents.csv ({len(frame)} cells)")
     failed = [row for row in rows if row.get("error")]

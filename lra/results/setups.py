@@ -249,7 +249,8 @@ def name_rows(runs: pd.DataFrame) -> Tuple[pd.Series, pd.Series, List[str]]:
         counts = setups[group.index].value_counts()
         if len(counts) == 1:
             continue
-        configs = {s: group.loc[setups[group.index] == s, "setup_config"].iloc[0] for s in counts.index if s != NO_CONFIG}
+        configs = {s: group.loc[setups[group.index] == s, "setup_config"].iloc[0]
+                   for s in counts.index if s != NO_CONFIG}
         configured = counts.drop(NO_CONFIG, errors="ignore")
         leaders = configured[configured == configured.max()]
         main = leaders.index[0] if len(leaders) == 1 else None

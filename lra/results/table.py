@@ -45,7 +45,8 @@ def deduplicate(records: List[dict], warn=lambda message: None) -> List[dict]:
         keep, drop = (record, previous) if rank(record) < rank(previous) else (previous, record)
         kept[key] = keep
         same = f"the same setup ({key[1]})" if key[1] else "no config recorded by either"
-        warn(f"dropped {drop['run_dir']}: the same {key[0]} on {key[2]} with seed {key[3]}, {same}, as {keep['run_dir']}")
+        warn(f"dropped {drop['run_dir']}: the same {key[0]} on {key[2]} with seed {key[3]}, {same}, as "
+             f"{keep['run_dir']}")
     return list(kept.values())
 
 
@@ -205,7 +206,8 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
     legend = cell_legend(statistic, exclude_stuck, reference,
                          summary["device"] if efficiency or efficiency_task else None)
     cells.attrs = {"best": best.reindex(columns=cells.columns, fill_value=False), "numbers": summary,
-                   "statistic": statistic, "metric": metric, "legend": legend, "notes": [n for n in notes if n], "runs": runs}
+                   "statistic": statistic, "metric": metric, "legend": legend, "notes": [n for n in notes if n],
+                   "runs": runs}
     return cells
 
 
