@@ -146,14 +146,15 @@ def plot(summary: pd.DataFrame, output: Path, task: Optional[str] = None,
     axes.margins(0.15)
     where = "LRA average" if task is None else task
     axes.set_ylabel(visible(f"test accuracy (%), {where}; bars: ± std over seeds"), parse_math=False)
-    device = " (CPU, wall clock)" if on_cpu else ""
+    device = (" (CPU runs: wall clock)" if mixed else " (CPU, wall clock)") if on_cpu else ""
     axes.set_xlabel(visible(f"training speed on {speed_task}{device}, × the {BASELINE} run of the same setup"
                             if is_relative else f"training tokens/s on {speed_task}{device}"), parse_math=False)
     memory = f"× {BASELINE}'s" if is_relative else "MB"
-    title = f"Accuracy, speed and peak {'process ' if on_cpu else ''}memory (bubble area, {memory})"
+    title = f"Accuracy, speed and peak {'process ' if on_cpu and not mixed else ''}memory (bubble area, {memory})"
     if on_cpu:
-        title += (f"\ncoloured: these runs, {'those marked (CPU) ' if mixed else ''}on a CPU (speed in wall-clock "
-                  "time on a shared machine; memory: the process's peak)")
+        title += ("\ncoloured: these runs; marked (CPU): on a CPU (wall-clock speed, the process's peak memory)"
+                  if mixed else "\ncoloured: these runs, on a CPU (wall-clock speed on a shared machine; the "
+                  "process's peak memory)")
     if not paper.empty:
         title += (f"\ngrey: the YOSO paper on a GPU (Table 3 accuracy; Table 4 attention-module cost at "
                   f"n = {PAPER_SEQ_LEN:,})")
