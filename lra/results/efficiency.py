@@ -82,20 +82,22 @@ def parameter_cells(rows: pd.DataFrame) -> list:
     return cells
 
 
-def throughput_cell(value: float, kind: Optional[str]) -> str:
+def measured_cell(value: float, kind: Optional[str], on_cpu: str) -> str:
+    """A tokens/s or peak-memory cell: the number, labelled ``on_cpu`` when a CPU measured it; no mean of
+    CPU and GPU runs together."""
     if kind == MIXED:
         return f"{MISSING} (CPU and GPU runs)"
     if math.isnan(value):
         return MISSING
-    return f"{value:,.0f}" + (" (CPU)" if kind == CPU else "")
+    return f"{value:,.0f}" + (f" ({on_cpu})" if kind == CPU else "")
+
+
+def throughput_cell(value: float, kind: Optional[str]) -> str:
+    return measured_cell(value, kind, "CPU")
 
 
 def memory_cell(value: float, kind: Optional[str]) -> str:
-    if kind == MIXED:
-        return f"{MISSING} (CPU and GPU runs)"
-    if math.isnan(value):
-        return MISSING
-    return f"{value:,.0f}" + (" (CPU process)" if kind == CPU else "")
+    return measured_cell(value, kind, "CPU process")
 
 
 def legend(kinds: Iterable[Optional[str]]) -> list:
