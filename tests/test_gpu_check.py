@@ -114,6 +114,17 @@ def test_a_signal_ends_the_check_with_one_line_its_step_killed_and_a_summary(tmp
     assert not alive, "the interrupted step outlived the check"
 
 
+def run_check_with(tmp_path, steps: str) -> subprocess.CompletedProcess:
+    """``lra-gpu-check --device cpu --out <tmp_path>/out`` with its plan replaced by ``steps`` (the Python source of a
+    list of gpu_check.Step), started as an interactive shell starts a command."""
+    driver = ("import sys\n"
+              "from lra.commands import gpu_check\n"
+              f"gpu_check.plan = lambda *a, **k: {steps}\n"
+              "sys.exit(gpu_check.main(['--device', 'cpu', '--out', sys.argv[1]]))\n")
+    return subprocess.run([sys.executable, "-c", driver, str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=120, preexec_fn=shell_signal_handling)
+
+
 def test_a_signal_is_passed_on_to_the_step_which_may_finish_recording_though_another_signal_comes(tmp_path):
     """SIGHUP to the check (a closed terminal) reaches the step as SIGHUP, not as a kill: the step takes it, sends
     the check a second signal (ignored while the check stops, as lra/signals.py has it) and only then writes
@@ -127,13 +138,8 @@ def test_a_signal_is_passed_on_to_the_step_which_may_finish_recording_though_ano
               "signal.signal(signal.SIGHUP, stop)\n"
               "os.kill(os.getppid(), signal.SIGHUP)\n"
               "threading.Event().wait()\n")
-    driver = ("import sys\n"
-              "from lra.commands import gpu_check\n"
-              f"gpu_check.plan = lambda *a, **k: [gpu_check.Step('hung up', [sys.executable, '-c', {script!r}], 60, "
-              "'hung.log', grace_s=60)]\n"
-              "sys.exit(gpu_check.main(['--device', 'cpu', '--out', sys.argv[1]]))\n")
-    done = subprocess.run([sys.executable, "-c", driver, str(tmp_path / "out")], capture_output=True, text=True,
-                          timeout=120, preexec_fn=shell_signal_handling)
+    done = run_check_with(tmp_path, f"[gpu_check.Step('hung up', [sys.executable, '-c', {script!r}], 60, "
+                                    "'hung.log', grace_s=60)]")
     assert done.returncode == 128 + 1, done.stderr
     assert done.stderr.startswith("error: interrupted (SIGHUP); the steps that finished") and done.stderr.count("\n") == 1
     assert said.read_text() == "SIGHUP"
@@ -151,13 +157,8 @@ def test_ctrl_c_while_a_step_cut_at_its_limit_stops_waits_for_the_step_then_ends
               "    raise SystemExit(0)\n"
               "signal.signal(signal.SIGTERM, stop)\n"
               "threading.Event().wait()\n")
-    driver = ("import sys\n"
-              "from lra.commands import gpu_check\n"
-              f"gpu_check.plan = lambda *a, **k: [gpu_check.Step('slow', [sys.executable, '-c', {script!r}], 1, "
-              "'slow.log', grace_s=60), gpu_check.Step('next', [sys.executable, '-c', 'print(1)'], 60, 'next.log')]\n"
-              "sys.exit(gpu_check.main(['--device', 'cpu', '--out', sys.argv[1]]))\n")
-    done = subprocess.run([sys.executable, "-c", driver, str(tmp_path / "out")], capture_output=True, text=True,
-                          timeout=120, preexec_fn=shell_signal_handling)
+    done = run_check_with(tmp_path, f"[gpu_check.Step('slow', [sys.executable, '-c', {script!r}], 1, 'slow.log', "
+                                    "grace_s=60), gpu_check.Step('next', [sys.executable, '-c', 'print(1)'], 60, 'next.log')]")
     assert done.returncode == 128 + 2, done.stderr
     assert done.stderr.startswith("error: interrupted (ctrl-C); the steps that finished") and done.stderr.count("\n") == 1
     assert said.read_text() == "lra-gpu-check's 1 s limit for its slow step"
