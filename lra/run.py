@@ -28,6 +28,15 @@ from lra.io import atomic_write_text
 from lra.records import HISTORY, METRICS, RunRecord, read_record
 
 RESOLVED = Path(".hydra") / "resolved.yaml"
+OVERRIDES = Path(".hydra") / "overrides.yaml"
+# A record packed by lra-gpu-check --reference (and committed under docs/gpu/*/records/): each of a run's
+# files → its name beside the others, in a folder of its own.
+PACKED = {Path(METRICS): METRICS, RESOLVED: "resolved.yaml", OVERRIDES: "overrides.yaml"}
+
+
+def run_file_candidates(run_dir: Path, name: Path) -> tuple:
+    """Where a run folder, or a packed record's folder, holds the run's file ``name`` (a key of :data:`PACKED`)."""
+    return run_dir / name, run_dir / PACKED[name]
 LOCK = ".lock"
 LOG = "train.log"
 CHECKPOINTS = "checkpoints"

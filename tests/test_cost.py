@@ -110,7 +110,7 @@ def write_run(folder: Path, label: str, task: str, seed: int, preset="yoso_table
         (folder / ".hydra").mkdir()
         (folder / ".hydra" / "overrides.yaml").write_text(f"- experiment={preset}\n- task={task}\n- seed={seed}\n")
     if config is not None:  # a packed record's config, beside it
-        (folder / "config.yaml").write_text(config)
+        (folder / "resolved.yaml").write_text(config)
     return folder
 
 

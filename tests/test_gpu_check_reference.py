@@ -47,10 +47,10 @@ def test_a_reference_slice_runs_its_rows_and_seeds_and_packs_their_records(tmp_p
     assert record["wall_time_seconds"] > 0 and record["device"].startswith("cpu")
     # each record beside the resolved config its run trained (the run folder's .hydra/resolved.yaml) and its overrides
     assert sorted(path.name for path in (tmp_path / "records" / "yoso-32-seed1").iterdir()) == [
-        "config.yaml", "metrics.json", "overrides.yaml"]
-    packed = OmegaConf.load(tmp_path / "records" / "yoso-32-seed1" / "config.yaml")
+        "metrics.json", "overrides.yaml", "resolved.yaml"]
+    packed = OmegaConf.load(tmp_path / "records" / "yoso-32-seed1" / "resolved.yaml")
     run = Path(record["run_dir"])
-    assert (tmp_path / "records" / "yoso-32-seed1" / "config.yaml").read_text() == (run / ".hydra" / "resolved.yaml").read_text()
+    assert (tmp_path / "records" / "yoso-32-seed1" / "resolved.yaml").read_text() == (run / ".hydra" / "resolved.yaml").read_text()
     assert (packed.seed, packed.task.name, packed.attention.name, packed.attention.num_hashes) == (1, "listops", "yoso", 32)
     assert (packed.trainer.max_steps, packed.model.pooling, packed.model.padding_mask) == (2, "mean_zeroed_padding", "nonzero_ids")
     overrides = OmegaConf.load(tmp_path / "records" / "yoso-32-seed1" / "overrides.yaml")

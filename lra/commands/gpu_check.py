@@ -16,7 +16,7 @@ backend (profile.csv, profile.png), a short concurrent ListOps sweep of every ba
 per GPU (sweep.md); summary.md says what ran, how long, and what failed. ``--reference`` instead
 sweeps ``experiment=yoso_table3 task=listops`` (every row of the YOSO paper's Table 3 or ``--rows``, the
 seeds of ``--seeds``; 5,000 steps, n = 2048) into reference.md, and packs every run's record (its
-metrics.json, with the resolved config it trained, config.yaml, and its overrides.yaml) into
+metrics.json, with the resolved config it trained, resolved.yaml, and its overrides.yaml) into
 reference-records.tar.gz: slices run on different machines or days make one table together
 (``lra-table`` over the unpacked records). Its options and overrides are checked before anything runs,
 every job's config composed and validated as ``lra-train`` validates it (lra/commands/reference_slice.py).

@@ -21,6 +21,7 @@ from typing import Callable, Iterator, List, Optional
 from lra.errors import ConfigError, UserError
 from lra.io import check_output_folder
 from lra.records import REPO_ROOT, read_record
+from lra.run import PACKED
 
 TABLE3_ROWS = REPO_ROOT / "conf" / "row" / "yoso_table3"  # the rows of `experiment=yoso_table3`
 SETUP = ["experiment=yoso_table3", "task=listops"]
@@ -34,8 +35,6 @@ OWNED = {
     "task": "a slice is always task=listops (another task: lra-train -m experiment=yoso_table3 task=<it>)",
     "resume": "the same command with the same --sweep-dir continues a slice, each unfinished run resumed",
 }
-RECORD_FILES = (("metrics.json", "metrics.json"), (".hydra/resolved.yaml", "config.yaml"),
-                (".hydra/overrides.yaml", "overrides.yaml"))  # a run's file → its name in the archive
 
 
 def table3_rows() -> List[str]:
@@ -263,7 +262,7 @@ def continuing_command(saved: Optional[List[str]], sweep_dir: Path, jobs_per_gpu
 
 def pack_records(sweep: Path, target: Path) -> int:
     """Every run's record under ``sweep`` into the gzipped tar ``target`` beside the config it trained and
-    its overrides (``yoso-32-seed0/metrics.json``, ``config.yaml``: its resolved config, ``overrides.yaml``),
+    its overrides (``yoso-32-seed0/metrics.json``, ``resolved.yaml``, ``overrides.yaml``: :data:`lra.run.PACKED`),
     each in a folder named by its label and seed (the job's folder where the record is unreadable, or where
     two runs share a label and seed), so that the slices of several machines unpack side by side; the number
     of runs packed."""
@@ -273,7 +272,7 @@ def pack_records(sweep: Path, target: Path) -> int:
         for run, name in zip(runs, names):
             if names.count(name) > 1:
                 name = f"{name}-job-{_slug(str(run.relative_to(sweep)))}"
-            for source, packed in RECORD_FILES:
+            for source, packed in PACKED.items():
                 if (run / source).is_file():
                     archive.add(run / source, arcname=f"{name}/{packed}")
     return len(runs)

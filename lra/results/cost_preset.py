@@ -12,11 +12,7 @@ from typing import Callable, List, Optional
 from lra.errors import ConfigError
 from lra.results import validity
 from lra.results.reading import Unreadable, read_text
-from lra.run import RESOLVED
-
-# A run's own files, and their names beside a record packed by lra-gpu-check --reference (its archive).
-OVERRIDES = Path(".hydra") / "overrides.yaml"
-PACKED_NAMES = {RESOLVED: "config.yaml", OVERRIDES: "overrides.yaml"}
+from lra.run import OVERRIDES, RESOLVED, run_file_candidates
 
 
 @dataclass(frozen=True)
@@ -96,7 +92,7 @@ def preset_cells(preset: str) -> List[Cell]:
 def _side_file(run_dir: Path, name: Path, warn: Callable[[str], None]) -> Optional[str]:
     """The text of a run's ``name`` (in its folder, or under its packed name beside the record); None when
     there is none, or with a ``warn`` when it cannot be read."""
-    for path in (run_dir / name, run_dir / PACKED_NAMES[name]):
+    for path in run_file_candidates(run_dir, name):
         if not path.exists() and not path.is_symlink():
             continue
         try:

@@ -1,7 +1,7 @@
 """A table's row is one setup: the runs a cell averages were trained alike, but for their seed.
 
 A run's setup is its resolved config (lra-train saves it as ``.hydra/resolved.yaml``; a record packed by
-``lra-gpu-check --reference`` carries it as ``config.yaml`` beside ``metrics.json``; a sweep job refused
+``lra-gpu-check --reference`` carries it as ``resolved.yaml`` beside ``metrics.json``; a sweep job refused
 before it trained keeps only its composed ``.hydra/config.yaml``), made whole against today's schemas
 (:func:`lra.config.saved_run_config`: a field added since takes the default the run had), less the keys
 that say how or where a run ran rather than what it trained (:data:`RUN_KEYS`). Its fingerprint is a
@@ -27,6 +27,7 @@ import pandas as pd
 from lra.results.formats import visible
 from lra.results.reading import Unreadable, read_text
 from lra.results.rows import label_key
+from lra.run import OVERRIDES, RESOLVED, run_file_candidates
 
 # Keys that do not change what a run computes: its seed (a row's seeds are its repeats), where it reads and
 # writes, the device and how kernels are chosen and compiled on it, logging and checkpoint cadence.
@@ -39,8 +40,8 @@ SCHEDULE_KEYS = ("task.batch_size", "task.max_steps", "task.warmup_steps", "task
 # A stage-1 run to fine-tune from is a path (one per seed): the setup keeps only that there is one.
 STAGE_ONE, STAGE_ONE_MARK = ("pretrain", "from"), "a stage-1 run"
 # Which config a run folder holds, in the order they are trusted.
-CONFIG_FILES = (Path(".hydra") / "resolved.yaml", Path("config.yaml"), Path(".hydra") / "config.yaml")
-OVERRIDE_FILES = (Path(".hydra") / "overrides.yaml", Path("overrides.yaml"))
+CONFIG_FILES = (*run_file_candidates(Path(), RESOLVED), Path(".hydra") / "config.yaml")
+OVERRIDE_FILES = run_file_candidates(Path(), OVERRIDES)
 # Keys named first when setups differ, as a reader sizes a run by them; the rest in the config's order.
 PRIORITY = ("attention.name", "trainer.max_steps", "task.max_length", "model.num_layers", "model.dim", "trainer.lr",
             "trainer.batch_size", "trainer.max_length")
