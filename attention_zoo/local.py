@@ -97,8 +97,7 @@ class LocalAttention(Attention):
 
     def _strided_pairs(self, mask: torch.Tensor, n: int) -> torch.Tensor:
         """[B, n, n] bool: query t attends key t' (both < n) in the strided grouping."""
-        size = self.options.block_size
-        padded, groups = self._strided_geometry(n)
+        _, groups = self._strided_geometry(n)
         allowed = self._strided_allowed(mask, n)  # [B, g, a, a']
         position = torch.arange(n, device=mask.device)
         slot, group = position // groups, position % groups

@@ -16,7 +16,7 @@ import attention_zoo
 from attention_zoo.options import InvalidOption
 from lra import distributed
 from lra.errors import ConfigError
-from lra.config import TrainRunConfig, typed
+from lra.config import TrainRunConfig, pools_by_cls, typed
 
 GROUPS = ("task", "model", "trainer", "pretrain", "logger")
 
@@ -105,8 +105,6 @@ def check_cls_position(cfg: DictConfig) -> None:
     """A backend that treats position 0 as the CLS token (``cls_token``, Sparse Transformer) does so
     exactly when the model prepends one, as the LRA code sets it from its pooling: otherwise a real
     token would attend and be attended densely, or the CLS token would sit inside the pattern."""
-    from lra.config import pools_by_cls
-
     claimed = getattr(attention_spec(cfg).options, "cls_token", None)
     prepended = pools_by_cls(cfg.model.pooling)
     if claimed is not None and claimed != prepended:

@@ -13,6 +13,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 import attention_zoo
+from lra.benchmarks.reference_quirks import listops_batch, pathfinder_batch
 from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.model import Classifier
 from lra.validation import attention_spec
@@ -52,12 +53,6 @@ def embedding_change(batch: int) -> dict:
     return out
 
 
-def listops_ids(batch: int, length: int = 2000) -> torch.Tensor:
-    from lra.benchmarks.reference_quirks import listops_batch
-
-    return listops_batch(batch, length)
-
-
 def first_layer_inputs(model: Classifier, ids: torch.Tensor):
     seen = {}
     hook = model.encoder.blocks[0].attention.backend.register_forward_hook(
@@ -71,7 +66,7 @@ def first_layer_inputs(model: Classifier, ids: torch.Tensor):
 def initialization_change(batch: int) -> dict:
     """LRA Table 1's ListOps Transformer: layer 1's attention logits q·k/√d and the classifier's logits,
     their spread with PyTorch's linear initialisers and biases against the LRA code's."""
-    ids = listops_ids(batch)
+    ids = listops_batch(batch, 2000)
     out = {}
     for label, overrides in (("PyTorch defaults, with biases (before)", ("model.initialization=torch",
                                                                          "model.attention_bias=true")),
@@ -87,7 +82,7 @@ def local_grouping_change(batch: int) -> dict:
     """LRA Table 1's ListOps Local row: strided groups (the LRA code) against contiguous blocks."""
     cfg = compose_cell("local", "listops")
     strided = built(cfg)
-    seen, _ = first_layer_inputs(strided, listops_ids(batch))
+    seen, _ = first_layer_inputs(strided, listops_batch(batch, 2000))
     q, k, v, mask = seen["q"], seen["k"], seen["v"], seen["mask"]
     options = dataclasses.replace(attention_spec(cfg).options, grouping="contiguous", dropout=0.0)
     contiguous = attention_zoo.AttentionSpec("local", options).build(q.shape[1], q.shape[-1], q.shape[2]).eval()
@@ -103,8 +98,6 @@ def local_grouping_change(batch: int) -> dict:
 def sparse_cls_change(batch: int) -> dict:
     """LRA Table 1's Pathfinder Sparse Transformer: the pooled vector without a CLS position (now)
     against pixel 0 attending and attended densely (before), the same weights."""
-    from lra.benchmarks.reference_quirks import pathfinder_batch
-
     cfg = compose_cell("sparse_transformer", "pathfinder")
     ids = pathfinder_batch(batch)
     spec = attention_spec(cfg)
