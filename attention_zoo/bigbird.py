@@ -26,8 +26,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from attention_zoo import _flex
 from attention_zoo._common import NEG_INF, at_least_float32, kept_draws, pad_to_multiple, scaled
-from attention_zoo.options import number, whole
+from attention_zoo.options import choice, number, whole
 from attention_zoo.registry import Attention, register
 
 _SEED_LIMIT = 2**62
@@ -47,6 +48,9 @@ class BigBirdOptions:
     dropout: float = 0.0
     """Dropout on the attention probabilities, active in training mode only (the LRA code's
     block-sparse path applies none)."""
+    impl: str = "auto"
+    """``eager`` (gathered blocks in PyTorch, the reference), ``flex`` (FlexAttention,
+    ``attention_zoo._flex``) or ``auto`` (Flex on CUDA, eager elsewhere)."""
 
     def __post_init__(self):
         whole(self, 1, "block_size")
@@ -54,6 +58,7 @@ class BigBirdOptions:
         whole(self, 1, "random_blocks_within", optional=True)
         whole(self, 0, "seed", optional=True, maximum=_SEED_LIMIT - 1)
         number(self, "dropout", 0.0, 1.0, high_open=True)
+        choice(self, "impl", _flex.IMPLS)
 
 
 def highest_random_block(blocks: int, block_size: int, within: Optional[int]) -> int:
@@ -118,17 +123,46 @@ class BigBirdAttention(Attention):
         """Dense [B, H, n, n] bool: the keys each query attends to (for analysis at small n)."""
         batch, heads, n, _ = q.shape
         mask = torch.ones(batch, n, dtype=torch.bool, device=q.device) if mask is None else mask.bool()
-        blocks = math.ceil(n / self.options.block_size)
-        block = torch.arange(n, device=q.device) // self.options.block_size
-        outer = (block == 0) | (block == blocks - 1)
-        seen = outer[:, None] | outer[None, :] | ((block[:, None] - block[None, :]).abs() <= 1)
-        seen = seen.expand(heads, n, n).clone()
-        if blocks > 2:
-            plan = self.random_plan(n, q.device)  # [H, nb − 2, r]
-            chosen = torch.zeros(heads, blocks, blocks + 1, dtype=torch.bool, device=q.device)
-            chosen[:, 1:-1].scatter_(-1, torch.where(plan < 0, blocks, plan), True)
-            seen |= chosen[:, :, :blocks][:, block][:, :, block]
+        position = torch.arange(n, device=q.device)
+        head = torch.arange(heads, device=q.device)[:, None, None]
+        seen = self._pattern(n, q.device)(head, position[:, None], position[None, :])
         return seen[None] & mask[:, None, None, :]
+
+    def block_plan(self, n: int, device=None, rows: Optional[int] = None) -> torch.Tensor:
+        """[heads, rows, rows] bool: key block j attended by query block i (global, window or random;
+        every pair when nb ≤ 2); ``rows`` ≥ nb pads with False."""
+        blocks = math.ceil(n / self.options.block_size)
+        rows = blocks if rows is None else rows
+        index = torch.arange(rows, device=device)
+        inside = index < blocks
+        outer = ((index == 0) | (index == blocks - 1)) & inside
+        seen = outer[:, None] | outer[None, :] | ((index[:, None] - index[None, :]).abs() <= 1)
+        seen = (seen & inside[:, None] & inside[None, :]).expand(self.num_heads, rows, rows).clone()
+        if blocks > 2:
+            plan = self.random_plan(n, device)  # [H, nb − 2, r]
+            chosen = torch.zeros(self.num_heads, rows, rows + 1, dtype=torch.bool, device=device)
+            chosen[:, 1:blocks - 1].scatter_(-1, torch.where(plan < 0, rows, plan), True)
+            seen |= chosen[:, :, :rows]
+        return seen
+
+    def _pattern(self, n: int, device, rows: Optional[int] = None):
+        """The pattern at length n as a predicate of (head, query, key) positions, which ``attended_keys``
+        evaluates densely and the Flex path block-sparsely; ``rows`` as in :meth:`block_plan`."""
+        size = self.options.block_size
+        plan = self.block_plan(n, device, rows)
+
+        def global_window_or_random(head, query, key):
+            return plan[head, query // size, key // size]
+
+        return global_window_or_random
+
+    def _flex_forward(self, q, k, v, mask):
+        heads, n = q.shape[1], q.shape[2]
+        rows = math.ceil(math.ceil(n / _flex.BLOCK) * _flex.BLOCK / self.options.block_size)
+        key = ("bigbird", self.options.block_size, self.options.num_random_blocks,
+               self.options.random_blocks_within, self.plan_seed_value)
+        tables = _flex.block_tables(key, self._pattern(n, q.device, rows), heads, n, n, q.device)
+        return _flex.attend(scaled(q), k, v, tables, mask)
 
     def _dropout(self, weights):
         if self.training and self.options.dropout:
@@ -141,6 +175,8 @@ class BigBirdAttention(Attention):
 
     @at_least_float32
     def forward(self, q, k, v, mask):
+        if _flex.use_flex(self, q):
+            return self._flex_forward(q, k, v, mask)
         batch, heads, n, _ = q.shape
         size = self.options.block_size
         blocks = math.ceil(n / size)

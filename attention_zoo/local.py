@@ -27,6 +27,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from attention_zoo import _flex
 from attention_zoo._common import NEG_INF, at_least_float32, pad_to_multiple, scaled
 from attention_zoo.options import choice, number, whole
 from attention_zoo.registry import Attention, register
@@ -47,11 +48,15 @@ class LocalOptions:
     docstring), which LRA Table 1's Local row sets."""
     dropout: float = 0.0
     """Dropout on the attention probabilities, active in training mode only."""
+    impl: str = "auto"
+    """``eager`` (blocked PyTorch, the reference), ``flex`` (FlexAttention, ``attention_zoo._flex``) or
+    ``auto`` (Flex on CUDA, eager elsewhere)."""
 
     def __post_init__(self):
         whole(self, 1, "block_size")
         choice(self, "grouping", GROUPINGS)
         number(self, "dropout", 0.0, 1.0, high_open=True)
+        choice(self, "impl", _flex.IMPLS)
 
 
 @register("local", LocalOptions)
@@ -72,11 +77,16 @@ class LocalAttention(Attention):
         mask = torch.ones(q.shape[0], n, dtype=torch.bool, device=q.device) if mask is None else mask.bool()
         if self.options.grouping == "strided":
             return self._strided_pairs(mask, n)[:, None].expand(q.shape[0], q.shape[1], n, n)
-        block = torch.arange(n, device=q.device) // self.options.block_size
-        seen = block[:, None] == block[None, :]
-        if self.causal:
-            seen = seen & torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        position = torch.arange(n, device=q.device)
+        seen = self._same_block(None, position[:, None], position[None, :])
         return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
+
+    def _same_block(self, head, query, key):
+        """The pattern as a predicate of positions (blocks of ``block_size``; causal: key ≤ query), which
+        ``attended_keys`` evaluates densely and the Flex path block-sparsely."""
+        size = self.options.block_size
+        seen = query // size == key // size
+        return seen & (key <= query) if self.causal else seen
 
     def _strided_geometry(self, n: int):
         """(P, G): the LRA code's padded length n + b − (n mod b) and its number of groups P / b."""
@@ -122,8 +132,48 @@ class LocalAttention(Attention):
         out = (weights @ grouped(v)).transpose(2, 3).reshape(batch, heads, padded, v.shape[-1])
         return out[:, :, :n]
 
+    def _flex_key(self):
+        return ("local", self.options.block_size, self.options.grouping, self.causal)
+
+    def _flex_contiguous(self, q, k, v, mask):
+        tables = _flex.block_tables(self._flex_key(), self._same_block, 1, q.shape[2], k.shape[2], q.device)
+        return _flex.attend(scaled(q), k, v, tables, mask)
+
+    def _flex_strided(self, q, k, v, mask):
+        """The strided grouping as contiguous blocks of the permuted sequence (slot a of group g at g·b + a),
+        its mask quirk as an additive −1e10 bias: in permuted coordinates the pair (r, r') is allowed when
+        the positions r and r' of the padded mask are real, which is the LRA code's reshape."""
+        batch, heads, n, _ = q.shape
+        size = self.options.block_size
+        padded, groups = self._strided_geometry(n)
+
+        def permuted(x):  # [B, H, n, d] → [B, H, P, d]: position a·G + g at g·b + a
+            x = torch.cat([x, x.new_zeros(batch, heads, padded - n, x.shape[-1])], dim=2)
+            return x.view(batch, heads, size, groups, x.shape[-1]).transpose(2, 3).reshape(batch, heads, padded, -1)
+
+        real = torch.cat([mask, mask.new_ones(batch, padded - n)], dim=1)
+        causal = self.causal
+
+        def lra_bias(score, b, h, query, key):
+            allowed = real[b, query] & real[b, key]
+            if causal:
+                allowed = allowed & (key <= query)
+            return score + torch.where(allowed, 0.0, LRA_MASK_BIAS).to(score.dtype)
+
+        def same_group(head, query, key):
+            return query // size == key // size
+
+        tables = _flex.block_tables(self._flex_key(), same_group, 1, padded, padded, q.device)
+        out = _flex.attend(permuted(scaled(q)), permuted(k), permuted(v), tables, None, score_mod=lra_bias)
+        out = out.view(batch, heads, groups, size, v.shape[-1]).transpose(2, 3).reshape(batch, heads, padded, -1)
+        return out[:, :, :n]
+
     @at_least_float32
     def forward(self, q, k, v, mask):
+        if _flex.use_flex(self, q):
+            if self.options.grouping == "strided":
+                return self._flex_strided(q, k, v, mask)
+            return self._flex_contiguous(q, k, v, mask)
         if self.options.grouping == "strided":
             return self._strided(q, k, v, mask)
         batch, heads, n, _ = q.shape

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
+from attention_zoo import _flex
 from attention_zoo._common import NEG_INF, at_least_float32, pad_to_multiple, scaled
-from attention_zoo.options import whole
+from attention_zoo.options import choice, whole
 from attention_zoo.registry import Attention, register
 
 
@@ -22,10 +23,14 @@ from attention_zoo.registry import Attention, register
 class LongformerOptions:
     window_size: int = 128  # the full window: window_size // 2 keys on each side
     num_global_tokens: int = 1  # the first tokens (CLS) are global
+    impl: str = "auto"
+    """``eager`` (blocked PyTorch, the reference), ``flex`` (FlexAttention, ``attention_zoo._flex``) or
+    ``auto`` (Flex on CUDA, eager elsewhere)."""
 
     def __post_init__(self):
         whole(self, 2, "window_size")
         whole(self, 0, "num_global_tokens")
+        choice(self, "impl", _flex.IMPLS)
 
 
 @register("longformer", LongformerOptions)
@@ -44,16 +49,32 @@ class LongformerAttention(Attention):
         """Dense [B, H, n, n] bool: the window and the global tokens (for analysis at small n)."""
         n = q.shape[2]
         position = torch.arange(n, device=q.device)
-        globals_ = min(self.options.num_global_tokens, n)
-        local = ((position[:, None] - position[None, :]).abs() <= max(1, self.options.window_size // 2)) & \
-            (position[None, :] >= globals_)
-        seen = local | (position[None, :] < globals_) | (position[:, None] < globals_)
-        if self.causal:
-            seen = seen & (position[None, :] <= position[:, None])
+        seen = self._pattern(n)(None, position[:, None], position[None, :])
         return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
+
+    def _pattern(self, n: int):
+        """The pattern at length n as a predicate of positions, which ``attended_keys`` evaluates densely
+        and the Flex path block-sparsely: the window, the global keys and the global queries."""
+        half = max(1, self.options.window_size // 2)
+        globals_ = min(self.options.num_global_tokens, n)
+        causal = self.causal
+
+        def window_or_global(head, query, key):
+            seen = ((query - key).abs() <= half) | (key < globals_) | (query < globals_)
+            return seen & (key <= query) if causal else seen
+
+        return window_or_global
+
+    def _flex_forward(self, q, k, v, mask):
+        n = q.shape[2]
+        key = ("longformer", self.options.window_size, min(self.options.num_global_tokens, n), self.causal)
+        tables = _flex.block_tables(key, self._pattern(n), 1, n, n, q.device)
+        return _flex.attend(scaled(q), k, v, tables, mask)
 
     @at_least_float32
     def forward(self, q, k, v, mask):
+        if _flex.use_flex(self, q):
+            return self._flex_forward(q, k, v, mask)
         batch, heads, n, _ = q.shape
         half = max(1, self.options.window_size // 2)
         block = min(half, n)

@@ -25,8 +25,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from attention_zoo import _flex
 from attention_zoo._common import NEG_INF, at_least_float32, pad_to_multiple, scaled
-from attention_zoo.options import number, whole
+from attention_zoo.options import choice, number, whole
 from attention_zoo.registry import Attention, register
 
 
@@ -45,11 +46,15 @@ class SparseTransformerOptions:
     Text, Retrieval, Image; its Pathfinder pools by mean, so set false there)."""
     dropout: float = 0.0
     """Dropout on the attention probabilities, active in training mode only."""
+    impl: str = "auto"
+    """``eager`` (blocks and gathered summaries in PyTorch, the reference), ``flex`` (FlexAttention,
+    ``attention_zoo._flex``) or ``auto`` (Flex on CUDA, eager elsewhere)."""
 
     def __post_init__(self):
         whole(self, 1, "block_size")
         whole(self, 0, "summary_size", maximum=self.block_size - 1)
         number(self, "dropout", 0.0, 1.0, high_open=True)
+        choice(self, "impl", _flex.IMPLS)
 
 
 def summary_offsets(block_size: int, summary_size: int) -> list:
@@ -75,23 +80,64 @@ class SparseTransformerAttention(Attention):
         """Dense [B, H, n, n] bool: the keys each query attends to (for analysis at small n)."""
         n = q.shape[2]
         mask = torch.ones(q.shape[0], n, dtype=torch.bool, device=q.device) if mask is None else mask.bool()
-        first = 1 if self.options.cls_token and n > 0 else 0
-        size = self.options.block_size
-        position = torch.arange(n, device=q.device) - first  # the pattern's index of each position
-        offset = position.remainder(size)
-        summary = (offset == 0) | (offset >= size - self.options.summary_size)
-        seen = (position[:, None] // size == position[None, :] // size) | summary[None, :]
-        if self.ordered:
-            seen = seen & (position[None, :] <= position[:, None])
-        if first:
-            seen[0, :] = True
-            seen[:, 0] = True
-            if self.causal:
-                seen[0, 1:] = False
+        position = torch.arange(n, device=q.device)
+        own, other = self._pattern(n)
+        seen = own(None, position[:, None], position[None, :]) | other(position[:, None], position[None, :])
         return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
+
+    def _pattern(self, n: int):
+        """The pattern at length n as two predicates of positions, which ``attended_keys`` evaluates
+        densely and the Flex path block-sparsely: ``own(head, query, key)``, the query's own block and
+        the CLS row and column, and ``other(query, key)``, the summary keys of the other blocks."""
+        first = 1 if self.options.cls_token and n > 0 else 0
+        size, summary_size = self.options.block_size, self.options.summary_size
+        ordered, causal = self.ordered, self.causal
+
+        def own(head, query, key):
+            q_at, k_at = query - first, key - first  # the pattern's indices
+            block = (q_at >= 0) & (k_at >= 0) & (q_at.div(size, rounding_mode="floor") == k_at.div(size, rounding_mode="floor"))
+            if ordered:
+                block = block & (k_at <= q_at)
+            cls_column = (key < first) & (query >= first)
+            cls_row = (query < first) & (key <= 0 if causal else key >= 0)
+            return block | cls_column | cls_row
+
+        def other(query, key):
+            q_at, k_at = query - first, key - first
+            offset = k_at.remainder(size)
+            summary = (k_at >= 0) & ((offset == 0) | (offset >= size - summary_size))
+            q_block, k_block = q_at.div(size, rounding_mode="floor"), k_at.div(size, rounding_mode="floor")
+            elsewhere = k_block < q_block if ordered else k_block != q_block
+            return summary & elsewhere & (q_at >= 0)
+
+        return own, other
+
+    def _flex_forward(self, q, k, v, mask):
+        """Over n + S keys: the sequence (own block and CLS) then its S summary positions gathered once
+        (the other blocks' summaries), so the block mask is banded plus an n × S strip, not n × n."""
+        n = q.shape[2]
+        first = 1 if self.options.cls_token and n > 0 else 0
+        own, other = self._pattern(n)
+        at = torch.arange(first, n, device=q.device)
+        offset = (at - first).remainder(self.options.block_size)
+        summaries = at[(offset == 0) | (offset >= self.options.block_size - self.options.summary_size)]
+        count = summaries.numel()
+        lookup = torch.cat([summaries, summaries.new_zeros(max(1, _flex.BLOCK))])
+
+        def own_or_summary(head, query, key):
+            summary_position = lookup[(key - n).clamp(0, count + _flex.BLOCK - 1)]
+            return torch.where(key < n, own(head, query, key), other(query, summary_position) & (key < n + count))
+
+        flex_key = ("sparse_transformer", self.options.block_size, self.options.summary_size, first,
+                    self.ordered, self.causal)
+        tables = _flex.block_tables(flex_key, own_or_summary, 1, n, n + count, q.device)
+        keys, values = torch.cat([k, k[:, :, summaries]], dim=2), torch.cat([v, v[:, :, summaries]], dim=2)
+        return _flex.attend(scaled(q), keys, values, tables, torch.cat([mask, mask[:, summaries]], dim=1))
 
     @at_least_float32
     def forward(self, q, k, v, mask):
+        if _flex.use_flex(self, q):
+            return self._flex_forward(q, k, v, mask)
         n = q.shape[2]
         first = 1 if self.options.cls_token and n > 0 else 0
         q = scaled(q)

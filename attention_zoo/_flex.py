@@ -1,0 +1,211 @@
+"""The fixed sparse patterns (Local, Sparse Transformer, BigBird, Longformer) as FlexAttention block-sparse
+kernels: one pattern definition, a position predicate ``allowed(h, q, kv)`` in tensor operations, executed
+two ways: densely by a backend's ``attended_keys`` and block-sparsely here.
+
+What runs where is the backends' ``impl`` option (:data:`IMPLS`): ``eager`` is their own PyTorch path
+(the CPU path and the reference), ``flex`` is FlexAttention (compiled with inductor on CUDA; on a CPU it
+runs its unfused forward only, for tests), ``auto`` takes Flex on CUDA and eager elsewhere. A Flex path
+that cannot serve a call (attention dropout in training, deterministic algorithms on, a CPU backward, a
+torch without FlexAttention) is an error under ``flex`` and, under ``auto`` on CUDA, a warning said once
+per backend and reason before the eager path runs.
+
+Per call, the pattern's block tables (which key blocks each query block needs, and which of them are
+entirely allowed) come from a cache keyed by (pattern, options, lengths, heads, device) — for BigBird
+the layer's seeded plan is part of the key — so the n × n predicate is evaluated once per shape. The
+batch's key-padding mask is then folded in at block level: a key block holding no real key is skipped,
+one holding only real keys stays "full" (no per-element mask). A query that attends no real key gets
+0 here where the eager paths average its candidate keys (their masks are a finite −1e9); those rows are
+padded queries, which callers ignore (``registry.Attention``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+
+IMPLS = ("auto", "eager", "flex")
+BLOCK = 128  # FlexAttention's default block of queries and keys
+CACHE_SIZE = 64
+_PREDICATE_CELLS = 1 << 22  # positions evaluated at once when a pattern's block tables are built
+
+Predicate = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class FlexUnavailable(RuntimeError):
+    """``impl=flex`` was asked for a call FlexAttention cannot serve; the message names the fix."""
+
+
+@dataclass
+class BlockTables:
+    """A pattern's block structure at one shape: ``needed`` and ``full`` [heads, query blocks, key blocks]
+    (bool), the predicate it was built from and the lengths."""
+
+    needed: torch.Tensor
+    full: torch.Tensor
+    allowed: Predicate
+    query_length: int
+    key_length: int
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+
+
+_CACHE: "OrderedDict[tuple, BlockTables]" = OrderedDict()
+CACHE_STATS = CacheStats()
+_ANNOUNCED: set = set()
+_COMPILED: Dict[str, Callable] = {}
+
+
+def flex_missing() -> Optional[str]:
+    """Why this torch has no FlexAttention, or None."""
+    try:
+        from torch.nn.attention import flex_attention  # noqa: F401
+    except ImportError as error:  # torch < 2.5
+        return f"this torch ({torch.__version__}) has no torch.nn.attention.flex_attention ({error})"
+    return None
+
+
+def eager_reason(module, q: torch.Tensor) -> Optional[str]:
+    """Why the Flex path cannot run this call of ``module`` on ``q``, or None when it can."""
+    missing = flex_missing()
+    if missing:
+        return missing
+    dropout = getattr(module.options, "dropout", 0.0)
+    if module.training and dropout:
+        return (f"FlexAttention has no attention dropout and {module.name} is training with dropout={dropout}; "
+                f"set attention.dropout=0 or attention.impl=eager")
+    if q.device.type == "cuda" and q.dtype == torch.float64:
+        return "FlexAttention's CUDA kernels are not used for float64 here; set attention.impl=eager"
+    if q.device.type == "cuda" and torch.are_deterministic_algorithms_enabled():
+        return ("deterministic algorithms are on and FlexAttention's inductor kernels are not verified "
+                "deterministic here; set attention.impl=eager (or trainer.deterministic=false)")
+    if q.device.type != "cuda" and torch.is_grad_enabled() and q.requires_grad:
+        return (f"FlexAttention has no backward on {q.device.type} in torch {torch.__version__}; "
+                f"attention.impl=flex is for CUDA (on a CPU it runs forward only): set attention.impl=auto or eager")
+    return None
+
+
+def use_flex(module, q: torch.Tensor) -> bool:
+    """Whether ``module`` (a backend with an ``impl`` option) computes this call with FlexAttention."""
+    impl = module.options.impl
+    if impl == "eager" or (impl == "auto" and q.device.type != "cuda"):
+        return False
+    reason = eager_reason(module, q)
+    if reason is None:
+        return True
+    if impl == "flex":
+        raise FlexUnavailable(f"attention.impl=flex cannot run {module.name} here: {reason}")
+    if (module.name, reason) not in _ANNOUNCED:
+        _ANNOUNCED.add((module.name, reason))
+        warnings.warn(f"{module.name}: attention.impl=auto runs the eager path on CUDA because {reason}",
+                      RuntimeWarning, stacklevel=3)
+    return False
+
+
+@torch.compiler.disable  # a cache lookup (and, once per shape, a mask evaluation): not for a traced graph
+def block_tables(key: tuple, allowed: Predicate, heads: int, query_length: int, key_length: int,
+                 device: torch.device) -> BlockTables:
+    """The cached :class:`BlockTables` of ``allowed`` at this shape (``key`` names the pattern and its
+    options; the shape and device are added here)."""
+    full_key = (key, heads, query_length, key_length, str(device))
+    if full_key in _CACHE:
+        CACHE_STATS.hits += 1
+        _CACHE.move_to_end(full_key)
+        return _CACHE[full_key]
+    CACHE_STATS.misses += 1
+    tables = _evaluate(allowed, heads, query_length, key_length, device)
+    _CACHE[full_key] = tables
+    if len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return tables
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+    CACHE_STATS.hits = CACHE_STATS.misses = 0
+
+
+@torch.no_grad()
+def _evaluate(allowed: Predicate, heads: int, query_length: int, key_length: int,
+              device: torch.device) -> BlockTables:
+    """Evaluate ``allowed`` on every (head, query, key) position, a band of query blocks at a time, and
+    reduce to blocks: ``needed`` where any pair is allowed, ``full`` where every pair is allowed and no
+    position lies past the end (a partial block keeps its per-element mask)."""
+    query_blocks, key_blocks = math.ceil(query_length / BLOCK), math.ceil(key_length / BLOCK)
+    keys = torch.arange(key_blocks * BLOCK, device=device)
+    key_inside = keys < key_length
+    head = torch.arange(heads, device=device)[:, None, None]
+    band = max(1, _PREDICATE_CELLS // (heads * BLOCK * key_blocks * BLOCK))
+    needed, full = [], []
+    for start in range(0, query_blocks, band):
+        stop = min(query_blocks, start + band)
+        queries = torch.arange(start * BLOCK, stop * BLOCK, device=device)
+        inside = (queries < query_length)[:, None] & key_inside[None, :]
+        pairs = allowed(head, queries[None, :, None], keys[None, None, :]) & inside
+        pairs = pairs.broadcast_to(heads, *inside.shape).reshape(heads, stop - start, BLOCK, key_blocks, BLOCK)
+        needed.append(pairs.any(dim=4).any(dim=2))
+        full.append(pairs.all(dim=4).all(dim=2))
+    return BlockTables(torch.cat(needed, dim=1), torch.cat(full, dim=1), allowed, query_length, key_length)
+
+
+def _ordered(dense: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """[..., key blocks] bool → (count [...] int32, indices [..., key blocks] int32 with the needed
+    blocks first, in increasing order): FlexAttention's kv_num_blocks / kv_indices."""
+    count = dense.sum(dim=-1, dtype=torch.int32)
+    indices = torch.argsort((~dense).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    return count, indices
+
+
+def block_mask(tables: BlockTables, key_real: Optional[torch.Tensor]):
+    """The BlockMask of ``tables`` for one batch: with ``key_real`` [B, key_length] (bool) the key blocks
+    without a real key are skipped and the mask also requires a real key; without it, one mask for all."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    allowed = tables.allowed
+    needed, full = tables.needed[None], tables.full[None]
+    if key_real is None:
+        def mask_mod(b, h, q, kv):
+            return allowed(h, q, kv)
+    else:
+        key_blocks = tables.needed.shape[-1]
+        real = torch.zeros(key_real.shape[0], key_blocks * BLOCK, dtype=torch.bool, device=key_real.device)
+        real[:, :tables.key_length] = key_real
+        per_block = real.view(key_real.shape[0], key_blocks, BLOCK)
+        needed = needed & per_block.any(dim=-1)[:, None, None, :]
+        full = full & per_block.all(dim=-1)[:, None, None, :]
+
+        def mask_mod(b, h, q, kv):
+            return allowed(h, q, kv) & real[b, kv]
+    count, indices = _ordered(needed & ~full)
+    full_count, full_indices = _ordered(full)
+    return BlockMask.from_kv_blocks(count, indices, full_count, full_indices, BLOCK_SIZE=BLOCK,
+                                    mask_mod=mask_mod, seq_lengths=(tables.query_length, tables.key_length))
+
+
+def _flex_function(device: torch.device) -> Callable:
+    """flex_attention compiled with inductor on CUDA (once per process); its unfused reference elsewhere."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device.type != "cuda":
+        return flex_attention
+    if "cuda" not in _COMPILED:
+        _COMPILED["cuda"] = torch.compile(flex_attention, dynamic=False)
+    return _COMPILED["cuda"]
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tables: BlockTables,
+           key_real: Optional[torch.Tensor], score_mod=None) -> torch.Tensor:
+    """Softmax attention of q [B, H, n_q, d] (already scaled) over k, v [B, H, n_kv, d] restricted to the
+    pattern of ``tables`` (and the real keys of ``key_real``), as FlexAttention computes it."""
+    mask = block_mask(tables, key_real)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
+        return _flex_function(q.device)(q, k, v, score_mod=score_mod, block_mask=mask, scale=1.0)

@@ -1,0 +1,187 @@
+"""The fixed sparse patterns through FlexAttention (``attention_zoo._flex``) against their eager paths.
+
+On a CPU FlexAttention runs its unfused forward only, so outputs are compared here under no_grad; the
+CUDA tests compare outputs and q/k/v gradients (compiled with inductor). A query that attends no real
+key is 0 on the Flex path and an average of its candidate keys on the eager one (padded queries, which
+callers ignore); every other row must agree to 1e-5 relative."""
+
+import warnings
+
+import pytest
+import torch
+
+import attention_zoo  # noqa: F401  (registers the backends)
+from attention_zoo import _flex
+from attention_zoo.options import InvalidOption
+from attention_zoo.registry import build
+
+HEADS, DIM = 2, 16
+PATTERNS = {
+    "local": dict(block_size=50),
+    "local_strided": dict(block_size=50, grouping="strided"),
+    "longformer": dict(window_size=64, num_global_tokens=2),
+    "bigbird": dict(block_size=32, seed=3, random_blocks_within=None),
+    "bigbird_lra": dict(block_size=64, seed=5),
+    "sparse_transformer": dict(block_size=50, summary_size=10),
+    "sparse_transformer_both_ways": dict(block_size=50, summary_size=10, unidirectional=False),
+    "sparse_transformer_no_cls": dict(block_size=50, summary_size=10, cls_token=False),
+}
+CAUSAL = {"local", "local_strided", "longformer", "sparse_transformer", "sparse_transformer_both_ways"}
+
+
+def backend_name(pattern):
+    return next(name for name in ("local", "longformer", "bigbird", "sparse_transformer") if pattern.startswith(name))
+
+
+def pair(pattern, causal, n, device="cpu"):
+    """(eager, flex) modules of one pattern, with the same state (BigBird's plan seed)."""
+    options = PATTERNS[pattern]
+    eager = build(backend_name(pattern), num_heads=HEADS, head_dim=DIM, max_seq_len=n, impl="eager", **options)
+    flex = build(backend_name(pattern), num_heads=HEADS, head_dim=DIM, max_seq_len=n, impl="flex", **options)
+    flex.load_state_dict(eager.state_dict())
+    eager.causal = flex.causal = causal
+    return eager.to(device), flex.to(device)
+
+
+def inputs(n, device="cpu", seed=0):
+    """q, k, v [3, H, n, d] and a mask: element 0 unpadded, 1 padded after 2n/3, 2 all padding."""
+    generator = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(3, HEADS, n, DIM, generator=generator).to(device) for _ in range(3))
+    mask = torch.ones(3, n, dtype=torch.bool)
+    mask[1, 2 * n // 3:] = False
+    mask[2] = False
+    return q, k, v, mask.to(device)
+
+
+def rows_with_a_real_key(eager, q, k, mask):
+    """[B, H, n, 1] bool: the queries that attend at least one real key (strided local: every row, its
+    masked pairs are a finite bias in both paths)."""
+    if getattr(eager.options, "grouping", None) == "strided":
+        return torch.ones(*q.shape[:3], 1, dtype=torch.bool, device=q.device)
+    return eager.attended_keys(q, k, mask).any(dim=-1, keepdim=True)
+
+
+def relative(a, b):
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+
+CASES = [(pattern, causal) for pattern in PATTERNS for causal in ((False, True) if pattern in CAUSAL else (False,))]
+
+
+@pytest.mark.parametrize("n", [1, 77, 333])
+@pytest.mark.parametrize("pattern,causal", CASES)
+def test_flex_forward_equals_eager_on_odd_lengths_partial_blocks_and_padding(pattern, causal, n):
+    eager, flex = pair(pattern, causal, n)
+    q, k, v, mask = inputs(n)
+    with torch.no_grad():
+        expected, got = eager(q, k, v, mask), flex(q, k, v, mask)
+    keep = rows_with_a_real_key(eager, q, k, mask)
+    assert relative(got * keep, expected * keep) <= 1e-5
+    if getattr(eager.options, "grouping", None) != "strided":
+        assert torch.equal(got[2], torch.zeros_like(got[2]))  # the all-padding element: no real key anywhere
+
+
+@pytest.mark.parametrize("pattern", ["local", "longformer", "bigbird", "sparse_transformer"])
+def test_flex_float64_equals_eager_to_float64_rounding(pattern):
+    eager, flex = pair(pattern, False, 200)
+    q, k, v, mask = (x.double() if x.is_floating_point() else x for x in inputs(200))
+    with torch.no_grad():
+        expected, got = eager(q, k, v, mask), flex(q, k, v, mask)
+    assert got.dtype == torch.float64
+    keep = rows_with_a_real_key(eager, q, k, mask)
+    assert relative(got * keep, expected * keep) <= 1e-12
+
+
+def test_flex_block_tables_are_cached_per_shape_and_hit_on_the_second_call():
+    _flex.clear_cache()
+    _, flex = pair("longformer", False, 300)
+    q, k, v, mask = inputs(300)
+    with torch.no_grad():
+        flex(q, k, v, mask)
+        assert (_flex.CACHE_STATS.misses, _flex.CACHE_STATS.hits) == (1, 0)
+        flex(q, k, v, mask)
+        assert (_flex.CACHE_STATS.misses, _flex.CACHE_STATS.hits) == (1, 1)
+        flex(*inputs(301))  # another length: its own tables
+        assert (_flex.CACHE_STATS.misses, _flex.CACHE_STATS.hits) == (2, 1)
+        _, other_plan = pair("bigbird", False, 300)
+        other_plan.plan_seed_value += 1  # another layer's seeded plan: its own tables
+        _, same_plan = pair("bigbird", False, 300)
+        same_plan(q, k, v, mask)
+        other_plan(q, k, v, mask)
+        assert _flex.CACHE_STATS.misses == 4
+
+
+def test_flex_skips_key_blocks_without_a_real_key_and_keeps_full_blocks_unmasked():
+    n = 4 * _flex.BLOCK
+    tables = _flex.block_tables(("test_dense",), lambda h, q, kv: kv >= 0, 1, n, n, torch.device("cpu"))
+    assert tables.full.all() and tables.needed.all()
+    key_real = torch.ones(2, n, dtype=torch.bool)
+    key_real[0, _flex.BLOCK + 5:] = False  # block 1 partly real, blocks 2 and 3 no real key
+    mask = _flex.block_mask(tables, key_real)
+    assert mask.kv_num_blocks[0, 0].tolist() == [1] * 4 and mask.full_kv_num_blocks[0, 0].tolist() == [1] * 4
+    assert mask.kv_indices[0, 0, :, 0].tolist() == [1] * 4 and mask.full_kv_indices[0, 0, :, 0].tolist() == [0] * 4
+    assert mask.kv_num_blocks[1, 0].tolist() == [0] * 4 and mask.full_kv_num_blocks[1, 0].tolist() == [4] * 4
+
+
+def test_flex_pattern_block_tables_are_as_sparse_as_the_pattern():
+    """Longformer's window of ±64 needs the 3 key blocks around each query block (plus the global
+    column), not all 32 at n = 4,096."""
+    _, flex = pair("longformer", False, 4096)
+    tables = _flex.block_tables(("longformer_test",), flex._pattern(4096), 1, 4096, 4096, torch.device("cpu"))
+    per_row = tables.needed[0].sum(dim=-1)
+    assert per_row[0].item() == 32 and per_row[1:-1].max().item() <= 4 and per_row[5].item() == 4
+
+
+def test_flex_refuses_what_it_cannot_compute_in_one_line_naming_the_fix():
+    eager, flex = pair("local", False, 100)
+    q, k, v, mask = inputs(100)
+    q.requires_grad_(True)
+    with pytest.raises(_flex.FlexUnavailable, match="no backward on cpu.*attention.impl=auto or eager"):
+        flex(q, k, v, mask)
+    dropping = build("local", num_heads=HEADS, head_dim=DIM, max_seq_len=100, impl="flex", dropout=0.1)
+    with torch.no_grad(), pytest.raises(_flex.FlexUnavailable, match="attention.dropout=0 or attention.impl=eager"):
+        dropping.train()(q, k, v, mask)
+    with pytest.raises(InvalidOption, match="impl='fast'.*one of auto, eager, flex"):
+        build("bigbird", num_heads=HEADS, head_dim=DIM, max_seq_len=100, impl="fast")
+
+
+def test_flex_auto_on_a_cpu_is_the_eager_path_silently_and_trains():
+    auto = build("longformer", num_heads=HEADS, head_dim=DIM, max_seq_len=100, impl="auto", **PATTERNS["longformer"])
+    eager, _ = pair("longformer", False, 100)
+    q, k, v, mask = inputs(100)
+    q.requires_grad_(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = auto(q, k, v, mask)
+    assert torch.equal(out, eager(q, k, v, mask))
+    out.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (FlexAttention's compiled kernels)")
+
+
+@cuda
+@pytest.mark.parametrize("n", [333, 2048])
+@pytest.mark.parametrize("pattern,causal", CASES)
+def test_flex_cuda_outputs_and_gradients_equal_eager(pattern, causal, n):
+    eager, flex = pair(pattern, causal, n, "cuda")
+    q, k, v, mask = inputs(n, "cuda")
+    keep = rows_with_a_real_key(eager, q, k, mask)
+    upstream = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).cuda() * keep
+    results = []
+    for module in (eager, flex):
+        leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+        out = module(*leaves, mask)
+        out.backward(upstream)
+        results.append([out * keep] + [x.grad for x in leaves])
+    for got, expected in zip(results[1], results[0]):
+        assert relative(got, expected) <= 1e-5
+
+
+@cuda
+def test_flex_auto_takes_flex_on_cuda():
+    _, flex = pair("bigbird", False, 512, "cuda")
+    flex.options.impl = "auto"
+    q = torch.zeros(1, HEADS, 512, DIM, device="cuda")
+    assert _flex.use_flex(flex, q)
