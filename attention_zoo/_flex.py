@@ -24,13 +24,14 @@ import math
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
 IMPLS = ("auto", "eager", "flex")
 BLOCK = 128  # FlexAttention's default block of queries and keys
 CACHE_SIZE = 64
+_NONE = -(2**62)  # None among a pattern's parameters, as the operator's int list carries it
 _PREDICATE_CELLS = 1 << 22  # positions evaluated at once when a pattern's block tables are built
 
 Predicate = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -58,10 +59,23 @@ class CacheStats:
     misses: int = 0
 
 
-_CACHE: "OrderedDict[tuple, BlockTables]" = OrderedDict()
+PatternBuilder = Callable[[list, int, int, int, torch.device], Predicate]
+_FAMILIES: Dict[str, PatternBuilder] = {}
+_CACHE: "OrderedDict[tuple, Tuple[torch.Tensor, torch.Tensor]]" = OrderedDict()
 CACHE_STATS = CacheStats()
 _ANNOUNCED: set = set()
 _COMPILED: Dict[str, Callable] = {}
+
+
+def pattern_family(name: str):
+    """Register ``builder(params, heads, query_length, key_length, device) → allowed(head, query, key)``,
+    the pattern of family ``name`` from plain parameters (ints, bools and None), so that the cached tables can be made
+    again from the key alone (inside an operator that a compiled graph calls)."""
+    def register(builder: PatternBuilder) -> PatternBuilder:
+        _FAMILIES[name] = builder
+        return builder
+
+    return register
 
 
 def flex_missing() -> Optional[str]:
@@ -110,22 +124,40 @@ def use_flex(module, q: torch.Tensor) -> bool:
     return False
 
 
-@torch.compiler.disable  # a cache lookup (and, once per shape, a mask evaluation): not for a traced graph
-def block_tables(key: tuple, allowed: Predicate, heads: int, query_length: int, key_length: int,
-                 device: torch.device) -> BlockTables:
-    """The cached :class:`BlockTables` of ``allowed`` at this shape (``key`` names the pattern and its
-    options; the shape and device are added here)."""
-    full_key = (key, heads, query_length, key_length, str(device))
-    if full_key in _CACHE:
+@torch.library.custom_op("attention_zoo::flex_block_tables", mutates_args=())
+def _block_tables_op(family: str, params: List[int], heads: int, query_length: int, key_length: int,
+                     device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(needed, full) of a registered pattern family at one shape, evaluated once per key and then copied
+    from the cache: an operator, so that a compiled graph calls it whole (the cache is Python state)."""
+    key = (family, tuple(params), heads, query_length, key_length, str(device))
+    if key in _CACHE:
         CACHE_STATS.hits += 1
-        _CACHE.move_to_end(full_key)
-        return _CACHE[full_key]
-    CACHE_STATS.misses += 1
-    tables = _evaluate(allowed, heads, query_length, key_length, device)
-    _CACHE[full_key] = tables
-    if len(_CACHE) > CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return tables
+        _CACHE.move_to_end(key)
+    else:
+        CACHE_STATS.misses += 1
+        decoded = [None if value == _NONE else value for value in params]
+        allowed = _FAMILIES[family](decoded, heads, query_length, key_length, device)
+        _CACHE[key] = _evaluate(allowed, heads, query_length, key_length, device)
+        if len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    needed, full = _CACHE[key]
+    return needed.clone(), full.clone()
+
+
+@_block_tables_op.register_fake
+def _(family, params, heads, query_length, key_length, device):
+    shape = (heads, math.ceil(query_length / BLOCK), math.ceil(key_length / BLOCK))
+    return torch.empty(shape, dtype=torch.bool, device=device), torch.empty(shape, dtype=torch.bool, device=device)
+
+
+def block_tables(family: str, params: list, heads: int, query_length: int, key_length: int,
+                 device: torch.device) -> BlockTables:
+    """The :class:`BlockTables` of pattern ``family`` with ``params`` at this shape: the tables from the
+    cache (:func:`_block_tables_op`), the predicate built by the same registered builder."""
+    encoded = [_NONE if value is None else int(value) for value in params]
+    needed, full = _block_tables_op(family, encoded, heads, query_length, key_length, device)
+    allowed = _FAMILIES[family](params, heads, query_length, key_length, device)
+    return BlockTables(needed, full, allowed, query_length, key_length)
 
 
 def clear_cache() -> None:
@@ -135,7 +167,7 @@ def clear_cache() -> None:
 
 @torch.no_grad()
 def _evaluate(allowed: Predicate, heads: int, query_length: int, key_length: int,
-              device: torch.device) -> BlockTables:
+              device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
     """Evaluate ``allowed`` on every (head, query, key) position, a band of query blocks at a time, and
     reduce to blocks: ``needed`` where any pair is allowed, ``full`` where every pair is allowed and no
     position lies past the end (a partial block keeps its per-element mask)."""
@@ -153,7 +185,7 @@ def _evaluate(allowed: Predicate, heads: int, query_length: int, key_length: int
         pairs = pairs.broadcast_to(heads, *inside.shape).reshape(heads, stop - start, BLOCK, key_blocks, BLOCK)
         needed.append(pairs.any(dim=4).any(dim=2))
         full.append(pairs.all(dim=4).all(dim=2))
-    return BlockTables(torch.cat(needed, dim=1), torch.cat(full, dim=1), allowed, query_length, key_length)
+    return torch.cat(needed, dim=1), torch.cat(full, dim=1)
 
 
 def _ordered(dense: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -206,6 +238,9 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tables: BlockTable
     """Softmax attention of q [B, H, n_q, d] (already scaled) over k, v [B, H, n_kv, d] restricted to the
     pattern of ``tables`` (and the real keys of ``key_real``), as FlexAttention computes it."""
     mask = block_mask(tables, key_real)
-    with warnings.catch_warnings():
+    flex = _flex_function(q.device)
+    if q.device.type == "cuda" or torch.compiler.is_compiling():
+        return flex(q, k, v, score_mod=score_mod, block_mask=mask, scale=1.0)
+    with warnings.catch_warnings():  # the CPU's unfused forward, as asked
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
-        return _flex_function(q.device)(q, k, v, score_mod=score_mod, block_mask=mask, scale=1.0)
+        return flex(q, k, v, score_mod=score_mod, block_mask=mask, scale=1.0)

@@ -97,9 +97,44 @@ def _(seed, heads, blocks, count, highest, device):
     return torch.empty((heads, blocks - 2, count), dtype=torch.long, device=device)
 
 
+def block_plan(block_size: int, count: int, within: Optional[int], seed: int, heads: int, n: int, rows: int,
+               device) -> torch.Tensor:
+    """[heads, rows, rows] bool: key block j attended by query block i at length n (global, window or
+    random; every pair when nb ≤ 2), padded with False to ``rows`` ≥ nb blocks."""
+    blocks = math.ceil(n / block_size)
+    index = torch.arange(rows, device=device)
+    inside = index < blocks
+    outer = ((index == 0) | (index == blocks - 1)) & inside
+    seen = outer[:, None] | outer[None, :] | ((index[:, None] - index[None, :]).abs() <= 1)
+    seen = (seen & inside[:, None] & inside[None, :]).expand(heads, rows, rows).clone()
+    if blocks > 2:
+        highest = highest_random_block(blocks, block_size, within)
+        plan = random_blocks(seed, heads, blocks, count, highest, torch.device(device))  # [H, nb − 2, r]
+        chosen = torch.zeros(heads, rows, rows + 1, dtype=torch.bool, device=device)
+        chosen[:, 1:blocks - 1].scatter_(-1, torch.where(plan < 0, rows, plan), True)
+        seen |= chosen[:, :, :rows]
+    return seen
+
+
+@_flex.pattern_family("bigbird")
+def global_window_or_random(params, heads, query_length, key_length, device):
+    """The pattern, params [block_size, random blocks, within, plan seed], as a predicate of (head, query,
+    key) positions over :func:`block_plan`, which ``attended_keys`` evaluates densely and the Flex path
+    block-sparsely (its table covers every position of Flex's last partial block)."""
+    size = params[0]
+    rows = math.ceil(math.ceil(max(query_length, key_length) / _flex.BLOCK) * _flex.BLOCK / size)
+    plan = block_plan(*params, heads, query_length, rows, device)
+
+    def allowed(head, query, key):
+        return plan[head, query // size, key // size]
+
+    return allowed
+
+
 @register("bigbird", BigBirdOptions)
 class BigBirdAttention(Attention):
     subquadratic = True
+    has_flex_path = True
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
@@ -125,43 +160,16 @@ class BigBirdAttention(Attention):
         mask = torch.ones(batch, n, dtype=torch.bool, device=q.device) if mask is None else mask.bool()
         position = torch.arange(n, device=q.device)
         head = torch.arange(heads, device=q.device)[:, None, None]
-        seen = self._pattern(n, q.device)(head, position[:, None], position[None, :])
+        seen = global_window_or_random(self._params(), heads, n, n, q.device)(head, position[:, None], position[None, :])
         return seen[None] & mask[:, None, None, :]
 
-    def block_plan(self, n: int, device=None, rows: Optional[int] = None) -> torch.Tensor:
-        """[heads, rows, rows] bool: key block j attended by query block i (global, window or random;
-        every pair when nb ≤ 2); ``rows`` ≥ nb pads with False."""
-        blocks = math.ceil(n / self.options.block_size)
-        rows = blocks if rows is None else rows
-        index = torch.arange(rows, device=device)
-        inside = index < blocks
-        outer = ((index == 0) | (index == blocks - 1)) & inside
-        seen = outer[:, None] | outer[None, :] | ((index[:, None] - index[None, :]).abs() <= 1)
-        seen = (seen & inside[:, None] & inside[None, :]).expand(self.num_heads, rows, rows).clone()
-        if blocks > 2:
-            plan = self.random_plan(n, device)  # [H, nb − 2, r]
-            chosen = torch.zeros(self.num_heads, rows, rows + 1, dtype=torch.bool, device=device)
-            chosen[:, 1:blocks - 1].scatter_(-1, torch.where(plan < 0, rows, plan), True)
-            seen |= chosen[:, :, :rows]
-        return seen
-
-    def _pattern(self, n: int, device, rows: Optional[int] = None):
-        """The pattern at length n as a predicate of (head, query, key) positions, which ``attended_keys``
-        evaluates densely and the Flex path block-sparsely; ``rows`` as in :meth:`block_plan`."""
-        size = self.options.block_size
-        plan = self.block_plan(n, device, rows)
-
-        def global_window_or_random(head, query, key):
-            return plan[head, query // size, key // size]
-
-        return global_window_or_random
+    def _params(self) -> list:
+        o = self.options
+        return [o.block_size, o.num_random_blocks, o.random_blocks_within, self.plan_seed_value]
 
     def _flex_forward(self, q, k, v, mask):
-        heads, n = q.shape[1], q.shape[2]
-        rows = math.ceil(math.ceil(n / _flex.BLOCK) * _flex.BLOCK / self.options.block_size)
-        key = ("bigbird", self.options.block_size, self.options.num_random_blocks,
-               self.options.random_blocks_within, self.plan_seed_value)
-        tables = _flex.block_tables(key, self._pattern(n, q.device, rows), heads, n, n, q.device)
+        n = q.shape[2]
+        tables = _flex.block_tables("bigbird", self._params(), self.num_heads, n, n, q.device)
         return _flex.attend(scaled(q), k, v, tables, mask)
 
     def _dropout(self, weights):

@@ -59,11 +59,26 @@ class LocalOptions:
         choice(self, "impl", _flex.IMPLS)
 
 
+@_flex.pattern_family("local")
+def same_block(params, heads, query_length, key_length, device):
+    """The contiguous pattern, params [block_size, causal], as a predicate of positions: same block of
+    ``block_size`` (causal: key ≤ query). ``attended_keys`` evaluates it densely, the Flex path
+    block-sparsely (the strided grouping uses it without causality on the permuted sequence)."""
+    size, causal = params
+
+    def allowed(head, query, key):
+        seen = query // size == key // size
+        return seen & (key <= query) if causal else seen
+
+    return allowed
+
+
 @register("local", LocalOptions)
 class LocalAttention(Attention):
     """Causal: within its block a query sees only the keys at or before its position."""
 
     subquadratic = True
+    has_flex_path = True
     supports_causal = True
 
     @classmethod
@@ -78,15 +93,8 @@ class LocalAttention(Attention):
         if self.options.grouping == "strided":
             return self._strided_pairs(mask, n)[:, None].expand(q.shape[0], q.shape[1], n, n)
         position = torch.arange(n, device=q.device)
-        seen = self._same_block(None, position[:, None], position[None, :])
+        seen = same_block([self.options.block_size, self.causal], 1, n, n, q.device)(None, position[:, None], position[None, :])
         return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
-
-    def _same_block(self, head, query, key):
-        """The pattern as a predicate of positions (blocks of ``block_size``; causal: key ≤ query), which
-        ``attended_keys`` evaluates densely and the Flex path block-sparsely."""
-        size = self.options.block_size
-        seen = query // size == key // size
-        return seen & (key <= query) if self.causal else seen
 
     def _strided_geometry(self, n: int):
         """(P, G): the LRA code's padded length n + b − (n mod b) and its number of groups P / b."""
@@ -132,11 +140,9 @@ class LocalAttention(Attention):
         out = (weights @ grouped(v)).transpose(2, 3).reshape(batch, heads, padded, v.shape[-1])
         return out[:, :, :n]
 
-    def _flex_key(self):
-        return ("local", self.options.block_size, self.options.grouping, self.causal)
-
     def _flex_contiguous(self, q, k, v, mask):
-        tables = _flex.block_tables(self._flex_key(), self._same_block, 1, q.shape[2], k.shape[2], q.device)
+        n = q.shape[2]
+        tables = _flex.block_tables("local", [self.options.block_size, self.causal], 1, n, n, q.device)
         return _flex.attend(scaled(q), k, v, tables, mask)
 
     def _flex_strided(self, q, k, v, mask):
@@ -160,10 +166,7 @@ class LocalAttention(Attention):
                 allowed = allowed & (key <= query)
             return score + torch.where(allowed, 0.0, LRA_MASK_BIAS).to(score.dtype)
 
-        def same_group(head, query, key):
-            return query // size == key // size
-
-        tables = _flex.block_tables(self._flex_key(), same_group, 1, padded, padded, q.device)
+        tables = _flex.block_tables("local", [size, False], 1, padded, padded, q.device)  # the groups, causal in the bias
         out = _flex.attend(permuted(scaled(q)), permuted(k), permuted(v), tables, None, score_mod=lra_bias)
         out = out.view(batch, heads, groups, size, v.shape[-1]).transpose(2, 3).reshape(batch, heads, padded, -1)
         return out[:, :, :n]

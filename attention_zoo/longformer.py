@@ -33,12 +33,27 @@ class LongformerOptions:
         choice(self, "impl", _flex.IMPLS)
 
 
+@_flex.pattern_family("longformer")
+def window_or_global(params, heads, query_length, key_length, device):
+    """The pattern, params [half window, global tokens, causal], as a predicate of positions: keys within
+    the half window, the global keys and the global queries' every key (causal: key ≤ query).
+    ``attended_keys`` evaluates it densely, the Flex path block-sparsely."""
+    half, globals_, causal = params
+
+    def allowed(head, query, key):
+        seen = ((query - key).abs() <= half) | (key < globals_) | (query < globals_)
+        return seen & (key <= query) if causal else seen
+
+    return allowed
+
+
 @register("longformer", LongformerOptions)
 class LongformerAttention(Attention):
     """Causal: the window's later half and later global tokens are masked (Beltagy et al. 2020, §3.1's
     autoregressive windowed attention)."""
 
     subquadratic = True
+    has_flex_path = True
     supports_causal = True
 
     @classmethod
@@ -49,26 +64,15 @@ class LongformerAttention(Attention):
         """Dense [B, H, n, n] bool: the window and the global tokens (for analysis at small n)."""
         n = q.shape[2]
         position = torch.arange(n, device=q.device)
-        seen = self._pattern(n)(None, position[:, None], position[None, :])
+        seen = window_or_global(self._params(n), 1, n, n, q.device)(None, position[:, None], position[None, :])
         return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
 
-    def _pattern(self, n: int):
-        """The pattern at length n as a predicate of positions, which ``attended_keys`` evaluates densely
-        and the Flex path block-sparsely: the window, the global keys and the global queries."""
-        half = max(1, self.options.window_size // 2)
-        globals_ = min(self.options.num_global_tokens, n)
-        causal = self.causal
-
-        def window_or_global(head, query, key):
-            seen = ((query - key).abs() <= half) | (key < globals_) | (query < globals_)
-            return seen & (key <= query) if causal else seen
-
-        return window_or_global
+    def _params(self, n: int) -> list:
+        return [max(1, self.options.window_size // 2), min(self.options.num_global_tokens, n), self.causal]
 
     def _flex_forward(self, q, k, v, mask):
         n = q.shape[2]
-        key = ("longformer", self.options.window_size, min(self.options.num_global_tokens, n), self.causal)
-        tables = _flex.block_tables(key, self._pattern(n), 1, n, n, q.device)
+        tables = _flex.block_tables("longformer", self._params(n), 1, n, n, q.device)
         return _flex.attend(scaled(q), k, v, tables, mask)
 
     @at_least_float32

@@ -31,6 +31,7 @@ class Attention(nn.Module):
     subquadratic: bool = False  # promises less than O(n²) memory (checked by the test suite)
     supports_causal: bool = False  # has a causal mode: a query sees only keys at its position or before
     causal: bool = False  # this module's mode, set by :meth:`AttentionSpec.build` (tested over the registry)
+    has_flex_path: bool = False  # a FlexAttention path chosen by its ``impl`` option (auto | eager | flex; ``_flex``)
 
     def __init__(self, num_heads: int, head_dim: int, max_seq_len: int, options: Any):
         super().__init__()

@@ -62,10 +62,60 @@ def summary_offsets(block_size: int, summary_size: int) -> list:
     return [0] + list(range(max(1, block_size - summary_size), block_size))
 
 
+def summary_positions(n: int, size: int, summary_size: int, first: int) -> list:
+    """The sequence positions of every block's summary keys at length n (after the CLS position)."""
+    offsets = summary_offsets(size, summary_size)
+    return [first + start + offset for start in range(0, n - first, size) for offset in offsets
+            if start + offset < n - first]
+
+
+def pattern_parts(size: int, summary_size: int, first: int, ordered: bool, causal: bool):
+    """The pattern as two predicates of positions: ``own(query, key)``, the query's own block and the CLS
+    row and column, and ``other(query, key)``, the summary keys of the other blocks. ``attended_keys``
+    evaluates their union densely, the Flex path block-sparsely (:func:`own_block_or_summary`)."""
+    def own(query, key):
+        q_at, k_at = query - first, key - first  # the pattern's indices
+        block = (q_at >= 0) & (k_at >= 0) & (q_at.div(size, rounding_mode="floor") == k_at.div(size, rounding_mode="floor"))
+        if ordered:
+            block = block & (k_at <= q_at)
+        cls_column = (key < first) & (query >= first)
+        cls_row = (query < first) & ((key <= 0) if causal else (key >= 0))
+        return block | cls_column | cls_row
+
+    def other(query, key):
+        q_at, k_at = query - first, key - first
+        offset = k_at.remainder(size)
+        summary = (k_at >= 0) & ((offset == 0) | (offset >= size - summary_size))
+        q_block, k_block = q_at.div(size, rounding_mode="floor"), k_at.div(size, rounding_mode="floor")
+        elsewhere = k_block < q_block if ordered else k_block != q_block
+        return summary & elsewhere & (q_at >= 0)
+
+    return own, other
+
+
+@_flex.pattern_family("sparse_transformer")
+def own_block_or_summary(params, heads, query_length, key_length, device):
+    """The pattern over n + S keys, params [block_size, summary_size, first, ordered, causal]: key j < n is
+    position j (own block, CLS), key n + s is the s-th summary position (:func:`summary_positions`), seen
+    from the other blocks."""
+    own, other = pattern_parts(*params)
+    n = query_length
+    positions = summary_positions(n, *params[:3])
+    lookup = torch.tensor(positions + [0] * _flex.BLOCK, dtype=torch.long, device=device)
+    last = len(positions) + _flex.BLOCK - 1
+
+    def allowed(head, query, key):
+        summary_at = lookup[(key - n).clamp(0, last)]
+        return torch.where(key < n, own(query, key), other(query, summary_at) & (key < n + len(positions)))
+
+    return allowed
+
+
 @register("sparse_transformer", SparseTransformerOptions)
 class SparseTransformerAttention(Attention):
     """Causal: keys at or before the query, the CLS row included (it then sees only itself)."""
 
+    has_flex_path = True
     supports_causal = True
 
     @classmethod
@@ -81,56 +131,21 @@ class SparseTransformerAttention(Attention):
         n = q.shape[2]
         mask = torch.ones(q.shape[0], n, dtype=torch.bool, device=q.device) if mask is None else mask.bool()
         position = torch.arange(n, device=q.device)
-        own, other = self._pattern(n)
-        seen = own(None, position[:, None], position[None, :]) | other(position[:, None], position[None, :])
+        own, other = pattern_parts(*self._params(n))
+        seen = own(position[:, None], position[None, :]) | other(position[:, None], position[None, :])
         return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
 
-    def _pattern(self, n: int):
-        """The pattern at length n as two predicates of positions, which ``attended_keys`` evaluates
-        densely and the Flex path block-sparsely: ``own(head, query, key)``, the query's own block and
-        the CLS row and column, and ``other(query, key)``, the summary keys of the other blocks."""
+    def _params(self, n: int) -> list:
         first = 1 if self.options.cls_token and n > 0 else 0
-        size, summary_size = self.options.block_size, self.options.summary_size
-        ordered, causal = self.ordered, self.causal
-
-        def own(head, query, key):
-            q_at, k_at = query - first, key - first  # the pattern's indices
-            block = (q_at >= 0) & (k_at >= 0) & (q_at.div(size, rounding_mode="floor") == k_at.div(size, rounding_mode="floor"))
-            if ordered:
-                block = block & (k_at <= q_at)
-            cls_column = (key < first) & (query >= first)
-            cls_row = (query < first) & (key <= 0 if causal else key >= 0)
-            return block | cls_column | cls_row
-
-        def other(query, key):
-            q_at, k_at = query - first, key - first
-            offset = k_at.remainder(size)
-            summary = (k_at >= 0) & ((offset == 0) | (offset >= size - summary_size))
-            q_block, k_block = q_at.div(size, rounding_mode="floor"), k_at.div(size, rounding_mode="floor")
-            elsewhere = k_block < q_block if ordered else k_block != q_block
-            return summary & elsewhere & (q_at >= 0)
-
-        return own, other
+        return [self.options.block_size, self.options.summary_size, first, self.ordered, self.causal]
 
     def _flex_forward(self, q, k, v, mask):
         """Over n + S keys: the sequence (own block and CLS) then its S summary positions gathered once
         (the other blocks' summaries), so the block mask is banded plus an n × S strip, not n × n."""
         n = q.shape[2]
-        first = 1 if self.options.cls_token and n > 0 else 0
-        own, other = self._pattern(n)
-        at = torch.arange(first, n, device=q.device)
-        offset = (at - first).remainder(self.options.block_size)
-        summaries = at[(offset == 0) | (offset >= self.options.block_size - self.options.summary_size)]
-        count = summaries.numel()
-        lookup = torch.cat([summaries, summaries.new_zeros(max(1, _flex.BLOCK))])
-
-        def own_or_summary(head, query, key):
-            summary_position = lookup[(key - n).clamp(0, count + _flex.BLOCK - 1)]
-            return torch.where(key < n, own(head, query, key), other(query, summary_position) & (key < n + count))
-
-        flex_key = ("sparse_transformer", self.options.block_size, self.options.summary_size, first,
-                    self.ordered, self.causal)
-        tables = _flex.block_tables(flex_key, own_or_summary, 1, n, n + count, q.device)
+        params = self._params(n)
+        summaries = torch.tensor(summary_positions(n, *params[:3]), dtype=torch.long, device=q.device)
+        tables = _flex.block_tables("sparse_transformer", params, 1, n, n + summaries.numel(), q.device)
         keys, values = torch.cat([k, k[:, :, summaries]], dim=2), torch.cat([v, v[:, :, summaries]], dim=2)
         return _flex.attend(scaled(q), keys, values, tables, torch.cat([mask, mask[:, summaries]], dim=1))
 

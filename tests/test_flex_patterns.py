@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-import attention_zoo  # noqa: F401  (registers the backends)
+import attention_zoo
 from attention_zoo import _flex
 from attention_zoo.options import InvalidOption
 from attention_zoo.registry import build
@@ -111,9 +111,14 @@ def test_flex_block_tables_are_cached_per_shape_and_hit_on_the_second_call():
         assert _flex.CACHE_STATS.misses == 4
 
 
+@_flex.pattern_family("test_every_pair")
+def every_pair(params, heads, query_length, key_length, device):
+    return lambda head, query, key: key >= 0
+
+
 def test_flex_skips_key_blocks_without_a_real_key_and_keeps_full_blocks_unmasked():
     n = 4 * _flex.BLOCK
-    tables = _flex.block_tables(("test_dense",), lambda h, q, kv: kv >= 0, 1, n, n, torch.device("cpu"))
+    tables = _flex.block_tables("test_every_pair", [], 1, n, n, torch.device("cpu"))
     assert tables.full.all() and tables.needed.all()
     key_real = torch.ones(2, n, dtype=torch.bool)
     key_real[0, _flex.BLOCK + 5:] = False  # block 1 partly real, blocks 2 and 3 no real key
@@ -127,7 +132,7 @@ def test_flex_pattern_block_tables_are_as_sparse_as_the_pattern():
     """Longformer's window of ±64 needs the 3 key blocks around each query block (plus the global
     column), not all 32 at n = 4,096."""
     _, flex = pair("longformer", False, 4096)
-    tables = _flex.block_tables(("longformer_test",), flex._pattern(4096), 1, 4096, 4096, torch.device("cpu"))
+    tables = _flex.block_tables("longformer", flex._params(4096), 1, 4096, 4096, torch.device("cpu"))
     per_row = tables.needed[0].sum(dim=-1)
     assert per_row[0].item() == 32 and per_row[1:-1].max().item() <= 4 and per_row[5].item() == 4
 
@@ -158,7 +163,32 @@ def test_flex_auto_on_a_cpu_is_the_eager_path_silently_and_trains():
     assert q.grad is not None and torch.isfinite(q.grad).all()
 
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (FlexAttention's compiled kernels)")
+@pytest.mark.parametrize("pattern,causal", [("local", False), ("local_strided", True), ("longformer", True),
+                                            ("bigbird", False), ("sparse_transformer", True)])
+def test_flex_paths_trace_whole_under_torch_compile(pattern, causal):
+    """fullgraph=True: the cached block tables are an operator, nothing in the path breaks the graph (so a
+    compiled model keeps Flex inside its graph on CUDA); aot_eager, as the CPU has no Inductor Flex kernel."""
+    torch._dynamo.reset()
+    eager, flex = pair(pattern, causal, 333)
+    q, k, v, mask = inputs(333)
+    with torch.no_grad():
+        got = torch.compile(flex, fullgraph=True, backend="aot_eager")(q, k, v, mask)
+        expected = eager(q, k, v, mask)
+    keep = rows_with_a_real_key(eager, q, k, mask)
+    assert relative(got * keep, expected * keep) <= 1e-5
+
+
+def test_every_backend_with_a_flex_path_chooses_it_by_impl():
+    flexible = [name for name in attention_zoo.names() if attention_zoo.get(name).cls.has_flex_path]
+    assert flexible == ["bigbird", "local", "longformer", "sparse_transformer"]
+    for name in flexible:
+        assert attention_zoo.make_options(name).impl == "auto"
+
+
+def cuda(test):
+    """A CUDA test (``pytest -m cuda``), skipped without a device."""
+    needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (FlexAttention's compiled kernels)")
+    return pytest.mark.cuda(needs_cuda(test))
 
 
 @cuda
@@ -174,6 +204,24 @@ def test_flex_cuda_outputs_and_gradients_equal_eager(pattern, causal, n):
         leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
         out = module(*leaves, mask)
         out.backward(upstream)
+        results.append([out * keep] + [x.grad for x in leaves])
+    for got, expected in zip(results[1], results[0]):
+        assert relative(got, expected) <= 1e-5
+
+
+@cuda
+@pytest.mark.parametrize("pattern", ["local", "longformer", "bigbird", "sparse_transformer"])
+def test_flex_cuda_trains_under_bf16_autocast_in_float32(pattern):
+    eager, flex = pair(pattern, False, 512, "cuda")
+    q, k, v, mask = inputs(512, "cuda")
+    keep = rows_with_a_real_key(eager, q, k, mask)
+    results = []
+    for module in (eager, flex):
+        leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = module(*leaves, mask)
+        assert out.dtype == torch.float32
+        (out * keep).sum().backward()
         results.append([out * keep] + [x.grad for x in leaves])
     for got, expected in zip(results[1], results[0]):
         assert relative(got, expected) <= 1e-5
