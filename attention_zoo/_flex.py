@@ -53,6 +53,18 @@ class BlockTables:
     key_length: int
 
 
+@dataclass(frozen=True)
+class Pattern:
+    """A backend's pattern at one shape: its registered ``family`` with ``params``, per head or shared
+    (``heads`` 1), over ``query_length`` queries and ``key_length`` keys."""
+
+    family: str
+    params: tuple
+    heads: int
+    query_length: int
+    key_length: int
+
+
 @dataclass
 class CacheStats:
     hits: int = 0
@@ -150,14 +162,14 @@ def _(family, params, heads, query_length, key_length, device):
     return torch.empty(shape, dtype=torch.bool, device=device), torch.empty(shape, dtype=torch.bool, device=device)
 
 
-def block_tables(family: str, params: list, heads: int, query_length: int, key_length: int,
-                 device: torch.device) -> BlockTables:
-    """The :class:`BlockTables` of pattern ``family`` with ``params`` at this shape: the tables from the
-    cache (:func:`_block_tables_op`), the predicate built by the same registered builder."""
-    encoded = [_NONE if value is None else int(value) for value in params]
-    needed, full = _block_tables_op(family, encoded, heads, query_length, key_length, device)
-    allowed = _FAMILIES[family](params, heads, query_length, key_length, device)
-    return BlockTables(needed, full, allowed, query_length, key_length)
+def block_tables(pattern: Pattern, device: torch.device) -> BlockTables:
+    """The :class:`BlockTables` of ``pattern``: the tables from the cache (:func:`_block_tables_op`), the
+    predicate built by the same registered builder."""
+    p = pattern
+    encoded = [_NONE if value is None else int(value) for value in p.params]
+    needed, full = _block_tables_op(p.family, encoded, p.heads, p.query_length, p.key_length, device)
+    allowed = _FAMILIES[p.family](list(p.params), p.heads, p.query_length, p.key_length, device)
+    return BlockTables(needed, full, allowed, p.query_length, p.key_length)
 
 
 def clear_cache() -> None:
@@ -165,27 +177,40 @@ def clear_cache() -> None:
     CACHE_STATS.hits = CACHE_STATS.misses = 0
 
 
-@torch.no_grad()
-def _evaluate(allowed: Predicate, heads: int, query_length: int, key_length: int,
-              device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Evaluate ``allowed`` on every (head, query, key) position, a band of query blocks at a time, and
-    reduce to blocks: ``needed`` where any pair is allowed, ``full`` where every pair is allowed and no
-    position lies past the end (a partial block keeps its per-element mask)."""
+def _bands(allowed: Predicate, heads: int, query_length: int, key_length: int, device: torch.device):
+    """``allowed`` on every (head, query, key) position, a band of query blocks at a time: yields
+    [heads, band blocks, BLOCK, key blocks, BLOCK] bool, False past either end."""
     query_blocks, key_blocks = math.ceil(query_length / BLOCK), math.ceil(key_length / BLOCK)
     keys = torch.arange(key_blocks * BLOCK, device=device)
     key_inside = keys < key_length
     head = torch.arange(heads, device=device)[:, None, None]
     band = max(1, _PREDICATE_CELLS // (heads * BLOCK * key_blocks * BLOCK))
-    needed, full = [], []
     for start in range(0, query_blocks, band):
         stop = min(query_blocks, start + band)
         queries = torch.arange(start * BLOCK, stop * BLOCK, device=device)
         inside = (queries < query_length)[:, None] & key_inside[None, :]
         pairs = allowed(head, queries[None, :, None], keys[None, None, :]) & inside
-        pairs = pairs.broadcast_to(heads, *inside.shape).reshape(heads, stop - start, BLOCK, key_blocks, BLOCK)
+        yield pairs.broadcast_to(heads, *inside.shape).reshape(heads, stop - start, BLOCK, key_blocks, BLOCK)
+
+
+@torch.no_grad()
+def _evaluate(allowed: Predicate, heads: int, query_length: int, key_length: int,
+              device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The block tables of ``allowed``: ``needed`` where any pair of a block is allowed, ``full`` where
+    every pair is and no position lies past the end (a partial block keeps its per-element mask)."""
+    needed, full = [], []
+    for pairs in _bands(allowed, heads, query_length, key_length, device):
         needed.append(pairs.any(dim=4).any(dim=2))
         full.append(pairs.all(dim=4).all(dim=2))
     return torch.cat(needed, dim=1), torch.cat(full, dim=1)
+
+
+@torch.no_grad()
+def allowed_pairs(pattern: Pattern, device: torch.device) -> int:
+    """How many (head, query, key) triples ``pattern`` attends (shared patterns: per head)."""
+    p = pattern
+    allowed = _FAMILIES[p.family](list(p.params), p.heads, p.query_length, p.key_length, device)
+    return sum(int(pairs.sum()) for pairs in _bands(allowed, p.heads, p.query_length, p.key_length, device))
 
 
 def _ordered(dense: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -160,16 +160,16 @@ class BigBirdAttention(Attention):
         mask = torch.ones(batch, n, dtype=torch.bool, device=q.device) if mask is None else mask.bool()
         position = torch.arange(n, device=q.device)
         head = torch.arange(heads, device=q.device)[:, None, None]
-        seen = global_window_or_random(self._params(), heads, n, n, q.device)(head, position[:, None], position[None, :])
+        seen = global_window_or_random(list(self.flex_pattern(n).params), heads, n, n, q.device)(head, position[:, None], position[None, :])
         return seen[None] & mask[:, None, None, :]
 
-    def _params(self) -> list:
+    def flex_pattern(self, n: int) -> _flex.Pattern:
         o = self.options
-        return [o.block_size, o.num_random_blocks, o.random_blocks_within, self.plan_seed_value]
+        params = (o.block_size, o.num_random_blocks, o.random_blocks_within, self.plan_seed_value)
+        return _flex.Pattern("bigbird", params, self.num_heads, n, n)
 
     def _flex_forward(self, q, k, v, mask):
-        n = q.shape[2]
-        tables = _flex.block_tables("bigbird", self._params(), self.num_heads, n, n, q.device)
+        tables = _flex.block_tables(self.flex_pattern(q.shape[2]), q.device)
         return _flex.attend(scaled(q), k, v, tables, mask)
 
     def _dropout(self, weights):

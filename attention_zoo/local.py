@@ -140,9 +140,16 @@ class LocalAttention(Attention):
         out = (weights @ grouped(v)).transpose(2, 3).reshape(batch, heads, padded, v.shape[-1])
         return out[:, :, :n]
 
+    def flex_pattern(self, n: int) -> _flex.Pattern:
+        """What the Flex path computes at length n (strided: the groups of the permuted, padded sequence,
+        causality in its score bias)."""
+        if self.options.grouping == "strided":
+            padded, _ = self._strided_geometry(n)
+            return _flex.Pattern("local", (self.options.block_size, False), 1, padded, padded)
+        return _flex.Pattern("local", (self.options.block_size, self.causal), 1, n, n)
+
     def _flex_contiguous(self, q, k, v, mask):
-        n = q.shape[2]
-        tables = _flex.block_tables("local", [self.options.block_size, self.causal], 1, n, n, q.device)
+        tables = _flex.block_tables(self.flex_pattern(q.shape[2]), q.device)
         return _flex.attend(scaled(q), k, v, tables, mask)
 
     def _flex_strided(self, q, k, v, mask):
@@ -166,7 +173,7 @@ class LocalAttention(Attention):
                 allowed = allowed & (key <= query)
             return score + torch.where(allowed, 0.0, LRA_MASK_BIAS).to(score.dtype)
 
-        tables = _flex.block_tables("local", [size, False], 1, padded, padded, q.device)  # the groups, causal in the bias
+        tables = _flex.block_tables(self.flex_pattern(n), q.device)
         out = _flex.attend(permuted(scaled(q)), permuted(k), permuted(v), tables, None, score_mod=lra_bias)
         out = out.view(batch, heads, groups, size, v.shape[-1]).transpose(2, 3).reshape(batch, heads, padded, -1)
         return out[:, :, :n]

@@ -64,15 +64,15 @@ class LongformerAttention(Attention):
         """Dense [B, H, n, n] bool: the window and the global tokens (for analysis at small n)."""
         n = q.shape[2]
         position = torch.arange(n, device=q.device)
-        seen = window_or_global(self._params(n), 1, n, n, q.device)(None, position[:, None], position[None, :])
+        seen = window_or_global(list(self.flex_pattern(n).params), 1, n, n, q.device)(None, position[:, None], position[None, :])
         return (seen & mask[:, None, None, :]).expand(q.shape[0], q.shape[1], n, n)
 
-    def _params(self, n: int) -> list:
-        return [max(1, self.options.window_size // 2), min(self.options.num_global_tokens, n), self.causal]
+    def flex_pattern(self, n: int) -> _flex.Pattern:
+        params = (max(1, self.options.window_size // 2), min(self.options.num_global_tokens, n), self.causal)
+        return _flex.Pattern("longformer", params, 1, n, n)
 
     def _flex_forward(self, q, k, v, mask):
-        n = q.shape[2]
-        tables = _flex.block_tables("longformer", self._params(n), 1, n, n, q.device)
+        tables = _flex.block_tables(self.flex_pattern(q.shape[2]), q.device)
         return _flex.attend(scaled(q), k, v, tables, mask)
 
     @at_least_float32

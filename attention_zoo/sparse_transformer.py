@@ -139,13 +139,17 @@ class SparseTransformerAttention(Attention):
         first = 1 if self.options.cls_token and n > 0 else 0
         return [self.options.block_size, self.options.summary_size, first, self.ordered, self.causal]
 
-    def _flex_forward(self, q, k, v, mask):
+    def flex_pattern(self, n: int) -> _flex.Pattern:
         """Over n + S keys: the sequence (own block and CLS) then its S summary positions gathered once
         (the other blocks' summaries), so the block mask is banded plus an n × S strip, not n × n."""
+        params = self._params(n)
+        return _flex.Pattern("sparse_transformer", tuple(params), 1, n, n + len(summary_positions(n, *params[:3])))
+
+    def _flex_forward(self, q, k, v, mask):
         n = q.shape[2]
         params = self._params(n)
         summaries = torch.tensor(summary_positions(n, *params[:3]), dtype=torch.long, device=q.device)
-        tables = _flex.block_tables("sparse_transformer", params, 1, n, n + summaries.numel(), q.device)
+        tables = _flex.block_tables(self.flex_pattern(n), q.device)
         keys, values = torch.cat([k, k[:, :, summaries]], dim=2), torch.cat([v, v[:, :, summaries]], dim=2)
         return _flex.attend(scaled(q), keys, values, tables, torch.cat([mask, mask[:, summaries]], dim=1))
 

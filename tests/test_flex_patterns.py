@@ -118,7 +118,7 @@ def every_pair(params, heads, query_length, key_length, device):
 
 def test_flex_skips_key_blocks_without_a_real_key_and_keeps_full_blocks_unmasked():
     n = 4 * _flex.BLOCK
-    tables = _flex.block_tables("test_every_pair", [], 1, n, n, torch.device("cpu"))
+    tables = _flex.block_tables(_flex.Pattern("test_every_pair", (), 1, n, n), torch.device("cpu"))
     assert tables.full.all() and tables.needed.all()
     key_real = torch.ones(2, n, dtype=torch.bool)
     key_real[0, _flex.BLOCK + 5:] = False  # block 1 partly real, blocks 2 and 3 no real key
@@ -132,9 +132,26 @@ def test_flex_pattern_block_tables_are_as_sparse_as_the_pattern():
     """Longformer's window of ±64 needs the 3 key blocks around each query block (plus the global
     column), not all 32 at n = 4,096."""
     _, flex = pair("longformer", False, 4096)
-    tables = _flex.block_tables("longformer", flex._params(4096), 1, 4096, 4096, torch.device("cpu"))
+    tables = _flex.block_tables(flex.flex_pattern(4096), torch.device("cpu"))
     per_row = tables.needed[0].sum(dim=-1)
     assert per_row[0].item() == 32 and per_row[1:-1].max().item() <= 4 and per_row[5].item() == 4
+
+
+@pytest.mark.parametrize("pattern,causal", CASES)
+def test_flex_pattern_attends_as_many_pairs_as_the_dense_definition(pattern, causal):
+    """Counted on the Flex path's own axes (Sparse Transformer's n + S keys, strided Local's permuted
+    groups): no pair twice, none missing."""
+    n = 437
+    eager, flex = pair(pattern, causal, n)
+    q, k, _, _ = inputs(n)
+    dense = int(eager.attended_keys(q[:1], k[:1], torch.ones(1, n, dtype=torch.bool)).sum())
+    pairs = _flex.allowed_pairs(flex.flex_pattern(n), torch.device("cpu"))
+    heads = flex.flex_pattern(n).heads
+    if pattern == "local_strided":  # the groups of the padded sequence, causality in the bias: padding included
+        padded = flex.flex_pattern(n).query_length
+        assert pairs == padded * eager.options.block_size
+    else:
+        assert pairs * (HEADS // heads) == dense
 
 
 def test_flex_refuses_what_it_cannot_compute_in_one_line_naming_the_fix():
