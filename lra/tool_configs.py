@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 import attention_zoo
+from attention_zoo._flex import IMPLS
 from attention_zoo.options import InvalidOption, choice, number, whole
 from lra.config_fields import attention_schema, device_name, known_backends
 
@@ -28,10 +29,14 @@ class ProfileConfig:
     repeats: int = 3  # the median of this many calls after a warm-up (and their spread: lra-profile warns when large)
     timeout_s: int = 600  # per cell; cells over it are recorded as timed out
     fit_min_length: int = 2048  # scaling exponents are fitted over n >= this
+    # auto | eager | flex: the impl option of every backend with a FlexAttention path; null: their own default
+    sparse_pattern_impl: Optional[str] = None
     output_dir: str = "${hydra:runtime.output_dir}"
 
     def __post_init__(self):
         known_backends(self, "backends")
+        if self.sparse_pattern_impl is not None and self.sparse_pattern_impl not in IMPLS:
+            raise InvalidOption("sparse_pattern_impl", self.sparse_pattern_impl, f"one of {', '.join(IMPLS)} (or null)")
         if not self.lengths or any(not isinstance(n, int) or n < 1 for n in self.lengths):
             raise InvalidOption("lengths", self.lengths, "a non-empty list of whole numbers ≥ 1")
         choice(self, "mode", ("fixed", "largest"))

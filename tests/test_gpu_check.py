@@ -36,29 +36,40 @@ def test_the_plan_fits_nine_minutes_and_says_why_each_limit(tmp_path):
 
 def test_the_limits_and_their_reasons_count_every_registered_backend(tmp_path):
     """The profile, sweep and AMP limits were once still sized for 14 backends when 19 ran. They are
-    counted from attention_zoo.names(), and so are the reasons: every backend is profiled and swept, the
-    step's node ids collect (on any machine) to 2 AMP steps a backend, and the limits grow with the count."""
+    counted from attention_zoo.names(), and so are the reasons: every backend is profiled (the sparse
+    patterns on their eager path), every backend without a Flex path swept, the step's node ids collect (on
+    any machine) to 2 AMP steps a backend without a Flex path and the one Flex test, and the limits grow
+    with the count."""
     backends = attention_zoo.names()
-    n, rounds = len(backends), math.ceil(len(backends) / 4)
+    flex = [name for name in backends if attention_zoo.get(name).cls.has_flex_path]
+    eager = [name for name in backends if name not in flex]
+    assert flex and eager and gpu_check.flex_backends() == flex
+    n, m, rounds = len(backends), len(eager), math.ceil(len(eager) / 4)
     steps = {step.name: step for step in gpu_check.plan("cuda", quick=False, jobs_per_gpu=4, scratch=tmp_path)}
     profile, sweep, tests = steps["profile"], steps["sweep"], steps["CUDA tests"]
-    assert f"backends=[{','.join(backends)}]" in profile.command
-    assert f"attention={','.join(backends)}" in sweep.command
+    assert f"backends=[{','.join(backends)}]" in profile.command and "sparse_pattern_impl=eager" in profile.command
+    assert f"attention={','.join(eager)}" in sweep.command
     assert profile.basis.startswith(f"{n} backends x 5 lengths, one process per backend")
-    assert sweep.basis.startswith(f"{n} jobs, 4 per GPU: {rounds} rounds of ")
-    assert f"{2 * n} AMP steps ({n} backends x fp16/bf16" in tests.basis
-    assert profile.limit_s >= 3 * n and sweep.limit_s >= 15 * rounds and tests.limit_s >= 15 + 2 * n + 2 * 25
+    assert "python -m lra.benchmarks.sparse_speed" in profile.basis
+    assert sweep.basis.startswith(f"{m} jobs, 4 per GPU: {rounds} rounds of ")
+    assert f"{2 * m} AMP steps ({m} backends x fp16/bf16" in tests.basis and "projected" in tests.basis
+    assert profile.limit_s >= 3 * n and sweep.limit_s >= 15 * rounds
+    assert tests.limit_s >= 15 + 2 * m + 2 * 25 + gpu_check.FLEX_COMPILE_S
     node_ids = tests.command[tests.command.index("--durations=0") + 1:]
     collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                                 "-n", "0", "-m", "cuda", *node_ids], capture_output=True, text=True,
                                cwd=gpu_check.REPO_ROOT)
     assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
     items = [line for line in collected.stdout.splitlines() if "::" in line]
-    assert sum("::test_every_backend_trains_a_step_under_autocast[" in item for item in items) == 2 * n
+    amp = [item for item in items if "::test_every_backend_trains_a_step_under_autocast[" in item]
+    assert sorted(amp) == sorted(f"tests/test_cuda.py::test_every_backend_trains_a_step_under_autocast[{name}-{precision}]"
+                                 for name in eager for precision in ("fp16", "bf16"))
+    assert [item for item in items if "test_flex_patterns.py::" in item] == [f"tests/{gpu_check.FLEX_TEST}"]
     assert sum("::test_yoso_cuda_paths_equal_the_pytorch_path" in item for item in items) == 6  # sorted and atomic, three τ
-    more = gpu_check.limits(n + 1, 4)
-    assert all(more[name][0] > limit for name, (limit, _) in gpu_check.limits(n, 4).items()
-               if name in ("pytest", "profile")) and more["sweep"][0] >= gpu_check.limits(n, 4)["sweep"][0]
+    now, more = gpu_check.limits(n, 4, flex=len(flex)), gpu_check.limits(n + 1, 4, flex=len(flex))
+    assert all(more[name][0] > limit for name, (limit, _) in now.items() if name in ("pytest", "profile"))
+    assert more["sweep"][0] >= now["sweep"][0]
+    assert gpu_check.limits(n + 1, 4, flex=len(flex) + 1)["pytest"][0] == now["pytest"][0]  # a Flex backend: no AMP steps
 
 
 def test_a_step_over_its_limit_is_killed_with_everything_it_started(tmp_path):

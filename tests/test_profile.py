@@ -1,5 +1,5 @@
-"""lra-profile: the smoke preset over every backend writes the documented files and columns, and
-an out-of-memory cell is a recorded row, not a crash."""
+"""lra-profile: the smoke preset over every backend writes the documented files and columns, an
+out-of-memory cell is a recorded row, not a crash, and sparse_pattern_impl sets the patterns' impl alone."""
 
 from __future__ import annotations
 
@@ -41,6 +41,29 @@ def test_an_allocation_that_cannot_fit_is_a_recorded_out_of_memory_cell():
     row = run_cell({"backend": "softmax", "n": 2**22, "batch": 64, "device": "cpu", "num_heads": 64, "head_dim": 64,
                     "repeats": 1}, timeout_s=120)
     assert row["error"] == "out of memory" and row["n"] == 2**22
+
+
+def test_sparse_pattern_impl_reaches_only_the_backends_with_a_flex_path(tmp_path):
+    """eager is measured; flex on a CPU is local's error row (FlexAttention has no CPU backward and the cell
+    measures one), not a crash, while softmax, which has no impl option, is measured as without the key."""
+    run_command(["lra-profile", "preset=smoke", "sparse_pattern_impl=eager", "backends=[local]", "lengths=[256]",
+                 "hydra.run.dir=eager"], tmp_path, tmp_path)
+    eager = pd.read_csv(tmp_path / "eager" / "profile.csv")
+    assert list(eager["backend"]) == ["local"] and eager["error"].isna().all() and (eager["step_ms"] > 0).all()
+    result = run_command(["lra-profile", "preset=smoke", "sparse_pattern_impl=flex", "backends=[local,softmax]",
+                          "lengths=[256]", "hydra.run.dir=flex"], tmp_path, tmp_path)
+    flex = pd.read_csv(tmp_path / "flex" / "profile.csv").set_index("backend")
+    assert "backward" in flex.loc["local", "error"] and "cpu" in flex.loc["local", "error"].lower()
+    assert pd.isna(flex.loc["softmax", "error"]) and flex.loc["softmax", "step_ms"] > 0
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unknown_sparse_pattern_impl_is_one_line_naming_the_valid_values(tmp_path):
+    result = run_command(["lra-profile", "sparse_pattern_impl=fast"], tmp_path, tmp_path, check=False)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: invalid value for sparse_pattern_impl: 'fast'"), lines
+    assert "one of auto, eager, flex (or null)" in lines[0]
 
 
 def test_fitted_exponent_recovers_a_power_law():

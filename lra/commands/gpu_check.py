@@ -9,17 +9,24 @@
 Steps, each a real command in a process group of its own with a time limit (the whole group is
 stopped when it runs over, below; a failed or timed-out step is recorded and the check goes on; benchmarks
 write their rows as they measure them, so a cut step keeps what it measured): the kernel build
-(build.log), the CUDA kernel, AMP, CUDA-graph and a small compile subset of the tests (pytest.log),
-the YOSO kernel benchmark against eager softmax and SDPA (kernels.md; kernels_bert.md at the
-BERT-base attention shape, 12 heads of 64), ``lra-profile`` of every
-backend (profile.csv, profile.png), a short concurrent ListOps sweep of every backend, several jobs
-per GPU (sweep.md); summary.md says what ran, how long, and what failed. ``--reference`` instead
-sweeps ``experiment=yoso_table3 task=listops`` (every row of the YOSO paper's Table 3 or ``--rows``, the
-seeds of ``--seeds``; 5,000 steps, n = 2048) into reference.md, and packs every run's record (its
+(build.log), the CUDA kernel, AMP, CUDA-graph and a small compile subset of the tests, with one
+FlexAttention case (pytest.log), the YOSO kernel benchmark against eager softmax and SDPA (kernels.md;
+kernels_bert.md at the BERT-base attention shape, 12 heads of 64), ``lra-profile`` of every backend
+(profile.csv, profile.png), a short concurrent ListOps sweep, several jobs per GPU (sweep.md);
+summary.md says what ran, how long, and what failed. ``--reference`` instead sweeps
+``experiment=yoso_table3 task=listops`` (every row of the YOSO paper's Table 3 or ``--rows``, the seeds
+of ``--seeds``; 5,000 steps, n = 2048) into reference.md, and packs every run's record (its
 metrics.json, with the resolved config it trained, resolved.yaml, and its overrides.yaml) into
 reference-records.tar.gz: slices run on different machines or days make one table together
 (``lra-table`` over the unpacked records). Its options and overrides are checked before anything runs,
 every job's config composed and validated as ``lra-train`` validates it (lra/commands/reference_slice.py).
+
+The fixed sparse patterns with a FlexAttention path (``has_flex_path``: Local, Longformer, BigBird, Sparse
+Transformer) take it on CUDA by default, compiled by Inductor: a cold compile of one pattern's forward and
+backward is projected at ~25-35 s on an H100, which these 9 minutes have no room for in every step. So
+the profile runs them on their eager path (``sparse_pattern_impl=eager``), the AMP tests and the sweep
+leave them out, and one Flex test (Longformer, n = 333, outputs and gradients against the eager path)
+checks the Flex path; its speed is measured by ``python -m lra.benchmarks.sparse_speed``.
 
 A step stops as a user's ctrl-C stops a command (lra/signals.py): at its time limit its process group
 is sent SIGTERM (and SIGCONT, for a stopped process), and a signal to this command (SIGINT, SIGTERM,
@@ -60,35 +67,51 @@ def _tool(name: str) -> str:
 
 
 # Time limits on an H100 (seconds) and why: 9 minutes in all (a device command may run 10). Three steps run
-# every backend, so their limits are counted from attention_zoo.names() (an audit once found them still
-# sized for 14 backends when 19 were registered; test_gpu_check checks the counts in the reasons). Measured
-# on 2026-11-27 (the first GPU run, commit 75da463, torch 2.11.0+cu130): build 47 s (H100) and 36 s (H200),
-# kernel benchmark 41 s, BERT shape 19 s, sweep 75 s (H100); profile 4-12 s a backend, 17 backends in 115 s
-# (H200), where 4 s a backend had cut the H100 run at 80 s after 11 of 19.
+# every backend, or every backend without a Flex path, so their limits are counted from attention_zoo.names()
+# (an audit once found them still sized for 14 backends when 19 were registered; test_gpu_check checks the
+# counts in the reasons). Measured on 2026-11-27 (the first GPU run, commit 75da463, torch 2.11.0+cu130):
+# build 47 s (H100) and 36 s (H200), kernel benchmark 41 s, BERT shape 19 s, sweep 75 s (H100); profile 4-12 s
+# a backend, 17 backends in 115 s (H200), where 4 s a backend had cut the H100 run at 80 s after 11 of 19.
+# The second run (H100, commit 6275fa5, docs/gpu/2026-11-27b): the CUDA tests 53 s (52 tests; YOSO's Inductor
+# compile 9.9 s, its CUDA-graph capture 16.2 s, each AMP step <= 0.6 s), profile 133 s, sweep 73 s. None of
+# these ran a Flex path (it came later): its compile time is a projection.
 COMPILE_SUBSET = ("yoso",)  # the CUDA-test step's cold Inductor compiles (softmax, lsh: `pytest -m cuda`)
 CUDA_PATHS = "test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwise"  # 6 cases
-PYTEST_START_S, AMP_STEP_S, KERNEL_TESTS_S, CUDA_PATHS_S, COMPILE_S = 15, 1.0, 12, 6, 35
+FLEX_TEST = "test_flex_patterns.py::test_flex_cuda_outputs_and_gradients_equal_eager[longformer-False-333]"
+PYTEST_START_S, AMP_STEP_S, KERNEL_TESTS_S, CUDA_PATHS_S, COMPILE_S = 15, 1.0, 12, 6, 25
+FLEX_COMPILE_S = 35  # projected, not measured: one pattern's forward and backward compiled cold
 PROFILE_BACKEND_S = 8  # one process per backend: 4-12 s each on an H200 (start-up, CUDA init, 5 lengths)
 SWEEP_ROUND_S = 18  # ~10 s start-up (a 3,200-example generated set), 100 steps, two evaluations
 
 
-def limits(backends: int, jobs_per_gpu: int) -> dict:
-    """{step: (seconds, why)} for ``backends`` backends and ``jobs_per_gpu`` sweep jobs at once (one GPU)."""
-    amp = 2 * backends
-    rounds = -(-backends // jobs_per_gpu)
+def flex_backends() -> List[str]:
+    """The registered backends with a FlexAttention path (``impl``: auto | eager | flex)."""
+    return [name for name in attention_zoo.names() if attention_zoo.get(name).cls.has_flex_path]
+
+
+def limits(backends: int, jobs_per_gpu: int, flex: int = 0) -> dict:
+    """{step: (seconds, why)} for ``backends`` backends, ``flex`` of them with a Flex path (profiled on their
+    eager path, neither AMP-tested nor swept), and ``jobs_per_gpu`` sweep jobs at once (one GPU)."""
+    eager = backends - flex
+    amp = 2 * eager
+    rounds = -(-eager // jobs_per_gpu)
     pytest_s = (PYTEST_START_S + amp * AMP_STEP_S + KERNEL_TESTS_S + CUDA_PATHS_S
-                + (len(COMPILE_SUBSET) + 1) * COMPILE_S)
+                + (len(COMPILE_SUBSET) + 1) * COMPILE_S + FLEX_COMPILE_S)
+    left_out = f"the {flex} backends with a Flex path" if flex else "no backend with a Flex path"
     return {
         "build": (65, "measured 47 s on an H100 and 36 s on an H200 (2026-11-27; the extension's sources "
                       "compile in parallel on 16 cores, so the build takes its longest source, a CPU kernel "
                       "file at -O3 -march=native, and the link); ~1.4x margin"),
-        "pytest": (pytest_s, f"start-up and CUDA init ~{PYTEST_START_S} s; {amp} AMP steps ({backends} backends x "
-                             f"fp16/bf16, ~{AMP_STEP_S:.0f} s each) and the kernel tests ~{KERNEL_TESTS_S} s; the "
-                             f"CUDA paths' 6 cases (sorted and atomic, three τ, n = 300) ~{CUDA_PATHS_S} s; "
-                             f"{len(COMPILE_SUBSET) + 1} cold Inductor compiles, {', '.join(COMPILE_SUBSET)} and "
-                             f"YOSO's CUDA-graph capture (~25 s each on CPU here, Triton's code generation on top: "
-                             f"<= {COMPILE_S} s each); on an H200 the step's tests with 2 compiles ran within 140 s "
-                             f"on 4 workers"),
+        "pytest": (pytest_s, f"start-up and CUDA init ~{PYTEST_START_S} s; {amp} AMP steps ({eager} backends x "
+                             f"fp16/bf16, ~{AMP_STEP_S:.0f} s each; {left_out} are left out, as under autocast "
+                             f"on CUDA each would compile its pattern cold) and the kernel tests "
+                             f"~{KERNEL_TESTS_S} s; the CUDA paths' 6 cases (sorted and atomic, three τ, n = 300) "
+                             f"~{CUDA_PATHS_S} s; {len(COMPILE_SUBSET) + 1} cold Inductor compiles, "
+                             f"{', '.join(COMPILE_SUBSET)} and YOSO's CUDA-graph capture (measured 9.9 s and 16.2 s "
+                             f"on an H100, 2026-11-27: <= {COMPILE_S} s each; the whole step, then with 38 AMP "
+                             f"steps, 53 s); one Flex test, Longformer's outputs and gradients at n = 333, one cold "
+                             f"compile of its forward and backward: ~25-35 s projected on an H100, not measured "
+                             f"(<= {FLEX_COMPILE_S} s)"),
         "kernels": (58, "measured 41 s on an H100 (2026-11-27) before the CUDA-graph cell (~1.5 s a length more); one process, 10 cells x 7 lengths, best of 3 after a warm-up (9 calls a cell), ~10 s of "
                         "measuring: SDPA fp32 (no FlashAttention) ~0.3 s a call at 16 x 32,768^2, eager fp32 ~0.1 s "
                         "at 16,384 and out of memory at once at 32,768, the 4 kernel YOSO cells ~1 s in all as "
@@ -98,29 +121,37 @@ def limits(backends: int, jobs_per_gpu: int) -> dict:
                      "~5 ms a call; ~10 s start-up"),
         "profile": (PROFILE_BACKEND_S * backends + 4,
                     f"{backends} backends x 5 lengths, one process per backend: 4-12 s each on an H200, 17 in "
-                    f"115 s (start-up, CUDA init and measuring): ~{PROFILE_BACKEND_S} s a backend; the command's "
-                    f"start-up, report and plot ~4 s"),
+                    f"115 s, and 19 in 133 s on an H100 (start-up, CUDA init and measuring): ~{PROFILE_BACKEND_S} s "
+                    f"a backend; the command's start-up, report and plot ~4 s; {left_out} run their eager path "
+                    f"(sparse_pattern_impl=eager), the path those times were measured on: a cold Flex compile "
+                    f"a backend (~25-35 s projected) has no room here, and the Flex path's speed is measured by "
+                    f"python -m lra.benchmarks.sparse_speed instead"),
         "sweep": (SWEEP_ROUND_S * rounds,
-                  f"{backends} jobs, {jobs_per_gpu} per GPU: {rounds} rounds of ~10 s start-up (a 3,200-example "
+                  f"{eager} jobs, {jobs_per_gpu} per GPU: {rounds} rounds of ~10 s start-up (a 3,200-example "
                   f"generated set) and 100 steps at n = 2,048 (YOSO's attention 2 x 2.1 ms a step projected, "
                   f"2 x 12.9 ms with the earlier kernels: <= 3 s) and two evaluations: ~{SWEEP_ROUND_S} s "
-                  f"a round"),
+                  f"a round; {left_out} are not swept: each job is a process of its own that would compile "
+                  f"its pattern cold (~25-35 s projected), and no one override sets their impl=eager alone "
+                  f"(YOSO's impl option takes other values)"),
     }
 
 
 def cuda_tests(tests: Path, quick: bool) -> List[str]:
-    """The node ids of the CUDA-test step: every AMP step, the kernel tests, both CUDA cumulation paths
-    of YOSO against the PyTorch path (the sorted one, the trainer's default, bitwise repeatable), the
-    CUDA-graph replay of YOSO and a small Inductor subset (each cold compile costs ~25 s; the full set is
-    ``pytest -m cuda``)."""
+    """The node ids of the CUDA-test step: the AMP steps of every backend without a Flex path, the kernel
+    tests, both CUDA cumulation paths of YOSO against the PyTorch path (the sorted one, the trainer's
+    default, bitwise repeatable), the CUDA-graph replay of YOSO, a small Inductor subset and one Flex
+    pattern against its eager path (each cold compile costs tens of seconds; the full set is ``pytest -m cuda``)."""
     if quick:
         return [str(tests / "test_cuda.py"), str(tests / "test_yoso_kernels.py")]
     cuda = tests / "test_cuda.py"
+    flex = flex_backends()
+    amp = [f"{cuda}::test_every_backend_trains_a_step_under_autocast[{name}-{precision}]"
+           for name in attention_zoo.names() if name not in flex for precision in ("fp16", "bf16")]
     compiled = [f"{cuda}::test_every_backend_compiles_with_inductor_on_cuda_and_matches_eager[{name}]"
                 for name in COMPILE_SUBSET]
     # The kernels' correctness first, the cold compiles last: a step cut at its limit keeps what matters most.
-    return [str(tests / "test_yoso_kernels.py"), f"{cuda}::{CUDA_PATHS}", f"{cuda}::test_every_backend_trains_a_step_under_autocast",
-            f"{cuda}::test_sampling_backends_replay_under_cuda_graphs[yoso]", *compiled]
+    return [str(tests / "test_yoso_kernels.py"), f"{cuda}::{CUDA_PATHS}", *amp,
+            f"{cuda}::test_sampling_backends_replay_under_cuda_graphs[yoso]", *compiled, str(tests / FLEX_TEST)]
 
 
 def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Step]:
@@ -136,11 +167,12 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
         limits_s, bases = {"build": 300, "pytest": 240, "kernels": 120, "profile": 240, "sweep": 240}, {}
     else:
         lengths = ["512", "1024", "2048", "4096", "8192", "16384", "32768"]
-        cells, sweep_backends = None, backends
-        profile = [f"backends=[{','.join(backends)}]"]
+        flex = flex_backends()
+        cells, sweep_backends = None, [name for name in backends if name not in flex]
+        profile = [f"backends=[{','.join(backends)}]", "sparse_pattern_impl=eager"]
         sweep = ["task=listops", "trainer.max_steps=100", "trainer.warmup_steps=10", "trainer.eval_every=50",  # n = 2048
                  "task.generator.num_train=3200", "task.generator.num_val=256", "task.generator.num_test=256"]
-        table = limits(len(backends), jobs_per_gpu)
+        table = limits(len(backends), jobs_per_gpu, flex=len(flex))
         limits_s = {name: limit for name, (limit, _) in table.items()}
         bases = {name: basis for name, (_, basis) in table.items()}
     benchmark = [sys.executable, "-m", "lra.benchmarks.yoso_speed", "--device", device]

@@ -82,6 +82,7 @@ def tool_output_dir(cfg, reads=()) -> Path:
 @hydra.main(version_base="1.3", config_path=str(PROFILE_CONF_DIR), config_name="lra_profile")
 @config_errors.one_line_user_errors
 def run(cfg: DictConfig) -> None:
+    import attention_zoo
     from lra.errors import UserError
     from lra.profiling import report
     from lra.validation import validate_tool
@@ -93,6 +94,8 @@ def run(cfg: DictConfig) -> None:
     for backend in cfg.backends:
         spec = {"backend": backend, "batch": cfg.batch_size, "device": device, "num_heads": cfg.num_heads,
                 "head_dim": cfg.head_dim, "repeats": cfg.repeats}
+        if cfg.sparse_pattern_impl is not None and attention_zoo.get(backend).cls.has_flex_path:
+            spec["options"] = {"impl": cfg.sparse_pattern_impl}
         lengths = [int(n) for n in cfg.lengths]
         if cfg.mode == "largest":
             found = [largest_batch(spec | {"n": n}, cfg) for n in lengths]
