@@ -108,6 +108,10 @@ def eager_reason(module, q: torch.Tensor) -> Optional[str]:
     if module.training and dropout:
         return (f"FlexAttention has no attention dropout and {module.name} is training with dropout={dropout}; "
                 f"set attention.dropout=0 or attention.impl=eager")
+    head_dim = q.shape[-1]
+    if q.device.type == "cuda" and (head_dim < 16 or head_dim & (head_dim - 1)):
+        return (f"FlexAttention's CUDA kernels are used here only for a head dimension that is a power of two "
+                f"≥ 16, and this one is {head_dim}; set attention.impl=eager")
     if q.device.type == "cuda" and q.dtype == torch.float64:
         return "FlexAttention's CUDA kernels are not used for float64 here; set attention.impl=eager"
     if q.device.type == "cuda" and torch.are_deterministic_algorithms_enabled():
@@ -247,25 +251,41 @@ def block_mask(tables: BlockTables, key_real: Optional[torch.Tensor]):
                                     mask_mod=mask_mod, seq_lengths=(tables.query_length, tables.key_length))
 
 
-def _flex_function(device: torch.device) -> Callable:
-    """flex_attention compiled with inductor on CUDA (once per process); its unfused reference elsewhere."""
+RECOMPILE_LIMIT = 64  # compiled Flex graphs kept per process: patterns × lengths × (training, evaluation)
+
+
+def _compiled_flex() -> Callable:
+    """flex_attention compiled with Inductor (once per process; a new length first recompiles, then the
+    lengths are dynamic)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    if device.type != "cuda":
-        return flex_attention
     if "cuda" not in _COMPILED:
-        _COMPILED["cuda"] = torch.compile(flex_attention, dynamic=False)
+        _COMPILED["cuda"] = torch.compile(flex_attention)
     return _COMPILED["cuda"]
+
+
+def _loud_recompile_limit():
+    """Dynamo's limits for the compiled Flex call: more room than its default 8 graphs, and an error
+    rather than its silent fall-back to the unfused (n × n) Flex when they are exhausted."""
+    from torch._dynamo import config
+
+    limits = {name: value for name, value in (("recompile_limit", RECOMPILE_LIMIT),
+                                             ("fail_on_recompile_limit_hit", True)) if hasattr(config, name)}
+    return config.patch(**limits)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tables: BlockTables,
            key_real: Optional[torch.Tensor], score_mod=None) -> torch.Tensor:
     """Softmax attention of q [B, H, n_q, d] (already scaled) over k, v [B, H, n_kv, d] restricted to the
     pattern of ``tables`` (and the real keys of ``key_real``), as FlexAttention computes it."""
+    from torch.nn.attention.flex_attention import flex_attention
+
     mask = block_mask(tables, key_real)
-    flex = _flex_function(q.device)
-    if q.device.type == "cuda" or torch.compiler.is_compiling():
-        return flex(q, k, v, score_mod=score_mod, block_mask=mask, scale=1.0)
+    if torch.compiler.is_compiling():  # inside a compiled model: its graph compiles Flex
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=mask, scale=1.0)
+    if q.device.type == "cuda":
+        with _loud_recompile_limit():
+            return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=mask, scale=1.0)
     with warnings.catch_warnings():  # the CPU's unfused forward, as asked
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
-        return flex(q, k, v, score_mod=score_mod, block_mask=mask, scale=1.0)
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=mask, scale=1.0)
