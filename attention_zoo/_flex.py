@@ -99,28 +99,38 @@ def flex_missing() -> Optional[str]:
     return None
 
 
-def eager_reason(module, q: torch.Tensor) -> Optional[str]:
-    """Why the Flex path cannot run this call of ``module`` on ``q``, or None when it can."""
+def refusal(name: str, *, dropout: float, training: bool, device_type: str, dtype: torch.dtype, head_dim: int,
+            deterministic: bool, backward: bool) -> Optional[str]:
+    """Why backend ``name``'s Flex path cannot serve a call with these facts (one line naming the fix), or
+    None: the rules :func:`use_flex` applies per call and ``lra.validation`` to a run's config."""
     missing = flex_missing()
     if missing:
         return missing
-    dropout = getattr(module.options, "dropout", 0.0)
-    if module.training and dropout:
-        return (f"FlexAttention has no attention dropout and {module.name} is training with dropout={dropout}; "
+    if training and dropout:
+        return (f"FlexAttention has no attention dropout and {name} is training with dropout={dropout}; "
                 f"set attention.dropout=0 or attention.impl=eager")
-    head_dim = q.shape[-1]
-    if q.device.type == "cuda" and (head_dim < 16 or head_dim & (head_dim - 1)):
+    if device_type != "cuda":
+        if backward:
+            return (f"FlexAttention has no backward on {device_type} in torch {torch.__version__}; "
+                    f"attention.impl=flex is for CUDA (on a CPU it runs forward only): set attention.impl=auto or eager")
+        return None
+    if head_dim < 16 or head_dim & (head_dim - 1):
         return (f"FlexAttention's CUDA kernels are used here only for a head dimension that is a power of two "
                 f"≥ 16, and this one is {head_dim}; set attention.impl=eager")
-    if q.device.type == "cuda" and q.dtype == torch.float64:
+    if dtype == torch.float64:
         return "FlexAttention's CUDA kernels are not used for float64 here; set attention.impl=eager"
-    if q.device.type == "cuda" and torch.are_deterministic_algorithms_enabled():
-        return ("deterministic algorithms are on and FlexAttention's inductor kernels are not verified "
+    if deterministic:
+        return ("deterministic algorithms are on and FlexAttention's Inductor kernels are not verified "
                 "deterministic here; set attention.impl=eager (or trainer.deterministic=false)")
-    if q.device.type != "cuda" and torch.is_grad_enabled() and q.requires_grad:
-        return (f"FlexAttention has no backward on {q.device.type} in torch {torch.__version__}; "
-                f"attention.impl=flex is for CUDA (on a CPU it runs forward only): set attention.impl=auto or eager")
     return None
+
+
+def eager_reason(module, q: torch.Tensor) -> Optional[str]:
+    """Why the Flex path cannot run this call of ``module`` on ``q`` (:func:`refusal`), or None."""
+    return refusal(module.name, dropout=getattr(module.options, "dropout", 0.0), training=module.training,
+                   device_type=q.device.type, dtype=q.dtype, head_dim=q.shape[-1],
+                   deterministic=torch.are_deterministic_algorithms_enabled(),
+                   backward=torch.is_grad_enabled() and q.requires_grad)
 
 
 def use_flex(module, q: torch.Tensor) -> bool:

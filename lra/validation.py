@@ -101,6 +101,26 @@ def check_attention(cfg: DictConfig) -> None:
                               "(the compiled kernels for the tensors' device) or attention.impl=cpu")
 
 
+def check_flex_path(cfg: DictConfig) -> None:
+    """``attention.impl=flex`` where the Flex path cannot train this run (a CPU, attention dropout, torch's
+    deterministic algorithms, a head dimension Flex's kernels do not take): refused before anything runs,
+    by the rules the backend applies per call (``attention_zoo._flex.refusal``)."""
+    import torch
+
+    from attention_zoo import _flex
+
+    spec = attention_spec(cfg)
+    if not attention_zoo.get(spec.name).cls.has_flex_path or spec.options.impl != "flex":
+        return
+    device = cfg.trainer.device
+    on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    reason = _flex.refusal(spec.name, dropout=getattr(spec.options, "dropout", 0.0), training=True,
+                           device_type="cuda" if on_cuda else "cpu", dtype=torch.float32,
+                           head_dim=cfg.model.head_dim, deterministic=cfg.trainer.deterministic, backward=True)
+    if reason:
+        raise ConfigError(f"invalid value for attention.impl: 'flex'; {reason}")
+
+
 def check_cls_position(cfg: DictConfig) -> None:
     """A backend that treats position 0 as the CLS token (``cls_token``, Sparse Transformer) does so
     exactly when the model prepends one, as the LRA code sets it from its pooling: otherwise a real
@@ -209,6 +229,7 @@ def validate(cfg: DictConfig) -> TrainRunConfig:
     except InvalidOption as error:
         raise invalid(error.field, error) from None
     check_attention(cfg)
+    check_flex_path(cfg)
     check_cls_position(cfg)
     check_shape(cfg)
     check_pretraining(cfg)

@@ -245,8 +245,36 @@ def test_flex_cuda_trains_under_bf16_autocast_in_float32(pattern):
 
 
 @cuda
+@pytest.mark.parametrize("pattern", ["local", "longformer", "bigbird", "sparse_transformer"])
+def test_flex_cuda_forward_and_backward_repeat_bitwise(pattern):
+    """The evidence for letting deterministic runs take Flex (they take the eager path until it holds)."""
+    _, flex = pair(pattern, False, 2048, "cuda")
+    q, k, v, mask = inputs(2048, "cuda")
+    results = []
+    for _ in range(2):
+        leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+        out = flex(*leaves, mask)
+        out.sum().backward()
+        results.append([out] + [x.grad for x in leaves])
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+
+
+@cuda
 def test_flex_auto_takes_flex_on_cuda():
     _, flex = pair("bigbird", False, 512, "cuda")
     flex.options.impl = "auto"
     q = torch.zeros(1, HEADS, 512, DIM, device="cuda")
     assert _flex.use_flex(flex, q)
+
+
+def test_a_flex_run_that_cannot_train_is_refused_at_config_time_in_one_line():
+    from helpers import compose_config
+    from lra.errors import ConfigError
+    from lra.validation import validate
+
+    with pytest.raises(ConfigError, match="attention.impl: 'flex'; FlexAttention has no backward on cpu"):
+        validate(compose_config("task=listops", "attention=local", "attention.impl=flex", "trainer.device=cpu"))
+    with pytest.raises(ConfigError, match="dropout=0.1; set attention.dropout=0 or attention.impl=eager"):
+        validate(compose_config("task=listops", "attention=bigbird", "attention.impl=flex", "attention.dropout=0.1"))
+    validate(compose_config("task=listops", "attention=bigbird", "attention.impl=eager", "trainer.device=cpu"))
+    validate(compose_config("task=listops", "attention=yoso", "attention.impl=torch"))  # YOSO's own impl option
