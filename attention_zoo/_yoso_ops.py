@@ -12,6 +12,15 @@ switch (``torch.are_deterministic_algorithms_enabled()``, which ``trainer.determ
 deterministic algorithms, sorted codes and one writer per output (bitwise repeatable); without, the
 YOSO authors' atomicAdd cumulation (faster, float sums in arrival order, as ``index_add_`` on CUDA).
 
+Errors, as PyTorch's device-side asserts: a hash code outside [0, 2^τ) (the hash kernel makes none;
+codes given with another τ could) is checked on the device; the CPU kernels raise a RuntimeError at
+once, the CUDA kernels stop with a trap, a sticky error: the op's caller sees it at the next
+synchronization ("device-side assert"-like, "unspecified launch failure"), and every later CUDA call of
+the process fails, so the process must restart. Shapes and sizes are checked on the host first (one
+error line, nothing launched). A launch that fails (a configuration the device refuses) raises at once
+naming its kernel, and its error is cleared, so no later, unrelated op is blamed for it; an error
+another operation left pending is raised before the first launch, named as not YOSO's.
+
 - Hashing (Andoni et al. 2015): x ↦ H D3 H D2 H D1 x, H the unnormalized Walsh–Hadamard matrix on
   P = next power of two ≥ d coordinates, Di random ±1 diagonals. A code's τ bits come from τ
   independent products (product g·τ + t gives bit t of hashes g·P … g·P + P − 1), so τ·⌈m/P⌉

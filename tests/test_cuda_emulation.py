@@ -39,9 +39,13 @@ SHAPES = [  # batch·heads, n, head_dim, value_dim, hashes, τ: every team layou
     (1, 8, 32, 32, 256, 3),
     (2, 23, 16, 16, 4, 20),
     (1, 1030, 16, 16, 2, 11),  # p = 4: too wide a table for shared memory, rows by code in the workspace
+    (2, 50, 16, 16, 3, 9),  # the shared-memory tables in 2 slices a pair
+    (1, 70, 32, 32, 2, 10),  # in 4 slices
+    (1, 40, 16, 16, 2, 13),  # more than 16 slices: no shared-memory table, the atomic rows in the workspace
 ]
-# ThreadSanitizer costs ~20x: the shapes that cover the generic team and a templated one.
-RACE_SHAPES = {SHAPES[0], SHAPES[4]}
+# ThreadSanitizer costs ~20x: the shapes that cover the generic team and a templated one, a table launch of
+# several slices (blocks of one pair racing on its lists) and the path without shared-memory tables.
+RACE_SHAPES = {SHAPES[0], SHAPES[4], SHAPES[6], SHAPES[7], SHAPES[8]}
 CASES = [pytest.param(v.values[0], s, marks=v.marks, id=f"{'x'.join(map(str, s))}-{v.id}")
          for v in (variant("asan"), variant("tsan")) for s in SHAPES if v.id == "asan" or s in RACE_SHAPES]
 
@@ -293,6 +297,29 @@ def test_every_emulated_launch_asserts_cudas_limits(grid, block, shared, opt_in,
         assert result.returncode == 0 and result.outputs["codes"][0] == 1, result.stderr
     else:
         assert result.returncode != 0 and f"breaks CUDA's limits: {expected}" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("name", ["plain", variant("tsan")])
+@pytest.mark.parametrize("tau", [9, 10, 13])
+def test_every_update_counts_when_the_tokens_collide_on_a_few_codes(name, tau):
+    """Every token on one of four codes, one in each quarter of the code space (so in different slices of
+    the shared-memory tables where there are several), values and weights 1: each output is the count of
+    keys on its query's code averaged over the m = 4 hashes, a multiple of 1/4 the sums hold exactly, compared
+    bit for bit. A lost update (a race between blocks adding into one row) changes a count by one."""
+    batch, m, n, dv = 2, 4, 120, 8
+    g = torch.Generator().manual_seed(tau)
+    quarter = 2**tau // 4
+    codes = torch.tensor([0, quarter + 1, 2 * quarter + 2, 3 * quarter + 3], dtype=torch.int32)
+    codes_q, codes_k = (codes[torch.randint(0, 4, (batch, m, n), generator=g)] for _ in range(2))
+    ones, v = torch.ones(batch, 1, 1, n), torch.ones(batch, n, dv)
+    expected = ops.cumulation_torch(codes_q, codes_k, ones, ones, v, tau).double().numpy().reshape(-1)
+    assert np.array_equal(expected * m, np.round(expected * m)) and expected.max() > 20  # counts, many updates each
+    for deterministic in (0, 1):
+        out = emulation.run(name, "cumulation", {"codes_q": codes_q.numpy(), "codes_k": codes_k.numpy(),
+                                                 "weight_q": ones.numpy(), "weight_k": ones.numpy(), "values": v.numpy()},
+                            {"B": batch, "m": m, "tau": tau, "nq": n, "nk": n, "dv": dv, "p": 1, "mq": 1, "mk": 1,
+                             "workspace_bytes": 2**24, "deterministic": deterministic, "seed": seed_of(name, tau)})
+        np.testing.assert_array_equal(out.outputs["out"].astype(np.float64), expected, err_msg=f"deterministic={deterministic}")
 
 
 @pytest.mark.parametrize("name", [variant("tsan")])

@@ -1,7 +1,7 @@
 // Torch-side wrappers of the YOSO CUDA kernels: outputs from torch's caching allocator, then the host
 // logic of yoso_cuda_host.cpp with torch as its device (workspace from the caching allocator, each pair's
 // codes sorted with torch's stable sort, the heavy buckets numbered with torch's cumsum, the current stream,
-// every launch checked with C10_CUDA_KERNEL_LAUNCH_CHECK). Nothing here waits for the device. The
+// every launch's own error read, cleared and raised as that launch's, an earlier one's raised before). Nothing here waits for the device. The
 // cumulation and the default backward are deterministic (one writer per output, bitwise repeatable) when
 // torch's deterministic algorithms are on (torch.use_deterministic_algorithms; the trainer's
 // trainer.deterministic, default true), and otherwise atomic (the YOSO authors' design, faster). Compiled
@@ -29,7 +29,14 @@ namespace {
 
 class TorchDevice final : public yoso::Device {
  public:
-  explicit TorchDevice(const at::Tensor& like) : options_(like.options()) {}
+  // An error some earlier CUDA operation left pending is raised here, as that operation's, before a YOSO
+  // kernel launches (a launch reads and clears the error it finds: it would otherwise be blamed on YOSO).
+  explicit TorchDevice(const at::Tensor& like) : options_(like.options()) {
+    const cudaError_t pending = cudaGetLastError();
+    TORCH_CHECK(pending == cudaSuccess,
+                (std::string("a CUDA error was pending before a YOSO op launched anything (left by an earlier CUDA "
+                             "operation, not by YOSO): ") + cudaGetErrorString(pending)).c_str());
+  }
   // Straight from the caching allocator: at::empty would fill the workspace with NaNs whenever
   // deterministic algorithms are on (torch.utils.deterministic.fill_uninitialized_memory), every call.
   float* floats(int64_t count) override { return static_cast<float*>(raw(count * sizeof(float))); }
@@ -53,10 +60,10 @@ class TorchDevice final : public yoso::Device {
     return keep_.back().data_ptr<int32_t>();
   }
   cudaStream_t stream() override { return c10::cuda::getCurrentCUDAStream(); }
+  // ``status``: a launch's own error, already cleared by YOSO_LAUNCH (yoso_simt.h).
   void check(cudaError_t status, const char* what) override {
     TORCH_CHECK(status == cudaSuccess,  // one finished string: no stream (yoso_checks.h says why)
                 (std::string("yoso: CUDA ") + what + " failed: " + cudaGetErrorString(status)).c_str());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
   [[noreturn]] void fail(const std::string& message) override { TORCH_CHECK(false, message.c_str()); }
 

@@ -25,9 +25,12 @@
 #if defined(__CUDACC__)  // the kernels' spelling; a host file (the torch wrappers) needs only the types
 #define YOSO_GLOBAL __global__
 #define YOSO_DEVICE __device__ __forceinline__
-// Launch and report a configuration error at once; execution errors surface at the next sync.
+// Launch and return the launch's own error, cleared (cudaGetLastError), so that the caller reports it as
+// this kernel's and the next, unrelated CUDA call does not raise it again; execution errors surface at the
+// next sync. The torch wrappers clear nothing of others': an error pending before a YOSO op is raised,
+// named as an earlier operation's, before its first launch (yoso_cuda.cpp).
 #define YOSO_LAUNCH(kernel, grid, block, shared, stream, ...) \
-  (kernel<<<(grid), (block), (shared), (stream)>>>(__VA_ARGS__), cudaPeekAtLastError())
+  (kernel<<<(grid), (block), (shared), (stream)>>>(__VA_ARGS__), cudaGetLastError())
 #define YOSO_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 // A code outside [0, 2^tau) would index past a table: the kernel stops the device. This is a sticky
 // error: the CUDA context is unusable afterwards (every later CUDA call in the process fails), so the
@@ -98,7 +101,6 @@ using cudaStream_t = void*;
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidConfiguration = 9 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 inline const char* cudaGetErrorString(cudaError_t error) { return error == cudaSuccess ? "no error" : "emulated error"; }
-inline cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 
 namespace simt {
