@@ -15,7 +15,9 @@ the layer's seeded plan is part of the key — so the n × n predicate is evalua
 batch's key-padding mask is then folded in at block level: a key block holding no real key is skipped,
 one holding only real keys stays "full" (no per-element mask). A query that attends no real key gets
 0 here where the eager paths average its candidate keys (their masks are a finite −1e9); those rows are
-padded queries, which callers ignore (``registry.Attention``).
+padded queries, which callers ignore (``registry.Attention``), except a model that pools every position
+(``Attention.padded_rows_read``): there the Flex path is refused (``auto``: the eager path, said once),
+unless the backend's Flex path is exact on every row (``flex_exact_on_every_row``: strided Local).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Pattern:
     heads: int
     query_length: int
     key_length: int
+    folds_padding: bool = True  # a batch's key padding is folded into the block mask (else a score bias)
 
 
 @dataclass
@@ -100,12 +103,17 @@ def flex_missing() -> Optional[str]:
 
 
 def refusal(name: str, *, dropout: float, training: bool, device_type: str, dtype: torch.dtype, head_dim: int,
-            deterministic: bool, backward: bool) -> Optional[str]:
+            deterministic: bool, backward: bool, padded_rows_read: bool = False) -> Optional[str]:
     """Why backend ``name``'s Flex path cannot serve a call with these facts (one line naming the fix), or
-    None: the rules :func:`use_flex` applies per call and ``lra.validation`` to a run's config."""
+    None: the rules :func:`use_flex` applies per call and ``lra.validation`` to a run's config.
+    ``padded_rows_read``: the model reads the rows Flex computes differently (rows without a real key)."""
     missing = flex_missing()
     if missing:
         return missing
+    if padded_rows_read:
+        return (f"the model pools every position, padded ones included (model.pooling=mean_unmasked), and "
+                f"{name}'s Flex path gives a row without a real key 0 where the eager path averages; set "
+                f"attention.impl=eager (or auto)")
     if training and dropout:
         return (f"FlexAttention has no attention dropout and {name} is training with dropout={dropout}; "
                 f"set attention.dropout=0 or attention.impl=eager")
@@ -125,20 +133,21 @@ def refusal(name: str, *, dropout: float, training: bool, device_type: str, dtyp
     return None
 
 
-def eager_reason(module, q: torch.Tensor) -> Optional[str]:
-    """Why the Flex path cannot run this call of ``module`` on ``q`` (:func:`refusal`), or None."""
+def eager_reason(module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Optional[str]:
+    """Why the Flex path cannot run this call of ``module`` (:func:`refusal`), or None."""
+    backward = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
     return refusal(module.name, dropout=getattr(module.options, "dropout", 0.0), training=module.training,
                    device_type=q.device.type, dtype=q.dtype, head_dim=q.shape[-1],
-                   deterministic=torch.are_deterministic_algorithms_enabled(),
-                   backward=torch.is_grad_enabled() and q.requires_grad)
+                   deterministic=torch.are_deterministic_algorithms_enabled(), backward=backward,
+                   padded_rows_read=module.padded_rows_read and not module.flex_exact_on_every_row(module.options))
 
 
-def use_flex(module, q: torch.Tensor) -> bool:
+def use_flex(module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether ``module`` (a backend with an ``impl`` option) computes this call with FlexAttention."""
     impl = module.options.impl
     if impl == "eager" or (impl == "auto" and q.device.type != "cuda"):
         return False
-    reason = eager_reason(module, q)
+    reason = eager_reason(module, q, k, v)
     if reason is None:
         return True
     if impl == "flex":

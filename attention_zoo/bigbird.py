@@ -183,7 +183,7 @@ class BigBirdAttention(Attention):
 
     @at_least_float32
     def forward(self, q, k, v, mask):
-        if _flex.use_flex(self, q):
+        if _flex.use_flex(self, q, k, v):
             return self._flex_forward(q, k, v, mask)
         batch, heads, n, _ = q.shape
         size = self.options.block_size

@@ -85,6 +85,11 @@ class LocalAttention(Attention):
     def label(cls, options: LocalOptions) -> str:
         return "Local Attention"
 
+    @classmethod
+    def flex_exact_on_every_row(cls, options: LocalOptions) -> bool:
+        """Strided: its Flex path adds the eager path's −1e10 bias over the same padded groups."""
+        return options.grouping == "strided"
+
     def attended_keys(self, q, k, mask: Optional[torch.Tensor]):
         """Dense [B, H, n, n] bool: the keys among the n positions each query attends to (for analysis at
         small n; ``strided`` also attends the zero keys of its internal padding, which this leaves out)."""
@@ -145,7 +150,7 @@ class LocalAttention(Attention):
         causality in its score bias)."""
         if self.options.grouping == "strided":
             padded, _ = self._strided_geometry(n)
-            return _flex.Pattern("local", (self.options.block_size, False), 1, padded, padded)
+            return _flex.Pattern("local", (self.options.block_size, False), 1, padded, padded, folds_padding=False)
         return _flex.Pattern("local", (self.options.block_size, self.causal), 1, n, n)
 
     def _flex_contiguous(self, q, k, v, mask):
@@ -180,7 +185,7 @@ class LocalAttention(Attention):
 
     @at_least_float32
     def forward(self, q, k, v, mask):
-        if _flex.use_flex(self, q):
+        if _flex.use_flex(self, q, k, v):
             if self.options.grouping == "strided":
                 return self._flex_strided(q, k, v, mask)
             return self._flex_contiguous(q, k, v, mask)

@@ -32,6 +32,9 @@ class Attention(nn.Module):
     supports_causal: bool = False  # has a causal mode: a query sees only keys at its position or before
     causal: bool = False  # this module's mode, set by :meth:`AttentionSpec.build` (tested over the registry)
     has_flex_path: bool = False  # a FlexAttention path chosen by its ``impl`` option (auto | eager | flex; ``_flex``)
+    # Set by a model whose pooling reads every position's output, padded ones too (mean_unmasked): rows that
+    # attend no real key are then read, and a path that computes them differently must not be taken.
+    padded_rows_read: bool = False
 
     def __init__(self, num_heads: int, head_dim: int, max_seq_len: int, options: Any):
         super().__init__()
@@ -51,6 +54,12 @@ class Attention(nn.Module):
         """Raise :class:`~attention_zoo.options.InvalidOption` if ``options`` cannot serve inputs of
         this shape (e.g. more Nyström landmarks than tokens), so a harness can refuse the config
         before anything is built. Default: every shape is served."""
+
+    @classmethod
+    def flex_exact_on_every_row(cls, options: Any) -> bool:
+        """Whether this backend's Flex path (``has_flex_path``) equals its eager path on rows without a
+        real key too (their masks a bias in both), so a model may read those rows. Default: no."""
+        return False
 
     def share_parameters_with(self, first: "Attention") -> None:
         """Called on layers 2… of a model with layer 1's backend; a backend whose options ask for

@@ -155,7 +155,7 @@ class SparseTransformerAttention(Attention):
 
     @at_least_float32
     def forward(self, q, k, v, mask):
-        if _flex.use_flex(self, q):
+        if _flex.use_flex(self, q, k, v):
             return self._flex_forward(q, k, v, mask)
         n = q.shape[2]
         first = 1 if self.options.cls_token and n > 0 else 0

@@ -158,6 +158,8 @@ class Encoder(nn.Module):
         self.norm = nn.LayerNorm(cfg.dim, eps=cfg.layer_norm_eps)
         for block in self.blocks[1:]:
             block.attention.backend.share_parameters_with(self.blocks[0].attention.backend)
+        for block in self.blocks:
+            block.attention.backend.padded_rows_read = self.pooling is Pooling.mean_unmasked
 
     def real_tokens(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """[batch, n] bool: the tokens the model treats as real (the reference's `ids != 0` quirk makes

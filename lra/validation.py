@@ -101,9 +101,14 @@ def check_attention(cfg: DictConfig) -> None:
                               "(the compiled kernels for the tensors' device) or attention.impl=cpu")
 
 
+def pooling_of(cfg: DictConfig) -> str:
+    return getattr(cfg.model.pooling, "value", cfg.model.pooling)
+
+
 def check_flex_path(cfg: DictConfig) -> None:
     """``attention.impl=flex`` where the Flex path cannot train this run (a CPU, attention dropout, torch's
-    deterministic algorithms, a head dimension Flex's kernels do not take): refused before anything runs,
+    deterministic algorithms, a head dimension Flex's kernels do not take, a pooling that reads the padded
+    rows Flex computes differently): refused before anything runs,
     by the rules the backend applies per call (``attention_zoo._flex.refusal``)."""
     import torch
 
@@ -114,9 +119,12 @@ def check_flex_path(cfg: DictConfig) -> None:
         return
     device = cfg.trainer.device
     on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    backend = attention_zoo.get(spec.name).cls
+    reads_padded = pooling_of(cfg) == "mean_unmasked" and not backend.flex_exact_on_every_row(spec.options)
     reason = _flex.refusal(spec.name, dropout=getattr(spec.options, "dropout", 0.0), training=True,
                            device_type="cuda" if on_cuda else "cpu", dtype=torch.float32,
-                           head_dim=cfg.model.head_dim, deterministic=cfg.trainer.deterministic, backward=True)
+                           head_dim=cfg.model.head_dim, deterministic=cfg.trainer.deterministic, backward=True,
+                           padded_rows_read=reads_padded)
     if reason:
         raise ConfigError(f"invalid value for attention.impl: 'flex'; {reason}")
 
@@ -129,7 +137,7 @@ def check_cls_position(cfg: DictConfig) -> None:
     prepended = pools_by_cls(cfg.model.pooling)
     if claimed is not None and claimed != prepended:
         raise ConfigError(f"invalid value for attention.cls_token: {str(claimed).lower()}; it must be "
-                          f"{str(prepended).lower()} with model.pooling={getattr(cfg.model.pooling, 'value', cfg.model.pooling)} "
+                          f"{str(prepended).lower()} with model.pooling={pooling_of(cfg)} "
                           f"(position 0 is a CLS token only under model.pooling=cls): leave attention.cls_token "
                           f"unset, it follows model.pooling")
 

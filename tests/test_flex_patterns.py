@@ -278,3 +278,36 @@ def test_a_flex_run_that_cannot_train_is_refused_at_config_time_in_one_line():
         validate(compose_config("task=listops", "attention=bigbird", "attention.impl=flex", "attention.dropout=0.1"))
     validate(compose_config("task=listops", "attention=bigbird", "attention.impl=eager", "trainer.device=cpu"))
     validate(compose_config("task=listops", "attention=yoso", "attention.impl=torch"))  # YOSO's own impl option
+
+
+def lra_table1_logits(setup, row, impl, pooling=None):
+    """Eval-mode logits of an LRA Table 1 model on two mostly black images (black pixels are padding under
+    its padding_mask=nonzero_ids), one in [1, 2]: impl as given."""
+    from helpers import compose_config
+    from lra.model import Classifier
+    from lra.validation import attention_spec
+
+    overrides = ["experiment=lra_table1", f"setup=lra_table1/{setup}", f"row=lra_table1/{row}", f"attention.impl={impl}",
+                 "model.num_layers=1", "task.max_length=256"]
+    cfg = compose_config(*overrides, *([f"model.pooling={pooling}"] if pooling else []))
+    if row == "bigbird":
+        cfg.attention.seed = 1
+    torch.manual_seed(0)
+    model = Classifier(cfg.model, cfg.task, attention_spec(cfg), cfg.task.max_length).eval()
+    ids = torch.zeros(2, cfg.task.max_length, dtype=torch.long)
+    ids[0, 100:140] = 255
+    ids[1, ::7] = 200
+    with torch.no_grad():
+        return model([ids], [torch.ones_like(ids, dtype=torch.bool)])
+
+
+def test_flex_is_refused_where_the_model_reads_rows_without_a_real_key_and_equal_where_it_does_not():
+    """LRA Table 1's Image setup pools every position (mean_unmasked) of images whose black pixels are padding:
+    the rows Flex computes differently are read, so Flex is refused there, naming the pooling; pooled by CLS
+    the same model gives the same logits on both paths; strided Local, exact on every row, keeps Flex."""
+    with pytest.raises(_flex.FlexUnavailable, match="model.pooling=mean_unmasked"):
+        lra_table1_logits("image", "longformer", "flex")
+    eager, flex = (lra_table1_logits("image", "longformer", impl, pooling="cls") for impl in ("eager", "flex"))
+    assert relative(flex, eager) <= 1e-5
+    eager, flex = (lra_table1_logits("image", "local", impl) for impl in ("eager", "flex"))
+    assert relative(flex, eager) <= 1e-5

@@ -22,7 +22,7 @@ def test_sparse_speed_measures_each_pattern_and_writes_its_table(tmp_path, capsy
         q = torch.zeros(1, 2, 300, 8)
         dense = module.attended_keys(q, q, torch.ones(1, 300, dtype=torch.bool)).double().mean().item()
         assert abs(row["density"] - dense) < 1e-9
-        assert row["pass"] == "forward" and 0 < row["blocks_computed"] <= 1
+        assert row["pass"] == "forward" and row["density"] <= row["blocks_computed"] <= 3 * 4 * 128**2 / 300**2  # a 3 x (3 or 4) grid at most
         assert row["flex_ms"] > 0 and row["mask_build_ms"] > 0 and row["flex_vs_ideal"] > 0
     table = out.read_text()
     assert "forward on cpu, fp32" in table and "Flex ÷ (density × SDPA)" in table

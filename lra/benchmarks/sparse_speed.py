@@ -6,8 +6,9 @@ For each pattern (the LRA presets' options: Local strided and contiguous, b = 50
 one global token; BigBird, blocks of 64, 3 random; Sparse Transformer, l = 50, c = 10, CLS) and length, at
 batch·heads 16 × head_dim 32 in fp32 (one sequence of 16 heads):
 
-- density: the fraction of the n² (query, key) pairs the pattern attends, and the fraction of
-  FlexAttention's 128 × 128 blocks it computes;
+- density: the fraction of the n² (query, key) pairs the pattern attends (strided Local: counted on its
+  padded sequence), and "blocks computed": the pairs of the 128 × 128 blocks FlexAttention computes, as a
+  fraction of n² too (Sparse Transformer's strip of gathered summaries included);
 - the block mask's cost, reported apart from the attention: building the pattern's tables (once per
   shape, cached) and folding a batch's padding into them (every call);
 - the time of the Flex path (its first call, Inductor's compile included, apart), of the eager path and
@@ -66,8 +67,8 @@ def measure(pattern: str, n: int, device: str, heads: int, head_dim: int, repeat
     density = pairs / (heads * n * n)
     _flex.clear_cache()
     tables, build_s = _timed(lambda: _flex.block_tables(shape, dev), dev)
-    blocks = float(tables.needed.float().mean())
-    real = torch.ones(1, shape.key_length, dtype=torch.bool, device=dev)
+    blocks = int(tables.needed.sum()) * (heads // shape.heads) * _flex.BLOCK**2 / (heads * n * n)
+    real = torch.ones(1, shape.key_length, dtype=torch.bool, device=dev) if shape.folds_padding else None
     fold_s = best_of(lambda: _flex.block_mask(tables, real), dev, repeats)
 
     def call(module):
@@ -141,6 +142,7 @@ def main(argv=None) -> int:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
+    measure(args.patterns[0], 256, args.device, args.heads, args.head_dim, 1)  # the process's first-time costs, not a row
     rows = []
     for pattern in args.patterns:
         for n in lengths:
