@@ -5,9 +5,10 @@ two ways: densely by a backend's ``attended_keys`` and block-sparsely here.
 What runs where is the backends' ``impl`` option (:data:`IMPLS`): ``eager`` is their own PyTorch path
 (the CPU path and the reference), ``flex`` is FlexAttention (compiled with inductor on CUDA; on a CPU it
 runs its unfused forward only, for tests), ``auto`` takes Flex on CUDA and eager elsewhere. A Flex path
-that cannot serve a call (attention dropout in training, deterministic algorithms on, a CPU backward, a
-torch without FlexAttention) is an error under ``flex`` and, under ``auto`` on CUDA, a warning said once
-per backend and reason before the eager path runs.
+that cannot serve a call (:func:`refusal`: a model reading rows without a real key, attention dropout in
+training, a CPU backward, a head dimension or dtype its CUDA kernels are not used for, deterministic
+algorithms, a torch without FlexAttention) is an error under ``flex`` and, under ``auto`` on CUDA, a
+warning said once per backend and reason before the eager path runs.
 
 Per call, the pattern's block tables (which key blocks each query block needs, and which of them are
 entirely allowed) come from a cache keyed by (pattern, options, lengths, heads, device) — for BigBird
@@ -83,9 +84,9 @@ _COMPILED: Dict[str, Callable] = {}
 
 
 def pattern_family(name: str):
-    """Register ``builder(params, heads, query_length, key_length, device) → allowed(head, query, key)``,
-    the pattern of family ``name`` from plain parameters (ints, bools and None), so that the cached tables can be made
-    again from the key alone (inside an operator that a compiled graph calls)."""
+    """Register ``builder(params, heads, query_length, key_length, device) → allowed(head, query, key)``, the
+    pattern of family ``name`` from plain parameters (ints, bools and None), so that the cached tables can
+    be made again from the key alone (inside an operator that a compiled graph calls)."""
     def register(builder: PatternBuilder) -> PatternBuilder:
         _FAMILIES[name] = builder
         return builder
