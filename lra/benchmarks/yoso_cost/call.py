@@ -1,5 +1,6 @@
-"""One YOSO attention call as the GPU cost model sees it: its shape, its buckets, and the work that
-surrounds the kernels (torch's sort of the codes, PyTorch's elementwise passes around the operator).
+"""One YOSO attention call as the GPU cost model sees it: its shape and its buckets, and the statistics
+the kernels' costs take from them (the busiest lane, the rounds of a contended atomic, a binary search's
+latency); the ops around the kernels are :mod:`.ops`'.
 
 Codes are taken uniform over 2^τ (random unit q and k: each bit a fair coin), so a token meets
 λ = n / 2^τ tokens of the other side per hash, Poisson; trained models collide more
@@ -11,9 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import List, Optional
+from typing import Optional
 
-from lra.benchmarks.yoso_cost.gpu import WARP, Kernel, Machine, streaming
+from lra.benchmarks.yoso_cost.gpu import WARP, Machine
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,29 @@ def max_of_poisson(mean: float, draws: int) -> float:
         term *= mean / k
 
 
+@lru_cache(maxsize=None)
+def most_on_one(lanes: int, addresses: int) -> float:
+    """E[the most of ``lanes`` lanes that pick one of ``addresses`` addresses uniformly at random]: the rounds
+    of a warp's shared atomic whose lanes hit random counters. Exact: P(max ≤ t) = L!/A^L ·
+    [x^L] (Σ_{j ≤ t} x^j/j!)^A, summed over t."""
+    if addresses <= 1 or lanes <= 1:
+        return float(lanes)
+    expected = 0.0
+    for t in range(lanes):
+        series = [1.0 / math.factorial(j) for j in range(t + 1)]
+        power = [1.0]
+        for _ in range(addresses):  # (Σ_{j ≤ t} x^j/j!)^A, truncated at x^L
+            product = [0.0] * min(len(power) + t, lanes + 1)
+            for i, a in enumerate(power):
+                for j, b in enumerate(series):
+                    if i + j <= lanes:
+                        product[i + j] += a * b
+            power = product
+        at_most = (power[lanes] if len(power) > lanes else 0.0) * math.factorial(lanes) / addresses**lanes
+        expected += 1.0 - at_most
+    return expected
+
+
 def dependent_latency(machine: Machine, array_bytes: float, cached: float = 64 * 1024) -> float:
     """Cycles of one load of a binary search (a chain of dependent loads) over a sorted array that a
     block searches again and again: the top levels of the search stay in L1 (``cached`` bytes of the
@@ -121,31 +145,3 @@ def dependent_latency(machine: Machine, array_bytes: float, cached: float = 64 *
         return l1
     missing = math.log2(array_bytes / cached) / math.log2(array_bytes / 4)
     return l1 + (machine.l2_latency - l1) * missing
-
-
-def torch_sort(c: Call, sides: int, machine: Machine) -> List[Kernel]:
-    """``sort_codes`` (yoso_cuda.cpp): at::sort(stable) of [B·m, n] int32 along n, then the int64 order
-    to int32. Up to n = 4,096 torch sorts each row in one block (cub's block radix sort, 8 passes of
-    4 bits in shared memory; ATen's Sort.cpp, should_use_small_sort): codes and the order through DRAM
-    once (indices filled, codes copied, 12 bytes read and written per element, the order converted:
-    52 bytes per element). Above, a segmented device radix sort: 5 more passes of 24 bytes through
-    DRAM per element."""
-    elements = sides * c.pairs * c.n
-    small = c.n <= 4096
-    per_element = 52 + (0 if small else 5 * 24)
-    name = f"sort codes ({'q, k' if sides == 2 else 'k'})"
-    sort = Kernel(name, blocks=sides * c.pairs if small else elements / 2048, threads=512 if small else 256,
-                  launches=sides * (1 if small else 5), registers=64, shared_bytes=min(c.n, 4096) * 16 if small else 0,
-                  instructions=elements * (8 * 15 if small else 5 * 20) / WARP, dram_bytes=elements * per_element,
-                  l2_bytes=elements * per_element, chain=8 * 40 * machine.shared_latency + 2 * machine.dram_latency,
-                  loaded=elements * per_element / 2, stored=elements * per_element / 2)
-    return [sort, streaming(f"{name}: order filled, codes copied, order to int32", 0, machine, launches=3 * sides)]
-
-
-def around_operator(c: Call, backward: bool, machine: Machine) -> Kernel:
-    """PyTorch's elementwise work around the operator (attention_zoo/yoso.py): q, k out of the heads
-    layout, their unit rows, the output's unit rows (forward: ~13 passes over [B, n, d] floats, 10
-    launches); the same in reverse, the gradients zeroed (backward: ~19 passes, 14 launches)."""
-    passes, launches = (19, 14) if backward else (13, 10)
-    kernel = streaming("PyTorch around the operator (copies, unit rows)", passes * c.B * c.n * c.d * 4, machine)
-    return replace(kernel, launches=launches, blocks=max(1.0, kernel.blocks / launches))

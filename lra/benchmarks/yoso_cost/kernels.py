@@ -32,8 +32,8 @@ from __future__ import annotations
 import math
 from typing import List, Optional, Tuple
 
-from lra.benchmarks.yoso_cost.call import Call, dependent_latency, max_of_poisson, torch_sort
-from lra.benchmarks.yoso_cost.gpu import H100, SECTOR, WARP, Kernel, Machine, streaming
+from lra.benchmarks.yoso_cost.call import Call, dependent_latency, max_of_poisson, most_on_one
+from lra.benchmarks.yoso_cost.gpu import H100, SECTOR, WARP, Kernel, Machine, l2_resident, streaming
 
 WORKSPACE_BYTES = 256 * 2**20  # attention.workspace_mb: tables per chunk of (sequence, hash) pairs
 ROWS_PER_BLOCK = 8
@@ -116,11 +116,13 @@ def table_rows(tau: int, p: int = 1) -> int:
 def slice_lists(c: Call, machine: Machine = H100) -> Kernel:
     """Atomic, before the shared-memory tables: a block per (pair, side) counts its tokens per slice of
     the codes (shared atomics), one thread scans the counts, then every token is listed with its row:
-    each code read twice, a token and a row stored per token, the starts per pair."""
+    each code read twice, a token and a row stored per token, the starts per pair. A warp's atomic on
+    the counters (each pass) takes as many rounds as the most of its 32 tokens in one slice."""
     slices = 2**c.bits // table_rows(c.bits)
     tokens = 2 * c.pairs * c.n
     return Kernel("atomic: tokens listed by slice", blocks=2 * c.pairs, threads=LIST_THREADS, registers=32,
                   shared_bytes=2 * slices * 4, instructions=tokens / WARP * 2 * 12 + 2 * c.pairs * slices * 6,
+                  shared_rounds=2 * math.ceil(tokens / WARP) * most_on_one(WARP, slices),
                   dram_bytes=tokens * 4 + tokens * 8, l2_bytes=tokens * 8 + tokens * 8,
                   chain=2 * machine.l2_latency + slices * machine.shared_latency + machine.l2_latency,
                   loaded=tokens * 8, stored=tokens * 8 + 2 * c.pairs * (slices + 1) * 4)
@@ -139,7 +141,7 @@ def table_cumulation(c: Call, machine: Machine = H100) -> Kernel:
     rounds = math.ceil(c.n / slices / (TABLE_WARPS * TABLE_BATCH))
     threads = WARP * TABLE_WARPS
     return Kernel("atomic: tables in shared memory", blocks=blocks, threads=threads, registers=56,
-                  shared_bytes=rows * WARP * 4,
+                  shared_bytes=rows * WARP * 4, shared_rounds=listed,  # a key's row: 32 lanes, 32 addresses
                   instructions=listed * 2 * 12 + blocks * (rows * WARP / threads + 20) * TABLE_WARPS,
                   dram_bytes=c.B * c.n * (c.dv + 2) * 4 + c.B * c.n * c.dv * 4 * 2,
                   l2_bytes=listed * 2 * 3 * SECTOR / TABLE_BATCH + c.pairs * c.n * c.dv * 4 + out_sectors * SECTOR * 2,
@@ -176,7 +178,7 @@ def rows_cleared(c: Call, machine: Machine = H100) -> Kernel:
     _, rows, chunk = cumulation_plan(c, True)
     launches = math.ceil(c.pairs / chunk)
     table = c.pairs * rows * c.dv * 4
-    clear = streaming("atomic: rows cleared", table, machine)
+    clear = streaming("atomic: rows cleared", table, machine, loads=0)
     return Kernel(clear.name, blocks=clear.blocks / launches, threads=256, launches=launches,
                   instructions=clear.instructions, dram_bytes=table * _row_miss(c, rows, chunk, machine),
                   l2_bytes=table, chain=clear.chain)
@@ -240,7 +242,9 @@ def find_heavy(c: Call, machine: Machine = H100) -> Kernel:
     minimum = heavy_minimum(c)
     starts = c.pairs * c.stats.distinct * max(0, c.n - minimum + 1) / c.n
     return Kernel("heavy runs flagged", blocks=positions / 256, threads=256, registers=22,
-                  instructions=positions / WARP * 20, dram_bytes=positions * 12, l2_bytes=positions * 12,
+                  instructions=positions / WARP * 20,
+                  dram_bytes=positions * 12 * (1 - l2_resident(positions * 12, machine)),
+                  l2_bytes=positions * 12,
                   chain=2 * machine.l2_latency + machine.dram_latency,
                   loaded=positions * 8 - c.pairs * 4 + starts * 4, stored=positions * 8)
 
@@ -249,18 +253,10 @@ def number_heavy(c: Call, machine: Machine = H100) -> Kernel:
     """A thread per (pair, key position): the scan where it steps numbers a heavy bucket (none here)."""
     positions = c.pairs * c.n
     return Kernel("heavy runs numbered", blocks=positions / 256, threads=256, registers=30,
-                  instructions=positions / WARP * 12, dram_bytes=positions * 8, l2_bytes=positions * 12,
+                  instructions=positions / WARP * 12,
+                  dram_bytes=positions * 8 * (1 - l2_resident(positions * 12, machine)),
+                  l2_bytes=positions * 12,
                   chain=machine.dram_latency + machine.l2_latency, loaded=positions * 8 - 4, stored=positions * 4)
-
-
-def heavy_search(c: Call, machine: Machine = H100) -> List[Kernel]:
-    """Heavy runs flagged, counted by torch's cumsum, numbered, and the tables' launch, which finds no
-    heavy bucket with uniform codes."""
-    if heavy_capacity(c) == 0:
-        return []
-    scan = streaming("heavy runs counted (torch.cumsum)", c.pairs * c.n * 8, machine, launches=2)
-    return [find_heavy(c, machine), scan, number_heavy(c, machine),
-            heavy_grid(c, "heavy tables (none with uniform codes)", machine)]
 
 
 def heavy_capacity(c: Call) -> int:
@@ -294,10 +290,12 @@ def run_starts(c: Call, sides: int, machine: Machine = H100) -> List[Kernel]:
     if not indexed_by_code(c):
         return []
     positions, table = c.pairs * c.n, c.pairs * 2**c.bits * 4
-    fill = streaming("run starts filled (-1)", table, machine, launches=sides)
+    fill = streaming("run starts filled (-1)", table, machine, launches=sides, loads=0)
+    live = positions * 4 + table  # the sorted codes just written, the starts just filled
     kernel = Kernel("run starts", blocks=math.ceil(positions / GRADIENT_THREADS), threads=GRADIENT_THREADS,
                     launches=sides, registers=16, instructions=sides * positions / WARP * 14,
-                    dram_bytes=sides * (positions * 4 + c.pairs * c.stats.distinct * 32),
+                    dram_bytes=sides * (positions * 4 + c.pairs * c.stats.distinct * 32)
+                    * (1 - l2_resident(live, machine)),
                     l2_bytes=sides * (positions * 8 + c.pairs * c.stats.distinct * 32),
                     chain=2 * machine.l2_latency, loaded=sides * 4 * (2 * positions - c.pairs),
                     stored=sides * c.pairs * c.stats.distinct * 4)
@@ -305,13 +303,22 @@ def run_starts(c: Call, sides: int, machine: Machine = H100) -> List[Kernel]:
 
 
 def _team_costs(c: Call, machine: Machine, lanes: int) -> Tuple[float, float, float]:
-    """(instructions a warp issues per colliding pair, per hash before its pairs, the chain of one pair)."""
+    """(instructions a warp issues per colliding pair, per hash before its pairs, the chain of one pair: the
+    run's next code checked, the other token's position in the order, its key weight and its row, one
+    dependent load after another from L2, then the team's dot product, log2(lanes) shuffles)."""
     slots = max(1, (c.d + lanes - 1) // lanes)
     per_pair = 12 + 2 * slots + 2 * int(math.log2(lanes)) + 2 + 2 * slots
     per_hash = 8 + 7 * run_loads(c) + 4
-    pair_chain = (machine.l1_latency + 150 + 2 * machine.l2_latency
-                  + int(math.log2(lanes)) * (machine.shared_latency + 5) + 10)
+    pair_chain = 4 * machine.l2_latency + int(math.log2(lanes)) * (machine.shared_latency + 5) + 20
     return per_pair, per_hash, pair_chain
+
+
+def _lookup_chain(c: Call, machine: Machine) -> float:
+    """Cycles from a token's code to its bucket's run and the run's heavy-table entry: one load from the
+    pair's run starts (a random entry of 2^τ: L2) where the host made them, else a binary search over the
+    pair's sorted codes and its check; then the table entry (L2) where heavy tables exist."""
+    lookup = machine.l2_latency if indexed_by_code(c) else run_loads(c) * dependent_latency(machine, c.n * 4)
+    return lookup + (machine.l2_latency if heavy_capacity(c) > 0 else 0.0)
 
 
 def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
@@ -324,9 +331,8 @@ def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
     longest = max_of_poisson(b.per_query, teams_per_warp)
     busy = 1 - (1 - b.hit) ** teams_per_warp  # a warp with at least one team in a non-empty bucket
     warps = c.B * c.n / teams_per_warp
-    search = dependent_latency(machine, c.n * 4)
-    chain = machine.dram_latency + c.m * (machine.l2_latency + run_loads(c) * search + machine.l1_latency
-                                          + busy * machine.l2_latency + longest * pair_chain)
+    chain = machine.dram_latency + c.m * (machine.l2_latency + _lookup_chain(c, machine) + longest * pair_chain
+                                          + busy * machine.l2_latency)  # a hash: code, run, pairs, run's end
     collisions = c.pairs * c.n * b.per_query
     own = c.d + c.dv if key else c.d
     per_token_hash = lanes * 4 * (1 + run_loads(c)) + b.hit * lanes * 4 * 2 + b.per_query * (
@@ -356,7 +362,6 @@ def scatter_pairs(c: Call, machine: Machine = H100, vector_atomics: Optional[boo
     longest = max_of_poisson(b.per_query, teams_per_warp)
     busy = 1 - (1 - b.hit) ** teams_per_warp
     warps = c.pairs * c.n / teams_per_warp
-    search = dependent_latency(machine, c.n * 4)
     collisions = c.pairs * c.n * b.per_query
     vector = (machine.vector_atomics if vector_atomics is None else vector_atomics) and lanes * 4 == c.d
     atomics_per_row = 1 if vector else slots  # atomic instructions a lane issues per row
@@ -364,7 +369,7 @@ def scatter_pairs(c: Call, machine: Machine = H100, vector_atomics: Optional[boo
     if lanes * 4 <= c.d and not vector:  # slot s of every lane: 4-byte atomics 16 bytes apart
         sectors_per_row = slots * math.ceil(lanes * 16 / SECTOR)
     atomic_sectors = collisions * 2 * sectors_per_row + c.pairs * c.n * b.hit * sectors_per_row
-    chain = machine.dram_latency + run_loads(c) * search + machine.l1_latency + machine.l2_latency \
+    chain = machine.dram_latency + _lookup_chain(c, machine) + machine.l2_latency \
         + busy * machine.l2_latency + longest * (pair_chain + 2 * atomics_per_row * 4)
     loaded = c.pairs * c.n * (lanes * 4 * (1 + run_loads(c)) + b.hit * (lanes * 4 * 2 + 4 * (c.dv + c.d))) \
         + collisions * (lanes * 4 * 3 + 4 * (c.dv + c.d))
@@ -377,24 +382,3 @@ def scatter_pairs(c: Call, machine: Machine = H100, vector_atomics: Optional[boo
                     l2_bytes=collisions * (4 * (c.dv + c.d) + 2 * SECTOR), atomic_sectors=atomic_sectors, chain=chain,
                     loaded=loaded, stored=0, added=collisions * 4 * (c.d + c.dv) + c.pairs * c.n * b.hit * 4 * c.d)
     return kernel
-
-
-def forward(c: Call, atomic: bool, machine: Machine = H100) -> List[Kernel]:
-    if atomic and table_rows(c.bits):
-        return [fast_hash(c, machine), slice_lists(c, machine), table_cumulation(c, machine)]
-    if atomic:
-        direct, _, _ = cumulation_plan(c, True)
-        sort = [] if direct else torch_sort(c, 1, machine)
-        return [fast_hash(c, machine), *sort, rows_cleared(c, machine), scatter_rows(c, machine),
-                gather_rows(c, True, machine)]
-    return [fast_hash(c, machine), *torch_sort(c, 1, machine), *run_starts(c, 1, machine), bucket_rows(c, machine),
-            gather_rows(c, False, machine)]
-
-
-def backward(c: Call, atomic: bool, machine: Machine = H100) -> List[Kernel]:
-    """The default backward (exact pair weights): both sorts, the heavy runs, then the gradients."""
-    common = [*torch_sort(c, 2, machine), *run_starts(c, 1 if atomic else 2, machine), *heavy_search(c, machine)]
-    if atomic:
-        applied = [heavy_grid(c, "atomic: heavy tables applied (none)", machine, 42)] if heavy_capacity(c) > 0 else []
-        return [*common, scatter_pairs(c, machine), *applied]
-    return [*common, token_gradients(c, "query", machine), token_gradients(c, "key", machine)]
