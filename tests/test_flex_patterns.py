@@ -208,40 +208,38 @@ def cuda(test):
     return pytest.mark.cuda(needs_cuda(test))
 
 
-@cuda
-@pytest.mark.parametrize("n", [333, 2048])
-@pytest.mark.parametrize("pattern,causal", CASES)
-def test_flex_cuda_outputs_and_gradients_equal_eager(pattern, causal, n):
+def forward_backward_of(module, q, k, v, mask, upstream, autocast=None):
+    """[output, ∇q, ∇k, ∇v] of ``module`` on fresh leaves, the backward from ``upstream``."""
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    with torch.autocast("cuda", dtype=autocast or torch.float32, enabled=autocast is not None):
+        out = module(*leaves, mask)
+    out.backward(upstream)
+    return [out] + [x.grad for x in leaves]
+
+
+def assert_flex_equals_eager_on_cuda(pattern, causal, n, autocast=None):
+    """Outputs (rows with a real key) and q, k, v gradients within 1e-5 relative; the output float32."""
     eager, flex = pair(pattern, causal, n, "cuda")
     q, k, v, mask = inputs(n, "cuda")
     keep = rows_with_a_real_key(eager, q, k, mask)
     upstream = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).cuda() * keep
-    results = []
-    for module in (eager, flex):
-        leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
-        out = module(*leaves, mask)
-        out.backward(upstream)
-        results.append([out * keep] + [x.grad for x in leaves])
-    for got, expected in zip(results[1], results[0]):
-        assert relative(got, expected) <= 1e-5
+    expected, got = (forward_backward_of(module, q, k, v, mask, upstream, autocast) for module in (eager, flex))
+    assert got[0].dtype == expected[0].dtype == torch.float32
+    for a, b in zip([got[0] * keep, *got[1:]], [expected[0] * keep, *expected[1:]]):
+        assert relative(a, b) <= 1e-5
+
+
+@cuda
+@pytest.mark.parametrize("n", [333, 2048])
+@pytest.mark.parametrize("pattern,causal", CASES)
+def test_flex_cuda_outputs_and_gradients_equal_eager(pattern, causal, n):
+    assert_flex_equals_eager_on_cuda(pattern, causal, n)
 
 
 @cuda
 @pytest.mark.parametrize("pattern", ["local", "longformer", "bigbird", "sparse_transformer"])
 def test_flex_cuda_trains_under_bf16_autocast_in_float32(pattern):
-    eager, flex = pair(pattern, False, 512, "cuda")
-    q, k, v, mask = inputs(512, "cuda")
-    keep = rows_with_a_real_key(eager, q, k, mask)
-    results = []
-    for module in (eager, flex):
-        leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = module(*leaves, mask)
-        assert out.dtype == torch.float32
-        (out * keep).sum().backward()
-        results.append([out * keep] + [x.grad for x in leaves])
-    for got, expected in zip(results[1], results[0]):
-        assert relative(got, expected) <= 1e-5
+    assert_flex_equals_eager_on_cuda(pattern, False, 512, torch.bfloat16)
 
 
 @cuda
@@ -250,13 +248,8 @@ def test_flex_cuda_forward_and_backward_repeat_bitwise(pattern):
     """The evidence for letting deterministic runs take Flex (they take the eager path until it holds)."""
     _, flex = pair(pattern, False, 2048, "cuda")
     q, k, v, mask = inputs(2048, "cuda")
-    results = []
-    for _ in range(2):
-        leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
-        out = flex(*leaves, mask)
-        out.sum().backward()
-        results.append([out] + [x.grad for x in leaves])
-    assert all(torch.equal(a, b) for a, b in zip(*results))
+    first, second = (forward_backward_of(flex, q, k, v, mask, torch.ones_like(q)) for _ in range(2))
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
 
 
 @cuda
