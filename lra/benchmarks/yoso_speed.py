@@ -20,7 +20,10 @@ them with ``--cells``. Times and peak memory (of one forward + backward) are mea
 highest point of torch's tensors above the start). On CPU each cell runs in a fresh subprocess; on
 CUDA all cells run in one process (no process start-up per cell). An out-of-memory cell is recorded,
 not fatal; any other error of a cell is a recorded row too, and the command then exits 1. Rows are
-printed as they are measured (a cut run keeps them), the tables by n at the end."""
+printed as they are measured (a cut run keeps them), the tables by n at the end. Each row also gives the
+rate it implies from a lower bound of its work (softmax: its pairs' products; every cell: the 8 tensors
+of n × d it reads or writes), checked against the GPU's datasheet peaks (lra.benchmarks.peaks): a rate
+above them fails the cell, loudly (its timing is wrong)."""
 
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ import sys
 import pandas as pd
 
 from lra.commands.config_errors import at_the_edge
+from lra.benchmarks import peaks
 from lra.determinism import deterministic_algorithms
 from lra.profiling.measure import MB, best_of, run_cell, step_peak_bytes
 
@@ -110,8 +114,15 @@ def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, rep
         both = best_of(forward_backward, device, repeats)
         peak = (step_peak_bytes(forward_backward, device) if graph_start is None
                 else torch.cuda.max_memory_allocated() - graph_start)
+    device_name = torch.cuda.get_device_name(device) if device == "cuda" else None
+    elements = batch_heads * n * head_dim  # q, k, v, out read or written; backward: the gradient and dq, dk, dv
+    softmax = kind in ("eager", "sdpa")  # exact attention: every pair's products are a lower bound of its work
+    achieved = peaks.rates(device_name, both, flops=peaks.attention_flops(batch_heads * n * n, head_dim, True) if softmax
+                           else 0.0, bytes_moved=peaks.io_bytes(8, elements))
     return {"cell": cell, "n": n, "precision": precision, "forward_ms": forward_s * 1e3,
-            "forward_backward_ms": both * 1e3, "peak_mb": peak / MB}
+            "forward_backward_ms": both * 1e3, "peak_mb": peak / MB,
+            "forward_backward_tflops": achieved["tflops"] if softmax else None,
+            "forward_backward_gbps": achieved["gbps"]}
 
 
 def error_row(cell: str, n: int, error) -> dict:
@@ -158,13 +169,18 @@ def row_line(row: dict) -> str:
 def report(rows) -> str:
     frame = pd.DataFrame(rows)
     parts = []
-    for column, title in (("forward_ms", "forward (ms)"), ("forward_backward_ms", "forward + backward (ms)"),
-                          ("peak_mb", "peak memory, forward + backward (MB)")):
-        if column not in frame:
+    for column, title, digits in (
+            ("forward_ms", "forward (ms)", ".0f"), ("forward_backward_ms", "forward + backward (ms)", ".0f"),
+            ("peak_mb", "peak memory, forward + backward (MB)", ".0f"),
+            ("forward_backward_tflops", "achieved TFLOP/s, forward + backward (softmax: 12·d a pair at least)", ".3g"),
+            ("forward_backward_gbps", "achieved GB/s, forward + backward (8 tensors of n × d read or written at least)",
+             ".3g")):
+        if column not in frame or frame[column].isna().all():
             continue
         pivot = frame.pivot(index="cell", columns="n", values=column).reindex(list(dict.fromkeys(frame["cell"])))
+        pivot = pivot.astype(object).where(pivot.notna(), None)  # printed as "–"
         pivot.insert(0, "precision", [CELLS[cell][2] for cell in pivot.index])
-        parts.append(f"**{title}**\n\n" + pivot.to_markdown(floatfmt=".0f", missingval="–"))  # out of memory or failed: the rows above say which
+        parts.append(f"**{title}**\n\n" + pivot.to_markdown(floatfmt=digits, missingval="–"))  # out of memory or failed: the rows above say which
     return "\n\n".join(parts)
 
 
@@ -209,6 +225,7 @@ def main(argv=None) -> None:
         with open(args.json, "w") as handle:
             json.dump(rows, handle, indent=1)
     print("\n" + report(rows))
+    print("\n" + peaks.gate_note(torch.cuda.get_device_name() if args.device == "cuda" else None))
     failed = [row for row in rows if row.get("error", "out of memory") != "out of memory"]
     if failed:
         print(f"error: {len(failed)} cells failed: " + "; ".join(f"{r['cell']} at n = {r['n']}: {r['error']}"
