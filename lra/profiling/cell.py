@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Dict
 
+from lra.benchmarks import peaks
 from lra.profiling.measure import MB, Timing, repeated, step_peak_bytes, synchronize
 
 
@@ -87,6 +88,9 @@ def measure(spec: Dict) -> Dict:
     def spread(timing: Timing):
         return None if len(timing.seconds) < 2 else timing.spread
 
+    # The sanity gate: q, k, v and the output read or written, their gradients in the backward, at least.
+    achieved = peaks.rates(torch.cuda.get_device_name(device) if cuda else None, step.median,
+                           bytes_moved=peaks.io_bytes(8, batch * heads * n * head_dim))
     return {
         "backend": spec["backend"], "label": attention_zoo.label(spec["backend"], **spec.get("options", {})),
         "n": n, "batch": batch, "device": str(device),
@@ -95,7 +99,7 @@ def measure(spec: Dict) -> Dict:
         "step_ms": step.median * 1e3 * per, "inference_ms": inference.median * 1e3 * per,
         "backward_cache_mb": max(min(caches), 0) / MB * per, "training_peak_mb": max(training_peak, 0) / MB * per,
         "inference_peak_mb": max(inference_peak, 0) / MB * per, "repeats": repeats, "step_spread": spread(step),
-        "inference_spread": spread(inference), "error": None,
+        "inference_spread": spread(inference), "step_gbps": achieved["gbps"], "error": None,
     }
 
 
