@@ -62,11 +62,20 @@ def summary_offsets(block_size: int, summary_size: int) -> list:
     return [0] + list(range(max(1, block_size - summary_size), block_size))
 
 
-def summary_positions(n: int, size: int, summary_size: int, first: int) -> list:
-    """The sequence positions of every block's summary keys at length n (after the CLS position)."""
+def summary_count(n: int, size: int, summary_size: int, first: int) -> int:
+    """How many summary positions a sequence of length n has (after the CLS position)."""
+    full, rest = divmod(n - first, size)
     offsets = summary_offsets(size, summary_size)
-    return [first + start + offset for start in range(0, n - first, size) for offset in offsets
-            if start + offset < n - first]
+    return full * len(offsets) + sum(offset < rest for offset in offsets)
+
+
+def summary_position(index: torch.Tensor, size: int, summary_size: int, first: int) -> torch.Tensor:
+    """The sequence position of the index-th summary position, in order (:func:`summary_offsets` per block:
+    0, then l − c … l − 1), computed on index's device."""
+    per_block = summary_size + 1
+    slot = index.remainder(per_block)
+    offset = torch.where(slot == 0, 0, size - summary_size + slot - 1)
+    return first + index.div(per_block, rounding_mode="floor") * size + offset
 
 
 def pattern_parts(size: int, summary_size: int, first: int, ordered: bool, causal: bool):
@@ -96,17 +105,14 @@ def pattern_parts(size: int, summary_size: int, first: int, ordered: bool, causa
 @_flex.pattern_family("sparse_transformer")
 def own_block_or_summary(params, heads, query_length, key_length, device):
     """The pattern over n + S keys, params [block_size, summary_size, first, ordered, causal]: key j < n is
-    position j (own block, CLS), key n + s is the s-th summary position (:func:`summary_positions`), seen
+    position j (own block, CLS), key n + s is the s-th summary position (:func:`summary_position`), seen
     from the other blocks."""
     own, other = pattern_parts(*params)
-    n = query_length
-    positions = summary_positions(n, *params[:3])
-    lookup = torch.tensor(positions + [0] * _flex.BLOCK, dtype=torch.long, device=device)
-    last = len(positions) + _flex.BLOCK - 1
+    n, count = query_length, key_length - query_length
 
     def allowed(head, query, key):
-        summary_at = lookup[(key - n).clamp(0, last)]
-        return torch.where(key < n, own(query, key), other(query, summary_at) & (key < n + len(positions)))
+        summary_at = summary_position((key - n).clamp_min(0), *params[:3])
+        return torch.where(key < n, own(query, key), other(query, summary_at) & (key < n + count))
 
     return allowed
 
@@ -143,13 +149,13 @@ class SparseTransformerAttention(Attention):
         """Over n + S keys: the sequence (own block and CLS) then its S summary positions gathered once
         (the other blocks' summaries), so the block mask is banded plus an n × S strip, not n × n."""
         params = self._params(n)
-        return _flex.Pattern("sparse_transformer", tuple(params), 1, n, n + len(summary_positions(n, *params[:3])))
+        return _flex.Pattern("sparse_transformer", tuple(params), 1, n, n + summary_count(n, *params[:3]))
 
     def _flex_forward(self, q, k, v, mask):
-        n = q.shape[2]
-        params = self._params(n)
-        summaries = torch.tensor(summary_positions(n, *params[:3]), dtype=torch.long, device=q.device)
-        tables = _flex.block_tables(self.flex_pattern(n), q.device)
+        pattern = self.flex_pattern(q.shape[2])
+        index = torch.arange(pattern.key_length - pattern.query_length, device=q.device)
+        summaries = summary_position(index, *pattern.params[:3])  # on the device: nothing crosses from the host
+        tables = _flex.block_tables(pattern, q.device)
         keys, values = torch.cat([k, k[:, :, summaries]], dim=2), torch.cat([v, v[:, :, summaries]], dim=2)
         return _flex.attend(scaled(q), keys, values, tables, torch.cat([mask, mask[:, summaries]], dim=1))
 
