@@ -23,6 +23,7 @@ unless the backend's Flex path is exact on every row (``flex_exact_on_every_row`
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections import OrderedDict
@@ -80,7 +81,6 @@ _FAMILIES: Dict[str, PatternBuilder] = {}
 _CACHE: "OrderedDict[tuple, Tuple[torch.Tensor, torch.Tensor]]" = OrderedDict()
 CACHE_STATS = CacheStats()
 _ANNOUNCED: set = set()
-_COMPILED: Dict[str, Callable] = {}
 
 
 def pattern_family(name: str):
@@ -94,6 +94,7 @@ def pattern_family(name: str):
     return register
 
 
+@functools.lru_cache(maxsize=None)
 def flex_missing() -> Optional[str]:
     """Why this torch has no FlexAttention, or None."""
     try:
@@ -274,14 +275,13 @@ def block_mask(tables: BlockTables, key_real: Optional[torch.Tensor]):
 RECOMPILE_LIMIT = 64  # compiled Flex graphs kept per process: patterns × lengths × (training, evaluation)
 
 
+@functools.lru_cache(maxsize=None)
 def _compiled_flex() -> Callable:
     """flex_attention compiled with Inductor (once per process; a new length first recompiles, then the
     lengths are dynamic)."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    if "cuda" not in _COMPILED:
-        _COMPILED["cuda"] = torch.compile(flex_attention)
-    return _COMPILED["cuda"]
+    return torch.compile(flex_attention)
 
 
 def _loud_recompile_limit():

@@ -128,15 +128,17 @@ class LocalAttention(Attention):
         pairs = allowed[:, group[:, None], slot[:, None], slot[None, :]]
         return pairs & same
 
+    def _grouped(self, x):
+        """[B, H, n, d] → [B, H, G, b, d], zero-padded to P: slot a of group g is position a·G + g."""
+        batch, heads, n, _ = x.shape
+        padded, groups = self._strided_geometry(n)
+        x = torch.cat([x, x.new_zeros(batch, heads, padded - n, x.shape[-1])], dim=2)
+        return x.view(batch, heads, self.options.block_size, groups, x.shape[-1]).transpose(2, 3)
+
     def _strided(self, q, k, v, mask):
         batch, heads, n, _ = q.shape
-        size = self.options.block_size
-        padded, groups = self._strided_geometry(n)
-
-        def grouped(x):  # [B, H, n, d] → [B, H, G, b, d]: slot a of group g is position a·G + g
-            x = torch.cat([x, x.new_zeros(batch, heads, padded - n, x.shape[-1])], dim=2)
-            return x.view(batch, heads, size, groups, x.shape[-1]).transpose(2, 3)
-
+        padded, _ = self._strided_geometry(n)
+        grouped = self._grouped
         scores = grouped(scaled(q)) @ grouped(k).transpose(-1, -2)  # [B, H, G, b, b]
         bias = torch.where(self._strided_allowed(mask, n), 0.0, LRA_MASK_BIAS).to(scores.dtype)
         weights = torch.softmax(scores + bias[:, None], dim=-1)
@@ -166,8 +168,7 @@ class LocalAttention(Attention):
         padded, groups = self._strided_geometry(n)
 
         def permuted(x):  # [B, H, n, d] → [B, H, P, d]: position a·G + g at g·b + a
-            x = torch.cat([x, x.new_zeros(batch, heads, padded - n, x.shape[-1])], dim=2)
-            return x.view(batch, heads, size, groups, x.shape[-1]).transpose(2, 3).reshape(batch, heads, padded, -1)
+            return self._grouped(x).reshape(batch, heads, padded, -1)
 
         real = torch.cat([mask, mask.new_ones(batch, padded - n)], dim=1)
         causal = self.causal

@@ -117,8 +117,7 @@ def check_flex_path(cfg: DictConfig) -> None:
     spec = attention_spec(cfg)
     if not attention_zoo.get(spec.name).cls.has_flex_path or spec.options.impl != "flex":
         return
-    device = cfg.trainer.device
-    on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    on_cuda = runs_on_cuda(cfg)
     backend = attention_zoo.get(spec.name).cls
     reads_padded = pooling_of(cfg) == "mean_unmasked" and not backend.flex_exact_on_every_row(spec.options)
     reason = _flex.refusal(spec.name, dropout=getattr(spec.options, "dropout", 0.0), training=True,
@@ -172,15 +171,19 @@ def check_pretraining(cfg: DictConfig) -> None:
     pretraining.check_source(cfg)
 
 
-def check_device_and_precision(cfg: DictConfig) -> None:
-    """CUDA asked for where there is none, and mixed precision where it cannot run (CPU)."""
+def runs_on_cuda(cfg: DictConfig) -> bool:
+    """Whether the run's trainer.device puts it on a CUDA device (``auto``: where there is one)."""
     import torch
 
     device = cfg.trainer.device
-    check_device(device, "trainer.device")
+    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+
+
+def check_device_and_precision(cfg: DictConfig) -> None:
+    """CUDA asked for where there is none, and mixed precision where it cannot run (CPU)."""
+    check_device(cfg.trainer.device, "trainer.device")
     precision = cfg.trainer.precision.value
-    on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-    if precision in ("bf16", "fp16") and not on_cuda:
+    if precision in ("bf16", "fp16") and not runs_on_cuda(cfg):
         raise ConfigError(f"invalid value for trainer.precision: '{precision}'; it needs a CUDA device and this run "
                           "is on the CPU: pass trainer.precision=fp32 (or auto)")
 

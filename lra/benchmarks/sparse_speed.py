@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -34,7 +33,7 @@ import pandas as pd
 from lra.benchmarks import peaks
 from lra.commands.config_errors import at_the_edge
 from lra.io import atomic_write_text
-from lra.profiling.measure import best_of, synchronize
+from lra.profiling.measure import best_of, timed
 
 PATTERNS = {  # name: (backend, options as the presets set them)
     "local (strided, LRA)": ("local", {"block_size": 50, "grouping": "strided"}),
@@ -66,7 +65,7 @@ def measure(pattern: str, n: int, device: str, heads: int, head_dim: int, repeat
     pairs = _flex.allowed_pairs(shape, dev) * (heads // shape.heads)
     density = pairs / (heads * n * n)
     _flex.clear_cache()
-    tables, build_s = _timed(lambda: _flex.block_tables(shape, dev), dev)
+    tables, build_s = timed(lambda: _flex.block_tables(shape, dev), dev)
     blocks = int(tables.needed.sum()) * (heads // shape.heads) * _flex.BLOCK**2 / (heads * n * n)
     real = torch.ones(1, shape.key_length, dtype=torch.bool, device=dev) if shape.folds_padding else None
     fold_s = best_of(lambda: _flex.block_mask(tables, real), dev, repeats)
@@ -85,7 +84,7 @@ def measure(pattern: str, n: int, device: str, heads: int, head_dim: int, repeat
             out.sum().backward()
 
     with torch.set_grad_enabled(backward):
-        _, first_s = _timed(call(flex), dev)
+        _, first_s = timed(call(flex), dev)
         flex_s = best_of(call(flex), dev, repeats)
         eager_s = best_of(call(eager), dev, repeats)
         sdpa_s = best_of(sdpa, dev, repeats)
@@ -96,14 +95,6 @@ def measure(pattern: str, n: int, device: str, heads: int, head_dim: int, repeat
             "mask_per_call_ms": fold_s * 1e3, "flex_first_call_s": first_s, "flex_ms": flex_s * 1e3,
             "eager_ms": eager_s * 1e3, "sdpa_ms": sdpa_s * 1e3, "flex_vs_ideal": flex_s / (density * sdpa_s),
             "flex_tflops": achieved["tflops"]}
-
-
-def _timed(work, device):
-    synchronize(device)
-    started = time.perf_counter()
-    result = work()
-    synchronize(device)
-    return result, time.perf_counter() - started
 
 
 def report(rows) -> str:
