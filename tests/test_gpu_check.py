@@ -136,19 +136,26 @@ def run_check_with(tmp_path, steps: str) -> subprocess.CompletedProcess:
                           timeout=120, preexec_fn=shell_signal_handling)
 
 
+def stopping_step(said, takes: str, sends: str, writes: str, first: str = "") -> str:
+    """A step's script that, on signal ``takes``, sends the check ``sends``, writes the Python expression
+    ``writes`` (``number``: the signal's) to ``said`` and exits 0; it runs ``first``, then waits."""
+    return ("import os, signal, threading\n"
+            "def stop(number, frame):\n"
+            f"    os.kill(os.getppid(), signal.{sends})\n"
+            f"    open({str(said)!r}, 'w').write({writes})\n"
+            "    raise SystemExit(0)\n"
+            f"signal.signal(signal.{takes}, stop)\n"
+            f"{first}\n"
+            "threading.Event().wait()\n")
+
+
 def test_a_signal_is_passed_on_to_the_step_which_may_finish_recording_though_another_signal_comes(tmp_path):
     """SIGHUP to the check (a closed terminal) reaches the step as SIGHUP, not as a kill: the step takes it, sends
     the check a second signal (ignored while the check stops, as lra/signals.py has it) and only then writes
     what it recorded; the check waits for it and ends with 128 + 1."""
     said = tmp_path / "said.txt"
-    script = ("import os, signal, threading\n"
-              "def stop(number, frame):\n"
-              "    os.kill(os.getppid(), signal.SIGTERM)\n"
-              f"    open({str(said)!r}, 'w').write(signal.Signals(number).name)\n"
-              "    raise SystemExit(0)\n"
-              "signal.signal(signal.SIGHUP, stop)\n"
-              "os.kill(os.getppid(), signal.SIGHUP)\n"
-              "threading.Event().wait()\n")
+    script = stopping_step(said, takes="SIGHUP", sends="SIGTERM", writes="signal.Signals(number).name",
+                           first="os.kill(os.getppid(), signal.SIGHUP)")
     done = run_check_with(tmp_path, f"[gpu_check.Step('hung up', [sys.executable, '-c', {script!r}], 60, "
                                     "'hung.log', grace_s=60)]")
     assert done.returncode == 128 + 1, done.stderr
@@ -161,13 +168,7 @@ def test_ctrl_c_while_a_step_cut_at_its_limit_stops_waits_for_the_step_then_ends
     """The step's limit passes, the check sends it SIGTERM, and ctrl-C reaches the check while the step is
     still recording: the step gets its grace all the same, and the check ends after it with 128 + 2."""
     said = tmp_path / "said.txt"
-    script = ("import os, signal, threading\n"
-              "def stop(number, frame):\n"
-              "    os.kill(os.getppid(), signal.SIGINT)\n"
-              f"    open({str(said)!r}, 'w').write(open(os.environ['LRA_STOP_NOTE']).read())\n"
-              "    raise SystemExit(0)\n"
-              "signal.signal(signal.SIGTERM, stop)\n"
-              "threading.Event().wait()\n")
+    script = stopping_step(said, takes="SIGTERM", sends="SIGINT", writes="open(os.environ['LRA_STOP_NOTE']).read()")
     done = run_check_with(tmp_path, f"[gpu_check.Step('slow', [sys.executable, '-c', {script!r}], 1, 'slow.log', "
                                     "grace_s=60), gpu_check.Step('next', [sys.executable, '-c', 'print(1)'], 60, 'next.log')]")
     assert done.returncode == 128 + 2, done.stderr
