@@ -391,8 +391,12 @@ def register_configs() -> None:
 
     from hydra_plugins.lra_launcher.local_gpus import LocalGpusLauncher, LocalGpusLauncherConf
 
+    from hydra_plugins.lra_launcher.packed import PackedLauncher, PackedLauncherConf
+
     cs.store(group="hydra/launcher", name="schema_local_gpus", node=LocalGpusLauncherConf)
-    Plugins.instance().register(LocalGpusLauncher)  # an editable install hides it from Hydra's package scan
+    cs.store(group="hydra/launcher", name="schema_packed", node=PackedLauncherConf)
+    for launcher in (LocalGpusLauncher, PackedLauncher):  # an editable install hides them from Hydra's package scan
+        Plugins.instance().register(launcher)
 
 
 def _if_resume(resume: Optional[str], otherwise: Any) -> Any:

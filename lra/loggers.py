@@ -8,6 +8,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict
 
+from lra import packing
+
 
 class NullLogger:
     def log(self, metrics: Dict[str, Any], step: int) -> None:
@@ -33,6 +35,7 @@ class WandbLogger(NullLogger):
                 project=cfg.project, entity=cfg.entity, group=cfg.group or group, job_type=job_type,
                 name=name, tags=list(cfg.tags), config=resolved_config, dir=str(run_dir), mode=mode,
                 resume="allow", id=_run_id(run_dir),
+                **({"reinit": "create_new"} if packing.in_pack() else {}),  # a pack's runs log side by side
             )
             self.run.summary["run_dir"] = str(run_dir)
         except Exception as exc:  # W&B must never fail training

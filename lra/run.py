@@ -17,12 +17,14 @@ import hashlib
 import logging
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from lra import packing
 from lra.errors import ConfigError, UserError
 from lra.io import atomic_write_text
 from lra.records import HISTORY, METRICS, RunRecord, read_record
@@ -226,6 +228,9 @@ class RunDirectory:
         if self.main and self._log_handler is None:
             handler = logging.FileHandler(self.path / LOG)
             handler.setFormatter(logging.Formatter(LOG_FORMAT))
+            if packing.in_pack():  # the pack's other runs log from their own threads to their own files
+                thread = threading.get_ident()
+                handler.addFilter(lambda entry: entry.thread == thread)
             logging.getLogger().addHandler(handler)
             self._log_handler = handler
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import attention_zoo
-from lra import checkpoint, distributed, gpus
+from lra import checkpoint, distributed, gpus, packing
 from lra.build import build
 from lra.chance import ChanceLevel
 from lra.config import typed
@@ -290,6 +290,7 @@ class Trainer:
                 loss_sum = loss_sum + loss * len(indices)
                 correct = correct + batch_correct
             checkpoint.fault_point("eval_batch")
+            packing.take_turn()
         loss_sum, correct = distributed.sum_across(torch.stack([loss_sum, correct]), self.ranks).tolist()
         return {"loss": loss_sum / len(split), "accuracy": 100.0 * correct / len(split)}
 
@@ -351,6 +352,7 @@ class Trainer:
                 self._validate(logger, train_metrics)
             if checkpoint_now:
                 self.save_checkpoint()
+            packing.take_turn()  # in a pack, the next run's step (lra.packing); nothing otherwise
         bar.close()
         return self._test(logger)
 

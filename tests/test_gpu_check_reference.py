@@ -97,7 +97,14 @@ def test_reference_slice_options_are_checked_before_anything_runs(tmp_path, caps
     assert status == 0 and "row=yoso_table3/yoso_e seed=2 " in printed
     assert printed.strip().endswith(f"in all: 540 s at most (a step cut at its limit has "
                                     f"{gpu_check.REFERENCE_GRACE_S} s more to stop)")
-    assert "reference ListOps: 540 s (1 job: 1 row x seeds 2, 1 jobs per GPU)" in printed  # no more workers than jobs
+    assert "reference ListOps: 540 s (1 job: 1 row x seeds 2, packed in one process, as many at a time as the GPU " \
+           "holds)" in printed and " hydra/launcher=packed hydra.launcher.runs_per_process=auto " in printed
+    status, printed, _ = check_in_process(capsys, "--reference", "--rows", "yoso_e", "--runs-per-process", "03", "--plan")
+    assert status == 0 and "(1 job: 1 row x seeds 0, packed in one process, 1 at a time)" in printed
+    assert " hydra.launcher.runs_per_process=3 " in printed  # the launcher caps it at the jobs of each pack
+    assert "--runs-per-process 0: it must be a whole number >= 1 or auto" in refused("--reference", "--runs-per-process", "0")
+    assert "--runs-per-process: only for the --reference runs" in refused("--runs-per-process", "2")
+    assert "give one" in refused("--reference", "--runs-per-process", "2", "--jobs-per-gpu", "2")
     status, printed, _ = check_in_process(capsys, "--reference", "--rows", "softmax,yoso_32", "--seeds", "007,1",
                                           "--jobs-per-gpu", "100000", "--plan")
     assert status == 0 and " seed=7,1 " in printed and "hydra.launcher.jobs_per_gpu=4 " in printed
@@ -145,7 +152,7 @@ def test_a_slice_s_overrides_are_refused_with_lra_train_s_own_line_before_anythi
     assert refused("seed=3") == ("error: the override 'seed=3' sets what lra-gpu-check --reference sets itself: use "
                                  "--seeds")
     assert refused("hydra.sweep.dir=/tmp/x").endswith("sets itself: use --sweep-dir")
-    assert refused("hydra.launcher.n_jobs=64").endswith("sets itself: use --jobs-per-gpu")
+    assert refused("hydra.launcher.n_jobs=64").endswith("sets itself: use --runs-per-process or --jobs-per-gpu")
     assert refused("trainer.device=cuda").endswith("sets itself: use --device")
     assert refused("hydra.sweeper.params.trainer.lr=0.1").endswith("sets itself: a slice's jobs are --rows x --seeds x "
                                                                    "the sweeps in its overrides (e.g. trainer.lr=0.1,0.2)")
@@ -154,7 +161,7 @@ def test_a_slice_s_overrides_are_refused_with_lra_train_s_own_line_before_anythi
     assert "continues a slice" in refused(f"resume={tmp_path}")
     status, printed, _ = check_in_process(capsys, "--reference", "--plan", "--", "task.generator.num_train=64",
                                           "trainer.lr=0.001,0.002")
-    assert status == 0 and "(24 jobs: 12 rows x seeds 0, 4 jobs per GPU)" in printed
+    assert status == 0 and "(24 jobs: 12 rows x seeds 0, packed in one process, as many at a time as the GPU holds)" in printed
 
 
 def test_a_sweep_dir_that_cannot_take_the_slice_is_refused_with_one_line_naming_the_fix(tmp_path, capsys):
@@ -174,7 +181,7 @@ def test_a_sweep_dir_that_cannot_take_the_slice_is_refused_with_one_line_naming_
              "trainer.device=cuda", "logger=none", "trainer=smoke", "trainer.max_steps=100"]
     OmegaConf.save({"hydra": {"overrides": {"task": saved}}}, other / "multirun.yaml")
     assert refused(other) == (f"error: --sweep-dir {other} holds another slice, made by: lra-gpu-check --reference "
-                              f"--device cuda --rows softmax,yoso_32 --seeds 0,1 --jobs-per-gpu 4 --sweep-dir {other} "
+                              f"--device cuda --rows softmax,yoso_32 --seeds 0,1 --runs-per-process auto --sweep-dir {other} "
                               f"-- trainer=smoke trainer.max_steps=100; continue it with that command, or give --sweep-dir a new folder")
     OmegaConf.save({"hydra": {"overrides": {"task": ["attention=softmax,yoso", "seed=0"]}}}, other / "multirun.yaml")
     assert refused(other).endswith("holds a sweep lra-gpu-check did not make (lra-train -m attention=softmax,yoso "

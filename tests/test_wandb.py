@@ -45,17 +45,37 @@ def test_offline_run_holds_config_history_and_summary(tmp_path, data_dir):
     run_command(["lra-train", "trainer=smoke", "trainer.max_steps=4", "trainer.eval_every=2", "trainer.log_every=2",
                  "logger=wandb", "seed=5", *SMALL_LISTOPS], tmp_path, data_dir, env_extra={"WANDB_MODE": "offline"})
     (run_dir,) = run_dirs(tmp_path)
-    (log,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    assert problem(log) is None, "lra-sync's check reads wandb's own log as whole"
-    records = read_wandb_records(log)
-    by_kind = {}
-    for record in records:
-        by_kind.setdefault(record.WhichOneof("record_type"), []).append(record)
-
+    by_kind = offline_records(run_dir)
     run = by_kind["run"][0].run
     assert run.display_name == "Softmax" and run.job_type == "listops"
     config = {item.key: json.loads(item.value_json) for item in run.config.update}
     assert config["seed"] == 5 and config["task"]["name"] == "listops"
+    assert_history_and_summary(run_dir, by_kind)
+
+
+def test_the_runs_of_a_packed_sweep_log_side_by_side(tmp_path, data_dir):
+    """hydra/launcher=packed: two runs of one process, each its own W&B run, neither finishing the other's."""
+    run_command(["lra-train", "-m", "hydra/launcher=packed", "hydra.launcher.runs_per_process=2", "trainer=smoke",
+                 "trainer.max_steps=4", "trainer.eval_every=2", "trainer.log_every=2", "logger=wandb", "seed=5,6",
+                 *SMALL_LISTOPS], tmp_path, data_dir, env_extra={"WANDB_MODE": "offline"})
+    runs = run_dirs(tmp_path)
+    assert len(runs) == 2
+    for run_dir in runs:
+        assert_history_and_summary(run_dir, offline_records(run_dir))
+
+
+def offline_records(run_dir):
+    """The run's offline W&B records by kind, after lra-sync's check that the file is whole."""
+    (log,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    assert problem(log) is None, "lra-sync's check reads wandb's own log as whole"
+    by_kind = {}
+    for record in read_wandb_records(log):
+        by_kind.setdefault(record.WhichOneof("record_type"), []).append(record)
+    return by_kind
+
+
+def assert_history_and_summary(run_dir, by_kind):
+    import json
 
     history = [{item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
                for r in by_kind["history"]]

@@ -3,7 +3,7 @@
     lra-gpu-check [--out DIR] [--jobs-per-gpu 4]          # on a GPU machine, <= 9 minutes
     lra-gpu-check --plan                                   # the steps, their commands and time limits; runs nothing
     lra-gpu-check --device cpu --quick                     # the same pipeline, small, on CPU (the test suite runs it)
-    lra-gpu-check --reference [--jobs-per-gpu 4]           # the long part: every backend's reference ListOps run
+    lra-gpu-check --reference [--runs-per-process auto]    # the long part: every backend's reference ListOps run
     lra-gpu-check --reference --rows softmax,yoso_32 --seeds 0,1 --limit-s 520   # a slice that fits one device command
 
 Steps, each a real command in a process group of its own with a time limit (the whole group is
@@ -15,7 +15,8 @@ kernels_bert.md at the BERT-base attention shape, 12 heads of 64), ``lra-profile
 (profile.csv, profile.png), a short concurrent ListOps sweep, several jobs per GPU (sweep.md);
 summary.md says what ran, how long, and what failed. ``--reference`` instead sweeps
 ``experiment=yoso_table3 task=listops`` (every row of the YOSO paper's Table 3 or ``--rows``, the seeds
-of ``--seeds``; 5,000 steps, n = 2048) into reference.md, and packs every run's record (its
+of ``--seeds``; 5,000 steps, n = 2048; its runs packed in one process, ``--runs-per-process`` at a time,
+default auto: lra/packing.py; ``--jobs-per-gpu N``: N processes instead) into reference.md, and packs every run's record (its
 metrics.json, with the resolved config it trained, resolved.yaml, and its overrides.yaml) into
 reference-records.tar.gz: slices run on different machines or days make one table together
 (``lra-table`` over the unpacked records). Its options and overrides are checked before anything runs,
@@ -219,7 +220,7 @@ def reference_plan(planned: Slice, scratch: Path, limit_s: float = 24 * 3600, sw
     return [Step("reference ListOps", [_tool("lra-train"), "-m", *planned.command(sweep_dir or scratch / "reference")],
                  limit_s, grace_s=REFERENCE_GRACE_S, limit_name=f"the slice's time limit, --limit-s {limit_s:g}",
                  basis=f"{counted}{len(planned.rows)} row{'s' * (len(planned.rows) != 1)} x seeds {','.join(planned.seeds)}, "
-                       f"{planned.workers_per_gpu()} jobs per GPU")]
+                       f"{planned.sharing()}")]
 
 
 def collect(steps: List[Step], out: Path, scratch: Path, reference_dir: Optional[Path] = None) -> None:
@@ -284,7 +285,10 @@ def options() -> argparse.ArgumentParser:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--quick", action="store_true", help="small sizes (the test suite's CPU run)")
     parser.add_argument("--reference", action="store_true", help="run only the long part: every backend's reference ListOps run")
-    parser.add_argument("--jobs-per-gpu", type=int, default=4)
+    parser.add_argument("--jobs-per-gpu", type=int, default=None, help="processes sharing the GPU (default 4); with "
+                        "--reference: run the slice as that many processes instead of packed in one")
+    parser.add_argument("--runs-per-process", default=None, help="with --reference: runs packed in one process, "
+                        "their steps interleaved (hydra/launcher=packed): a number, or auto (default; 8 on an H100)")
     parser.add_argument("--rows", default=None, help="with --reference: Table 3 rows, comma-separated (default every "
                         "row of conf/row/yoso_table3)")
     parser.add_argument("--seeds", default=None, help="with --reference: seeds, comma-separated (default 0)")
@@ -304,11 +308,15 @@ def options() -> argparse.ArgumentParser:
 
 def checked_slice(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optional[Slice]:
     """The options' own rules (argparse's line and exit 2), then, for --reference, the slice they choose."""
-    if args.jobs_per_gpu < 1:
+    if args.jobs_per_gpu is not None and args.jobs_per_gpu < 1:
         parser.error(f"--jobs-per-gpu {args.jobs_per_gpu}: it must be >= 1")
+    if args.runs_per_process is not None and not (args.runs_per_process == "auto" or (
+            args.runs_per_process.isdigit() and int(args.runs_per_process) >= 1)):
+        parser.error(f"--runs-per-process {args.runs_per_process}: it must be a whole number >= 1 or auto")
     if args.limit_s is not None and not (math.isfinite(args.limit_s) and args.limit_s > 0):
         parser.error(f"--limit-s {args.limit_s:g}: it must be a finite number of seconds > 0")
     chosen = [name for name, value in (("--rows", args.rows), ("--seeds", args.seeds), ("--limit-s", args.limit_s),
+                                       ("--runs-per-process", args.runs_per_process),
                                        ("--sweep-dir", args.sweep_dir), ("overrides", args.overrides or None))
               if value is not None]
     if not args.reference:
@@ -323,7 +331,10 @@ def checked_slice(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     seeds = listed("--seeds", args.seeds, ["0"], lambda seed: None if seed.isdigit() else (
         "not a whole number >= 0; seeds are whole numbers, comma-separated (e.g. 0,1,2)"), parser.error)
     seeds = listed("--seeds", ",".join(str(int(seed)) for seed in seeds), [], lambda seed: None, parser.error)  # 007 is 7
-    return Slice(rows, seeds, list(args.overrides), args.device, args.jobs_per_gpu)
+    if args.jobs_per_gpu is not None and args.runs_per_process is not None:
+        parser.error("--jobs-per-gpu runs the slice as separate processes, --runs-per-process packs it in one: give one")
+    runs = str(int(args.runs_per_process)) if (args.runs_per_process or "auto") != "auto" else "auto"
+    return Slice(rows, seeds, list(args.overrides), args.device, args.jobs_per_gpu, runs)
 
 
 @at_the_edge
@@ -345,7 +356,7 @@ def main(argv=None) -> int:
     limit_s = args.limit_s if args.limit_s is not None else 24 * 3600
     sweep_dir = args.sweep_dir.resolve() if args.sweep_dir else None
     make_steps = (lambda scratch: reference_plan(planned, scratch, limit_s, sweep_dir, jobs)) if planned else (
-        lambda scratch: plan(args.device, args.quick, args.jobs_per_gpu, scratch))
+        lambda scratch: plan(args.device, args.quick, args.jobs_per_gpu or 4, scratch))
     if args.plan:
         if sweep_dir is not None:
             check_sweep_dir(sweep_dir, planned, args.out)

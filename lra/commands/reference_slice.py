@@ -28,7 +28,8 @@ SETUP = ["experiment=yoso_table3", "task=listops"]
 # Overrides of what the command sets itself (a hydra.* key: anything under it), and how to set that instead.
 OWNED = {
     "row": "use --rows", "seed": "use --seeds", "trainer.device": "use --device", "hydra.sweep": "use --sweep-dir",
-    "hydra/launcher": "use --jobs-per-gpu", "hydra.launcher": "use --jobs-per-gpu",
+    "hydra/launcher": "use --runs-per-process or --jobs-per-gpu",
+    "hydra.launcher": "use --runs-per-process or --jobs-per-gpu",
     "hydra/sweeper": "a slice's jobs are --rows x --seeds x the sweeps in its overrides (e.g. trainer.lr=0.1,0.2)",
     "hydra.sweeper": "a slice's jobs are --rows x --seeds x the sweeps in its overrides (e.g. trainer.lr=0.1,0.2)",
     "experiment": "a slice is always experiment=yoso_table3 (another preset: lra-train -m experiment=<it>)",
@@ -71,7 +72,8 @@ class Slice:
     seeds: List[str]
     overrides: List[str]
     device: str
-    jobs_per_gpu: int
+    jobs_per_gpu: Optional[int] = None  # processes on the GPU at once (hydra/launcher=local_gpus); None: packed
+    runs_per_process: str = "auto"  # runs packed in the one process (hydra/launcher=packed): a number, or auto
 
     def task_overrides(self) -> List[str]:
         """lra-train's overrides of every job (what Hydra keeps as the sweep's ``overrides.task``)."""
@@ -83,10 +85,29 @@ class Slice:
         at once (--jobs-per-gpu 100000 would start as many processes for a slice of two runs)."""
         return min(self.jobs_per_gpu, len(self.jobs()))
 
+    def launcher(self) -> List[str]:
+        """The launcher's overrides: the runs packed in one process (lra.packing), or ``jobs_per_gpu`` processes."""
+        if self.jobs_per_gpu is None:
+            return ["hydra/launcher=packed", f"hydra.launcher.runs_per_process={self.runs_per_process}"]
+        return ["hydra/launcher=local_gpus", f"hydra.launcher.jobs_per_gpu={self.workers_per_gpu()}"]
+
+    def launcher_options(self) -> List[str]:
+        """The lra-gpu-check options that choose :meth:`launcher`."""
+        if self.jobs_per_gpu is None:
+            return ["--runs-per-process", self.runs_per_process]
+        return ["--jobs-per-gpu", str(self.jobs_per_gpu)]
+
+    def sharing(self) -> str:
+        """How the runs share the GPU, in words (the plan's)."""
+        if self.jobs_per_gpu is None:
+            at_once = "as many at a time as the GPU holds" if self.runs_per_process == "auto" else \
+                f"{min(int(self.runs_per_process), len(self.jobs()))} at a time"
+            return f"packed in one process, {at_once}"
+        return f"{self.workers_per_gpu()} jobs per GPU"
+
     def command(self, sweep_dir: Path) -> List[str]:
         """The lra-train arguments after ``-m``."""
-        return ["hydra/launcher=local_gpus", f"hydra.launcher.jobs_per_gpu={self.workers_per_gpu()}",
-                *self.task_overrides(), f"hydra.sweep.dir={sweep_dir}"]
+        return [*self.launcher(), *self.task_overrides(), f"hydra.sweep.dir={sweep_dir}"]
 
     def jobs(self) -> List[List[str]]:
         """Each job's overrides, the sweep expanded as Hydra's basic sweeper expands it."""
@@ -219,7 +240,7 @@ def check_sweep_dir(sweep_dir: Path, planned: Slice, out: Optional[Path]) -> Non
     saved = saved_task_overrides(sweep_dir)
     if saved == planned.task_overrides():
         return
-    again = continuing_command(saved, sweep_dir, planned.jobs_per_gpu)
+    again = continuing_command(saved, sweep_dir, planned.launcher_options())
     held = (f"another slice, made by: {again}" if again else
             f"a sweep lra-gpu-check did not make (lra-train -m {shlex.join(saved)})" if saved is not None else
             "files but no sweep (no multirun.yaml)")
@@ -246,7 +267,7 @@ def saved_task_overrides(sweep_dir: Path) -> Optional[List[str]]:
                         "the slice's own copy") from None
 
 
-def continuing_command(saved: Optional[List[str]], sweep_dir: Path, jobs_per_gpu: int) -> Optional[str]:
+def continuing_command(saved: Optional[List[str]], sweep_dir: Path, launcher_options: List[str]) -> Optional[str]:
     """The lra-gpu-check command that made the sweep whose overrides are ``saved``, None for another sweep."""
     if not saved or saved[:2] != SETUP or len(saved) < 6 or saved[5] != "logger=none":
         return None
@@ -256,7 +277,7 @@ def continuing_command(saved: Optional[List[str]], sweep_dir: Path, jobs_per_gpu
         return None
     rows = ",".join(row.split("/", 1)[1] for row in fields["row"].split(","))
     command = ["lra-gpu-check", "--reference", "--device", fields["trainer.device"], "--rows", rows, "--seeds",
-               fields["seed"], "--jobs-per-gpu", str(jobs_per_gpu), "--sweep-dir", str(sweep_dir)]
+               fields["seed"], *launcher_options, "--sweep-dir", str(sweep_dir)]
     return shlex.join([*command, *(["--", *saved[6:]] if saved[6:] else [])])
 
 

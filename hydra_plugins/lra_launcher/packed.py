@@ -1,0 +1,98 @@
+"""``hydra/launcher=packed``: a sweep's jobs K at a time in this one process, their training steps
+interleaved (:mod:`lra.packing`), so that one GPU runs K jobs' kernels at once instead of time-slicing
+K processes. ``hydra.launcher.runs_per_process``: K, or ``auto`` (what the GPU holds: 8 on an H100 80GB,
+1 on a CPU).
+
+    lra-train -m hydra/launcher=packed experiment=yoso_table3 task=listops seed=0,1,2
+
+Each job keeps everything a job of the basic launcher has (its folder, record, checkpoints, resume with
+the same command, a failure that is its own); a signal stops every job of the running pack, each
+recording ``interrupted``, and the sweep, as the basic launcher's sweep stops.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from omegaconf import open_dict
+
+from lra import packing, signals
+from lra.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PackedLauncherConf:
+    _target_: str = "hydra_plugins.lra_launcher.packed.PackedLauncher"
+    runs_per_process: Any = "auto"  # a whole number >= 1, or auto
+
+
+class PackedLauncher(Launcher):
+    def __init__(self, runs_per_process: Any = "auto") -> None:
+        whole = isinstance(runs_per_process, int) and not isinstance(runs_per_process, bool)
+        if runs_per_process != "auto" and not (whole and runs_per_process >= 1):
+            raise ConfigError(f"invalid value for hydra.launcher.runs_per_process: {runs_per_process!r}; it must be "
+                              "a whole number >= 1 or auto: pass hydra.launcher.runs_per_process=<such a value>")
+        self.runs_per_process = runs_per_process
+        self.config = self.hydra_context = self.task_function = None
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        device = _claimed_gpu()
+        size = packing.pack_size(self.runs_per_process, len(job_overrides), device)
+        log.info(f"Launching {len(job_overrides)} jobs in one process, {size} at a time")
+        returns = []
+        for first in range(0, len(job_overrides), size):
+            configs = []
+            for index, overrides in enumerate(job_overrides[first:first + size], start=initial_job_idx + first):
+                log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
+                config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+                with open_dict(config):
+                    config.hydra.job.id = config.hydra.job.num = index
+                configs.append(config)
+            # Logging is configured once for the pack: a job's own configure_log would drop the train.log
+            # handlers the pack's other runs have opened.
+            configure_log(configs[0].hydra.job_logging, configs[0].hydra.verbose)
+            jobs = [functools.partial(run_job, hydra_context=self.hydra_context, task_function=self.task_function,
+                                      config=config, job_dir_key="hydra.sweep.dir",
+                                      job_subdir_key="hydra.sweep.subdir", configure_logging=False)
+                    for config in configs]
+            try:
+                outcomes = packing.run_packed(jobs, device)
+            except signals.Interrupted as stopped:
+                sweep = Path(str(self.config.hydra.sweep.dir)).resolve()
+                stopped.advice = (f"the sweep stopped, each job of its running pack recorded as interrupted; continue "
+                                  f"it with the same command and hydra.sweep.dir={sweep}: finished jobs are kept, "
+                                  "unfinished ones resume")
+                raise
+            for outcome in outcomes:  # run_job keeps a job's Exception in its return; anything else ends the sweep
+                if outcome.error is not None:
+                    raise outcome.error
+            returns.extend(outcome.value for outcome in outcomes)
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return returns
+
+
+def _claimed_gpu():
+    """The GPU this process's jobs train on (claimed now on a machine with several, as trainer.device=auto
+    would claim it for the first job), or None without one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    from lra import gpus
+
+    count = torch.cuda.device_count()
+    return gpus.claim(count) if count > 1 else 0
