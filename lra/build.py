@@ -76,13 +76,30 @@ def build(cfg, attention: attention_zoo.AttentionSpec, announce=print,
     train_model, eval_model = (ddp if ddp is not None else model), model
     if trainer.compile:
         train_model, eval_model = compiled(train_model, trainer), compiled(model, trainer)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=trainer.lr, betas=(trainer.beta1, trainer.beta2),
-                                  eps=trainer.eps, weight_decay=trainer.weight_decay)
+    # Under trainer.capture the step is one CUDA graph (lra/capture.py): AdamW keeps its step count on the
+    # device and reads its learning rate from a device tensor, which the schedule fills each step.
+    lr = torch.tensor(trainer.lr, device=device) if trainer.capture else trainer.lr
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(trainer.beta1, trainer.beta2), eps=trainer.eps,
+                                  weight_decay=trainer.weight_decay, capturable=trainer.capture)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, trainer))
+    if trainer.capture:  # the schedule's rates as numbers, so that filling the tensor never reads the device
+        scheduler.base_lrs = [float(trainer.lr)] * len(optimizer.param_groups)
+        optimizer.register_load_state_dict_post_hook(_learning_rates_on(device))
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     sampler = EpochSampler(len(data.splits["train"]), trainer.batch_size, cfg.seed)
     return Components(device, amp_dtype, data, max_length, model, ddp, train_model, eval_model, optimizer, scheduler,
                       scaler, sampler)
+
+
+def _learning_rates_on(device: torch.device):
+    """An optimizer's load_state_dict hook: the learning rates a checkpoint gives back as host tensors (it is
+    loaded to the CPU) on ``device`` again, where a captured step reads them."""
+
+    def hook(optimizer) -> None:
+        for group in optimizer.param_groups:
+            group["lr"] = torch.tensor(float(group["lr"]), device=device)
+
+    return hook
 
 
 def resolve_device(name: str, announce=print, ranks: distributed.Ranks = distributed.Ranks()) -> torch.device:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from lra import checkpoint, distributed
@@ -49,23 +50,26 @@ class Pretrainer(Trainer):
                 "pretrain_mask_probability": self.mask_probability if self.objective == "masked" else None,
                 "pretrain_max_steps": self.cfg.trainer.max_steps, "pretrain_from": None}
 
-    def training_loss(self, indices):
+    def training_batch(self, indices):
         ids, masks, _ = self.data.splits["train"].gather(indices, self.max_length)  # inputs only, never labels
         documents = len(ids)  # Retrieval: both documents of a pair, as two sequences
-        ids, masks = torch.cat(self._to_device(ids)), torch.cat(self._to_device(masks))
+        arrays = [np.concatenate(ids), np.concatenate(masks)]
+        if self.objective == "masked":
+            arrays.append(masking_draws(self.cfg.seed, self.state.step, indices, documents, ids[0].shape[1]).numpy())
+        return arrays, arrays[1].size
+
+    def training_loss_on(self, arrays):
+        ids, masks = arrays[0], arrays[1]
         real = self.model.encoder.real_tokens(ids, masks)
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
             if self.objective == "masked":
-                draws = masking_draws(self.cfg.seed, self.state.step, indices, documents, ids.shape[1])
-                (draws,) = self._to_device([draws.numpy()])  # pinned and asynchronous on CUDA, as the batch
-                masked = draw_masked(real, self.mask_probability, draws)
+                masked = draw_masked(real, self.mask_probability, arrays[2])
                 logits = self.train_model(ids, masks, masked)
                 targets, counted = ids, masked
             else:  # causal: position t predicts token t + 1
                 logits = self.train_model(ids, masks)[:, :-1]
                 targets, counted = ids[:, 1:], real[:, :-1] & real[:, 1:]
-        loss, correct, predictions = token_loss(logits, targets, counted)
-        return loss, correct, masks.numel(), predictions
+        return token_loss(logits, targets, counted)
 
     def _validate(self, logger, train_metrics: dict) -> None:
         entry = {"step": self.state.step, "loss": train_metrics["train/loss"],

@@ -11,7 +11,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import attention_zoo
-from lra import checkpoint, distributed, gpus, packing
+from lra import capture, checkpoint, distributed, gpus, packing
 from lra.build import build
 from lra.chance import ChanceLevel
 from lra.config import typed
@@ -136,6 +136,7 @@ class Trainer:
         self.train_model, self.eval_model = parts.train_model, parts.eval_model
         self.optimizer, self.scheduler = parts.optimizer, parts.scheduler
         self.scaler, self.sampler = parts.scaler, parts.sampler
+        self.captured = capture.CapturedStep(self) if cfg.trainer.capture else None
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         self.gpu_clock = gpus.GpuClock.of(self.device, ranks.world)
         self.chance = ChanceLevel.of(self.data.splits["val"].labels)
@@ -225,28 +226,46 @@ class Trainer:
     def _forward(self, split: TokenSplit, indices, model=None):
         """(mean loss, number correct — both device tensors, nothing read back —, padded tokens)."""
         ids, masks, labels = split.gather(indices, self.max_length)
-        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
-            logits = (self.eval_model if model is None else model)(self._to_device(ids), self._to_device(masks))
         (labels,) = self._to_device([labels])
-        loss = F.cross_entropy(logits.float(), labels)
-        correct = (logits.argmax(-1) == labels).sum()
-        tokens = sum(m.size for m in masks)
-        return loss, correct, tokens
+        loss, correct = self._loss(self._to_device(ids), self._to_device(masks), labels,
+                                   self.eval_model if model is None else model)
+        return loss, correct, sum(m.size for m in masks)
+
+    def _loss(self, ids, masks, labels, model):
+        """(mean loss, number correct) of a batch on the device through ``model``."""
+        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
+            logits = model(ids, masks)
+        return F.cross_entropy(logits.float(), labels), (logits.argmax(-1) == labels).sum()
 
     def train_step(self) -> dict:
         """One optimizer step. Its metrics stay on the device (``loss``, ``correct``, ``aux_loss`` sums
         of this process, ``nonfinite`` a flag): :meth:`run` reads them every ``log_every`` steps, so
-        the host never waits for the device within a step."""
+        the host never waits for the device within a step. The host prepares every micro-batch first
+        (:meth:`training_batch`), then the device computes the step (:meth:`device_step`, replayed as
+        one CUDA graph under trainer.capture: :mod:`lra.capture`)."""
         self.model.train()
         indices = self.ranks.shard(self.sampler.next_batch())  # this process's share of the global batch
         micro_batches = np.array_split(indices, self.cfg.trainer.grad_accumulation)
-        self.optimizer.zero_grad(set_to_none=True)
+        prepared = [self.training_batch(micro) for micro in micro_batches]
+        batches, weights = [arrays for arrays, _ in prepared], [len(micro) / len(indices) for micro in micro_batches]
+        if self.captured is not None:
+            metrics = self.captured.step(batches, weights)
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+            metrics = self.device_step([self._to_device(arrays) for arrays in batches], weights)
+        self.scheduler.step()
+        metrics.update(examples=len(indices), tokens=sum(tokens for _, tokens in prepared) * self.ranks.world)
+        return metrics
+
+    def device_step(self, batches: List[list], weights: List[float]) -> dict:
+        """Forward and backward of each micro-batch (``batches``: :meth:`training_batch`'s arrays on the
+        device; ``weights``: each one's share of the batch), gradient clipping and the optimizer's step,
+        into gradients set to None before: device work only, nothing read back."""
         total_loss = total_correct = torch.zeros((), device=self.device)
-        aux_total, predictions, tokens = None, None, 0
-        for position, micro in enumerate(micro_batches):
-            with gradient_sync(self.ddp, last_micro_batch=position == len(micro_batches) - 1):
-                loss, correct, micro_tokens, predicted = self.training_loss(micro)
-                weight = len(micro) / len(indices)
+        aux_total, predictions = None, None
+        for position, (arrays, weight) in enumerate(zip(batches, weights)):
+            with gradient_sync(self.ddp, last_micro_batch=position == len(batches) - 1):
+                loss, correct, predicted = self.training_loss_on(arrays)
                 objective = loss * weight
                 aux = self.model.aux_loss()
                 if aux is not None:
@@ -257,25 +276,30 @@ class Trainer:
             total_correct = total_correct + correct
             if predicted is not None:
                 predictions = predicted if predictions is None else predictions + predicted
-            tokens += micro_tokens
         if self.cfg.trainer.grad_clip is not None:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.trainer.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self.scheduler.step()
-        metrics = {"loss": total_loss, "correct": total_correct, "examples": len(indices),
-                   "nonfinite": ~torch.isfinite(total_loss), "tokens": tokens * self.ranks.world}
+        metrics = {"loss": total_loss, "correct": total_correct, "nonfinite": ~torch.isfinite(total_loss)}
         if aux_total is not None:
             metrics["aux_loss"] = aux_total
         if predictions is not None:
             metrics["predictions"] = predictions
         return metrics
 
-    def training_loss(self, indices):
-        """(mean loss, number correct, padded tokens, number of predictions — None: one per example) of
-        these training examples through the training model."""
-        return (*self._forward(self.data.splits["train"], indices, self.train_model), None)
+    def training_batch(self, indices) -> Tuple[List[np.ndarray], int]:
+        """The training examples ``indices`` as host arrays (ids and masks per document, labels) and their
+        padded tokens: everything :meth:`training_loss_on` reads."""
+        ids, masks, labels = self.data.splits["train"].gather(indices, self.max_length)
+        return [*ids, *masks, labels], sum(m.size for m in masks)
+
+    def training_loss_on(self, arrays: list):
+        """(mean loss, number correct, number of predictions — None: one per example) of a training batch
+        on the device (:meth:`training_batch`'s arrays) through the training model."""
+        documents = (len(arrays) - 1) // 2
+        loss, correct = self._loss(arrays[:documents], arrays[documents:2 * documents], arrays[-1], self.train_model)
+        return loss, correct, None
 
     @torch.no_grad()
     def evaluate(self, split_name: str) -> dict:
@@ -336,7 +360,7 @@ class Trainer:
                 read_started = time.perf_counter()
                 train_metrics = window.read(self.ranks, step, self.lr_setting)  # the one wait for the device here
                 self.state.train_seconds += time.perf_counter() - read_started
-                train_metrics["train/lr"] = self.scheduler.get_last_lr()[0]
+                train_metrics["train/lr"] = float(self.scheduler.get_last_lr()[0])  # a tensor under trainer.capture
                 throughput = self.state.train_tokens / self.state.train_seconds
                 loss, accuracy = train_metrics["train/loss"], train_metrics["train/accuracy"]
                 bar.set_postfix(loss=f"{loss:.3f}", acc=f"{accuracy:.1f}", tok_s=f"{throughput:,.0f}")

@@ -188,6 +188,17 @@ def check_device_and_precision(cfg: DictConfig) -> None:
                           "is on the CPU: pass trainer.precision=fp32 (or auto)")
 
 
+def check_capture(cfg: DictConfig) -> None:
+    """trainer.capture=true where the step cannot be captured (:func:`lra.capture.refusal`)."""
+    if not cfg.trainer.capture:
+        return
+    from lra.capture import refusal
+
+    why = refusal(cfg.trainer, runs_on_cuda(cfg), distributed.world_size())
+    if why:
+        raise ConfigError(f"invalid value for trainer.capture: true; {why}")
+
+
 def check_groups_present(cfg: DictConfig) -> None:
     """Every config group has a choice (``~model`` deletes one)."""
     from lra.config import CONF_DIR
@@ -245,5 +256,6 @@ def validate(cfg: DictConfig) -> TrainRunConfig:
     check_shape(cfg)
     check_pretraining(cfg)
     check_device_and_precision(cfg)
+    check_capture(cfg)
     distributed.world_size()  # a leftover WORLD_SIZE outside torchrun
     return typed(cfg)

@@ -117,10 +117,11 @@ def test_packed_launcher_refuses_a_bad_runs_per_process(tmp_path, data_dir):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_a_packed_sweep_on_cuda_equals_the_runs_alone(tmp_path, data_dir):
-    """On a GPU each packed run queues on a CUDA stream of its own; deterministic mode (YOSO's sorted
-    cumulation, cuBLAS's fixed workspace) still gives each run its values alone, bit for bit."""
-    on_cuda = ["trainer.device=cuda", "seed=0,1"]
+@pytest.mark.parametrize("capture", ["false", "true"])
+def test_a_packed_sweep_on_cuda_equals_the_runs_alone(tmp_path, data_dir, capture):
+    """On a GPU each packed run queues on a CUDA stream of its own, its steps captured or not; deterministic
+    mode (YOSO's sorted cumulation, cuBLAS's fixed workspace) still gives each run its values alone, bit for bit."""
+    on_cuda = ["trainer.device=cuda", "trainer.precision=bf16", f"trainer.capture={capture}", "seed=0,1"]
     sweep(tmp_path, data_dir, "alone", *on_cuda)
     sweep(tmp_path, data_dir, "packed", *on_cuda, "hydra/launcher=packed", "hydra.launcher.runs_per_process=2")
     assert_equal_runs(tmp_path / "packed", tmp_path / "alone", jobs=(0, 1))

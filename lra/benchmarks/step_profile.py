@@ -95,6 +95,7 @@ def instrument(trainer) -> None:
     if not scope_backends(trainer.model):
         raise AssertionError("the model has no attention backend to profile")
     scoped(trainer, "_forward", FORWARD_SCOPE)
+    scoped(trainer, "training_loss_on", FORWARD_SCOPE)
     scoped(trainer, "_to_device", DATA_SCOPE)
     scoped(trainer.sampler, "next_batch", DATA_SCOPE)
     for split in trainer.data.splits.values():

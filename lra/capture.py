@@ -1,0 +1,82 @@
+"""The training step as one CUDA graph (``trainer.capture=true``): forward and backward of every
+micro-batch, gradient clipping and the optimizer's step, launched by one replay instead of hundreds of
+kernel launches from the host, which at the LRA reference sizes takes longer to queue a step than the GPU
+takes to run it.
+
+The first :data:`EAGER_STEPS` steps of a process run eagerly through the same
+:meth:`lra.training.Trainer.device_step` (they create cuBLAS's handles and workspaces, the optimizer's state
+and the allocator's pools, none of which a capture may do); the next step is captured, with its inputs
+in static device tensors, and every step from then on copies its batch into those tensors and replays the
+graph. A captured step computes what the same step eagerly computes, kernel for kernel: a resumed run,
+which runs its first steps eagerly again, equals the uninterrupted one. What capture needs is decided by
+:func:`refusal` (one line each), checked when the config is validated: a CUDA device, no fp16
+(GradScaler's skipped steps read the device from the host), one process (no DDP), no
+``trainer.compile_mode`` with its own CUDA graphs. The optimizer is made capturable by
+:func:`lra.build.build` (AdamW with ``capturable=True`` and its learning rate a device tensor, which the
+schedule fills each step).
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import numpy as np
+import torch
+
+EAGER_STEPS = 3
+
+
+def refusal(trainer_cfg, on_cuda: bool, processes: int = 1) -> Optional[str]:
+    """Why ``trainer.capture=true`` cannot run with these settings (None: it can), with the fix."""
+    if not on_cuda:
+        return "it captures CUDA graphs and this run is on the CPU: pass trainer.capture=false"
+    if trainer_cfg.precision.value == "fp16" or (trainer_cfg.precision.value == "auto" and not torch.cuda.is_bf16_supported()):
+        return ("fp16's gradient scaler (trainer.precision=fp16, or auto on a GPU without bf16) decides on the host "
+                "whether to skip a step: pass trainer.precision=bf16 (or fp32), or trainer.capture=false")
+    if processes > 1:
+        return "a DDP run's gradient all-reduce is not captured here: pass trainer.capture=false under torchrun"
+    if trainer_cfg.compile and trainer_cfg.compile_mode in ("reduce-overhead", "max-autotune"):
+        return (f"trainer.compile_mode={trainer_cfg.compile_mode} makes CUDA graphs of its own: pass "
+                "trainer.compile_mode=default (or max-autotune-no-cudagraphs) with trainer.capture=true")
+    return None
+
+
+class CapturedStep:
+    """:meth:`step` for :class:`lra.training.Trainer` under ``trainer.capture`` (module docstring)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+        self.eager_steps = 0
+        self.graph: Optional[torch.cuda.CUDAGraph] = None
+        self.inputs: List[List[torch.Tensor]] = []  # the static device tensors each replay reads
+        self.outputs: dict = {}  # the static metrics each replay writes
+
+    def step(self, batches: List[List[np.ndarray]], weights: List[float]) -> dict:
+        """One optimizer step on ``batches`` (host arrays per micro-batch); its metrics, which later steps
+        leave as they are."""
+        trainer = self.trainer
+        if self.graph is None and self.eager_steps < EAGER_STEPS:
+            self.eager_steps += 1
+            trainer.optimizer.zero_grad(set_to_none=True)
+            return trainer.device_step([trainer._to_device(arrays) for arrays in batches], weights)
+        if self.graph is None:
+            self._capture(batches, weights)
+        else:
+            self._load(batches)
+        self.graph.replay()
+        return {key: value.clone() for key, value in self.outputs.items()}
+
+    def _capture(self, batches, weights) -> None:
+        """Record the step on ``batches``, which become the static inputs (capturing runs nothing)."""
+        trainer = self.trainer
+        self.inputs = [trainer._to_device(arrays) for arrays in batches]
+        trainer.optimizer.zero_grad(set_to_none=True)  # the graph's backward makes the gradients it then reuses
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.outputs = trainer.device_step(self.inputs, weights)
+        self.graph = graph
+
+    def _load(self, batches) -> None:
+        for statics, arrays in zip(self.inputs, batches):
+            for static, array in zip(statics, arrays):
+                static.copy_(torch.from_numpy(array).pin_memory(), non_blocking=True)
