@@ -41,15 +41,28 @@ def refusal(trainer_cfg, on_cuda: bool, processes: int = 1) -> Optional[str]:
     return None
 
 
-class CapturedStep:
-    """:meth:`step` for :class:`lra.training.Trainer` under ``trainer.capture`` (module docstring)."""
+class StepGraph:
+    """``step()`` (device work on static tensors, returning its metrics) captured as one CUDA graph:
+    :meth:`replay` runs it again, writing :attr:`outputs` (capturing runs nothing)."""
 
-    def __init__(self, trainer):
-        self.trainer = trainer
+    def __init__(self, step):
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = step()
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+class CapturedStep:
+    """:meth:`step` for :class:`lra.training.Trainer` under ``trainer.capture`` (module docstring).
+    ``graph``: what captures a step (:class:`StepGraph`; the CPU tests give a stand-in that reruns it)."""
+
+    def __init__(self, trainer, graph=StepGraph):
+        self.trainer, self.make_graph = trainer, graph
         self.eager_steps = 0
-        self.graph: Optional[torch.cuda.CUDAGraph] = None
+        self.graph = None
         self.inputs: List[List[torch.Tensor]] = []  # the static device tensors each replay reads
-        self.outputs: dict = {}  # the static metrics each replay writes
 
     def step(self, batches: List[List[np.ndarray]], weights: List[float]) -> dict:
         """One optimizer step on ``batches`` (host arrays per micro-batch); its metrics, which later steps
@@ -59,24 +72,17 @@ class CapturedStep:
             self.eager_steps += 1
             trainer.optimizer.zero_grad(set_to_none=True)
             return trainer.device_step([trainer._to_device(arrays) for arrays in batches], weights)
-        if self.graph is None:
-            self._capture(batches, weights)
+        if self.graph is None:  # this step's batch becomes the static inputs
+            self.inputs = [trainer._to_device(arrays) for arrays in batches]
+            trainer.optimizer.zero_grad(set_to_none=True)  # the graph's backward makes the gradients it reuses
+            self.graph = self.make_graph(lambda: trainer.device_step(self.inputs, weights))
         else:
             self._load(batches)
         self.graph.replay()
-        return {key: value.clone() for key, value in self.outputs.items()}
-
-    def _capture(self, batches, weights) -> None:
-        """Record the step on ``batches``, which become the static inputs (capturing runs nothing)."""
-        trainer = self.trainer
-        self.inputs = [trainer._to_device(arrays) for arrays in batches]
-        trainer.optimizer.zero_grad(set_to_none=True)  # the graph's backward makes the gradients it then reuses
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.outputs = trainer.device_step(self.inputs, weights)
-        self.graph = graph
+        return {key: value.clone() for key, value in self.graph.outputs.items()}
 
     def _load(self, batches) -> None:
         for statics, arrays in zip(self.inputs, batches):
             for static, array in zip(statics, arrays):
-                static.copy_(torch.from_numpy(array).pin_memory(), non_blocking=True)
+                static.copy_(torch.from_numpy(array).pin_memory() if static.is_cuda else torch.from_numpy(array),
+                             non_blocking=True)

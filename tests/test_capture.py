@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
-from lra.capture import refusal
+from helpers import compose_config
+from lra.capture import EAGER_STEPS, CapturedStep, refusal
 from lra.config import Precision
 
 SETUP = ["attention=yoso", "trainer=smoke", "trainer.max_steps=12", "trainer.eval_every=4", "trainer.checkpoint_every=4",
@@ -34,6 +35,51 @@ def test_capture_is_refused_where_the_step_cannot_be_captured():
         assert f"trainer.compile_mode={mode} makes CUDA graphs of its own" in refusal(
             settings(compile=True, compile_mode=mode), on_cuda=True)
     assert refusal(settings(compile=True, compile_mode="max-autotune-no-cudagraphs"), on_cuda=True) is None
+
+
+class RerunGraph:
+    """A CUDA graph's contract on the CPU: capturing runs nothing; each replay runs the captured step on
+    the same static inputs, its gradients made afresh (as the captured backward writes them), and writes
+    its metrics into the same output tensors."""
+
+    def __init__(self, step, optimizer):
+        self.step, self.optimizer, self.outputs, self.replays = step, optimizer, None, 0
+
+    def replay(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        result = self.step()
+        if self.outputs is None:
+            self.outputs = result
+        else:
+            for key, value in result.items():
+                self.outputs[key].copy_(value)
+        self.replays += 1
+
+
+def test_a_captured_step_takes_each_batch_and_trains_as_the_eager_step(tmp_path, data_dir):
+    """CapturedStep's own part, on the CPU with a stand-in graph: its eager steps, the capture on the
+    fourth step's batch, each later batch copied into the static inputs (two micro-batches), the metrics
+    taken before the next replay: ten steps equal the eager trainer's bit for bit (YOSO's hashes and
+    dropout drawn every step; gradient clipping)."""
+    from lra.training import Trainer
+
+    cfg = compose_config("trainer=smoke", "attention=yoso", "trainer.grad_accumulation=2", "trainer.grad_clip=0.5",
+                         "seed=4", f"data_dir={data_dir}", *SMALL_LISTOPS)
+    metrics = {}
+    for name in ("eager", "captured"):  # one after the other: each trainer's build seeds the generators
+        trainer = Trainer(cfg, tmp_path / name, announce=lambda message: None)
+        graphs = []
+        if name == "captured":
+            trainer.captured = CapturedStep(trainer, graph=lambda step: graphs.append(
+                RerunGraph(step, trainer.optimizer)) or graphs[-1])
+        metrics[name] = [trainer.train_step() for _ in range(10)]
+        metrics[name] = [(m["loss"].item(), m["correct"].item(), m["tokens"]) for m in metrics[name]]
+        metrics[name + " weights"] = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    assert len(graphs) == 1 and graphs[0].replays == 10 - EAGER_STEPS
+    assert metrics["captured"] == metrics["eager"]
+    assert len({loss for loss, _, _ in metrics["eager"]}) == 10, "each step trained on its own batch"
+    for key, value in metrics["eager weights"].items():
+        assert torch.equal(metrics["captured weights"][key], value), key
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's refusal")
