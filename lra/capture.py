@@ -8,7 +8,9 @@ The first :data:`EAGER_STEPS` steps of a process run eagerly through the same
 and the allocator's pools, none of which a capture may do); the next step is captured, with its inputs
 in static device tensors, and every step from then on copies its batch into those tensors and replays the
 graph. A captured step computes what the same step eagerly computes, kernel for kernel: a resumed run,
-which runs its first steps eagerly again, equals the uninterrupted one. What capture needs is decided by
+which runs its first steps eagerly again, equals the uninterrupted one. Evaluation is captured the same
+way, a full evaluation batch's forward (no autograd) as a graph of its own (a last, smaller batch runs
+eagerly). What capture needs is decided by
 :func:`refusal` (one line each), checked when the config is validated: a CUDA device, no fp16
 (GradScaler's skipped steps read the device from the host), one process (no DDP), no
 ``trainer.compile_mode`` with its own CUDA graphs. The optimizer is made capturable by
@@ -63,6 +65,9 @@ class CapturedStep:
         self.eager_steps = 0
         self.graph = None
         self.inputs: List[List[torch.Tensor]] = []  # the static device tensors each replay reads
+        self.eval_batches = 0
+        self.eval_graph = None
+        self.eval_inputs: List[torch.Tensor] = []
 
     def step(self, batches: List[List[np.ndarray]], weights: List[float]) -> dict:
         """One optimizer step on ``batches`` (host arrays per micro-batch); its metrics, which later steps
@@ -81,8 +86,29 @@ class CapturedStep:
         self.graph.replay()
         return {key: value.clone() for key, value in self.graph.outputs.items()}
 
+    def evaluation(self, arrays: List[np.ndarray]) -> tuple:
+        """(mean loss, number correct) of a full evaluation batch (host arrays) through the evaluation model,
+        with no autograd: eagerly for the first :data:`EAGER_STEPS` batches, then one graph replayed."""
+        trainer = self.trainer
+        if self.eval_graph is None and self.eval_batches < EAGER_STEPS:
+            self.eval_batches += 1
+            return trainer.loss_on(trainer._to_device(arrays), trainer.eval_model)
+        if self.eval_graph is None:
+            self.eval_inputs = trainer._to_device(arrays)
+            self.eval_graph = self.make_graph(lambda: dict(zip(("loss", "correct"), trainer.loss_on(
+                self.eval_inputs, trainer.eval_model))))
+        else:
+            _load(self.eval_inputs, arrays)
+        self.eval_graph.replay()
+        return self.eval_graph.outputs["loss"].clone(), self.eval_graph.outputs["correct"].clone()
+
     def _load(self, batches) -> None:
         for statics, arrays in zip(self.inputs, batches):
-            for static, array in zip(statics, arrays):
-                static.copy_(torch.from_numpy(array).pin_memory() if static.is_cuda else torch.from_numpy(array),
-                             non_blocking=True)
+            _load(statics, arrays)
+
+
+def _load(statics: List[torch.Tensor], arrays: List[np.ndarray]) -> None:
+    """Copy a batch's host arrays into the static tensors a graph reads (from pinned memory on CUDA)."""
+    for static, array in zip(statics, arrays):
+        static.copy_(torch.from_numpy(array).pin_memory() if static.is_cuda else torch.from_numpy(array),
+                     non_blocking=True)

@@ -224,18 +224,29 @@ class Trainer:
         return to_device(arrays, self.device)
 
     def _forward(self, split: TokenSplit, indices, model=None):
-        """(mean loss, number correct — both device tensors, nothing read back —, padded tokens)."""
+        """(mean loss, number correct — both device tensors, nothing read back —, padded tokens) of the
+        examples ``indices`` through ``model`` (default: the evaluation model; a full evaluation batch
+        is a replayed CUDA graph under trainer.capture)."""
         ids, masks, labels = split.gather(indices, self.max_length)
-        (labels,) = self._to_device([labels])
-        loss, correct = self._loss(self._to_device(ids), self._to_device(masks), labels,
-                                   self.eval_model if model is None else model)
+        arrays = [*ids, *masks, labels]
+        if self.captured is not None and model is None and len(indices) == self.eval_batch_size:
+            loss, correct = self.captured.evaluation(arrays)
+        else:
+            loss, correct = self.loss_on(self._to_device(arrays), self.eval_model if model is None else model)
         return loss, correct, sum(m.size for m in masks)
 
-    def _loss(self, ids, masks, labels, model):
-        """(mean loss, number correct) of a batch on the device through ``model``."""
+    def loss_on(self, arrays: list, model):
+        """(mean loss, number correct) of a batch on the device (ids and masks per document, then labels)."""
+        documents = (len(arrays) - 1) // 2
+        ids, masks, labels = arrays[:documents], arrays[documents:2 * documents], arrays[-1]
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
             logits = model(ids, masks)
         return F.cross_entropy(logits.float(), labels), (logits.argmax(-1) == labels).sum()
+
+    @property
+    def eval_batch_size(self) -> int:
+        trainer = self.cfg.trainer
+        return trainer.batch_size if trainer.eval_batch_size is None else trainer.eval_batch_size
 
     def train_step(self) -> dict:
         """One optimizer step. Its metrics stay on the device (``loss``, ``correct``, ``aux_loss`` sums
@@ -297,15 +308,13 @@ class Trainer:
     def training_loss_on(self, arrays: list):
         """(mean loss, number correct, number of predictions — None: one per example) of a training batch
         on the device (:meth:`training_batch`'s arrays) through the training model."""
-        documents = (len(arrays) - 1) // 2
-        loss, correct = self._loss(arrays[:documents], arrays[documents:2 * documents], arrays[-1], self.train_model)
-        return loss, correct, None
+        return (*self.loss_on(arrays, self.train_model), None)
 
     @torch.no_grad()
     def evaluate(self, split_name: str) -> dict:
         self.model.eval()
         split = self.data.splits[split_name]
-        batch_size = self.cfg.trainer.batch_size if self.cfg.trainer.eval_batch_size is None else self.cfg.trainer.eval_batch_size
+        batch_size = self.eval_batch_size
         loss_sum = correct = torch.zeros((), dtype=torch.float64, device=self.device)
         for start in range(0, len(split), batch_size):
             indices = self.ranks.shard(np.arange(start, min(start + batch_size, len(split))))

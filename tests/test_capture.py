@@ -60,7 +60,8 @@ def test_a_captured_step_takes_each_batch_and_trains_as_the_eager_step(tmp_path,
     """CapturedStep's own part, on the CPU with a stand-in graph: its eager steps, the capture on the
     fourth step's batch, each later batch copied into the static inputs (two micro-batches), the metrics
     taken before the next replay: ten steps equal the eager trainer's bit for bit (YOSO's hashes and
-    dropout drawn every step; gradient clipping)."""
+    dropout drawn every step; gradient clipping); then two validations (a graph of their own from the
+    fourth batch on) around a step equal the eager trainer's too."""
     from lra.training import Trainer
 
     cfg = compose_config("trainer=smoke", "attention=yoso", "trainer.grad_accumulation=2", "trainer.grad_clip=0.5",
@@ -75,7 +76,11 @@ def test_a_captured_step_takes_each_batch_and_trains_as_the_eager_step(tmp_path,
         metrics[name] = [trainer.train_step() for _ in range(10)]
         metrics[name] = [(m["loss"].item(), m["correct"].item(), m["tokens"]) for m in metrics[name]]
         metrics[name + " weights"] = {k: v.clone() for k, v in trainer.model.state_dict().items()}
-    assert len(graphs) == 1 and graphs[0].replays == 10 - EAGER_STEPS
+        metrics[name + " evaluations"] = [trainer.evaluate("val"), trainer.train_step()["loss"].item(),
+                                          trainer.evaluate("val")]
+    batches = -(-24 // 4)  # the validation split's batches
+    assert [graph.replays for graph in graphs] == [10 + 1 - EAGER_STEPS, 2 * batches - EAGER_STEPS]
+    assert metrics["captured evaluations"] == metrics["eager evaluations"]
     assert metrics["captured"] == metrics["eager"]
     assert len({loss for loss, _, _ in metrics["eager"]}) == 10, "each step trained on its own batch"
     for key, value in metrics["eager weights"].items():
