@@ -84,6 +84,9 @@ def check_profilable(cfg) -> None:
     if cfg.trainer.compile:
         raise UserError("the profile names the attention backend's time through module hooks, which a compiled "
                         "model does not run: profile with trainer.compile=false")
+    if cfg.trainer.capture:
+        raise UserError("the profile names the parts of a step through hooks and scopes, which a replayed CUDA graph "
+                        "does not run: profile with trainer.capture=false")
     if pretrains(cfg):
         raise UserError("the profile covers the training stage only, and this config self-pretrains first: leave "
                         "pretrain at none (and pretrain.from unset)")
