@@ -38,13 +38,13 @@ SHAPES = [  # batch·heads, n, head_dim, value_dim, hashes, τ: every team layou
     (2, 129, 64, 64, 5, 12),
     (1, 8, 32, 32, 256, 3),
     (2, 23, 16, 16, 4, 20),
-    (1, 1030, 16, 16, 2, 11),  # p = 4: too wide a table for shared memory, rows by code in the workspace
+    (1, 1030, 16, 16, 2, 11),  # p = 4: a table of 64 codes a slice, 32 slices a pair
     (2, 50, 16, 16, 3, 9),  # the shared-memory tables in 2 slices a pair
     (1, 70, 32, 32, 2, 10),  # in 4 slices
-    (1, 40, 16, 16, 2, 13),  # more than 16 slices: no shared-memory table, the atomic rows in the workspace
+    (1, 40, 16, 16, 2, 13),  # 32 slices a pair (p = 4: 128, the most), most of them empty
 ]
-# ThreadSanitizer costs ~20x: the shapes that cover the generic team and a templated one, a table launch of
-# several slices (blocks of one pair racing on its lists) and the path without shared-memory tables.
+# ThreadSanitizer costs ~20x: the shapes that cover the generic team and a templated one, table launches of
+# 2 to 128 slices (blocks of one pair racing on its lists) and the path without shared-memory tables (τ = 20).
 RACE_SHAPES = {SHAPES[0], SHAPES[4], SHAPES[6], SHAPES[7], SHAPES[8]}
 CASES = [pytest.param(v.values[0], s, marks=v.marks, id=f"{'x'.join(map(str, s))}-{v.id}")
          for v in (variant("asan"), variant("tsan")) for s in SHAPES if v.id == "asan" or s in RACE_SHAPES]

@@ -49,7 +49,7 @@ cudaError_t launch_cumulation_chunk(const Cumulation& c, float* rows, int64_t ro
 // weighted values into its rows with shared-memory atomics, its queries read their rows and add them into
 // out with one global atomic a coordinate. No global rows to clear, write and read back, no sort.
 // table_rows: the codes a slice holds (a power of two, its rows within kTableBytes), or 0 where a pair
-// would need more than 16 slices (p channels wide, or τ large): then launch_cumulation_chunk.
+// would need more than 128 slices (p channels wide, or τ > 15): then launch_cumulation_chunk.
 constexpr int kTableBytes = 48 * 1024;  // the shared memory a block gets without opting in
 int table_rows(int tau, int p);
 // The lists (allocated by the caller): starts [B·m, slices + 1], tokens and rows [B·m, n] a side.

@@ -39,6 +39,7 @@ class Call:
     m: int = 32
     tau: int = 0  # 0: ⌈log2 n⌉, the backend's default
     buckets: Optional[Buckets] = None
+    most_slices: Optional[int] = None  # the kernels' limit on a table's slices; None: today's (kernels.MOST_SLICES)
 
     @property
     def bits(self) -> int:

@@ -58,7 +58,8 @@ def _step_kernels(call: Call, atomic: bool, machine: Machine) -> torch_ops.Step:
 
 def trace_rows(source: str) -> List[Row]:
     t = measured.trace(source)
-    call, atomic = Call(t.batch_heads, t.n, t.head_dim, t.head_dim, t.m), t.atomic
+    call = Call(t.batch_heads, t.n, t.head_dim, t.head_dim, t.m, most_slices=measured.MEASURED_MOST_SLICES)
+    atomic = t.atomic
     fitted = source == measured.CALIBRATION
     role = "fitted" if fitted else "validated"
     rows, known = [], {}
@@ -110,7 +111,7 @@ def benchmark_rows(source: str) -> List[Row]:
         if cell not in CELLS:
             continue
         atomic, graphs = CELLS[cell]
-        call = Call(batch_heads, n, d, d, 32)
+        call = Call(batch_heads, n, d, d, 32, most_slices=measured.MEASURED_MOST_SLICES)
         for training, value, label in ((False, forward, "forward"), (True, both, "forward + backward")):
             rows.append(Row(source, f"{cell}, n = {n:,}, {label}", value,
                             lambda m, h, call=call, atomic=atomic, training=training, graphs=graphs: host.call_seconds(

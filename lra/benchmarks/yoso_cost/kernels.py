@@ -101,16 +101,17 @@ TABLE_BYTES = 48 * 1024  # yoso_cuda_kernels.h's kTableBytes: a block's shared m
 TABLE_WARPS = 8
 TABLE_BATCH = 8  # listed tokens a warp loads for at once
 LIST_THREADS = 256
-MOST_SLICES = 16
+MOST_SLICES = 128  # yoso_cuda_kernels.cu's kMostSlices (16 in the kernels the committed H100 traces ran)
 
 
-def table_rows(tau: int, p: int = 1) -> int:
+def table_rows(tau: int, p: int = 1, most_slices: Optional[int] = None) -> int:
     """Codes a slice of the shared-memory table holds, as yoso_cuda_kernels.cu's table_rows: the largest
-    power of two within TABLE_BYTES, or 0 when a pair would need more than MOST_SLICES slices."""
+    power of two within TABLE_BYTES, or 0 when a pair would need more than ``most_slices`` slices (the
+    kernels' :data:`MOST_SLICES`, or a call's own: :attr:`Call.most_slices`)."""
     rows = 2**tau
     while rows > 1 and rows * p * WARP * 4 > TABLE_BYTES:
         rows //= 2
-    return rows if rows * p * WARP * 4 <= TABLE_BYTES and 2**tau // rows <= MOST_SLICES else 0
+    return rows if rows * p * WARP * 4 <= TABLE_BYTES and 2**tau // rows <= (most_slices or MOST_SLICES) else 0
 
 
 def slice_lists(c: Call, machine: Machine = H100) -> Kernel:
@@ -118,7 +119,7 @@ def slice_lists(c: Call, machine: Machine = H100) -> Kernel:
     the codes (shared atomics), one thread scans the counts, then every token is listed with its row:
     each code read twice, a token and a row stored per token, the starts per pair. A warp's atomic on
     the counters (each pass) takes as many rounds as the most of its 32 tokens in one slice."""
-    slices = 2**c.bits // table_rows(c.bits)
+    slices = 2**c.bits // table_rows(c.bits, most_slices=c.most_slices)
     tokens = 2 * c.pairs * c.n
     return Kernel("atomic: tokens listed by slice", blocks=2 * c.pairs, threads=LIST_THREADS, registers=32,
                   shared_bytes=2 * slices * 4, instructions=tokens / WARP * 2 * 12 + 2 * c.pairs * slices * 6,
@@ -133,7 +134,7 @@ def table_cumulation(c: Call, machine: Machine = H100) -> Kernel:
     columns) clears its rows, its listed keys add their values with shared atomics (a CAS loop on sm_90),
     then each listed query adds its row into the output with one global atomic a coordinate: every lane
     loads a listed token, its row and weight; a key's value row is loaded by the lanes of its columns."""
-    rows = table_rows(c.bits)
+    rows = table_rows(c.bits, most_slices=c.most_slices)
     slices, tiles = 2**c.bits // rows, math.ceil(c.dv / WARP)
     blocks = c.pairs * slices * tiles
     listed = c.pairs * c.n * tiles  # per side

@@ -174,7 +174,7 @@ def forward_ops(c: Call, atomic: bool, machine: Machine = H100, grad: bool = Tru
            Op("yoso_sample (custom op)", wrapper / 2 + 1,
               (filled("ones", c.B * c.n * 4, machine),))]
     zeros = filled("cumulation output zeroed", c.B * c.n * c.dv * 4, machine)
-    if atomic and yoso.table_rows(c.bits):
+    if atomic and yoso.table_rows(c.bits, most_slices=c.most_slices):
         ops.append(Op("yoso_cumulation (custom op)", CUSTOM_OP + 1, (zeros,),
                       raw=(yoso.slice_lists(c, machine), yoso.table_cumulation(c, machine))))
     elif atomic:
