@@ -16,7 +16,12 @@ would in a sweep, and the other jobs go on. A signal to the process stops every 
 each recording ``interrupted``; the pack then raises the interruption. What a run measures of its own time
 in a pack: ``wall_time_seconds`` is the pack's wall time while it trained, ``gpu_seconds`` its share of the
 GPU (:mod:`lra.gpus` counts each packed run), ``train_tokens_per_second`` its tokens over the time its own
-steps took (including waits for the device).
+steps took (including waits for the device), ``peak_memory_mb`` the process's peak, all its runs together.
+A job that ends the sweep (its folder another run's: a SystemExit) lets the started jobs finish and
+keeps the others from starting; a signal stops the started jobs at their next turn and starts no other
+(the main thread takes a signal within milliseconds: one in the pack's first round may still see a
+job start, which then stops at its first turn, its record interrupted).
+The working directory is the process's, so the packed launcher refuses ``hydra.job.chdir=true``.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ class Outcome:
 
     value: Any = None
     error: Optional[BaseException] = None
+    started: bool = False  # False: left out, as the pack was stopped or ended before its turn came
 
 
 class Pack:
@@ -85,6 +91,7 @@ class Pack:
         self.cuda_device = cuda_device  # the GPU the jobs train on: each job queues on a stream of its own there
         self.outcomes = [Outcome() for _ in self.jobs]
         self.stopping: Optional[int] = None  # the signal that stops the pack
+        self.closed = False  # a job ended the sweep: the jobs not yet started are left out
         self._turn = threading.Condition()
         self._holder: Optional[int] = None
         self._live: List[int] = []
@@ -99,8 +106,12 @@ class Pack:
         threads = [threading.Thread(target=self._job, args=(index,), name=f"lra-pack-{index}", daemon=True)
                    for index in range(len(self.jobs))]
         with signals.on_interruption(self.stop):
-            for thread in threads:
-                thread.start()
+            try:
+                with signals.deferred():  # every thread started: the turn must be able to reach each
+                    for thread in threads:
+                        thread.start()
+            except KeyboardInterrupt as exc:
+                self.stop(signals.as_interrupted(exc).signal_number)
             for thread in threads:
                 while thread.is_alive():
                     try:
@@ -130,6 +141,9 @@ class Pack:
         _here.pack, _here.index = self, index
         try:
             self._wait_for_turn(index)
+            if self.stopping is not None or self.closed:  # a signal, or the sweep ended by a job: no new job starts
+                return
+            self.outcomes[index].started = True
             if self.cuda_device is not None:
                 import torch
 
@@ -138,6 +152,9 @@ class Pack:
             self.outcomes[index].value = self.jobs[index]()
         except BaseException as exc:  # kept for the launcher: the job's own handling has recorded it
             self.outcomes[index].error = exc
+            # Not an error a job of a sweep records and the sweep goes on from (SystemExit: a folder that is
+            # another run's, which ends the sweep at that job): the jobs that have not started never do.
+            self.closed = self.closed or not isinstance(exc, Exception)
         finally:
             with self._turn:
                 self._live.remove(index)
@@ -164,17 +181,15 @@ def run_packed(jobs: Sequence[Callable[[], Any]], cuda_device: Optional[int] = N
     return Pack(jobs, cuda_device).run()
 
 
-def pack_size(setting: Any, jobs: int, device=None) -> int:
-    """Jobs per pack: ``setting`` (a whole number ≥ 1), or for ``auto`` what the GPU holds: a pack per 16
-    SMs and per 8 GiB of GPU memory (8 on an H100 80GB; an LRA reference run needs under 2 GiB), 1 without
-    a GPU (a CPU gains nothing from packing); never more than ``jobs``."""
+def pack_size(setting: Any, jobs: int, device: Optional[int] = None) -> int:
+    """Jobs per pack: ``setting`` (a whole number ≥ 1), or for ``auto`` what the GPU ``device`` holds: a
+    job per 16 SMs and per 8 GiB of GPU memory (8 on an H100 80GB; an LRA reference run needs under 2 GiB),
+    1 for jobs on the CPU (``device`` None: a CPU gains nothing from packing); never more than ``jobs``."""
     if setting == "auto":
-        import torch
-
-        if device is None and torch.cuda.is_available():
-            device = torch.cuda.current_device()
         if device is None:
             return 1
+        import torch
+
         props = torch.cuda.get_device_properties(device)
         setting = max(1, min(props.multi_processor_count // 16, props.total_memory // (8 << 30)))
     return max(1, min(int(setting), jobs))

@@ -107,12 +107,46 @@ def test_a_diverging_or_out_of_memory_run_of_a_pack_fails_alone(tmp_path, data_d
     assert_equal_runs(tmp_path / "packed", alone, jobs=(1,))
 
 
+def test_a_bug_in_one_packed_run_is_told_in_its_own_log_only(tmp_path, data_dir):
+    """An unexpected error (LRA_FAULT BUG at the pack's 2nd evaluation batch) fails its run: its line names
+    that run's train.log, which holds the traceback; the other run's log holds none and it completes."""
+    result = sweep(tmp_path, data_dir, "packed", "seed=0,1", "hydra/launcher=packed", "hydra.launcher.runs_per_process=2",
+                   env={"LRA_FAULT": "eval_batch:2:BUG"}, check=False)
+    assert result.returncode == 1, result.stderr
+    records = {job: read_json(tmp_path / "packed" / str(job) / "metrics.json") for job in (0, 1)}
+    (failed,) = [job for job, record in records.items() if record["status"] == "failed"]
+    (other,) = {0, 1} - {failed}
+    assert records[other]["status"] == "completed"
+    own, others = (tmp_path / "packed" / str(job) / "train.log" for job in (failed, other))
+    assert f"its traceback is in {own}" in result.stdout + result.stderr
+    assert "Traceback" in own.read_text() and "Traceback" not in others.read_text()
+
+
+def test_a_packed_sweep_into_another_sweep_s_folder_ends_at_its_first_job_and_writes_nothing(tmp_path, data_dir,
+                                                                                            alone):
+    """As under the basic launcher: the first job's folder holds another run (another config), which ends
+    the sweep with one line; the pack's other jobs never start, so the other sweep is left as it was."""
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(alone, other)
+    before = {job: (other / str(job) / "metrics.json").read_text() for job in range(3)}
+    result = sweep(tmp_path, data_dir, str(other), SEEDS, *PACKED, "model.dropout=0.2", check=False)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: the sweep stopped at job 0: "), result.stderr
+    assert {job: (other / str(job) / "metrics.json").read_text() for job in range(3)} == before
+
+
 def test_packed_launcher_refuses_a_bad_runs_per_process(tmp_path, data_dir):
     result = sweep(tmp_path, data_dir, "packed", "hydra/launcher=packed", "hydra.launcher.runs_per_process=0",
                    check=False)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith(
         "error: invalid value for hydra.launcher.runs_per_process: 0; it must be a whole number >= 1 or auto")
+    result = sweep(tmp_path, data_dir, "chdir", "hydra/launcher=packed", "hydra.job.chdir=true", check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith(
+        "error: hydra.job.chdir=true gives each job the working directory of its own")
 
 
 @pytest.mark.cuda

@@ -48,9 +48,13 @@ class PackedLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         setup_globals()
+        if self.config.hydra.job.chdir:
+            raise ConfigError("hydra.job.chdir=true gives each job the working directory of its own, which jobs "
+                              "packed in one process cannot have: leave hydra.job.chdir at false with "
+                              "hydra/launcher=packed (or use another launcher)")
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        device = _claimed_gpu()
+        device = _claimed_gpu(self.hydra_context.config_loader.load_sweep_config(self.config, list(job_overrides[0])))
         size = packing.pack_size(self.runs_per_process, len(job_overrides), device)
         log.info(f"Launching {len(job_overrides)} jobs in one process, {size} at a time")
         returns = []
@@ -80,17 +84,23 @@ class PackedLauncher(Launcher):
             for outcome in outcomes:  # run_job keeps a job's Exception in its return; anything else ends the sweep
                 if outcome.error is not None:
                     raise outcome.error
-            returns.extend(outcome.value for outcome in outcomes)
+            returns.extend(outcome.value for outcome in outcomes if outcome.started)
             configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return returns
 
 
-def _claimed_gpu():
+def _claimed_gpu(config):
     """The GPU this process's jobs train on (claimed now on a machine with several, as trainer.device=auto
-    would claim it for the first job), or None without one."""
+    would claim it for the first job), or None where the first job (``config``) trains on the CPU."""
     import torch
 
-    if not torch.cuda.is_available():
+    from lra.validation import runs_on_cuda
+
+    try:
+        on_cuda = runs_on_cuda(config)
+    except Exception:  # a config the job itself refuses, with its own line: no GPU to claim for it
+        on_cuda = False
+    if not on_cuda:
         return None
     from lra import gpus
 

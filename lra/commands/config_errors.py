@@ -275,7 +275,7 @@ def bug_line(exc: BaseException) -> str:
                                     "msg": f"unexpected {what}", "exc_info": (type(exc), exc, exc.__traceback__)})
     written = []
     for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
+        if isinstance(handler, logging.FileHandler) and handler.filter(record):  # a packed run's log: its own thread's
             try:
                 with open(handler.baseFilename, "a", encoding="utf-8") as log:
                     log.write(handler.format(record) + "\n")
