@@ -25,6 +25,8 @@ from typing import List, Optional
 import numpy as np
 import torch
 
+from lra.errors import UserError
+
 EAGER_STEPS = 3
 
 
@@ -49,8 +51,13 @@ class StepGraph:
 
     def __init__(self, step):
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.outputs = step()
+        try:
+            with torch.cuda.graph(self.graph):
+                self.outputs = step()
+        except RuntimeError as exc:  # e.g. a backend that reads a value back to the host inside the step
+            reason = " ".join(str(exc).split())[:200]
+            raise UserError(f"trainer.capture=true: this run's step cannot be captured as one CUDA graph ({reason}); "
+                            "train it with trainer.capture=false") from exc
 
     def replay(self) -> None:
         self.graph.replay()
