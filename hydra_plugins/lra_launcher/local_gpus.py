@@ -22,6 +22,7 @@ from typing import Any, List, Sequence
 from hydra_plugins.hydra_joblib_launcher.config import JobLibLauncherConf
 from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
 
+from hydra_plugins.lra_launcher import advise_continuing
 from lra import signals
 from lra.errors import ConfigError
 
@@ -62,10 +63,7 @@ class LocalGpusLauncher(JoblibLauncher):
             with signals.on_interruption(stop_workers):
                 return super().launch(job_overrides, initial_job_idx)
         except signals.Interrupted as stopped:
-            sweep = Path(str(self.config.hydra.sweep.dir)).resolve()
-            stopped.advice = (f"the sweep stopped, each job it was running recorded as interrupted; continue "
-                              f"it with the same command and hydra.sweep.dir={sweep}: finished jobs are kept, "
-                              "unfinished ones resume")
+            advise_continuing(stopped, self.config.hydra.sweep.dir, "each job it was running")
             raise
 
 

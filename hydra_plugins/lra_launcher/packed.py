@@ -22,6 +22,7 @@ from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job
 from hydra.plugins.launcher import Launcher
 from omegaconf import open_dict
 
+from hydra_plugins.lra_launcher import advise_continuing
 from lra import packing, signals
 from lra.errors import ConfigError
 
@@ -76,10 +77,7 @@ class PackedLauncher(Launcher):
             try:
                 outcomes = packing.run_packed(jobs, device)
             except signals.Interrupted as stopped:
-                sweep = Path(str(self.config.hydra.sweep.dir)).resolve()
-                stopped.advice = (f"the sweep stopped, each job of its running pack recorded as interrupted; continue "
-                                  f"it with the same command and hydra.sweep.dir={sweep}: finished jobs are kept, "
-                                  "unfinished ones resume")
+                advise_continuing(stopped, self.config.hydra.sweep.dir, "each job of its running pack")
                 raise
             for outcome in outcomes:  # run_job keeps a job's Exception in its return; anything else ends the sweep
                 if outcome.error is not None:
