@@ -192,6 +192,22 @@ def _refresh_rotation_seed(module: torch.nn.Module, incompatible_keys) -> None:
 
 
 _KEPT_DRAWS: dict = {}  # (what, seed, shape, device) → seeded evaluation draws, kept on their device
+_HELD_BY_CAPTURE: list = []  # cached tensors read by a CUDA graph being captured (lra.capture keeps them)
+
+
+def held_by_capture(tensors: tuple) -> tuple:
+    """``tensors`` (a cache's own), noted when a CUDA graph is being captured: the graph reads them by address
+    at every replay, so its owner keeps them (:func:`take_held_by_capture`) past the cache's evictions."""
+    if tensors and tensors[0].is_cuda and torch.cuda.is_current_stream_capturing():
+        _HELD_BY_CAPTURE.extend(tensors)
+    return tensors
+
+
+def take_held_by_capture() -> list:
+    """The cached tensors the captures since the last call read (the caller keeps them with its graph)."""
+    held = list(_HELD_BY_CAPTURE)
+    _HELD_BY_CAPTURE.clear()
+    return held
 
 
 def kept_draws(key: tuple, make) -> tuple:
@@ -203,7 +219,7 @@ def kept_draws(key: tuple, make) -> tuple:
         if len(_KEPT_DRAWS) >= 256:
             _KEPT_DRAWS.clear()
         _KEPT_DRAWS[key] = tuple(make())
-    return tuple(t.clone() for t in _KEPT_DRAWS[key])
+    return tuple(t.clone() for t in held_by_capture(_KEPT_DRAWS[key]))
 
 
 @torch.library.custom_op("attention_zoo::seeded_normal", mutates_args=())

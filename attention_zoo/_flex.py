@@ -32,6 +32,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from attention_zoo._common import held_by_capture
+
 IMPLS = ("auto", "eager", "flex")
 BLOCK = 128  # FlexAttention's default block of queries and keys
 CACHE_SIZE = 64
@@ -177,7 +179,7 @@ def _block_tables_op(family: str, params: List[int], heads: int, query_length: i
         _CACHE[key] = _evaluate(allowed, heads, query_length, key_length, device)
         if len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
-    needed, full = _CACHE[key]
+    needed, full = held_by_capture(_CACHE[key])
     return needed.clone(), full.clone()
 
 

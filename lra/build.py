@@ -85,6 +85,7 @@ def build(cfg, attention: attention_zoo.AttentionSpec, announce=print,
     if trainer.capture:  # the schedule's rates as numbers, so that filling the tensor never reads the device
         scheduler.base_lrs = [float(trainer.lr)] * len(optimizer.param_groups)
         optimizer.register_load_state_dict_post_hook(_learning_rates_on(device))
+        optimizer._warned_capturable_if_run_uncaptured = True  # torch's warning about the eager steps before capture
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     sampler = EpochSampler(len(data.splits["train"]), trainer.batch_size, cfg.seed)
     return Components(device, amp_dtype, data, max_length, model, ddp, train_model, eval_model, optimizer, scheduler,

@@ -25,6 +25,7 @@ from typing import List, Optional
 import numpy as np
 import torch
 
+from attention_zoo._common import take_held_by_capture
 from lra.errors import UserError
 
 EAGER_STEPS = 3
@@ -51,13 +52,18 @@ class StepGraph:
 
     def __init__(self, step):
         self.graph = torch.cuda.CUDAGraph()
+        take_held_by_capture()  # nothing earlier is this graph's
         try:
             with torch.cuda.graph(self.graph):
                 self.outputs = step()
         except RuntimeError as exc:  # e.g. a backend that reads a value back to the host inside the step
-            reason = " ".join(str(exc).split())[:200]
+            cause = exc
+            while cause.__context__ is not None:  # the op that broke the capture, not capture_end's own error
+                cause = cause.__context__
+            reason = " ".join(str(cause).split())[:200]
             raise UserError(f"trainer.capture=true: this run's step cannot be captured as one CUDA graph ({reason}); "
                             "train it with trainer.capture=false") from exc
+        self.held = take_held_by_capture()  # cached tensors the graph reads: alive as long as it is
 
     def replay(self) -> None:
         self.graph.replay()
@@ -72,6 +78,7 @@ class CapturedStep:
         self.eager_steps = 0
         self.graph = None
         self.inputs: List[List[torch.Tensor]] = []  # the static device tensors each replay reads
+        self.weights: List[float] = []  # the micro-batches' shares, fixed in the graph
         self.eval_batches = 0
         self.eval_graph = None
         self.eval_inputs: List[torch.Tensor] = []
@@ -85,10 +92,12 @@ class CapturedStep:
             trainer.optimizer.zero_grad(set_to_none=True)
             return trainer.device_step([trainer._to_device(arrays) for arrays in batches], weights)
         if self.graph is None:  # this step's batch becomes the static inputs
-            self.inputs = [trainer._to_device(arrays) for arrays in batches]
+            self.inputs, self.weights = [trainer._to_device(arrays) for arrays in batches], list(weights)
             trainer.optimizer.zero_grad(set_to_none=True)  # the graph's backward makes the gradients it reuses
             self.graph = self.make_graph(lambda: trainer.device_step(self.inputs, weights))
         else:
+            if list(weights) != self.weights:
+                raise AssertionError(f"a captured step's micro-batch weights changed: {weights} != {self.weights}")
             self._load(batches)
         self.graph.replay()
         return {key: value.clone() for key, value in self.graph.outputs.items()}
@@ -110,12 +119,14 @@ class CapturedStep:
         return self.eval_graph.outputs["loss"].clone(), self.eval_graph.outputs["correct"].clone()
 
     def _load(self, batches) -> None:
-        for statics, arrays in zip(self.inputs, batches):
+        for statics, arrays in zip(self.inputs, batches, strict=True):
             _load(statics, arrays)
 
 
 def _load(statics: List[torch.Tensor], arrays: List[np.ndarray]) -> None:
     """Copy a batch's host arrays into the static tensors a graph reads (from pinned memory on CUDA)."""
-    for static, array in zip(statics, arrays):
+    for static, array in zip(statics, arrays, strict=True):
+        if tuple(static.shape) != array.shape:  # copy_ would broadcast a smaller batch without a word
+            raise AssertionError(f"a batch of shape {array.shape} for a graph captured at {tuple(static.shape)}")
         static.copy_(torch.from_numpy(array).pin_memory() if static.is_cuda else torch.from_numpy(array),
                      non_blocking=True)

@@ -6,7 +6,8 @@ resume, signal handling and failure handling), and a turn passes between the thr
 at a time: a job hands the turn on after each training step and each evaluation batch
 (:func:`take_turn`), and with it the process's global state (:class:`ProcessState`: the Python, NumPy,
 torch and CUDA random generators, torch's deterministic-algorithms setting, the warning hook a run's
-:class:`lra.determinism.NondeterminismLog` installs). Every job therefore draws the same random numbers
+:class:`lra.determinism.NondeterminismLog` installs; on CUDA each job has a generator state object of its
+own, which its captured graphs read at replay). Every job therefore draws the same random numbers
 and computes the same values as alone: on CPU a packed run equals the run alone bit for bit (deterministic
 mode). On CUDA each job queues its kernels on a stream of its own, so the GPU runs one job's step while the
 host queues the next job's; one job's kernels alone fill a fraction of a GPU at the LRA reference sizes.
@@ -96,12 +97,23 @@ class Pack:
         self._holder: Optional[int] = None
         self._live: List[int] = []
         self._states: List[Optional[ProcessState]] = []
+        self._generators: list = []  # on CUDA, each job's own generator state (torch's graph-safe states)
 
     def run(self) -> List[Outcome]:
         """Every job to its end; then the process's state as it was before. Raises the signal's
         :class:`lra.signals.Interrupted` after every job has stopped, if one came."""
         base = ProcessState.capture()
         self._states = [base] * len(self.jobs)
+        generator = original = None
+        if self.cuda_device is not None:
+            # A generator state of its own for each job's CUDA draws: a captured graph reads the state it was
+            # captured with at every replay (torch 2.11 shares one across graphs and fills it at each replay),
+            # so jobs sharing one would draw each other's numbers while their graphs overlap on the GPU.
+            import torch
+
+            generator = torch.cuda.default_generators[self.cuda_device]
+            original = generator.graphsafe_get_state()
+            self._generators = [generator.clone_state() for _ in self.jobs]
         self._live, self._holder = list(range(len(self.jobs))), 0
         threads = [threading.Thread(target=self._job, args=(index,), name=f"lra-pack-{index}", daemon=True)
                    for index in range(len(self.jobs))]
@@ -118,6 +130,8 @@ class Pack:
                         thread.join()
                     except KeyboardInterrupt as exc:  # the jobs stop at their next turn (stop, the hook above)
                         self.stop(signals.as_interrupted(exc).signal_number)
+        if generator is not None:
+            generator.graphsafe_set_state(original)
         base.restore()
         if self.stopping is not None:
             raise signals.Interrupted(self.stopping)
@@ -169,6 +183,10 @@ class Pack:
     def _wait_for_turn(self, index: int) -> None:
         with self._turn:
             self._turn.wait_for(lambda: self._holder == index)
+        if self._generators:  # the job's own CUDA generator state first: restore() writes its seed and offset
+            import torch
+
+            torch.cuda.default_generators[self.cuda_device].graphsafe_set_state(self._generators[index])
         self._states[index].restore()
 
     def _stop_here(self) -> None:
