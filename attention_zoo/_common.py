@@ -195,11 +195,23 @@ _KEPT_DRAWS: dict = {}  # (what, seed, shape, device) → seeded evaluation draw
 _HELD_BY_CAPTURE: list = []  # cached tensors read by a CUDA graph being captured (lra.capture keeps them)
 
 
-def held_by_capture(tensors: tuple) -> tuple:
-    """``tensors`` (a cache's own), noted when a CUDA graph is being captured: the graph reads them by address
-    at every replay, so its owner keeps them (:func:`take_held_by_capture`) past the cache's evictions."""
-    if tensors and tensors[0].is_cuda and torch.cuda.is_current_stream_capturing():
+def shared_by_streams(tensors: tuple, made: bool) -> tuple:
+    """``tensors``, a process-wide cache's own, safe to read from any CUDA stream (a packed run's each):
+    ``made`` just now on this stream, they are waited for once, so that no other stream reads them unfinished;
+    each read marks them used by this stream, so that after an eviction the allocator gives their memory
+    to no other stream's work before these reads are done. When a CUDA graph is being captured they are
+    noted instead: the graph reads them by address at every replay, so its owner keeps them
+    (:func:`take_held_by_capture`)."""
+    if not tensors or not tensors[0].is_cuda:
+        return tensors
+    if torch.cuda.is_current_stream_capturing():
         _HELD_BY_CAPTURE.extend(tensors)
+        return tensors
+    stream = torch.cuda.current_stream(tensors[0].device)
+    if made:
+        stream.synchronize()
+    for tensor in tensors:
+        tensor.record_stream(stream)
     return tensors
 
 
@@ -215,11 +227,12 @@ def kept_draws(key: tuple, make) -> tuple:
     first time only: later calls copy on the device, so nothing crosses from the host or waits for it
     inside what a CUDA graph captures (its warm-up makes them). Bounded for tools that evaluate many
     shapes."""
-    if key not in _KEPT_DRAWS:
+    made = key not in _KEPT_DRAWS
+    if made:
         if len(_KEPT_DRAWS) >= 256:
             _KEPT_DRAWS.clear()
         _KEPT_DRAWS[key] = tuple(make())
-    return tuple(t.clone() for t in held_by_capture(_KEPT_DRAWS[key]))
+    return tuple(t.clone() for t in shared_by_streams(_KEPT_DRAWS[key], made))
 
 
 @torch.library.custom_op("attention_zoo::seeded_normal", mutates_args=())

@@ -32,7 +32,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from attention_zoo._common import held_by_capture
+from attention_zoo._common import shared_by_streams
 
 IMPLS = ("auto", "eager", "flex")
 BLOCK = 128  # FlexAttention's default block of queries and keys
@@ -169,7 +169,8 @@ def _block_tables_op(family: str, params: List[int], heads: int, query_length: i
     """(needed, full) of a registered pattern family at one shape, evaluated once per key and then copied
     from the cache: an operator, so that a compiled graph calls it whole (the cache is Python state)."""
     key = (family, tuple(params), heads, query_length, key_length, str(device))
-    if key in _CACHE:
+    made = key not in _CACHE
+    if not made:
         CACHE_STATS.hits += 1
         _CACHE.move_to_end(key)
     else:
@@ -179,7 +180,7 @@ def _block_tables_op(family: str, params: List[int], heads: int, query_length: i
         _CACHE[key] = _evaluate(allowed, heads, query_length, key_length, device)
         if len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
-    needed, full = held_by_capture(_CACHE[key])
+    needed, full = shared_by_streams(_CACHE[key], made)
     return needed.clone(), full.clone()
 
 

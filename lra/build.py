@@ -57,6 +57,10 @@ def build(cfg, attention: attention_zoo.AttentionSpec, announce=print,
     # Bitwise-repeatable runs and resumes (e.g. Inductor's CPU scatter-adds use atomics otherwise).
     torch.use_deterministic_algorithms(trainer.deterministic, warn_only=True)
     amp_dtype = autocast_dtype(trainer.precision.value, device)
+    if trainer.capture and amp_dtype == torch.float16:
+        raise UserError("trainer.capture=true with trainer.precision=auto: this GPU has no bf16, so auto is fp16, whose "
+                        "gradient scaler decides on the host whether to skip a step: pass trainer.precision=fp32, or "
+                        "trainer.capture=false")
     seed_everything(cfg.seed)
 
     data = load_task_data(cfg.task, Path(cfg.data_dir), train_subset=trainer.train_subset,

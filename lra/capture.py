@@ -35,9 +35,9 @@ def refusal(trainer_cfg, on_cuda: bool, processes: int = 1) -> Optional[str]:
     """Why ``trainer.capture=true`` cannot run with these settings (None: it can), with the fix."""
     if not on_cuda:
         return "it captures CUDA graphs and this run is on the CPU: pass trainer.capture=false"
-    if trainer_cfg.precision.value == "fp16" or (trainer_cfg.precision.value == "auto" and not torch.cuda.is_bf16_supported()):
-        return ("fp16's gradient scaler (trainer.precision=fp16, or auto on a GPU without bf16) decides on the host "
-                "whether to skip a step: pass trainer.precision=bf16 (or fp32), or trainer.capture=false")
+    if trainer_cfg.precision.value == "fp16":  # (auto on a GPU without bf16: lra.build.build refuses it)
+        return ("fp16's gradient scaler decides on the host whether to skip a step: pass trainer.precision=bf16 "
+                "(or fp32), or trainer.capture=false")
     if processes > 1:
         return "a DDP run's gradient all-reduce is not captured here: pass trainer.capture=false under torchrun"
     if trainer_cfg.compile and trainer_cfg.compile_mode in ("reduce-overhead", "max-autotune"):
@@ -47,8 +47,9 @@ def refusal(trainer_cfg, on_cuda: bool, processes: int = 1) -> Optional[str]:
 
 
 class StepGraph:
-    """``step()`` (device work on static tensors, returning its metrics) captured as one CUDA graph:
-    :meth:`replay` runs it again, writing :attr:`outputs` (capturing runs nothing)."""
+    """``step()`` (device work on static tensors, returning its metrics: a training step, or an evaluation
+    batch's forward) captured as one CUDA graph: :meth:`replay` runs it again, writing :attr:`outputs`
+    (capturing runs nothing)."""
 
     def __init__(self, step):
         self.graph = torch.cuda.CUDAGraph()
@@ -70,7 +71,8 @@ class StepGraph:
 
 
 class CapturedStep:
-    """:meth:`step` for :class:`lra.training.Trainer` under ``trainer.capture`` (module docstring).
+    """:meth:`step` and :meth:`evaluation` for :class:`lra.training.Trainer` under ``trainer.capture``
+    (module docstring).
     ``graph``: what captures a step (:class:`StepGraph`; the CPU tests give a stand-in that reruns it)."""
 
     def __init__(self, trainer, graph=StepGraph):
@@ -98,7 +100,8 @@ class CapturedStep:
         else:
             if list(weights) != self.weights:
                 raise AssertionError(f"a captured step's micro-batch weights changed: {weights} != {self.weights}")
-            self._load(batches)
+            for statics, arrays in zip(self.inputs, batches, strict=True):
+                copy_into_statics(statics, arrays)
         self.graph.replay()
         return {key: value.clone() for key, value in self.graph.outputs.items()}
 
@@ -114,16 +117,12 @@ class CapturedStep:
             self.eval_graph = self.make_graph(lambda: dict(zip(("loss", "correct"), trainer.loss_on(
                 self.eval_inputs, trainer.eval_model))))
         else:
-            _load(self.eval_inputs, arrays)
+            copy_into_statics(self.eval_inputs, arrays)
         self.eval_graph.replay()
         return self.eval_graph.outputs["loss"].clone(), self.eval_graph.outputs["correct"].clone()
 
-    def _load(self, batches) -> None:
-        for statics, arrays in zip(self.inputs, batches, strict=True):
-            _load(statics, arrays)
 
-
-def _load(statics: List[torch.Tensor], arrays: List[np.ndarray]) -> None:
+def copy_into_statics(statics: List[torch.Tensor], arrays: List[np.ndarray]) -> None:
     """Copy a batch's host arrays into the static tensors a graph reads (from pinned memory on CUDA)."""
     for static, array in zip(statics, arrays, strict=True):
         if tuple(static.shape) != array.shape:  # copy_ would broadcast a smaller batch without a word

@@ -215,7 +215,7 @@ class TrainerConfig:
     deterministic: bool = True  # torch.use_deterministic_algorithms: bitwise-repeatable runs and resumes (compiled too)
     compile: bool = False  # torch.compile the model (one graph; the first steps compile)
     compile_mode: str = "default"  # default | reduce-overhead (CUDA graphs) | max-autotune | max-autotune-no-cudagraphs
-    capture: bool = False  # CUDA: the whole training step as one CUDA graph, replayed (lra/capture.py)
+    capture: bool = False  # CUDA: the training step, and an evaluation batch, each one CUDA graph replayed (lra/capture.py)
 
     def __post_init__(self):
         choice(self, "compile_mode", COMPILE_MODES)

@@ -199,6 +199,16 @@ def run_packed(jobs: Sequence[Callable[[], Any]], cuda_device: Optional[int] = N
     return Pack(jobs, cuda_device).run()
 
 
+def gpu_index(device) -> Optional[int]:
+    """The GPU a pack's jobs train on, from their torch.device (``cuda`` without an index: the current one);
+    None for the CPU."""
+    if device.type != "cuda":
+        return None
+    import torch
+
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def pack_size(setting: Any, jobs: int, device: Optional[int] = None) -> int:
     """Jobs per pack: ``setting`` (a whole number ≥ 1), or for ``auto`` what the GPU ``device`` holds: a
     job per 16 SMs and per 8 GiB of GPU memory (8 on an H100 80GB; an LRA reference run needs under 2 GiB),

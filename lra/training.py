@@ -223,16 +223,16 @@ class Trainer:
     def _to_device(self, arrays):
         return to_device(arrays, self.device)
 
-    def _forward(self, split: TokenSplit, indices, model=None):
+    def _forward(self, split: TokenSplit, indices):
         """(mean loss, number correct — both device tensors, nothing read back —, padded tokens) of the
-        examples ``indices`` through ``model`` (default: the evaluation model; a full evaluation batch
-        is a replayed CUDA graph under trainer.capture)."""
+        examples ``indices`` through the evaluation model (a full evaluation batch is a replayed CUDA graph
+        under trainer.capture)."""
         ids, masks, labels = split.gather(indices, self.max_length)
         arrays = [*ids, *masks, labels]
-        if self.captured is not None and model is None and len(indices) == self.eval_batch_size:
+        if self.captured is not None and len(indices) == self.eval_batch_size:
             loss, correct = self.captured.evaluation(arrays)
         else:
-            loss, correct = self.loss_on(self._to_device(arrays), self.eval_model if model is None else model)
+            loss, correct = self.loss_on(self._to_device(arrays), self.eval_model)
         return loss, correct, sum(m.size for m in masks)
 
     def loss_on(self, arrays: list, model):

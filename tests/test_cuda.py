@@ -89,14 +89,15 @@ def test_sampling_backends_replay_under_cuda_graphs(name):
     assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
 
 
-@pytest.mark.parametrize("tau", [2, 8, 12], ids=["heavy-buckets", "light-buckets", "sliced-tables"])
+@pytest.mark.parametrize("tau", [2, 8, 12, 14], ids=["heavy-buckets", "light-buckets", "sliced-tables",
+                                                   "many-slices"])
 @pytest.mark.parametrize("deterministic", [True, False], ids=["sorted", "atomic"])
 def test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwise(deterministic, tau):
     """The CUDA cumulation and default backward take the sorted single-writer path under torch's
     deterministic algorithms (the trainer's default) and the atomicAdd path otherwise: both equal the
     PyTorch path to float32 rounding (τ = 2: buckets of ~75 tokens, through their tables; τ = 8: pairs,
     runs found from their starts; τ = 12: the atomic forward's shared-memory tables in 16 slices of the
-    codes, runs found by binary search), and the sorted path gives the same bits twice."""
+    codes, runs found by binary search; τ = 14: in 64 slices), and the sorted path gives the same bits twice."""
     import torch.nn.functional as F
 
     from attention_zoo import _yoso_ops as ops

@@ -167,9 +167,11 @@ def test_lra_gpu_check_reference_packs_its_slice_in_one_process(tmp_path, data_d
     import tarfile
 
     result = run_command(["lra-gpu-check", "--device", "cpu", "--reference", "--rows", "softmax,yoso_32",
-                          "--runs-per-process", "2", "--out", str(tmp_path / "out"), "--",
-                          *[o for o in SETUP if not o.startswith("attention=")]], tmp_path, data_dir)
+                          "--runs-per-process", "2", "--out", str(tmp_path / "out"), "--sweep-dir",
+                          str(tmp_path / "sweep"), "--", *[o for o in SETUP if not o.startswith("attention=")]],
+                         tmp_path, data_dir)
     assert "reference ListOps: passed" in result.stdout
+    assert "PackedLauncher" in (tmp_path / "sweep" / "multirun.yaml").read_text()
     assert "runs: 2 completed" in (tmp_path / "out" / "reference.md").read_text()
     with tarfile.open(tmp_path / "out" / "reference-records.tar.gz") as archive:
         assert sorted(name for name in archive.getnames() if name.endswith("metrics.json")) == [

@@ -126,8 +126,8 @@ YOSO_GLOBAL void gather_rows_kernel(Cumulation c, const float* rows, int64_t row
 constexpr int kTableWarps = 8;   // warps per block of the shared-table cumulation
 constexpr int kTableBatch = 8;   // listed tokens whose loads a lane has in flight at once
 // Code slices of a pair's table, each one a block that clears its rows and takes the slice's listed tokens:
-// 128 keeps the tables in shared memory up to tau = 15 (n = 32,768 at the default tau), ~256 tokens a slice;
-// at 16 (until 2026-11-28) tau = 13 already fell back to rows in global memory, 3.9x slower at n = 8,192.
+// 128 keeps the tables in shared memory up to tau = 15 (n = 32,768 at the default tau), ~256 tokens a slice,
+// where more would go to rows in global memory (launch_cumulation_chunk).
 constexpr int kMostSlices = 128;
 constexpr int kListThreads = 256;
 

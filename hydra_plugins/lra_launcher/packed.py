@@ -20,11 +20,11 @@ from typing import Any, Sequence
 
 from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
 from hydra.plugins.launcher import Launcher
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 
 from hydra_plugins.lra_launcher import advise_continuing
 from lra import packing, signals
-from lra.errors import ConfigError
+from lra.errors import ConfigError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -88,19 +88,12 @@ class PackedLauncher(Launcher):
 
 
 def _claimed_gpu(config):
-    """The GPU this process's jobs train on (claimed now on a machine with several, as trainer.device=auto
-    would claim it for the first job), or None where the first job (``config``) trains on the CPU."""
-    import torch
-
-    from lra.validation import runs_on_cuda
+    """The GPU this process's jobs train on, decided as the first job (``config``) decides it (trainer.device:
+    auto claims a free one on a machine with several), or None where it trains on the CPU."""
+    from lra.build import resolve_device
 
     try:
-        on_cuda = runs_on_cuda(config)
-    except Exception:  # a config the job itself refuses, with its own line: no GPU to claim for it
-        on_cuda = False
-    if not on_cuda:
+        device = resolve_device(OmegaConf.select(config, "trainer.device", default="auto"))
+    except (UserError, RuntimeError):  # e.g. cuda on a machine without one: the job refuses it with its own line
         return None
-    from lra import gpus
-
-    count = torch.cuda.device_count()
-    return gpus.claim(count) if count > 1 else 0
+    return packing.gpu_index(device)

@@ -17,6 +17,7 @@ against K = 1 with the same capture setting. Rows are printed (and appended to `
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import sys
 import tempfile
@@ -28,7 +29,9 @@ import torch
 
 from lra import packing
 from lra.commands.config_errors import at_the_edge
+from lra.capture import EAGER_STEPS
 from lra.config import CONF_DIR, register_configs, register_resolvers
+from lra.profiling.measure import synchronize
 
 SMALL_SPLITS = ["task.generator.num_train=2000", "task.generator.num_val=100", "task.generator.num_test=100"]
 
@@ -46,25 +49,35 @@ class Clock:
     def wait_for_all(self, counter: str) -> None:
         setattr(self, counter, getattr(self, counter) + 1)
         if getattr(self, counter) == self.runs:
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
+            synchronize(self.device)
             setattr(self, "started" if counter == "warm" else "ended", time.perf_counter())
         while getattr(self, counter) < self.runs:
             packing.take_turn()
+
+    def leave(self, warm: bool) -> None:
+        """A run that failed counts as arrived everywhere it will not reach (the others do not wait for it)."""
+        self.warm += not warm
+        self.done += 1
 
 
 def run_job(cfg, folder: Path, clock: Clock, warmup: int, steps: int):
     from lra.training import Trainer
 
     def job():
-        trainer = Trainer(cfg, folder, announce=lambda message: None)
-        for _ in range(warmup):
-            trainer.train_step()
-            packing.take_turn()
-        clock.wait_for_all("warm")
-        for _ in range(steps):
-            clock.tokens += trainer.train_step()["tokens"]
-            packing.take_turn()
+        warm = False
+        try:
+            trainer = Trainer(cfg, folder, announce=lambda message: None)
+            for _ in range(warmup):
+                trainer.train_step()
+                packing.take_turn()
+            warm = True
+            clock.wait_for_all("warm")
+            for _ in range(steps):
+                clock.tokens += trainer.train_step()["tokens"]
+                packing.take_turn()
+        except BaseException:
+            clock.leave(warm)
+            raise
         clock.wait_for_all("done")
 
     return job
@@ -82,7 +95,7 @@ def measure(job: List[str], runs: int, capture: bool, warmup: int, steps: int) -
     clock = Clock(runs, device)
     with tempfile.TemporaryDirectory(prefix="lra-pack-speed-") as root:
         jobs = [run_job(cfg, Path(root) / str(index), clock, warmup, steps) for index, cfg in enumerate(configs)]
-        outcomes = packing.run_packed(jobs, device.index if device.type == "cuda" else None)
+        outcomes = packing.run_packed(jobs, packing.gpu_index(device))
     errors = [outcome.error for outcome in outcomes if outcome.error is not None]
     gc.collect()
     if device.type == "cuda":
@@ -102,7 +115,7 @@ def table_row(result: dict, alone: float) -> str:
 @at_the_edge
 def main(argv=None) -> None:
     from lra.commands.reference_slice import SETUP, check_job, table3_rows
-    from lra.records import describe_device
+    from lra.records import describe_device, git_commit
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
@@ -120,8 +133,9 @@ def main(argv=None) -> None:
     except (ValueError, KeyError):
         parser.error(f"--runs {args.runs!r} / --capture {args.capture!r}: whole numbers >= 1 / false and true, "
                      "comma-separated")
-    if min(runs) < 1 or args.steps < 1 or args.warmup < 4:
-        parser.error("--runs and --steps must be >= 1, --warmup >= 4 (a captured run's three eager steps and its capture)")
+    if min(runs) < 1 or args.steps < 1 or args.warmup <= EAGER_STEPS:
+        parser.error(f"--runs and --steps must be >= 1, --warmup > {EAGER_STEPS} (a captured run's eager steps and "
+                     "its capture)")
     if args.row not in table3_rows():
         parser.error(f"--row {args.row}: not a row of experiment=yoso_table3; choose one of {', '.join(table3_rows())}")
     register_configs()
@@ -131,8 +145,8 @@ def main(argv=None) -> None:
     check_job(job)
     for capture in captures:
         check_job([*job, f"trainer.capture={str(capture).lower()}"])
-    lines = [f"{args.row}, `{' '.join(job)}` on {describe_device(torch.device(args.device))}, torch {torch.__version__}; "
-             f"{args.steps} steps a run timed after {args.warmup}", "",
+    lines = [f"{args.row}, `{' '.join(job)}` on {describe_device(torch.device(args.device))}, torch {torch.__version__}, "
+             f"commit {git_commit()}, {datetime.date.today()}; {args.steps} steps a run timed after {args.warmup}", "",
              "| runs | captured | seconds | Mtokens/s, summed | Mtokens/s a run | vs the first row's run |", "|--:|:--|--:|--:|--:|--:|"]
     print("\n".join(lines), flush=True)
     if args.out:

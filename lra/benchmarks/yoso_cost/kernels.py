@@ -12,8 +12,8 @@ ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c):
   weighted values into its row; a warp per query gathering its rows one hash after another;
 - the atomic cumulation: rows indexed by code (2^τ ≤ 2n: no sort), cleared per chunk, a warp per
   (key, hash) adds its value row with atomicAdd, the gather reads a query's rows without searching;
-  where a pair's table fits shared memory in at most 16 slices of the codes (τ ≤ 12 with one
-  channel), two kernels instead: the tokens listed by slice, then the tables in shared memory, the
+  where a pair's table fits shared memory in at most 128 slices of the codes (τ ≤ 15 with one
+  channel; 16 slices, τ ≤ 12, in the kernels the committed H100 measurements ran), two kernels instead: the tokens listed by slice, then the tables in shared memory, the
   output by atomics;
 - the backward in one pass (a token finds its bucket by one load from each pair's run starts by code
   where 2^τ ≤ 2n, else by a binary search): heavy runs flagged by a thread per sorted key position,
