@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterator, List, Optional
 
 from lra.errors import ConfigError, UserError
+from lra.packing import pack_size
 from lra.io import check_output_folder
 from lra.records import REPO_ROOT, read_record
 from lra.run import PACKED
@@ -101,7 +102,7 @@ class Slice:
         """How the runs share the GPU, in words (the plan's)."""
         if self.jobs_per_gpu is None:
             at_once = "as many at a time as the GPU holds" if self.runs_per_process == "auto" else \
-                f"{min(int(self.runs_per_process), len(self.jobs()))} at a time"
+                f"{pack_size(int(self.runs_per_process), len(self.jobs()))} at a time"
             return f"packed in one process, {at_once}"
         return f"{self.workers_per_gpu()} jobs per GPU"
 
