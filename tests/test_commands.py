@@ -58,8 +58,7 @@ def test_wandb_offline_run_lives_in_the_run_directory_and_a_wandb_failure_is_onl
 
 def test_lra_gpu_check_quick_on_cpu_runs_every_step_and_writes_its_flat_folder(tmp_path, data_dir):
     """The GPU check's pipeline, small and on CPU, so that it cannot rot before a GPU runs it."""
-    result = run_command(["lra-gpu-check", "--device", "cpu", "--quick", "--jobs-per-gpu", "2", "--out", "check"],
-                         tmp_path, data_dir)
+    result = run_command(["lra-gpu-check", "--device", "cpu", "--quick", "--out", "check"], tmp_path, data_dir)
     out = tmp_path / "check"
     files = sorted(p.name for p in out.iterdir())
     assert files == ["build.log", "kernels.md", "profile.csv", "profile.png", "pytest.log", "summary.md", "sweep.md"], files
@@ -67,7 +66,7 @@ def test_lra_gpu_check_quick_on_cpu_runs_every_step_and_writes_its_flat_folder(t
     for step in ("kernel build", "CUDA tests", "kernel benchmark", "profile", "sweep"):
         assert f"| {step} | passed |" in summary, summary
     assert "YOSO-16" in (out / "kernels.md").read_text()
-    sweep = (out / "sweep.md").read_text()  # a local_gpus sweep, 2 jobs per GPU (here: 2 workers on the CPU)
+    sweep = (out / "sweep.md").read_text()  # a packed sweep (on a GPU captured too)
     assert "Softmax" in sweep and "YOSO-32" in sweep and "tokens/s" in sweep and "runs: 2 completed" in sweep, sweep
     assert "skipped" in (out / "pytest.log").read_text() or "deselected" in (out / "pytest.log").read_text()
     assert "wrote" in result.stdout

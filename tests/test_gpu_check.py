@@ -16,8 +16,9 @@ from lra.commands import gpu_check, gpu_steps
 
 
 def test_the_plan_fits_nine_minutes_and_says_why_each_limit(tmp_path):
-    steps = gpu_check.plan("cuda", quick=False, jobs_per_gpu=4, scratch=tmp_path)
+    steps = gpu_check.plan("cuda", quick=False, jobs_per_gpu=None, scratch=tmp_path)  # the default: a packed sweep
     assert sum(step.limit_s for step in steps) <= 9 * 60
+    assert sum(step.limit_s for step in gpu_check.plan("cuda", quick=False, jobs_per_gpu=4, scratch=tmp_path)) <= 9 * 60
     assert all(step.basis for step in steps), [step.name for step in steps if not step.basis]
     printed = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--plan"], capture_output=True,
                              text=True, check=True).stdout
@@ -52,6 +53,10 @@ def test_the_limits_and_their_reasons_count_every_registered_backend(tmp_path):
     assert profile.basis.startswith(f"{n} backends x 5 lengths, one process per backend")
     assert "python -m lra.benchmarks.sparse_speed" in profile.basis
     assert sweep.basis.startswith(f"{m} jobs, 4 per GPU: {rounds} rounds of ")
+    packed = {step.name: step for step in gpu_check.plan("cuda", quick=False, jobs_per_gpu=None, scratch=tmp_path)}
+    assert packed["sweep"].command[2:4] == ["hydra/launcher=packed", "trainer.capture=true"]
+    assert packed["sweep"].basis.startswith(f"{m} jobs packed in one process")
+    assert packed["sweep"].limit_s >= gpu_check.SWEEP_START_S + 3 * m
     assert f"{2 * m} AMP steps ({m} backends x fp16/bf16" in tests.basis and "projected" in tests.basis
     assert profile.limit_s >= 3 * n and sweep.limit_s >= 15 * rounds
     assert tests.limit_s >= 15 + 2 * m + 2 * 25 + gpu_check.FLEX_COMPILE_S
@@ -65,7 +70,7 @@ def test_the_limits_and_their_reasons_count_every_registered_backend(tmp_path):
     assert sorted(amp) == sorted(f"tests/test_cuda.py::test_every_backend_trains_a_step_under_autocast[{name}-{precision}]"
                                  for name in eager for precision in ("fp16", "bf16"))
     assert [item for item in items if "test_flex_patterns.py::" in item] == [f"tests/{gpu_check.FLEX_TEST}"]
-    assert sum("::test_yoso_cuda_paths_equal_the_pytorch_path" in item for item in items) == 6  # sorted and atomic, three τ
+    assert sum("::test_yoso_cuda_paths_equal_the_pytorch_path" in item for item in items) == 8  # sorted and atomic, four τ
     now, more = gpu_check.limits(n, 4, flex=len(flex)), gpu_check.limits(n + 1, 4, flex=len(flex))
     assert all(more[name][0] > limit for name, (limit, _) in now.items() if name in ("pytest", "profile"))
     assert more["sweep"][0] >= now["sweep"][0]

@@ -12,7 +12,8 @@ write their rows as they measure them, so a cut step keeps what it measured): th
 (build.log), the CUDA kernel, AMP, CUDA-graph and a small compile subset of the tests, with one
 FlexAttention case (pytest.log), the YOSO kernel benchmark against eager softmax and SDPA (kernels.md;
 kernels_bert.md at the BERT-base attention shape, 12 heads of 64), ``lra-profile`` of every backend
-(profile.csv, profile.png), a short concurrent ListOps sweep, several jobs per GPU (sweep.md);
+(profile.csv, profile.png), a short ListOps sweep of every backend without a Flex path, packed in one
+process and, on a GPU, captured as CUDA graphs (sweep.md; ``--jobs-per-gpu N``: N processes, eager);
 summary.md says what ran, how long, and what failed. ``--reference`` instead sweeps
 ``experiment=yoso_table3 task=listops`` (every row of the YOSO paper's Table 3 or ``--rows``, the seeds
 of ``--seeds``; 5,000 steps, n = 2048; its runs packed in one process, ``--runs-per-process`` at a time,
@@ -79,10 +80,11 @@ def _tool(name: str) -> str:
 COMPILE_SUBSET = ("yoso",)  # the CUDA-test step's cold Inductor compiles (softmax, lsh: `pytest -m cuda`)
 CUDA_PATHS = "test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwise"  # 6 cases
 FLEX_TEST = "test_flex_patterns.py::test_flex_cuda_outputs_and_gradients_equal_eager[longformer-False-333]"
-PYTEST_START_S, AMP_STEP_S, KERNEL_TESTS_S, CUDA_PATHS_S, COMPILE_S = 15, 1.0, 12, 6, 25
+PYTEST_START_S, AMP_STEP_S, KERNEL_TESTS_S, CUDA_PATHS_S, COMPILE_S = 15, 1.0, 12, 8, 25
 FLEX_COMPILE_S = 35  # projected, not measured: one pattern's forward and backward compiled cold
 PROFILE_BACKEND_S = 8  # one process per backend: 4-12 s each on an H200 (start-up, CUDA init, 5 lengths)
 SWEEP_ROUND_S = 18  # ~10 s start-up (a 3,200-example generated set), 100 steps, two evaluations
+SWEEP_START_S, SWEEP_RUN_S = 12, 3.5  # packed: one start-up and data; a run's 100 steps, captures and evaluations
 
 
 def flex_backends() -> List[str]:
@@ -90,12 +92,13 @@ def flex_backends() -> List[str]:
     return [name for name in attention_zoo.names() if attention_zoo.get(name).cls.has_flex_path]
 
 
-def limits(backends: int, jobs_per_gpu: int, flex: int = 0) -> dict:
+def limits(backends: int, jobs_per_gpu: Optional[int], flex: int = 0) -> dict:
     """{step: (seconds, why)} for ``backends`` backends, ``flex`` of them with a Flex path (profiled on their
-    eager path, neither AMP-tested nor swept), and ``jobs_per_gpu`` sweep jobs at once (one GPU)."""
+    eager path, neither AMP-tested nor swept), and the sweep's runs packed in one process, captured
+    (``jobs_per_gpu`` None) or ``jobs_per_gpu`` processes at once (one GPU)."""
     eager = backends - flex
     amp = 2 * eager
-    rounds = -(-eager // jobs_per_gpu)
+    rounds = -(-eager // (jobs_per_gpu or 1))
     pytest_s = (PYTEST_START_S + amp * AMP_STEP_S + KERNEL_TESTS_S + CUDA_PATHS_S
                 + (len(COMPILE_SUBSET) + 1) * COMPILE_S + FLEX_COMPILE_S)
     left_out = f"the {flex} backends with a Flex path" if flex else "no backend with a Flex path"
@@ -127,13 +130,21 @@ def limits(backends: int, jobs_per_gpu: int, flex: int = 0) -> dict:
                     f"(sparse_pattern_impl=eager), the path those times were measured on: a cold Flex compile "
                     f"a backend (~25-35 s projected) has no room here, and the Flex path's speed is measured by "
                     f"python -m lra.benchmarks.sparse_speed instead"),
-        "sweep": (SWEEP_ROUND_S * rounds,
-                  f"{eager} jobs, {jobs_per_gpu} per GPU: {rounds} rounds of ~10 s start-up (a 3,200-example "
-                  f"generated set) and 100 steps at n = 2,048 (YOSO's attention 2 x 2.1 ms a step projected, "
-                  f"2 x 12.9 ms with the earlier kernels: <= 3 s) and two evaluations: ~{SWEEP_ROUND_S} s "
-                  f"a round; {left_out} are not swept: each job is a process of its own that would compile "
-                  f"its pattern cold (~25-35 s projected), and no one override sets their impl=eager alone "
-                  f"(YOSO's impl option takes other values)"),
+        "sweep": ((SWEEP_ROUND_S * rounds,
+                   f"{eager} jobs, {jobs_per_gpu} per GPU: {rounds} rounds of ~10 s start-up (a 3,200-example "
+                   f"generated set) and 100 steps at n = 2,048 (YOSO's attention 2 x 2.1 ms a step projected, "
+                   f"2 x 12.9 ms with the earlier kernels: <= 3 s) and two evaluations: ~{SWEEP_ROUND_S} s "
+                   f"a round; {left_out} are not swept: each job would compile its pattern cold (~25-35 s "
+                   f"projected), and no one override sets their impl=eager alone (YOSO's impl option takes other "
+                   f"values)") if jobs_per_gpu else
+                  (math.ceil(SWEEP_START_S + SWEEP_RUN_S * eager),
+                   f"{eager} jobs packed in one process (hydra/launcher=packed, auto), their steps and evaluation "
+                   f"batches captured as CUDA graphs (trainer.capture=true): the first GPU run of both, each "
+                   f"backend's capture recorded completed or failed with its reason; projected, not measured: "
+                   f"~{SWEEP_START_S} s start-up and a 3,200-example generated set, then per run ~{SWEEP_RUN_S} s "
+                   f"(100 steps at n = 2,048 queued by one host thread, eager until each run's 4th step, two "
+                   f"captures, two evaluations); {left_out} are not swept: each would compile its pattern cold "
+                   f"(~25-35 s projected), and no one override sets their impl=eager alone")),
     }
 
 
@@ -155,7 +166,7 @@ def cuda_tests(tests: Path, quick: bool) -> List[str]:
             f"{cuda}::test_sampling_backends_replay_under_cuda_graphs[yoso]", *compiled, str(tests / FLEX_TEST)]
 
 
-def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Step]:
+def plan(device: str, quick: bool, jobs_per_gpu: Optional[int], scratch: Path) -> List[Step]:
     backends = attention_zoo.names()
     tests = REPO_ROOT / "tests"
     if quick:
@@ -176,6 +187,10 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
         table = limits(len(backends), jobs_per_gpu, flex=len(flex))
         limits_s = {name: limit for name, (limit, _) in table.items()}
         bases = {name: basis for name, (_, basis) in table.items()}
+    if jobs_per_gpu:  # no more workers than jobs (each a process)
+        launcher = ["hydra/launcher=local_gpus", f"hydra.launcher.jobs_per_gpu={min(jobs_per_gpu, len(sweep_backends))}"]
+    else:  # packed; on a GPU captured too: both features' first GPU run
+        launcher = ["hydra/launcher=packed", *(["trainer.capture=true"] if device == "cuda" else [])]
     benchmark = [sys.executable, "-m", "lra.benchmarks.yoso_speed", "--device", device]
     bench = [*benchmark, "--lengths", *lengths]
     if cells:
@@ -193,10 +208,9 @@ def plan(device: str, quick: bool, jobs_per_gpu: int, scratch: Path) -> List[Ste
                                  basis=bases["bert"])]),
         Step("profile", [_tool("lra-profile"), f"device={device}", *profile, f"hydra.run.dir={scratch / 'profile'}"],
              limits_s["profile"], basis=bases.get("profile", "")),
-        Step("sweep", [_tool("lra-train"), "-m", "hydra/launcher=local_gpus",  # no more workers than jobs (each a process)
-                       f"hydra.launcher.jobs_per_gpu={min(jobs_per_gpu, len(sweep_backends))}",
-                       f"attention={','.join(sweep_backends)}", f"trainer.device={device}", "logger=none", *sweep,
-                       f"hydra.sweep.dir={scratch / 'sweep'}"], limits_s["sweep"], basis=bases.get("sweep", "")),
+        Step("sweep", [_tool("lra-train"), "-m", *launcher, f"attention={','.join(sweep_backends)}",
+                       f"trainer.device={device}", "logger=none", *sweep, f"hydra.sweep.dir={scratch / 'sweep'}"],
+             limits_s["sweep"], basis=bases.get("sweep", "")),
     ]
 
 
@@ -285,8 +299,8 @@ def options() -> argparse.ArgumentParser:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--quick", action="store_true", help="small sizes (the test suite's CPU run)")
     parser.add_argument("--reference", action="store_true", help="run only the long part: every backend's reference ListOps run")
-    parser.add_argument("--jobs-per-gpu", type=int, default=None, help="processes sharing the GPU (default 4); with "
-                        "--reference: run the slice as that many processes instead of packed in one")
+    parser.add_argument("--jobs-per-gpu", type=int, default=None, help="run the sweep (with --reference: the slice) as "
+                        "that many processes sharing the GPU, instead of packed in one process (the default)")
     parser.add_argument("--runs-per-process", default=None, help="with --reference: runs packed in one process, "
                         "their steps interleaved (hydra/launcher=packed): a number, or auto (default; 8 on an H100)")
     parser.add_argument("--rows", default=None, help="with --reference: Table 3 rows, comma-separated (default every "
@@ -356,7 +370,7 @@ def main(argv=None) -> int:
     limit_s = args.limit_s if args.limit_s is not None else 24 * 3600
     sweep_dir = args.sweep_dir.resolve() if args.sweep_dir else None
     make_steps = (lambda scratch: reference_plan(planned, scratch, limit_s, sweep_dir, jobs)) if planned else (
-        lambda scratch: plan(args.device, args.quick, args.jobs_per_gpu or 4, scratch))
+        lambda scratch: plan(args.device, args.quick, args.jobs_per_gpu, scratch))
     if args.plan:
         if sweep_dir is not None:
             check_sweep_dir(sweep_dir, planned, args.out)
