@@ -27,14 +27,15 @@ def environment(data_dir, **extra) -> dict:
 
 def test_a_reference_slice_runs_its_rows_and_seeds_and_packs_their_records(tmp_path, data_dir):
     """A device command runs at most 10 minutes, the reference ListOps table takes longer: --rows and
-    --seeds choose a slice, and its records come back in one archive that unpacks beside other slices', each
-    with the config its run trained."""
+    --seeds choose a slice, run packed in one process (two at a time here), and its records come back in one
+    archive that unpacks beside other slices', each with the config its run trained."""
     out = tmp_path / "out"
     done = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--device", "cpu", "--reference",
                            "--rows", "softmax,yoso_32", "--seeds", "0,1", "--limit-s", "300", "--out", str(out),
-                           "--sweep-dir", str(tmp_path / "sweep"), "--", *SMOKE], capture_output=True, text=True,
-                          timeout=600, env=environment(data_dir))
+                           "--runs-per-process", "2", "--sweep-dir", str(tmp_path / "sweep"), "--", *SMOKE],
+                          capture_output=True, text=True, timeout=600, env=environment(data_dir))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "PackedLauncher" in (tmp_path / "sweep" / "multirun.yaml").read_text()  # two packs of two runs
     reference = (out / "reference.md").read_text()
     assert "runs: 4 completed" in reference
     assert "every run (4):" in reference and "| YOSO-32 | listops | 1 | completed | " in reference  # lra-table --runs

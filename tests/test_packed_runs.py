@@ -159,20 +159,3 @@ def test_a_packed_sweep_on_cuda_equals_the_runs_alone(tmp_path, data_dir, captur
     sweep(tmp_path, data_dir, "alone", *on_cuda)
     sweep(tmp_path, data_dir, "packed", *on_cuda, "hydra/launcher=packed", "hydra.launcher.runs_per_process=2")
     assert_equal_runs(tmp_path / "packed", tmp_path / "alone", jobs=(0, 1))
-
-
-def test_lra_gpu_check_reference_packs_its_slice_in_one_process(tmp_path, data_dir):
-    """lra-gpu-check --reference (its default launcher): the slice's two runs packed, both completed into its
-    table and its records archive."""
-    import tarfile
-
-    result = run_command(["lra-gpu-check", "--device", "cpu", "--reference", "--rows", "softmax,yoso_32",
-                          "--runs-per-process", "2", "--out", str(tmp_path / "out"), "--sweep-dir",
-                          str(tmp_path / "sweep"), "--", *[o for o in SETUP if not o.startswith("attention=")]],
-                         tmp_path, data_dir)
-    assert "reference ListOps: passed" in result.stdout
-    assert "PackedLauncher" in (tmp_path / "sweep" / "multirun.yaml").read_text()
-    assert "runs: 2 completed" in (tmp_path / "out" / "reference.md").read_text()
-    with tarfile.open(tmp_path / "out" / "reference-records.tar.gz") as archive:
-        assert sorted(name for name in archive.getnames() if name.endswith("metrics.json")) == [
-            "softmax-seed0/metrics.json", "yoso-32-seed0/metrics.json"]
