@@ -70,56 +70,61 @@ class StepGraph:
         self.graph.replay()
 
 
-class CapturedStep:
-    """:meth:`step` and :meth:`evaluation` for :class:`lra.training.Trainer` under ``trainer.capture``
-    (module docstring).
-    ``graph``: what captures a step (:class:`StepGraph`; the CPU tests give a stand-in that reruns it)."""
+class Replayed:
+    """A device computation of host batches (``compute(device batches) -> dict of tensors``): run eagerly for
+    the first :data:`EAGER_STEPS` calls, captured on the next call's batches (its static inputs) and from
+    then on replayed after each call's batches are copied into them. ``prepare()`` runs before every eager
+    call and before the capture (the training step's gradients set to None)."""
 
-    def __init__(self, trainer, graph=StepGraph):
-        self.trainer, self.make_graph = trainer, graph
-        self.eager_steps = 0
+    def __init__(self, make_graph, to_device, prepare=lambda: None):
+        self.make_graph, self.to_device, self.prepare = make_graph, to_device, prepare
+        self.eager_calls = 0
         self.graph = None
         self.inputs: List[List[torch.Tensor]] = []  # the static device tensors each replay reads
-        self.weights: List[float] = []  # the micro-batches' shares, fixed in the graph
-        self.eval_batches = 0
-        self.eval_graph = None
-        self.eval_inputs: List[torch.Tensor] = []
 
-    def step(self, batches: List[List[np.ndarray]], weights: List[float]) -> dict:
-        """One optimizer step on ``batches`` (host arrays per micro-batch); its metrics, which later steps
-        leave as they are."""
-        trainer = self.trainer
-        if self.graph is None and self.eager_steps < EAGER_STEPS:
-            self.eager_steps += 1
-            trainer.optimizer.zero_grad(set_to_none=True)
-            return trainer.device_step([trainer._to_device(arrays) for arrays in batches], weights)
-        if self.graph is None:  # this step's batch becomes the static inputs
-            self.inputs, self.weights = [trainer._to_device(arrays) for arrays in batches], list(weights)
-            trainer.optimizer.zero_grad(set_to_none=True)  # the graph's backward makes the gradients it reuses
-            self.graph = self.make_graph(lambda: trainer.device_step(self.inputs, weights))
+    def __call__(self, batches: List[List[np.ndarray]], compute) -> dict:
+        if self.graph is None and self.eager_calls < EAGER_STEPS:
+            self.eager_calls += 1
+            self.prepare()
+            return compute([self.to_device(arrays) for arrays in batches])
+        if self.graph is None:
+            self.inputs = [self.to_device(arrays) for arrays in batches]
+            self.prepare()
+            self.graph = self.make_graph(lambda: compute(self.inputs))
         else:
-            if list(weights) != self.weights:
-                raise AssertionError(f"a captured step's micro-batch weights changed: {weights} != {self.weights}")
             for statics, arrays in zip(self.inputs, batches, strict=True):
                 copy_into_statics(statics, arrays)
         self.graph.replay()
         return {key: value.clone() for key, value in self.graph.outputs.items()}
 
+
+class CapturedStep:
+    """:meth:`step` and :meth:`evaluation` for :class:`lra.training.Trainer` under ``trainer.capture``
+    (module docstring): a :class:`Replayed` each.
+    ``graph``: what captures a step (:class:`StepGraph`; the CPU tests give a stand-in that reruns it)."""
+
+    def __init__(self, trainer, graph=StepGraph):
+        self.trainer = trainer
+        # the graph's backward makes the gradients it then reuses: set to None before each eager step and the capture
+        self.training = Replayed(graph, trainer._to_device, lambda: trainer.optimizer.zero_grad(set_to_none=True))
+        self.evaluating = Replayed(graph, trainer._to_device)
+        self.weights: Optional[List[float]] = None  # the micro-batches' shares, fixed in the graph
+
+    def step(self, batches: List[List[np.ndarray]], weights: List[float]) -> dict:
+        """One optimizer step on ``batches`` (host arrays per micro-batch); its metrics, which later steps
+        leave as they are."""
+        if self.training.graph is not None and list(weights) != self.weights:
+            raise AssertionError(f"a captured step's micro-batch weights changed: {weights} != {self.weights}")
+        self.weights = list(weights)
+        return self.training(batches, lambda device_batches: self.trainer.device_step(device_batches, weights))
+
     def evaluation(self, arrays: List[np.ndarray]) -> tuple:
         """(mean loss, number correct) of a full evaluation batch (host arrays) through the evaluation model,
-        with no autograd: eagerly for the first :data:`EAGER_STEPS` batches, then one graph replayed."""
+        with no autograd."""
         trainer = self.trainer
-        if self.eval_graph is None and self.eval_batches < EAGER_STEPS:
-            self.eval_batches += 1
-            return trainer.loss_on(trainer._to_device(arrays), trainer.eval_model)
-        if self.eval_graph is None:
-            self.eval_inputs = trainer._to_device(arrays)
-            self.eval_graph = self.make_graph(lambda: dict(zip(("loss", "correct"), trainer.loss_on(
-                self.eval_inputs, trainer.eval_model))))
-        else:
-            copy_into_statics(self.eval_inputs, arrays)
-        self.eval_graph.replay()
-        return self.eval_graph.outputs["loss"].clone(), self.eval_graph.outputs["correct"].clone()
+        result = self.evaluating([arrays], lambda device_batches: dict(zip(("loss", "correct"), trainer.loss_on(
+            device_batches[0], trainer.eval_model))))
+        return result["loss"], result["correct"]
 
 
 def copy_into_statics(statics: List[torch.Tensor], arrays: List[np.ndarray]) -> None:

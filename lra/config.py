@@ -217,6 +217,11 @@ class TrainerConfig:
     compile_mode: str = "default"  # default | reduce-overhead (CUDA graphs) | max-autotune | max-autotune-no-cudagraphs
     capture: bool = False  # CUDA: the training step, and an evaluation batch, each one CUDA graph replayed (lra/capture.py)
 
+    @property
+    def evaluation_batch_size(self) -> int:
+        """The batch evaluation runs in: eval_batch_size, or the training batch."""
+        return self.batch_size if self.eval_batch_size is None else self.eval_batch_size
+
     def __post_init__(self):
         choice(self, "compile_mode", COMPILE_MODES)
         whole(self, 1, "batch_size", "grad_accumulation", "max_steps", "eval_every", "checkpoint_every", "log_every")

@@ -229,7 +229,7 @@ class Trainer:
         under trainer.capture)."""
         ids, masks, labels = split.gather(indices, self.max_length)
         arrays = [*ids, *masks, labels]
-        if self.captured is not None and len(indices) == self.eval_batch_size:
+        if self.captured is not None and len(indices) == self.cfg.trainer.evaluation_batch_size:
             loss, correct = self.captured.evaluation(arrays)
         else:
             loss, correct = self.loss_on(self._to_device(arrays), self.eval_model)
@@ -242,11 +242,6 @@ class Trainer:
         with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
             logits = model(ids, masks)
         return F.cross_entropy(logits.float(), labels), (logits.argmax(-1) == labels).sum()
-
-    @property
-    def eval_batch_size(self) -> int:
-        trainer = self.cfg.trainer
-        return trainer.batch_size if trainer.eval_batch_size is None else trainer.eval_batch_size
 
     def train_step(self) -> dict:
         """One optimizer step. Its metrics stay on the device (``loss``, ``correct``, ``aux_loss`` sums
@@ -314,7 +309,7 @@ class Trainer:
     def evaluate(self, split_name: str) -> dict:
         self.model.eval()
         split = self.data.splits[split_name]
-        batch_size = self.eval_batch_size
+        batch_size = self.cfg.trainer.evaluation_batch_size
         loss_sum = correct = torch.zeros((), dtype=torch.float64, device=self.device)
         for start in range(0, len(split), batch_size):
             indices = self.ranks.shard(np.arange(start, min(start + batch_size, len(split))))

@@ -128,7 +128,7 @@ def evaluation_hash_spread(run_dir: str, draws: int) -> dict:
     components = build(run_config, spec, announce=lambda message: None)
     weights = load(folder / "checkpoints" / BEST)["model"]
     split = components.data.splits["test"]
-    batch = cfg.trainer.eval_batch_size or cfg.trainer.batch_size  # the run's: fixed draws are made per batch shape
+    batch = run_config.trainer.evaluation_batch_size  # the run's: fixed draws are made per batch shape
 
     def accuracy(eval_hashes: str) -> float:
         options = dataclasses.replace(spec.options, eval_hashes=eval_hashes)

@@ -296,7 +296,7 @@ def profile_run(trainer, steps: int, warmup: int) -> StepProfile:
     tokens[0] = 0
     step = profiled(lambda: train(steps), steps, STEP_SCOPE, device)
     validation = trainer.data.splits["val"]
-    batch = trainer.cfg.trainer.eval_batch_size or trainer.cfg.trainer.batch_size
+    batch = trainer.cfg.trainer.evaluation_batch_size
     evaluation = profiled(lambda: trainer.evaluate("val"), -(-len(validation) // batch), EVALUATION_SCOPE, device)
     cfg = trainer.cfg.trainer
     return StepProfile(trainer.label, device, step, evaluation, checkpoint, unprofiled, cfg.eval_every,
