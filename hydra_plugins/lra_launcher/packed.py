@@ -55,25 +55,27 @@ class PackedLauncher(Launcher):
                               "hydra/launcher=packed (or use another launcher)")
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
-        device = _claimed_gpu(self.hydra_context.config_loader.load_sweep_config(self.config, list(job_overrides[0])))
+        configs = []  # every job's config, composed once
+        for index, overrides in enumerate(job_overrides, start=initial_job_idx):
+            config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(config):
+                config.hydra.job.id = config.hydra.job.num = index
+            configs.append(config)
+        device = _claimed_gpu(configs[0])
         size = packing.pack_size(self.runs_per_process, len(job_overrides), device)
         log.info(f"Launching {len(job_overrides)} jobs in one process, {size} at a time")
         returns = []
-        for first in range(0, len(job_overrides), size):
-            configs = []
-            for index, overrides in enumerate(job_overrides[first:first + size], start=initial_job_idx + first):
-                log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
-                config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-                with open_dict(config):
-                    config.hydra.job.id = config.hydra.job.num = index
-                configs.append(config)
+        for first in range(0, len(configs), size):
+            pack = configs[first:first + size]
+            for config, overrides in zip(pack, job_overrides[first:first + size]):
+                log.info(f"\t#{config.hydra.job.num} : {' '.join(filter_overrides(overrides))}")
             # Logging is configured once for the pack: a job's own configure_log would drop the train.log
             # handlers the pack's other runs have opened.
-            configure_log(configs[0].hydra.job_logging, configs[0].hydra.verbose)
+            configure_log(pack[0].hydra.job_logging, pack[0].hydra.verbose)
             jobs = [functools.partial(run_job, hydra_context=self.hydra_context, task_function=self.task_function,
                                       config=config, job_dir_key="hydra.sweep.dir",
                                       job_subdir_key="hydra.sweep.subdir", configure_logging=False)
-                    for config in configs]
+                    for config in pack]
             try:
                 outcomes = packing.run_packed(jobs, device)
             except signals.Interrupted as stopped:
