@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from lra.benchmarks.yoso_cost.gpu import H100, RTX_2080_TI
+
 
 @dataclass(frozen=True)
 class Peak:
@@ -20,11 +22,11 @@ class Peak:
     l2_tbps: float
 
 
-PEAKS = (  # the first whose name the device's contains
-    Peak("H200", 989.4, 3942.4 * 1.98e9 / 1e12),  # GH100 as the H100 SXM: 132 SMs at 1.98 GHz boost
-    Peak("H100", 989.4, 3942.4 * 1.98e9 / 1e12),  # SXM5: 989.4 TFLOP/s bf16 dense; L2 3,942 B a clock (a PCIe
+PEAKS = (  # the first whose name the device's contains; L2 bandwidths are lra.benchmarks.yoso_cost.gpu's machines'
+    Peak("H200", 989.4, H100.l2_bytes_per_s / 1e12),  # GH100 as the H100 SXM: 132 SMs at 1.98 GHz boost
+    Peak("H100", 989.4, H100.l2_bytes_per_s / 1e12),  # SXM5: 989.4 TFLOP/s bf16 dense; L2 3,942 B a clock (a PCIe
     # H100 is slower on both, so it is checked against bounds it cannot reach either)
-    Peak("RTX 2080 Ti", 107.6, 1.27 * 11 / 8 * 1545 / 1590),  # as lra.benchmarks.yoso_cost.gpu's
+    Peak("RTX 2080 Ti", 107.6, RTX_2080_TI.l2_bytes_per_s / 1e12),
 )
 
 

@@ -52,10 +52,6 @@ def _named(kernels: Sequence[Kernel], names: Sequence[str], machine: Machine) ->
     return sum(seconds(k, machine) for k in kernels if k.name in names)
 
 
-def _step_kernels(call: Call, atomic: bool, machine: Machine) -> torch_ops.Step:
-    return torch_ops.step(call, atomic, machine)
-
-
 def trace_rows(source: str) -> List[Row]:
     t = measured.trace(source)
     call = Call(t.batch_heads, t.n, t.head_dim, t.head_dim, t.m, most_slices=measured.MEASURED_MOST_SLICES)
@@ -71,7 +67,7 @@ def trace_rows(source: str) -> List[Row]:
         why = OTHER_CODE.get((source, name))
         rows.append(Row(source, f"{name} ({found[3] // t.profiled_steps} a step)", known[name],
                         lambda m, h, names=MODEL_NAMES[name]: _named(
-                            _step_kernels(call, atomic, m).kernels(), names, m),
+                            torch_ops.step(call, atomic, m).kernels(), names, m),
                         f"not compared: {why}" if why else role))
     operators = {part: t.cuda_per_step(prefix) for prefix, part in measured.OPERATORS.items()}
     inside = {"forward": ("slice_lists", "table_cumulation", "bucket_rows", "gather_rows"),
@@ -82,16 +78,16 @@ def trace_rows(source: str) -> List[Row]:
         if rest > 1e-6:
             rows.append(Row(source, f"the {part} operator's other kernels (run starts, heavy runs, memsets)", rest,
                             lambda m, h, op_name=op_name, excluded=excluded: sum(
-                                seconds(k, m) for op in _step_kernels(call, atomic, m).ops if op.name == op_name
+                                seconds(k, m) for op in torch_ops.step(call, atomic, m).ops if op.name == op_name
                                 for k in op.raw if k.name not in excluded), role))
     yoso_gpu = sum(operators.values()) + known.get("torch sort", 0.0)
     sorts = MODEL_NAMES["torch sort"]
     rows.append(Row(source, "PyTorch's kernels (elementwise, reductions, fills, the sorts' copies, cumsum)",
                     t.total_cuda_s / t.profiled_steps - yoso_gpu,
-                    lambda m, h: sum(seconds(k, m) for op in _step_kernels(call, atomic, m).ops for k in op.kernels
+                    lambda m, h: sum(seconds(k, m) for op in torch_ops.step(call, atomic, m).ops for k in op.kernels
                                      if k.name not in sorts), role))
     rows.append(Row(source, "every kernel of a step", t.total_cuda_s / t.profiled_steps,
-                    lambda m, h: host.device_seconds(_step_kernels(call, atomic, m).ops, m),
+                    lambda m, h: host.device_seconds(torch_ops.step(call, atomic, m).ops, m),
                     "fitted (the sum of the rows above)" if fitted else role))
     rows.append(Row(source, "a step queued (wall)", t.queued_s, lambda m, h: host.queued_step(call, atomic, m, h),
                     role))

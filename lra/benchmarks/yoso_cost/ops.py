@@ -53,9 +53,6 @@ class Step:
 
     ops: Tuple[Op, ...]
 
-    def phase(self, name: str) -> List[Op]:
-        return [op for op in self.ops if op.phase == name]
-
     def kernels(self, *phases: str) -> List[Kernel]:
         return [k for op in self.ops if not phases or op.phase in phases for k in (*op.kernels, *op.raw)]
 
