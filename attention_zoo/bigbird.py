@@ -116,14 +116,32 @@ def block_plan(block_size: int, count: int, within: Optional[int], seed: int, he
     return seen
 
 
+@torch.library.custom_op("attention_zoo::bigbird_block_plan", mutates_args=())
+def kept_block_plan(block_size: int, count: int, within: Optional[int], seed: int, heads: int, n: int, rows: int,
+                    device: torch.device) -> torch.Tensor:
+    """:func:`block_plan`, built once per key (:func:`kept_draws`), so that a Flex call at a shape seen
+    before reads the plan rather than building it again; an operator, as :func:`random_blocks`."""
+    def make():
+        return (block_plan(block_size, count, within, seed, heads, n, rows, device),)
+
+    key = ("bigbird_block_plan", block_size, count, within, seed, heads, n, rows, str(device))
+    return kept_draws(key, make)[0]
+
+
+@kept_block_plan.register_fake
+def _(block_size, count, within, seed, heads, n, rows, device):
+    return torch.empty((heads, rows, rows), dtype=torch.bool, device=device)
+
+
 @_flex.pattern_family("bigbird")
 def global_window_or_random(params, heads, query_length, key_length, device):
     """The pattern, params [block_size, random blocks, within, plan seed], as a predicate of (head, query,
-    key) positions over :func:`block_plan`, which ``attended_keys`` evaluates densely and the Flex path
-    block-sparsely (its table covers every position of Flex's last partial block)."""
+    key) positions over :func:`block_plan` (kept, :func:`kept_block_plan`), which ``attended_keys``
+    evaluates densely and the Flex path block-sparsely (its table covers every position of Flex's last
+    partial block)."""
     size = params[0]
     rows = math.ceil(math.ceil(max(query_length, key_length) / _flex.BLOCK) * _flex.BLOCK / size)
-    plan = block_plan(*params, heads, query_length, rows, device)
+    plan = kept_block_plan(*params, heads, query_length, rows, torch.device(device))
 
     def allowed(head, query, key):
         return plan[head, query // size, key // size]

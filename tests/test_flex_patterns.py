@@ -111,6 +111,33 @@ def test_flex_block_tables_are_cached_per_shape_and_hit_on_the_second_call():
         assert _flex.CACHE_STATS.misses == 4
 
 
+def test_flex_bigbird_builds_its_block_plan_once_per_shape(monkeypatch):
+    """A repeated Flex call at a length seen before reads the kept plan rather than building it again (its
+    host work off the hot path); another length or plan seed builds its own."""
+    from attention_zoo import bigbird
+
+    built = []
+
+    def counted(*args):
+        built.append(args)
+        return block_plan(*args)
+
+    block_plan = bigbird.block_plan
+    monkeypatch.setattr(bigbird, "block_plan", counted)
+    _, flex = pair("bigbird", False, 300)
+    flex.plan_seed_value = 2**40 + 17  # a plan no other test has kept
+    q, k, v, mask = inputs(300)
+    with torch.no_grad():
+        first = flex(q, k, v, mask)
+        assert len(built) == 1
+        assert torch.equal(flex(q, k, v, mask), first) and len(built) == 1
+        flex(*inputs(301))
+        assert len(built) == 2
+        flex.plan_seed_value += 1
+        flex(q, k, v, mask)
+        assert len(built) == 3
+
+
 @_flex.pattern_family("test_every_pair")
 def every_pair(params, heads, query_length, key_length, device):
     return lambda head, query, key: key >= 0
