@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import math
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
@@ -191,7 +192,8 @@ def _refresh_rotation_seed(module: torch.nn.Module, incompatible_keys) -> None:
     module.rotation_seed_value = int(module.rotation_seed)
 
 
-_KEPT_DRAWS: dict = {}  # (what, seed, shape, device) → seeded evaluation draws, kept on their device
+KEPT_LIMIT = 256  # keys kept by kept_draws, the least recently used forgotten first
+_KEPT_DRAWS: "OrderedDict[tuple, tuple]" = OrderedDict()  # (what, its parameters, device) → tensors on that device
 _HELD_BY_CAPTURE: list = []  # cached tensors read by a CUDA graph being captured (lra.capture keeps them)
 
 
@@ -223,16 +225,24 @@ def take_held_by_capture() -> list:
 
 
 def kept_draws(key: tuple, make) -> tuple:
-    """Fresh copies of the tensors ``make()`` returns for ``key``, made (on the host, then copied) the
-    first time only: later calls copy on the device, so nothing crosses from the host or waits for it
-    inside what a CUDA graph captures (its warm-up makes them). Bounded for tools that evaluate many
-    shapes."""
+    """Fresh copies of the tensors ``make()`` returns for ``key`` (seeded draws, made on the host and
+    copied, or what is built from them, such as a sparse pattern's block tables), made the first time
+    only: later calls copy on the device, so nothing crosses from the host or waits for it inside what a
+    CUDA graph captures (its warm-up makes them). At most :data:`KEPT_LIMIT` keys are kept, the least
+    recently used forgotten first (tools that evaluate many shapes)."""
     made = key not in _KEPT_DRAWS
     if made:
-        if len(_KEPT_DRAWS) >= 256:
-            _KEPT_DRAWS.clear()
         _KEPT_DRAWS[key] = tuple(make())
+        if len(_KEPT_DRAWS) > KEPT_LIMIT:
+            _KEPT_DRAWS.popitem(last=False)
+    else:
+        _KEPT_DRAWS.move_to_end(key)
     return tuple(t.clone() for t in shared_by_streams(_KEPT_DRAWS[key], made))
+
+
+def forget_kept() -> None:
+    """Forget every kept tensor (:func:`kept_draws`): each key is made again at its next call."""
+    _KEPT_DRAWS.clear()
 
 
 @torch.library.custom_op("attention_zoo::seeded_normal", mutates_args=())

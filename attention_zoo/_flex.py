@@ -11,14 +11,15 @@ algorithms, a torch without FlexAttention) is an error under ``flex`` and, under
 warning said once per backend and reason before the eager path runs.
 
 Per call, the pattern's block tables (which key blocks each query block needs, and which of them are
-entirely allowed) come from a cache keyed by (pattern, options, lengths, heads, device) — for BigBird
-the layer's seeded plan is part of the key — so the n × n predicate is evaluated once per shape. The
-batch's key-padding mask is then folded in at block level: a key block holding no real key is skipped,
-one holding only real keys stays "full" (no per-element mask). A query that attends no real key gets
-0 here where the eager paths average its candidate keys (their masks are a finite −1e9); those rows are
-padded queries, which callers ignore (``registry.Attention``), except a model that pools every position
-(``Attention.padded_rows_read``): there the Flex path is refused (``auto``: the eager path, said once),
-unless the backend's Flex path is exact on every row (``flex_exact_on_every_row``: strided Local).
+entirely allowed) are copies of tensors kept by (pattern, options, lengths, heads, device)
+(``attention_zoo._common.kept_draws``) — for BigBird the layer's seeded plan is part of the key — so
+the n × n predicate is evaluated once per shape. The batch's key-padding mask is then folded in at
+block level: a key block holding no real key is skipped, one holding only real keys stays "full" (no
+per-element mask). A query that attends no real key gets 0 here where the eager paths average its
+candidate keys (their masks are a finite −1e9); those rows are padded queries, which callers ignore
+(``registry.Attention``), except a model that pools every position (``Attention.padded_rows_read``):
+there the Flex path is refused (``auto``: the eager path, said once), unless the backend's Flex path is
+exact on every row (``flex_exact_on_every_row``: strided Local).
 """
 
 from __future__ import annotations
@@ -26,17 +27,15 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from attention_zoo._common import shared_by_streams
+from attention_zoo._common import forget_kept, kept_draws
 
 IMPLS = ("auto", "eager", "flex")
 BLOCK = 128  # FlexAttention's default block of queries and keys
-CACHE_SIZE = 64
 _NONE = -(2**62)  # None among a pattern's parameters, as the operator's int list carries it
 _PREDICATE_CELLS = 1 << 22  # positions evaluated at once when a pattern's block tables are built
 
@@ -72,16 +71,8 @@ class Pattern:
     folds_padding: bool = True  # a batch's key padding is folded into the block mask (else a score bias)
 
 
-@dataclass
-class CacheStats:
-    hits: int = 0
-    misses: int = 0
-
-
 PatternBuilder = Callable[[list, int, int, int, torch.device], Predicate]
 _FAMILIES: Dict[str, PatternBuilder] = {}
-_CACHE: "OrderedDict[tuple, Tuple[torch.Tensor, torch.Tensor]]" = OrderedDict()
-CACHE_STATS = CacheStats()
 _ANNOUNCED: set = set()
 
 
@@ -167,21 +158,14 @@ def use_flex(module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
 def _block_tables_op(family: str, params: List[int], heads: int, query_length: int, key_length: int,
                      device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
     """(needed, full) of a registered pattern family at one shape, evaluated once per key and then copied
-    from the cache: an operator, so that a compiled graph calls it whole (the cache is Python state)."""
-    key = (family, tuple(params), heads, query_length, key_length, str(device))
-    made = key not in _CACHE
-    if not made:
-        CACHE_STATS.hits += 1
-        _CACHE.move_to_end(key)
-    else:
-        CACHE_STATS.misses += 1
+    (:func:`kept_draws`): an operator, so that a compiled graph calls it whole (what is kept is Python state)."""
+    def evaluate():
         decoded = [None if value == _NONE else value for value in params]
         allowed = _FAMILIES[family](decoded, heads, query_length, key_length, device)
-        _CACHE[key] = _evaluate(allowed, heads, query_length, key_length, device)
-        if len(_CACHE) > CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    needed, full = shared_by_streams(_CACHE[key], made)
-    return needed.clone(), full.clone()
+        return _evaluate(allowed, heads, query_length, key_length, device)
+
+    key = ("flex_block_tables", family, tuple(params), heads, query_length, key_length, str(device))
+    return kept_draws(key, evaluate)
 
 
 @_block_tables_op.register_fake
@@ -201,8 +185,9 @@ def block_tables(pattern: Pattern, device: torch.device) -> BlockTables:
 
 
 def clear_cache() -> None:
-    _CACHE.clear()
-    CACHE_STATS.hits = CACHE_STATS.misses = 0
+    """Forget the kept block tables and what they were built from (BigBird's plan and draws): the next
+    call builds its pattern from nothing, as ``lra.benchmarks.sparse_speed`` times it."""
+    forget_kept()
 
 
 def _bands(allowed: Predicate, heads: int, query_length: int, key_length: int, device: torch.device):

@@ -92,23 +92,31 @@ def test_flex_float64_equals_eager_to_float64_rounding(pattern):
     assert relative(got * keep, expected * keep) <= 1e-12
 
 
-def test_flex_block_tables_are_cached_per_shape_and_hit_on_the_second_call():
+def test_flex_block_tables_are_kept_per_shape_and_reused_on_the_second_call(monkeypatch):
+    evaluated = []
+
+    def counted(*args):
+        evaluated.append(args)
+        return evaluate(*args)
+
+    evaluate = _flex._evaluate
+    monkeypatch.setattr(_flex, "_evaluate", counted)
     _flex.clear_cache()
     _, flex = pair("longformer", False, 300)
     q, k, v, mask = inputs(300)
     with torch.no_grad():
         flex(q, k, v, mask)
-        assert (_flex.CACHE_STATS.misses, _flex.CACHE_STATS.hits) == (1, 0)
+        assert len(evaluated) == 1
         flex(q, k, v, mask)
-        assert (_flex.CACHE_STATS.misses, _flex.CACHE_STATS.hits) == (1, 1)
+        assert len(evaluated) == 1
         flex(*inputs(301))  # another length: its own tables
-        assert (_flex.CACHE_STATS.misses, _flex.CACHE_STATS.hits) == (2, 1)
+        assert len(evaluated) == 2
         _, other_plan = pair("bigbird", False, 300)
         other_plan.plan_seed_value += 1  # another layer's seeded plan: its own tables
         _, same_plan = pair("bigbird", False, 300)
         same_plan(q, k, v, mask)
         other_plan(q, k, v, mask)
-        assert _flex.CACHE_STATS.misses == 4
+        assert len(evaluated) == 4
 
 
 def test_flex_bigbird_builds_its_block_plan_once_per_shape(monkeypatch):
@@ -125,7 +133,7 @@ def test_flex_bigbird_builds_its_block_plan_once_per_shape(monkeypatch):
     block_plan = bigbird.block_plan
     monkeypatch.setattr(bigbird, "block_plan", counted)
     _, flex = pair("bigbird", False, 300)
-    flex.plan_seed_value = 2**40 + 17  # a plan no other test has kept
+    _flex.clear_cache()
     q, k, v, mask = inputs(300)
     with torch.no_grad():
         first = flex(q, k, v, mask)
@@ -153,6 +161,24 @@ def test_flex_skips_key_blocks_without_a_real_key_and_keeps_full_blocks_unmasked
     assert mask.kv_num_blocks[0, 0].tolist() == [1] * 4 and mask.full_kv_num_blocks[0, 0].tolist() == [1] * 4
     assert mask.kv_indices[0, 0, :, 0].tolist() == [1] * 4 and mask.full_kv_indices[0, 0, :, 0].tolist() == [0] * 4
     assert mask.kv_num_blocks[1, 0].tolist() == [0] * 4 and mask.full_kv_num_blocks[1, 0].tolist() == [4] * 4
+
+
+def test_flex_block_tables_kept_are_bounded_least_recently_used_first(monkeypatch):
+    from attention_zoo import _common
+
+    evaluated = []
+
+    def counted(*args):
+        evaluated.append(args[3])  # the key length
+        return evaluate(*args)
+
+    evaluate = _flex._evaluate
+    monkeypatch.setattr(_flex, "_evaluate", counted)
+    monkeypatch.setattr(_common, "KEPT_LIMIT", 2)
+    _flex.clear_cache()
+    for n in (10, 20, 10, 30, 10, 20):  # 30 forgets 20, the least recently used; 10 stays
+        _flex.block_tables(_flex.Pattern("test_every_pair", (), 1, n, n), torch.device("cpu"))
+    assert evaluated == [10, 20, 30, 20]
 
 
 def test_flex_pattern_block_tables_are_as_sparse_as_the_pattern():
