@@ -97,15 +97,17 @@ def flex_missing() -> Optional[str]:
     return None
 
 
-def refusal(name: str, *, dropout: float, training: bool, device_type: str, dtype: torch.dtype, head_dim: int,
+def refusal(backend, options, *, training: bool, device_type: str, dtype: torch.dtype, head_dim: int,
             deterministic: bool, backward: bool, padded_rows_read: bool = False) -> Optional[str]:
-    """Why backend ``name``'s Flex path cannot serve a call with these facts (one line naming the fix), or
-    None: the rules :func:`use_flex` applies per call and ``lra.validation`` to a run's config.
-    ``padded_rows_read``: the model reads the rows Flex computes differently (rows without a real key)."""
+    """Why the Flex path of ``backend`` (an ``Attention`` class) with ``options`` cannot serve a call with
+    these facts (one line naming the fix), or None: the rules :func:`use_flex` applies per call and
+    ``lra.validation`` to a run's config. ``padded_rows_read``: the model reads the rows without a real
+    key, which Flex computes differently unless the backend's Flex path is exact on every row."""
+    name, dropout = backend.name, getattr(options, "dropout", 0.0)
     missing = flex_missing()
     if missing:
         return missing
-    if padded_rows_read:
+    if padded_rows_read and not backend.flex_exact_on_every_row(options):
         return (f"the model pools every position, padded ones included (model.pooling=mean_unmasked), and "
                 f"{name}'s Flex path gives a row without a real key 0 where the eager path averages; set "
                 f"attention.impl=eager (or auto)")
@@ -131,10 +133,9 @@ def refusal(name: str, *, dropout: float, training: bool, device_type: str, dtyp
 def eager_reason(module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Optional[str]:
     """Why the Flex path cannot run this call of ``module`` (:func:`refusal`), or None."""
     backward = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
-    return refusal(module.name, dropout=getattr(module.options, "dropout", 0.0), training=module.training,
-                   device_type=q.device.type, dtype=q.dtype, head_dim=q.shape[-1],
-                   deterministic=torch.are_deterministic_algorithms_enabled(), backward=backward,
-                   padded_rows_read=module.padded_rows_read and not module.flex_exact_on_every_row(module.options))
+    return refusal(type(module), module.options, training=module.training, device_type=q.device.type,
+                   dtype=q.dtype, head_dim=q.shape[-1], deterministic=torch.are_deterministic_algorithms_enabled(),
+                   backward=backward, padded_rows_read=module.padded_rows_read)
 
 
 def use_flex(module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:

@@ -115,15 +115,12 @@ def check_flex_path(cfg: DictConfig) -> None:
     from attention_zoo import _flex
 
     spec = attention_spec(cfg)
-    if not attention_zoo.get(spec.name).cls.has_flex_path or spec.options.impl != "flex":
-        return
-    on_cuda = runs_on_cuda(cfg)
     backend = attention_zoo.get(spec.name).cls
-    reads_padded = pooling_of(cfg) == "mean_unmasked" and not backend.flex_exact_on_every_row(spec.options)
-    reason = _flex.refusal(spec.name, dropout=getattr(spec.options, "dropout", 0.0), training=True,
-                           device_type="cuda" if on_cuda else "cpu", dtype=torch.float32,
-                           head_dim=cfg.model.head_dim, deterministic=cfg.trainer.deterministic, backward=True,
-                           padded_rows_read=reads_padded)
+    if not backend.has_flex_path or spec.options.impl != "flex":
+        return
+    reason = _flex.refusal(backend, spec.options, training=True, device_type="cuda" if runs_on_cuda(cfg) else "cpu",
+                           dtype=torch.float32, head_dim=cfg.model.head_dim, deterministic=cfg.trainer.deterministic,
+                           backward=True, padded_rows_read=pooling_of(cfg) == "mean_unmasked")
     if reason:
         raise ConfigError(f"invalid value for attention.impl: 'flex'; {reason}")
 
