@@ -107,12 +107,18 @@ class LocalAttention(Attention):
         padded = n + size - n % size
         return padded, padded // size
 
+    def _strided_real(self, mask: torch.Tensor, n: int) -> torch.Tensor:
+        """[B, P] bool: the mask padded to P with True, as the LRA code's ``jnp.pad`` of its boolean mask
+        (the padded positions count as real)."""
+        padded, _ = self._strided_geometry(n)
+        return torch.cat([mask, mask.new_ones(mask.shape[0], padded - n)], dim=1)
+
     def _strided_allowed(self, mask: torch.Tensor, n: int) -> torch.Tensor:
         """[B, G, b, b] bool: pair (slot a, slot a') of group g allowed, as the LRA code's mask says:
-        positions g·b + a and g·b + a' real (the mask padded with True), and a' ≤ a when causal."""
+        positions g·b + a and g·b + a' real (:meth:`_strided_real`), and a' ≤ a when causal."""
         size = self.options.block_size
-        padded, groups = self._strided_geometry(n)
-        real = torch.cat([mask, mask.new_ones(mask.shape[0], padded - n)], dim=1).view(-1, groups, size)
+        _, groups = self._strided_geometry(n)
+        real = self._strided_real(mask, n).view(-1, groups, size)
         allowed = real[:, :, :, None] & real[:, :, None, :]
         if self.causal:
             allowed = allowed & torch.ones(size, size, dtype=torch.bool, device=mask.device).tril()
@@ -170,7 +176,7 @@ class LocalAttention(Attention):
         def permuted(x):  # [B, H, n, d] → [B, H, P, d]: position a·G + g at g·b + a
             return self._grouped(x).reshape(batch, heads, padded, -1)
 
-        real = torch.cat([mask, mask.new_ones(batch, padded - n)], dim=1)
+        real = self._strided_real(mask, n)
         causal = self.causal
 
         def lra_bias(score, b, h, query, key):
