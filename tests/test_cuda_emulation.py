@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from attention_zoo import _yoso_ops as ops
 from attention_zoo.yoso import draw, hash_codes
-from lra.benchmarks.yoso_cost.kernels import table_rows
+from lra.benchmarks.yoso_cost.kernels import counting_sort_fits, table_rows
 from simt import emulation
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
@@ -125,10 +125,12 @@ def test_emulated_kernels_equal_the_pytorch_path_and_the_cpu_kernels(name, shape
             close(backward.outputs[output], expected, f"{output}, deterministic={deterministic}")
             close(backward.outputs[output], cpu, f"{output} vs the CPU kernel, deterministic={deterministic}")
         launched = [launch.kernel.split("<")[0] for launch in backward.launches]
-        starts = launched.count("run_starts_kernel")  # keys' runs looked up by code (2^τ ≤ 2n), and queries'
-        assert starts == (2**tau <= 2 * n) * (2 if deterministic else 1)
-        assert launched[:starts] == ["run_starts_kernel"] * starts
-        launched = launched[starts:]
+        # Both sides sorted by the counting sort (run starts with it), or by the device's sort, then the run starts
+        # of the keys (looked up by code where 2^τ ≤ 2n), and of the queries where deterministic
+        sorts = (["counting_sort_kernel"] * 2 if counting_sort_fits(tau) else
+                 ["run_starts_kernel"] * (2**tau <= 2 * n) * (2 if deterministic else 1))
+        assert launched[:len(sorts)] == sorts
+        launched = launched[len(sorts):]
         heavy_possible = batch * m * (n // (2 * dv * d // (dv + 2 * d) + 1)) > 0  # a run can reach the minimum
         assert launched[:3] == (["find_heavy_kernel", "number_heavy_kernel", "heavy_tables_kernel"] if heavy_possible
                                 else launched[:3] and [k for k in launched[:3] if "heavy" not in k])
@@ -320,6 +322,44 @@ def test_every_update_counts_when_the_tokens_collide_on_a_few_codes(name, tau):
                             {"B": batch, "m": m, "tau": tau, "nq": n, "nk": n, "dv": dv, "p": 1, "mq": 1, "mk": 1,
                              "workspace_bytes": 2**24, "deterministic": deterministic, "seed": seed_of(name, tau)})
         np.testing.assert_array_equal(out.outputs["out"].astype(np.float64), expected, err_msg=f"deterministic={deterministic}")
+
+
+SORTS = [  # rows, n, τ, how many distinct codes the tokens take (None: any of the 2^τ)
+    (3, 37, 3, None),  # fewer codes than a block's threads, n short of a warp's multiple
+    (2, 300, 8, 2),  # long runs of two codes, several rounds of 128 tokens with a part-round
+    (2, 300, 8, 1),  # a single run
+    (1, 1030, 11, None),  # the reference setup's τ, n past 1,024
+    (2, 77, 13, None),  # the most codes a block's counters hold: runs starts not made (2^τ > 2n)
+    (1, 4100, 12, 40),  # 2^τ ≤ 2n: run starts made with the sort
+    (1, 8200, 14, None),  # past the counting sort's 2^13 codes: the device's sort, then launch_run_starts
+]
+
+
+@pytest.mark.parametrize("name", ["plain", variant("asan"), variant("tsan")])
+def test_emulated_counting_sort_is_a_stable_sort_with_its_run_starts(name):
+    """Each pair's codes sorted as numpy's stable argsort sorts them, bit for bit (ties in token order, in
+    any block and thread order), with each code's first sorted position (or -1) where 2^τ ≤ 2n: by one
+    launch of the counting sort up to τ = 13, by the device's sort and the run-starts kernel above."""
+    rng = np.random.default_rng(7)
+    for rows, n, tau, distinct in SORTS:
+        if name == "tsan" and n > 2000:
+            continue  # the costly shapes once, under AddressSanitizer and plainly
+        pool = rng.choice(2**tau, size=distinct, replace=False) if distinct else np.arange(2**tau)
+        codes = rng.choice(pool, size=(rows, n)).astype(np.int32)
+        result = emulation.run(name, "sort", {"codes": codes}, {"rows": rows, "n": n, "tau": tau, "with_starts": 1,
+                                                              "seed": seed_of(name, rows, n, tau)})
+        order = np.argsort(codes, axis=1, kind="stable")
+        np.testing.assert_array_equal(result.outputs["order"].reshape(rows, n), order)
+        np.testing.assert_array_equal(result.outputs["sorted"].reshape(rows, n), np.take_along_axis(codes, order, 1))
+        if 2**tau <= 2 * n:
+            starts = np.full((rows, 2**tau), -1)
+            for row in range(rows):
+                present, first = np.unique(codes[row][order[row]], return_index=True)
+                starts[row, present] = first
+            np.testing.assert_array_equal(result.outputs["starts"].reshape(rows, 2**tau), starts)
+        else:
+            assert result.outputs["starts"].size == 0
+        assert result.kernels() == (["counting_sort_kernel"] if counting_sort_fits(tau) else ["run_starts_kernel"])
 
 
 @pytest.mark.parametrize("name", [variant("tsan")])

@@ -1,6 +1,7 @@
 // Torch-side wrappers of the YOSO CUDA kernels: outputs from torch's caching allocator, then the host
 // logic of yoso_cuda_host.cpp with torch as its device (workspace from the caching allocator, each pair's
-// codes sorted with torch's stable sort, the heavy buckets numbered with torch's cumsum, the current stream,
+// codes sorted with torch's stable sort where the kernels' counting sort cannot (tau > 13), the heavy
+// buckets numbered with torch's cumsum, the current stream,
 // every launch's own error read, cleared and raised as that launch's, an earlier one's raised before). Nothing here waits for the device. The
 // cumulation and the default backward are deterministic (one writer per output, bitwise repeatable) when
 // torch's deterministic algorithms are on (torch.use_deterministic_algorithms; the trainer's

@@ -33,17 +33,25 @@ void check_dims(Device& device, int64_t d, int64_t dv, const char* what) {
 // the atomic cumulation's direct rows, and the run starts.
 bool indexed_by_code(int64_t tau, int64_t n) { return (int64_t(1) << tau) <= 2 * n; }
 
-// Each of `rows` pairs' run starts by code in `sorted` [rows, n] where indexed_by_code, for lookups by one
-// load; else null (binary searches).
-const int32_t* run_starts(Device& device, const int32_t* sorted, int64_t rows, int64_t n, int tau, const char* what) {
-  if (!indexed_by_code(tau, n)) return nullptr;
-  int32_t* starts = device.ints(rows << tau);
-  device.minus_ones(starts, rows << tau);
-  device.check(launch_run_starts(sorted, rows, static_cast<int>(n), tau, starts, device.stream()), what);
-  return starts;
-}
-
 }  // namespace
+
+SortedCodes sorted_by_code(Device& device, const int32_t* codes, int64_t rows, int64_t n, int tau, bool with_starts,
+                           const char* what) {
+  narrow(device, rows, "(batch·heads)·hashes");
+  int32_t* starts = with_starts && indexed_by_code(tau, n) ? device.ints(rows << tau) : nullptr;
+  if (counting_sort_fits(tau)) {
+    int32_t *sorted = device.ints(rows * n), *order = device.ints(rows * n);
+    device.check(launch_counting_sort(codes, rows, static_cast<int>(n), tau, sorted, order, starts, device.stream()),
+                 what);
+    return {sorted, order, starts};
+  }
+  const auto [sorted, order] = device.sort_rows(codes, rows, n);
+  if (starts != nullptr) {
+    device.minus_ones(starts, rows << tau);
+    device.check(launch_run_starts(sorted, rows, static_cast<int>(n), tau, starts, device.stream()), what);
+  }
+  return {sorted, order, starts};
+}
 
 void fast_hash(Device& device, const float* x, const float* diagonals, int32_t* codes, int64_t B, int64_t n, int64_t d,
                int64_t R, int64_t P, int64_t m, int64_t tau) {
@@ -79,8 +87,8 @@ void cumulation(Device& device, const int32_t* codes_q, const int32_t* codes_k, 
     return;
   }
   if (!direct) {
-    std::tie(call.sorted_k, call.order_k) = device.sort_rows(codes_k, B * m, nk);
-    call.starts_k = run_starts(device, call.sorted_k, B * m, nk, c.tau, "cumulation (run starts)");
+    const SortedCodes keys = sorted_by_code(device, codes_k, B * m, nk, c.tau, true, "cumulation (sorting codes)");
+    call.sorted_k = keys.sorted, call.order_k = keys.order, call.starts_k = keys.starts;
   }
   const int64_t rows_per_pair = direct ? int64_t(1) << tau : nk, per_pair = rows_per_pair * p * dv;
   const int64_t total = B * m, chunk = std::clamp<int64_t>(workspace_bytes / 4 / std::max<int64_t>(per_pair, 1), 1,
@@ -107,12 +115,12 @@ void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes
   // to divide by: heavy_side_minimum needs dv + 2d > 0).
   if (B * m == 0 || nq == 0 || nk == 0 || dv == 0) return;
   narrow(device, B * m * std::max(nq, nk), "(batch·heads)·hashes·tokens");
-  std::tie(a.sorted_q, a.order_q) = device.sort_rows(codes_q, B * m, nq);
-  std::tie(a.sorted_k, a.order_k) = device.sort_rows(codes_k, B * m, nk);
   // The keys' runs are looked up on every path, the queries' where the key gradients do (deterministic).
-  a.starts_k = run_starts(device, a.sorted_k, B * m, nk, a.tau, "exact_weight_backward (run starts)");
-  a.starts_q = deterministic ? run_starts(device, a.sorted_q, B * m, nq, a.tau, "exact_weight_backward (run starts)")
-                             : nullptr;
+  const char* sorting = "exact_weight_backward (sorting codes)";
+  const SortedCodes queries = sorted_by_code(device, codes_q, B * m, nq, a.tau, deterministic, sorting);
+  const SortedCodes keys = sorted_by_code(device, codes_k, B * m, nk, a.tau, true, sorting);
+  a.sorted_q = queries.sorted, a.order_q = queries.order, a.starts_q = queries.starts;
+  a.sorted_k = keys.sorted, a.order_k = keys.order, a.starts_k = keys.starts;
   Heavy heavy;
   heavy.minimum = static_cast<int>(heavy_side_minimum(d, dv));
   heavy.table_floats = table_floats(a.d, a.dv);
@@ -139,8 +147,8 @@ void pair_gradient(Device& device, const int32_t* codes_s, const int32_t* codes_
   const int M = narrow(device, m, "num_hashes"), NS = narrow(device, ns, "n"), NO = narrow(device, no, "n");
   const int bits = narrow(device, tau, "hash_code_len");
   if (B * m == 0 || ns == 0 || no == 0 || d == 0) return;
-  const auto [sorted_o, order_o] = device.sort_rows(codes_o, B * m, no);
-  device.check(launch_pair_gradient(codes_s, sorted_o, order_o, a, o, s, w, mask_o, out, B, M, NS, NO,
+  const SortedCodes others = sorted_by_code(device, codes_o, B * m, no, bits, false, "pair_gradient (sorting codes)");
+  device.check(launch_pair_gradient(codes_s, others.sorted, others.order, a, o, s, w, mask_o, out, B, M, NS, NO,
                                     static_cast<int>(d), static_cast<int>(dv), bits, static_cast<float>(clamp),
                                     device.stream()),
                "pair_gradient");

@@ -22,7 +22,8 @@ class Device {
   virtual int32_t* ints(int64_t count) = 0;
   virtual void zero(float* data, int64_t count) = 0;
   virtual void minus_ones(int32_t* data, int64_t count) = 0;
-  // Each of `rows` rows of n codes sorted stably: (sorted codes, token order), [rows, n] int32 each.
+  // Each of `rows` rows of n codes sorted stably: (sorted codes, token order), [rows, n] int32 each (where the
+  // kernels' counting sort cannot: sorted_by_code).
   virtual std::pair<const int32_t*, const int32_t*> sort_rows(const int32_t* codes, int64_t rows, int64_t n) = 0;
   // The inclusive prefix sum of `count` int32 values.
   virtual const int32_t* inclusive_scan(const int32_t* values, int64_t count) = 0;
@@ -34,6 +35,16 @@ class Device {
 
 // `value` as an int, or one error naming it when it exceeds the kernels' 32-bit indices.
 int narrow(Device& device, int64_t value, const char* name);
+
+// Each of `rows` pairs' n codes sorted stably, with their run starts by code where `with_starts` and there are
+// no more than 2n codes (for lookups by one load; else null: binary searches): by the counting sort where its
+// counts fit a block's shared memory (one launch, the starts with it), else by the device's sort and
+// launch_run_starts. The failure of a launch names `what`.
+struct SortedCodes {
+  const int32_t *sorted = nullptr, *order = nullptr, *starts = nullptr;
+};
+SortedCodes sorted_by_code(Device& device, const int32_t* codes, int64_t rows, int64_t n, int tau, bool with_starts,
+                           const char* what);
 
 // codes [B, m, n] of x [B, n, d] under diagonals [B, R, 3, P].
 void fast_hash(Device& device, const float* x, const float* diagonals, int32_t* codes, int64_t B, int64_t n, int64_t d,

@@ -1,7 +1,8 @@
 // Launchers of the YOSO CUDA kernels (yoso_cuda_hash.cu, yoso_cuda_kernels.cu, yoso_cuda_heavy.cu,
-// yoso_cuda_gradients.cu), called by the host logic of yoso_cuda_host.cpp, which owns the memory (it
-// sorts, scans and allocates through its caller: torch in yoso_cuda.cpp, a CPU stand-in in the
-// emulation's driver). No torch headers. B = batch·heads, m hashes, pair p = b·m + h.
+// yoso_cuda_gradients.cu, yoso_cuda_sort.cu), called by the host logic of yoso_cuda_host.cpp, which owns the
+// memory (it allocates, and scans and sorts where no kernel here does, through its caller: torch in
+// yoso_cuda.cpp, a CPU stand-in in the emulation's driver). No torch headers. B = batch·heads, m hashes,
+// pair p = b·m + h.
 //
 // Buckets: each pair's codes sorted (stable; sorted codes and token order, [B·m, n] int32 each). A bucket
 // is a run of equal codes: a token finds the other side's run by one binary search and walks it.
@@ -94,6 +95,14 @@ cudaError_t launch_number_heavy(const Backward& a, const Heavy& heavy, cudaStrea
 cudaError_t launch_heavy_tables(const Backward& a, const Heavy& heavy, cudaStream_t stream);
 // The tables of the numbered buckets, then every gradient: one launch each, over all pairs.
 cudaError_t launch_backward(const Backward& a, const Heavy& heavy, bool atomic, cudaStream_t stream);
+
+// Each of `rows` rows of n codes sorted stably (sorted codes and token order, [rows, n] each; bitwise what a
+// stable sort gives), by a counting sort in shared memory, a block a row: where counting_sort_fits(tau), that
+// is 2^tau counters within kTableBytes (tau <= 13). starts (or null): [rows, 2^tau], every entry written, as
+// launch_run_starts writes it.
+bool counting_sort_fits(int tau);
+cudaError_t launch_counting_sort(const int32_t* codes, int64_t rows, int n, int tau, int32_t* sorted, int32_t* order,
+                                 int32_t* starts, cudaStream_t stream);
 
 // starts [rows, 2^tau] (filled with -1 by the caller): starts[row][code] = the first position of code's run in
 // sorted [rows, n]. One load then finds a token's bucket instead of a binary search's log2 n dependent ones.

@@ -7,7 +7,7 @@
 // a seeded random order too (in every other block, one warp at a time as far as it can go): so a race
 // between blocks is a race between host threads (ThreadSanitizer reports it), and a barrier or warp
 // exchange that is missing lets a thread read what another has not written yet, or overwrite what
-// another has not read yet. __syncthreads, __syncwarp and the warp shuffles are real rendezvous: a
+// another has not read yet. __syncthreads, __syncwarp, the warp shuffles and __match_any_sync are real rendezvous: a
 // barrier that some threads of a block skip, or a shuffle whose mask names a lane that never comes,
 // aborts with a message instead of hanging. Dynamic shared memory starts every block filled with the
 // word 0x7FA5A5A5 (a NaN as a float, a large positive number as an int: neither 0 nor -1, the kernels'
@@ -167,6 +167,20 @@ T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
   const unsigned lane = simt::lane_id(), source = lane ^ unsigned(lane_mask);
   return simt::shuffle(mask, value, int((source & ~unsigned(width - 1)) == (lane & ~unsigned(width - 1)) ? source : lane));
 }
+template <typename T>
+T __shfl_up_sync(unsigned mask, T value, unsigned delta, int width = 32) {
+  const unsigned lane = simt::lane_id();
+  return simt::shuffle(mask, value, int((lane & unsigned(width - 1)) >= delta ? lane - delta : lane));
+}
+// The lanes of `mask` whose value equals this lane's: every lane's value gathered by one shuffle from each.
+inline unsigned __match_any_sync(unsigned mask, int value) {
+  unsigned peers = 0;
+  for (int source = 0; source < 32; ++source) {
+    if ((mask >> source) & 1u) peers |= unsigned(simt::shuffle(mask, value, source) == value) << source;
+  }
+  return peers;
+}
+inline int __popc(unsigned bits) { return __builtin_popcount(bits); }
 [[noreturn]] inline void __trap() { simt::fail("a kernel trapped (__trap)"); }
 
 template <typename Kernel>

@@ -17,9 +17,12 @@ from typing import Dict, List
 
 import numpy as np
 
+from attention_zoo import _yoso_build
+
 REPO = Path(__file__).resolve().parents[2]
-SOURCES = [REPO / "csrc" / "yoso" / name for name in ("yoso_cuda_hash.cu", "yoso_cuda_kernels.cu", "yoso_cuda_heavy.cu",
-                                                      "yoso_cuda_gradients.cu", "yoso_cuda_host.cpp")]
+# The CUDA extension's kernels and host logic (not its torch wrapper, nor the CPU kernels).
+SOURCES = [REPO / "csrc" / "yoso" / name for name in _yoso_build.CUDA_SOURCES
+           if name.endswith(".cu") or name == "yoso_cuda_host.cpp"]
 SIMT = REPO / "tests" / "simt"
 DRIVER = SIMT / "yoso_driver.cpp"
 RUNTIME = [SIMT / "runtime.cpp", SIMT / "runtime.h", SIMT / "context.h"]
@@ -113,7 +116,8 @@ class Result:
 
 OUTPUTS = {"fast_hash": {"codes": np.int32}, "cumulation": {"out": np.float32},
            "exact_backward": {"grad_q": np.float32, "grad_k": np.float32, "grad_v": np.float32},
-           "pair_gradient": {"out": np.float32}, "probe": {"codes": np.int32}, "racing_blocks": {"out": np.float32},
+           "pair_gradient": {"out": np.float32}, "sort": {"sorted": np.int32, "order": np.int32, "starts": np.int32},
+           "probe": {"codes": np.int32}, "racing_blocks": {"out": np.float32},
            "neighbours": {"out": np.float32}, "unwritten_shared": {"codes": np.int32}}
 
 

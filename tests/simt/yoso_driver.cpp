@@ -178,6 +178,15 @@ int main(int argc, char** argv) {
       yoso::pair_gradient(device, r.i32["codes_s"].data(), r.i32["codes_o"].data(), r.f32["a"].data(),
                           r.f32["o"].data(), r.f32["s"].data(), r.f32["w"].data(), r.f32["mask_o"].data(), out.data(),
                           I("B"), I("m"), I("ns"), I("no"), I("d"), I("dv"), I("tau"), r.floats.at("clamp"));
+    } else if (r.op == "sort") {
+      const int64_t rows = I("rows"), n = I("n"), tau = I("tau");
+      const yoso::SortedCodes sorted =
+          yoso::sorted_by_code(device, r.i32["codes"].data(), rows, n, static_cast<int>(tau), I("with_starts") != 0,
+                               "sort");
+      outputs_i32["sorted"].assign(sorted.sorted, sorted.sorted + rows * n);
+      outputs_i32["order"].assign(sorted.order, sorted.order + rows * n);
+      auto& starts = outputs_i32["starts"];  // empty where the host made none
+      if (sorted.starts != nullptr) starts.assign(sorted.starts, sorted.starts + (rows << tau));
     } else if (r.op == "probe") {
       int marker = 0;
       if (I("opt_in")) check(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
