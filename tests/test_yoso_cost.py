@@ -170,14 +170,16 @@ def test_the_models_counts_match_every_emulated_kernel_on_both_paths():
             "codes_q": codes_q.numpy(), "codes_k": codes_k.numpy(), "q": q.numpy(), "k": k.numpy(), "v": v.numpy(),
             "key_weight": every, "grad": grad.numpy()}, {**sizes, "d": d, "deterministic": deterministic})
         if deterministic:
-            checks = [(forward, "bucket_rows_kernel", kernels.bucket_rows(call)),
+            checks = [(forward, "counting_sort_kernel", kernels.counting_sort(call, 1, 1)),
+                      (forward, "bucket_rows_kernel", kernels.bucket_rows(call)),
                       (forward, "gather_rows_kernel", kernels.gather_rows(call)),
+                      (backward, "counting_sort_kernel", kernels.counting_sort(call, 2, 2)),
                       (backward, "query_gradients_kernel", kernels.token_gradients(call, "query")),
                       (backward, "key_gradients_kernel", kernels.token_gradients(call, "key"))]
         else:
             checks = [(forward, "table_cumulation_kernel", kernels.table_cumulation(call)),
                       (forward, "slice_lists_kernel", kernels.slice_lists(call)),
-                      (backward, "run_starts_kernel", kernels.run_starts(call, 1)[1]),  # the keys' only
+                      (backward, "counting_sort_kernel", kernels.counting_sort(call, 2, 1)),  # the keys' starts only
                       (backward, "scatter_pairs_kernel", kernels.scatter_pairs(call))]
         checks += [(backward, "find_heavy_kernel", kernels.find_heavy(call)),
                    (backward, "number_heavy_kernel", kernels.number_heavy(call))]
@@ -186,6 +188,12 @@ def test_the_models_counts_match_every_emulated_kernel_on_both_paths():
             assert loaded == pytest.approx(model.loaded, rel=0.01), kernel
             assert stored == pytest.approx(model.stored, rel=1e-9), kernel
             assert result.atomics(kernel) == pytest.approx(model.added, rel=1e-9), kernel
+    # Past the counting sort's codes (τ = 14), the run starts after the device's sort: a pair of 8,200 tokens
+    wide = torch.randint(0, 2**14, (1, 1, 8200), generator=g, dtype=torch.int32)
+    sorted_wide = emulation.run("plain", "sort", {"codes": wide.numpy()}, {"rows": 1, "n": 8200, "tau": 14,
+                                                                          "with_starts": 1})
+    model = kernels.run_starts(measured(Call(1, 8200, d, d, 1, 14), wide.numpy(), wide.numpy()), 1)[1]
+    assert sorted_wide.traffic("run_starts_kernel") == (model.loaded, pytest.approx(model.stored, rel=1e-9))
 
 
 # ----------------------------------------------------------------------------- against the H100 measurements

@@ -40,6 +40,7 @@ class Call:
     tau: int = 0  # 0: ⌈log2 n⌉, the backend's default
     buckets: Optional[Buckets] = None
     most_slices: Optional[int] = None  # the kernels' limit on a table's slices; None: today's (kernels.MOST_SLICES)
+    torch_sort: bool = False  # codes sorted by torch's sort where today's kernels count them (kernels.counted)
 
     @property
     def bits(self) -> int:

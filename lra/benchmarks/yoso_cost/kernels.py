@@ -1,8 +1,12 @@
 """The CUDA kernels of csrc/yoso on paper, as :mod:`lra.benchmarks.yoso_cost.gpu` counts them: the
 deterministic sorted path (when torch's deterministic algorithms are on, the trainer's default) and the
 atomic path (the YOSO authors' design, atomicAdd into shared rows). Read from the code (yoso_cuda_hash.cu,
-yoso_cuda_kernels.cu, yoso_cuda_heavy.cu, yoso_cuda_gradients.cu, yoso_cuda_host.cpp); registers from
-ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c):
+yoso_cuda_kernels.cu, yoso_cuda_heavy.cu, yoso_cuda_gradients.cu, yoso_cuda_sort.cu, yoso_cuda_host.cpp);
+registers from ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c, the counting sort since):
+
+- sorting: each pair's codes by a counting sort in one block, the run starts with it, where its 2^τ
+  counters fit a block's shared memory (τ ≤ 13); above, and in the kernels the committed H100
+  measurements ran, torch's sort (:mod:`.ops`) and a run-starts kernel;
 
 - hashing: a token's padded vector held by P/S lanes, S = 4 coordinates each (P ≤ 128), the transform's
   stages in registers and warp shuffles, positions by shifts and masks; 16 tokens per block at P = 32;
@@ -301,6 +305,43 @@ def run_starts(c: Call, sides: int, machine: Machine = H100) -> List[Kernel]:
                     chain=2 * machine.l2_latency, loaded=sides * 4 * (2 * positions - c.pairs),
                     stored=sides * c.pairs * c.stats.distinct * 4)
     return [fill, kernel]
+
+
+SORT_THREADS = 128  # yoso_cuda_sort.cu's kSortThreads
+
+
+def counting_sort_fits(tau: int) -> bool:
+    """As yoso_cuda_sort.cu's counting_sort_fits: a pair's 2^τ counters (and the scan's warp totals) within
+    a block's TABLE_BYTES of shared memory (τ ≤ 13)."""
+    return (2**tau + SORT_THREADS // WARP) * 4 <= TABLE_BYTES
+
+
+def counted(c: Call) -> bool:
+    """Whether the call's codes are sorted by the counting sort (else by torch's sort, then run_starts)."""
+    return not c.torch_sort and counting_sort_fits(c.bits)
+
+
+def counting_sort(c: Call, sides: int, starts_sides: int, machine: Machine = H100) -> Kernel:
+    """Per side, a block of 128 threads per pair: its 2^τ counters cleared, its codes counted (shared atomics),
+    the counts scanned by each warp over a quarter of the codes (two passes, a lane a code, 5 shuffles a step)
+    into each code's first position (and its run start, stored, for ``starts_sides`` of the sides), then its
+    tokens placed in rounds of 128: a warp's lanes of one code ranked by match_any, the 4 warps taking turns
+    on the counters (a barrier a turn). The chain: the scan's steps, then per round a code's load, the rank
+    and 4 turns of a counter's read, a store and a barrier."""
+    codes, pairs = 2**c.bits, sides * c.pairs
+    tokens, rounds = pairs * c.n, math.ceil(c.n / SORT_THREADS)
+    warps = SORT_THREADS // WARP
+    scan_steps = math.ceil(codes / warps / WARP)
+    starts = starts_sides * c.pairs * codes * 4 if indexed_by_code(c) else 0
+    return Kernel("codes sorted (counting sort)", blocks=c.pairs, threads=SORT_THREADS, launches=sides, registers=32,
+                  shared_bytes=(codes + warps) * 4,
+                  instructions=pairs * codes / WARP * 36 + tokens / WARP * (14 + 6 * warps),
+                  shared_rounds=math.ceil(tokens / WARP) * most_on_one(WARP, codes),
+                  shared_wavefronts=pairs * codes / WARP * 4 + tokens / WARP * 3.5 * 2,
+                  dram_bytes=tokens * 4 * 3 + starts, l2_bytes=tokens * 4 * 4 + starts,
+                  chain=(2 * scan_steps * 6 + rounds * (2 + 3 * warps)) * machine.shared_latency
+                  + (rounds + 2) * machine.l2_latency,
+                  loaded=tokens * 8, stored=tokens * 8 + starts)
 
 
 def _team_costs(c: Call, machine: Machine, lanes: int) -> Tuple[float, float, float]:

@@ -155,6 +155,19 @@ def _empties(name: str, bytes_each: List[float], deterministic: bool, machine: M
     return tuple(filled(f"{name}: filled (deterministic)", b, machine) for b in bytes_each) if deterministic else ()
 
 
+def sorted_codes(c: Call, sides: int, starts_sides: int, deterministic: bool,
+                 machine: Machine) -> Tuple[float, Tuple[Kernel, ...], Tuple[Kernel, ...]]:
+    """yoso_cuda_host.cpp's sorted_by_code for ``sides`` sides, the run starts of ``starts_sides`` of them:
+    (host ops, ATen's kernels, the operator's own). The counting sort: one launch a side. Else torch's sort
+    (its outputs filled first under deterministic algorithms), then the run starts."""
+    if yoso.counted(c):
+        return 0.0, (), (yoso.counting_sort(c, sides, starts_sides, machine),)
+    codes = c.pairs * c.n * 4
+    fills = _empties("sort outputs", [codes, 2 * codes, codes] * sides, deterministic, machine)
+    return sides * (SORT_OP + 1), (*torch_sort(c, sides, machine), *fills), tuple(yoso.run_starts(c, starts_sides,
+                                                                                                   machine))
+
+
 def forward_ops(c: Call, atomic: bool, machine: Machine = H100, grad: bool = True) -> List[Op]:
     """The module's forward: under autograd (a training step) or without (``grad=False``)."""
     deterministic = not atomic
@@ -174,18 +187,13 @@ def forward_ops(c: Call, atomic: bool, machine: Machine = H100, grad: bool = Tru
     if atomic and yoso.table_rows(c.bits, most_slices=c.most_slices):
         ops.append(Op("yoso_cumulation (custom op)", CUSTOM_OP + 1, (zeros,),
                       raw=(yoso.slice_lists(c, machine), yoso.table_cumulation(c, machine))))
-    elif atomic:
-        direct, _, _ = yoso.cumulation_plan(c, True)
-        sort = () if direct else tuple(torch_sort(c, 1, machine))
-        ops.append(Op("yoso_cumulation (custom op)", CUSTOM_OP + 1 + (0 if direct else SORT_OP + 1), (zeros, *sort),
-                      raw=(yoso.rows_cleared(c, machine), yoso.scatter_rows(c, machine),
-                           yoso.gather_rows(c, True, machine))))
     else:
-        fills = _empties("sort outputs", [codes, 2 * codes, codes], deterministic, machine)
-        ops.append(Op("yoso_cumulation (custom op)", CUSTOM_OP + 1 + SORT_OP + 1,
-                      (zeros, *torch_sort(c, 1, machine), *fills),
-                      raw=(*yoso.run_starts(c, 1, machine), yoso.bucket_rows(c, machine),
-                           yoso.gather_rows(c, False, machine))))
+        direct, _, _ = yoso.cumulation_plan(c, atomic)
+        host, sort, sort_raw = (0.0, (), ()) if direct else sorted_codes(c, 1, 1, deterministic, machine)
+        cumulate = ((yoso.rows_cleared(c, machine), yoso.scatter_rows(c, machine)) if atomic
+                    else (yoso.bucket_rows(c, machine),))
+        ops.append(Op("yoso_cumulation (custom op)", CUSTOM_OP + 1 + host, (zeros, *sort),
+                      raw=(*sort_raw, *cumulate, yoso.gather_rows(c, atomic, machine))))
     ops.append(_unit_rows(c, "output", c.dv, machine, "forward", wrapper / 2 + FUNCTION))
     return ops
 
@@ -211,10 +219,9 @@ def backward_ops(c: Call, atomic: bool, machine: Machine = H100) -> List[Op]:
            _unit_rows(c, "k", c.d, machine, "backward", share)]
     sides = (("q", c.d), ("k", c.d), ("v", c.dv))
     grads = tuple(filled(f"∇{x} zeroed", c.B * c.n * dim * 4, machine) for x, dim in sides)
-    sorts = (*torch_sort(c, 2, machine),
-             *_empties("sort outputs", [codes, 2 * codes, codes] * 2, deterministic, machine))
-    raw: List[Kernel] = [*yoso.run_starts(c, 1 if atomic else 2, machine)]
-    host = 3 + 2 * (SORT_OP + 1) + share
+    sort_host, sorts, sort_raw = sorted_codes(c, 2, 1 if atomic else 2, deterministic, machine)
+    raw: List[Kernel] = [*sort_raw]
+    host = 3 + sort_host + share
     if yoso.heavy_capacity(c) > 0:
         raw += [yoso.find_heavy(c, machine), yoso.number_heavy(c, machine),
                 yoso.heavy_grid(c, "heavy tables (none with uniform codes)", machine)]
