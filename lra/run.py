@@ -29,8 +29,9 @@ from lra.errors import ConfigError, UserError
 from lra.io import atomic_write_text
 from lra.records import HISTORY, METRICS, RunRecord, read_record
 
-RESOLVED = Path(".hydra") / "resolved.yaml"
-OVERRIDES = Path(".hydra") / "overrides.yaml"
+HYDRA_FILES = ".hydra"  # the run's config files, as Hydra's output_subdir would hold them
+RESOLVED = Path(HYDRA_FILES) / "resolved.yaml"
+OVERRIDES = Path(HYDRA_FILES) / "overrides.yaml"
 # A record packed by lra-gpu-check --reference (and committed under docs/gpu/*/records/): each of a run's
 # files → its name beside the others, in a folder of its own.
 PACKED = {Path(METRICS): METRICS, RESOLVED: "resolved.yaml", OVERRIDES: "overrides.yaml"}
@@ -76,6 +77,10 @@ class RunDirectory:
         """Whether a run has been started here (its record, saved config, checkpoints or history)."""
         return any((self.path / name).exists() for name in (METRICS, RESOLVED, CHECKPOINTS, HISTORY, PRETRAIN))
 
+    def recorded(self) -> bool:
+        """Whether the run here has its record (metrics.json)."""
+        return (self.path / METRICS).is_file()
+
     def read_record(self) -> dict:
         return read_record(self.path)
 
@@ -96,8 +101,10 @@ class RunDirectory:
         except OSError:
             return False
 
-    def holds_refused_config(self) -> bool:
-        """Whether this folder holds only the record of a sweep job whose config was refused."""
+    def holds_failed_start(self) -> bool:
+        """Whether this folder holds only the record of a sweep job that failed before its run started (its
+        config refused, or its config files unwritable): no saved config, no checkpoint. A job started again
+        here replaces it."""
         return self.read_record().get("status") == "failed" and not (self.path / RESOLVED).exists() \
             and not self.checkpoints.exists()
 
@@ -245,7 +252,7 @@ class RunDirectory:
         self._check_owned()
         if not self.main:
             return
-        folder = self.path / ".hydra"
+        folder = self.path / HYDRA_FILES
         atomic_write_text(folder / "config.yaml", OmegaConf.to_yaml(task_cfg))
         atomic_write_text(folder / "hydra.yaml", OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})))
         atomic_write_text(folder / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.overrides.task))
@@ -257,7 +264,7 @@ class RunDirectory:
             self._config_sha256 = None
 
     def saved_overrides(self) -> list:
-        path = self.path / ".hydra" / "overrides.yaml"
+        path = self.path / OVERRIDES
         try:
             return [str(o) for o in OmegaConf.load(path)] if path.is_file() else []
         except Exception:

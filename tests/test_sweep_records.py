@@ -1,5 +1,7 @@
 """Every job of a sweep leaves a record, and the sweep's table shows every failed or refused job."""
 
+import pytest
+
 from conftest import SMALL_LISTOPS, read_json, run_command
 
 SHORT = ["trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2", *SMALL_LISTOPS]
@@ -41,3 +43,31 @@ def test_a_sweep_run_again_into_its_own_folder_keeps_every_finished_job_and_its_
     assert again.stdout.count("already completed at step 2") == 2 and "error:" not in again.stderr + again.stdout
     assert {p: p.read_bytes() for p in before} == before, "no record, config, log or checkpoint of the first sweep changed"
     assert "Softmax" in (sweep / "table.md").read_text() and "2 completed" in (sweep / "table.md").read_text()
+
+
+@pytest.mark.parametrize("launcher, fault, recorded", [
+    ("basic", "write:1:ENOSPC", True),  # its config files unwritable; the record then written
+    ("packed", "write:1:ENOSPC,write:1:EROFS", False),  # and its record too: the disk refuses every write
+], ids=["config-files", "config-files-and-record"])
+def test_a_job_that_fails_before_its_run_starts_is_counted_and_a_continued_sweep_trains_it(tmp_path, data_dir, launcher,
+                                                                                          fault, recorded):
+    sweep = tmp_path / "sweep"
+    args = ["lra-train", "-m", "seed=0,1,2", *SHORT, f"hydra.sweep.dir={sweep}", f"hydra/launcher={launcher}"]
+    result = run_command(args, tmp_path, data_dir, env_extra={"LRA_FAULT": fault}, check=False)
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.returncode == 1 and "error: 1 of the sweep's 3 runs failed" in result.stderr, result.stderr
+    table = (sweep / "table.md").read_text()
+    if recorded:
+        failed = read_json(sweep / "0" / "metrics.json")
+        assert failed["status"] == "failed" and failed["error"].startswith("No space left on device (")
+        assert (failed["label"], failed["task"], failed["seed"]) == ("Softmax", "listops", 0)
+        assert f"failed runs (1):\n- {sweep / '0'}: No space left on device" in table, table
+    else:
+        assert not (sweep / "0" / "metrics.json").exists()
+        assert "jobs that failed before writing their record: 1 (the console and the folder's train.log say why): 0" \
+            in table, table
+    kept = {seed: (sweep / seed / "metrics.json").read_bytes() for seed in ("1", "2")}
+    run_command(args, tmp_path, data_dir)  # the disk has room again: the same command trains the failed job alone
+    assert read_json(sweep / "0" / "metrics.json")["status"] == "completed"
+    assert kept == {seed: (sweep / seed / "metrics.json").read_bytes() for seed in ("1", "2")}
+    assert "failed" not in (sweep / "table.md").read_text().split("how to read")[0]

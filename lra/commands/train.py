@@ -38,19 +38,34 @@ def _rank_zero() -> bool:
     return int(os.environ.get("RANK", "0")) == 0  # torchrun's rank (the process group starts later)
 
 
-def _record_refused_job(folder: RunDirectory, cfg: DictConfig, hydra_cfg, error: UserError) -> None:
-    """A sweep job whose config is refused still leaves its record: ``failed`` with the error line (a
-    sweep continued with the same command refuses it again: its record is written anew)."""
-    folder.claim(fresh=not folder.holds_refused_config())
+def _take_refused_job_folder(folder: RunDirectory, cfg: DictConfig, hydra_cfg) -> None:
+    """A sweep job whose config is refused still takes its folder, with its config files, for the record
+    of why (:func:`_record_failed_start`; a sweep continued with the same command refuses it again and
+    writes it anew)."""
+    folder.claim(fresh=not folder.holds_failed_start())
     folder.save_hydra_files(hydra_cfg, cfg)
+
+
+def _record_failed_start(folder: RunDirectory, cfg: DictConfig, line: str) -> None:
+    """A sweep job that failed in its own folder before its run started (its config refused, its config
+    files unwritable on a full disk, ...) leaves a record there, ``failed`` with the error line and its
+    task, attention, label and seed from the composed config, so that the sweep's table and exit status
+    count it; the job started again replaces it. Where even this write fails, the sweep's end counts the
+    folder without a record (lra.results.callback)."""
+    if not folder.main or not folder.owned or (folder.holds_run() and not folder.holds_failed_start()):
+        return  # not this job's folder, or a run started there: its own record says how it ended
     name = OmegaConf.select(cfg, "attention.name", default=None)
     try:
         label = validation.run_label(cfg)
     except Exception:  # a config broken before its attention (e.g. a deleted group): the name is all there is
         label = name
-    record = folder.new_record(task=OmegaConf.select(cfg, "task.name", default=None), attention=name,
-                               label=label, seed=OmegaConf.select(cfg, "seed", default=None), git_commit=git_commit())
-    record.fail(str(error))
+    try:
+        record = folder.new_record(task=OmegaConf.select(cfg, "task.name", default=None), attention=name,
+                                   label=label, seed=OmegaConf.select(cfg, "seed", default=None),
+                                   git_commit=git_commit())
+        record.fail(line)
+    except Exception as exc:  # the disk that failed the job: the console's line and the sweep's count remain
+        log.error("error: the failure could not be recorded in %s: %s", folder.path, exc)
 
 
 def refuse_one_job_of_a_sweep(sweep_params, experiment: Optional[str], overrides: list) -> None:
@@ -100,9 +115,9 @@ def _start_fresh(folder: RunDirectory, cfg: DictConfig, hydra_cfg, multirun: boo
                                   _command_overrides())
     try:
         validate(cfg)
-    except ConfigError as error:
+    except ConfigError:
         if multirun:
-            _record_refused_job(folder, composed, hydra_cfg, error)
+            _take_refused_job_folder(folder, composed, hydra_cfg)
         raise
     with open_dict(cfg):  # paths as they are here, so that a resume from another folder finds them
         cfg.data_dir = str(Path(cfg.data_dir).expanduser().resolve())
@@ -118,7 +133,7 @@ def _start_fresh(folder: RunDirectory, cfg: DictConfig, hydra_cfg, multirun: boo
         with open_dict(cfg):
             cfg.resume = str(folder.path)
         return cfg
-    folder.claim(fresh=True)
+    folder.claim(fresh=not (multirun and folder.holds_failed_start()))
     folder.attach_log()
     folder.save_hydra_files(hydra_cfg, composed)
     folder.save_resolved(cfg)
@@ -184,6 +199,7 @@ def _run_job(cfg: DictConfig, worker: bool):
             config_errors.exit_on_user_error(_taken_in_sweep(exc, folder, hydra_cfg))
         if multirun:  # the sweep goes on; the job's record (and log) says why it stopped
             log.error("error: %s", exc)
+            _record_failed_start(folder, cfg, str(exc))
             return math.nan
         config_errors.exit_on_user_error(exc, folder)
     except KeyboardInterrupt as exc:  # SIGINT, SIGTERM, SIGHUP: the run's record says interrupted
@@ -197,7 +213,9 @@ def _run_job(cfg: DictConfig, worker: bool):
     except Exception as exc:  # a diverged run, a full disk, the kernels unavailable, ..., or a bug
         if multirun:  # one failed job must not end the sweep; its metrics.json says failed
             known = config_errors.failure(exc)  # a bug's traceback goes to the job's train.log, while it is open
-            log.error("error: %s", known[0] if known else config_errors.bug_line(exc))
+            line = known[0] if known else config_errors.bug_line(exc)
+            log.error("error: %s", line)
+            _record_failed_start(folder, cfg, line)
             return math.nan
         if folder.main and not folder.owned:  # failed before the run took its folder: Hydra's empty one goes
             folder.remove_if_empty()
