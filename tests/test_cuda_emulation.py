@@ -108,7 +108,7 @@ def test_emulated_kernels_equal_the_pytorch_path_and_the_cpu_kernels(name, shape
             what = f"cumulation p={p} workspace={workspace} deterministic={deterministic}"
             close(out.outputs["out"], ops.cumulation_torch(codes_q, codes_k, weight_q, weight_k, v, tau), what)
             close(out.outputs["out"], ops.cumulation(codes_q, codes_k, weight_q, weight_k, v, tau, "kernel"), what)
-            launched = [launch.kernel for launch in out.launches]
+            launched = [launch.kernel.split("<")[0] for launch in out.launches]
             if not deterministic and table_rows(tau, p):  # one launch, the tables in shared memory
                 assert launched == ["slice_lists_kernel", "table_cumulation_kernel"], what
                 continue

@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include <initializer_list>
+
 #include "yoso_cuda_kernels.h"
 #include "yoso_simt.h"
 
@@ -131,5 +133,24 @@ struct Team {
 
 // Global memory of a 16-byte-aligned row layout: every pointer aligned, so float4 accesses are legal.
 inline bool aligned16(const void* pointer) { return (reinterpret_cast<uintptr_t>(pointer) & 15) == 0; }
+
+// The Team instance for (d, dv): D when both are D and every row is 16-byte aligned, else 0 (any dims).
+inline int instance(int d, int dv, std::initializer_list<const void*> rows) {
+  if (d != dv || (d != 16 && d != 32 && d != 64 && d != 128)) return 0;
+  for (const void* row : rows) {
+    if (row != nullptr && !aligned16(row)) return 0;
+  }
+  return d;
+}
+
+// Teams in blocks of kTeamThreads threads: the team of this thread (x counts teams), and the blocks for `teams`.
+constexpr int kTeamThreads = 128;
+template <int D>
+YOSO_DEVICE int64_t team_index() {
+  return (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / Team<D>::kLanes;
+}
+inline unsigned blocks_for(int64_t teams, int lanes) {
+  return static_cast<unsigned>((teams * lanes + kTeamThreads - 1) / kTeamThreads);
+}
 
 }  // namespace yoso

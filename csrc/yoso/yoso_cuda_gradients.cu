@@ -12,13 +12,6 @@
 namespace yoso {
 namespace {
 
-constexpr int kThreads = 128;
-
-template <int D>
-YOSO_DEVICE int64_t team_index() {
-  return (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / Team<D>::kLanes;
-}
-
 YOSO_DEVICE int32_t table_of(const int32_t* tables, int64_t at) { return tables != nullptr ? load(tables + at) : -1; }
 
 // Deterministic. One team per query i, over every hash in turn: ∇Q_i = (τ/2m) Σ_h Σ_{j in i's bucket}
@@ -248,33 +241,22 @@ YOSO_GLOBAL void run_starts_kernel(const int32_t* sorted, int64_t rows, int n, i
   if (t == 0 || load(sorted + index - 1) != code) store(starts + (row << tau) + code, int32_t(t));
 }
 
-unsigned blocks_for(int64_t teams, int lanes) { return static_cast<unsigned>((teams * lanes + kThreads - 1) / kThreads); }
-
 template <int D>
 cudaError_t launch_gradients(const Backward& a, const Heavy& heavy, bool atomic, cudaStream_t stream) {
   const float scale = static_cast<float>(a.tau) / (2.0f * a.m), inv_m = 1.0f / a.m;
   constexpr int L = Team<D>::kLanes;
   if (!atomic) {
-    const cudaError_t status = YOSO_LAUNCH(query_gradients_kernel<D>, dim3(blocks_for(a.B * a.nq, L)), dim3(kThreads), 0,
+    const cudaError_t status = YOSO_LAUNCH(query_gradients_kernel<D>, dim3(blocks_for(a.B * a.nq, L)), dim3(kTeamThreads), 0,
                                            stream, a, heavy, scale);
     if (status != cudaSuccess) return status;
-    return YOSO_LAUNCH(key_gradients_kernel<D>, dim3(blocks_for(a.B * a.nk, L)), dim3(kThreads), 0, stream, a, heavy,
+    return YOSO_LAUNCH(key_gradients_kernel<D>, dim3(blocks_for(a.B * a.nk, L)), dim3(kTeamThreads), 0, stream, a, heavy,
                        scale, inv_m);
   }
-  const cudaError_t status = YOSO_LAUNCH(scatter_pairs_kernel<D>, dim3(blocks_for(a.B * a.m * a.nq, L)), dim3(kThreads),
+  const cudaError_t status = YOSO_LAUNCH(scatter_pairs_kernel<D>, dim3(blocks_for(a.B * a.m * a.nq, L)), dim3(kTeamThreads),
                                          0, stream, a, heavy, scale, inv_m);
   if (status != cudaSuccess || heavy.table_of_k == nullptr) return status;
   return YOSO_LAUNCH(heavy_apply_kernel<D>, dim3(static_cast<unsigned>(std::min<int64_t>(heavy.capacity, 2048))),
-                     dim3(kThreads), 0, stream, a, heavy, scale, inv_m);
-}
-
-// The instance for (d, dv): D when both are D and every row is 16-byte aligned, else 0 (any dims).
-int instance(int d, int dv, std::initializer_list<const void*> rows) {
-  if (d != dv || (d != 16 && d != 32 && d != 64 && d != 128)) return 0;
-  for (const void* row : rows) {
-    if (row != nullptr && !aligned16(row)) return 0;
-  }
-  return d;
+                     dim3(kTeamThreads), 0, stream, a, heavy, scale, inv_m);
 }
 
 }  // namespace
@@ -282,9 +264,9 @@ int instance(int d, int dv, std::initializer_list<const void*> rows) {
 cudaError_t launch_run_starts(const int32_t* sorted, int64_t rows, int n, int tau, int32_t* starts,
                               cudaStream_t stream) {
   if (rows * n == 0) return cudaSuccess;
-  const int64_t blocks = (rows * n + kThreads - 1) / kThreads;
+  const int64_t blocks = (rows * n + kTeamThreads - 1) / kTeamThreads;
   if (blocks > 2147483647) return cudaErrorInvalidValue;
-  return YOSO_LAUNCH(run_starts_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, stream, sorted, rows, n,
+  return YOSO_LAUNCH(run_starts_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kTeamThreads), 0, stream, sorted, rows, n,
                      tau, starts);
 }
 
@@ -308,7 +290,7 @@ template <int D>
 cudaError_t launch_pairs(const int32_t* codes_s, const int32_t* sorted_o, const int32_t* order_o, const float* a,
                          const float* o, const float* s, const float* w, const float* mask_o, float* out, int64_t B,
                          int m, int ns, int no, int d, int dv, int tau, float clamp, cudaStream_t stream) {
-  return YOSO_LAUNCH(pair_gradient_kernel<D>, dim3(blocks_for(B * ns, Team<D>::kLanes)), dim3(kThreads), 0, stream,
+  return YOSO_LAUNCH(pair_gradient_kernel<D>, dim3(blocks_for(B * ns, Team<D>::kLanes)), dim3(kTeamThreads), 0, stream,
                      codes_s, sorted_o, order_o, a, o, s, w, mask_o, out, B, m, ns, no, d, dv, tau, clamp, 1.0f / m);
 }
 

@@ -10,21 +10,23 @@
 namespace yoso {
 namespace {
 
-constexpr int kRowsPerBlock = 8;  // warps per block: one key, sorted position or query each
-constexpr int kValueSlots = 4;    // value coordinates per lane and tile kept in registers
-constexpr int kValueTiles = 2;    // tiles of 32 · 4 coordinates: dv ≤ 256
+constexpr int kRowsPerBlock = 8;  // warps per block of the atomic rows: a key each
 
 YOSO_DEVICE const float* weights_of(const float* weights, int64_t b, int mw, int64_t h, int p, int n) {
   return weights + (b * mw + (mw == 1 ? 0 : h)) * int64_t(p) * n;
 }
 
-// Deterministic. One warp per sorted key position of a pair of the chunk: the first position of a run sums
-// the run's weighted values into its row, [p channels × dv], at that position, in sorted order. Lanes run
-// over dv.
+// Deterministic. One team (yoso_cuda_common.h) per sorted key position of a pair of the chunk: the first
+// position of a run sums the run's weighted values into its row, [p channels × dv], at that position, in
+// sorted order, each channel's sum in the team's registers.
+template <int D>
 YOSO_GLOBAL void bucket_rows_kernel(Cumulation c, float* rows, int64_t first_pair) {
+  using T = Team<D>;
+  const T team = T::of_thread();
   const int64_t local = blockIdx.y, pair = first_pair + local, b = pair / c.m, h = pair % c.m;
-  const int t = blockIdx.x * kRowsPerBlock + threadIdx.y;
-  if (t >= c.nk) return;
+  const int64_t position = team_index<D>();
+  if (position >= c.nk) return;
+  const int t = static_cast<int>(position);
   const int32_t* sorted = c.sorted_k + pair * c.nk;
   const int32_t code = load(sorted + t);
   if (t > 0 && load(sorted + t - 1) == code) return;  // inside a run: its first position sums it
@@ -32,15 +34,17 @@ YOSO_GLOBAL void bucket_rows_kernel(Cumulation c, float* rows, int64_t first_pai
   const float* weight = weights_of(c.weight_k, b, c.mk, h, c.p, c.nk);
   float* row = rows + (local * c.nk + t) * int64_t(c.p) * c.dv;
   for (int channel = 0; channel < c.p; ++channel) {
-    for (int l = threadIdx.x; l < c.dv; l += kWarp) {
-      float sum = 0.0f;
-      for (int r = t; r < c.nk && load(sorted + r) == code; ++r) {
-        const int32_t j = load(order + r);
-        const float w = load(weight + int64_t(channel) * c.nk + j);
-        if (w != 0.0f) sum += w * load(c.values + (b * c.nk + j) * c.dv + l);
-      }
-      store(row + int64_t(channel) * c.dv + l, sum);
+    float sum[T::kSlots] = {};
+    for (int r = t; r < c.nk && load(sorted + r) == code; ++r) {
+      const int32_t j = load(order + r);
+      const float w = load(weight + int64_t(channel) * c.nk + j);
+      if (w == 0.0f) continue;
+      float v[T::kSlots];
+      team.read(c.values + (b * c.nk + j) * c.dv, c.dv, v);
+#pragma unroll
+      for (int s = 0; s < T::kSlots; ++s) sum[s] += w * v[s];
     }
+    team.write(row + int64_t(channel) * c.dv, c.dv, sum);
   }
 }
 
@@ -64,36 +68,32 @@ YOSO_GLOBAL void scatter_rows_kernel(Cumulation c, float* rows, int64_t rows_per
   }
 }
 
-// One warp per query of a batch element of the chunk. The warp's lanes find the query's rows under 32
-// hashes at once (a lane per hash: its code; a binary search unless direct) and leave them in shared
-// memory; then every lane sums its value coordinates of the found rows, over every hash of the chunk, in
-// registers, and adds them to its output once (a single writer: no atomics). dv <= 256.
+// One team per query of a batch element of the chunk. The team's lanes find the query's rows under as many
+// hashes at once (a lane per hash: its code; its run's start unless direct), shuffled to the team one after
+// another; the team sums the found rows over every hash of the chunk in its registers and adds them to its
+// output once (a single writer: no atomics). dv <= 256.
+template <int D>
 YOSO_GLOBAL void gather_rows_kernel(Cumulation c, const float* rows, int64_t rows_per_pair, bool direct,
                                     int64_t first_pair, int64_t end_pair, float inv_m) {
-  YOSO_DYNAMIC_SHARED(int, found);  // [kRowsPerBlock][kWarp]: a query's row under each hash of the group
-  int* position = found + threadIdx.y * kWarp;
-  const int64_t b = first_pair / c.m + blockIdx.y;
-  const int i = blockIdx.x * kRowsPerBlock + threadIdx.y;
-  const bool valid = i < c.nq;  // no early return: every thread meets the block's barriers
+  using T = Team<D>;
+  const T team = T::of_thread();
+  const int64_t b = first_pair / c.m + blockIdx.y, query = team_index<D>();
+  if (query >= c.nq) return;  // a whole team: its shuffles name its own lanes alone
+  const int i = static_cast<int>(query);
   const int64_t begin = first_pair > b * c.m ? first_pair - b * c.m : 0;
   const int64_t end = end_pair < (b + 1) * c.m ? end_pair - b * c.m : c.m;
-  float sum[kValueTiles][kValueSlots];
-  for (int tile = 0; tile < kValueTiles; ++tile) {
-    for (int s = 0; s < kValueSlots; ++s) sum[tile][s] = 0.0f;
-  }
-  for (int64_t group = begin; group < end; group += kWarp) {
-    const int64_t h = group + threadIdx.x;
-    int t = -1;  // no row: no key has this code
-    if (valid && h < end) {
+  float sum[T::kSlots] = {};
+  for (int64_t group = begin; group < end; group += T::kLanes) {
+    const int64_t h = group + team.rank;
+    int found = -1;  // no row: no key has this code
+    if (h < end) {
       const int64_t pair = b * c.m + h;
       const int32_t code = checked_code(c.codes_q, pair * c.nq + i, c.tau);
-      t = direct ? code : run_of(c.starts_k, pair, c.tau, c.sorted_k + pair * c.nk, c.nk, code);
+      found = direct ? code : run_of(c.starts_k, pair, c.tau, c.sorted_k + pair * c.nk, c.nk, code);
     }
-    position[threadIdx.x] = t;
-    __syncthreads();
-    const int count = static_cast<int>(end - group < kWarp ? end - group : kWarp);
-    for (int u = 0; valid && u < count; ++u) {
-      const int row_at = position[u];
+    const int count = static_cast<int>(end - group < T::kLanes ? end - group : T::kLanes);
+    for (int u = 0; u < count; ++u) {
+      const int row_at = __shfl_sync(team.mask, found, u, T::kLanes);
       if (row_at < 0) continue;
       const int64_t pair = b * c.m + group + u;
       const float* row = rows + ((pair - first_pair) * rows_per_pair + row_at) * int64_t(c.p) * c.dv;
@@ -101,26 +101,19 @@ YOSO_GLOBAL void gather_rows_kernel(Cumulation c, const float* rows, int64_t row
       for (int channel = 0; channel < c.p; ++channel) {
         const float w = load(weight + int64_t(channel) * c.nq);
         if (w == 0.0f) continue;
-        for (int tile = 0; tile < kValueTiles; ++tile) {
-          for (int s = 0; s < kValueSlots; ++s) {
-            const int l = (tile * kValueSlots + s) * kWarp + threadIdx.x;
-            if (l < c.dv) sum[tile][s] += w * load(row + int64_t(channel) * c.dv + l);
-          }
-        }
-      }
-    }
-    __syncthreads();  // the next group overwrites the positions
-  }
-  if (!valid) return;
-  for (int tile = 0; tile < kValueTiles; ++tile) {
-    for (int s = 0; s < kValueSlots; ++s) {
-      const int l = (tile * kValueSlots + s) * kWarp + threadIdx.x;
-      if (l < c.dv) {
-        float* y = c.out + (b * c.nq + i) * c.dv + l;
-        store(y, load(y) + inv_m * sum[tile][s]);
+        float x[T::kSlots];
+        team.read(row + int64_t(channel) * c.dv, c.dv, x);
+#pragma unroll
+        for (int s = 0; s < T::kSlots; ++s) sum[s] += w * x[s];
       }
     }
   }
+  float* y = c.out + (b * c.nq + i) * c.dv;
+  float out[T::kSlots];
+  team.read(y, c.dv, out);
+#pragma unroll
+  for (int s = 0; s < T::kSlots; ++s) out[s] += inv_m * sum[s];
+  team.write(y, c.dv, out);
 }
 
 constexpr int kTableWarps = 8;   // warps per block of the shared-table cumulation
@@ -279,7 +272,7 @@ int table_rows(int tau, int p) {
 cudaError_t launch_table_cumulation(const Cumulation& c, const SliceLists& lists, cudaStream_t stream) {
   const int rows = table_rows(c.tau, c.p);
   if (rows != (1 << lists.shift) || lists.slices != (1 << c.tau) / rows ||
-      c.dv > kValueTiles * kValueSlots * kWarp || c.B * c.m * lists.slices > 2147483647) {
+      c.dv > kMaxHeadDim || c.B * c.m * lists.slices > 2147483647) {
     return cudaErrorInvalidValue;  // the host checks first
   }
   const cudaError_t status = YOSO_LAUNCH(slice_lists_kernel, dim3(static_cast<unsigned>(c.B * c.m), 2),
@@ -291,21 +284,38 @@ cudaError_t launch_table_cumulation(const Cumulation& c, const SliceLists& lists
                      int64_t(rows) * c.p * kWarp * sizeof(float), stream, c, lists, 1.0f / c.m);
 }
 
-cudaError_t launch_cumulation_chunk(const Cumulation& c, float* rows, int64_t rows_per_pair, bool direct,
-                                    bool atomic, int64_t first, int64_t end, cudaStream_t stream) {
-  if (c.dv > kValueTiles * kValueSlots * kWarp || end - first > 65535 || (direct && !atomic)) {
-    return cudaErrorInvalidValue;  // the host logic says so first
-  }
-  const dim3 block(kWarp, kRowsPerBlock);
-  const dim3 keys((c.nk + kRowsPerBlock - 1) / kRowsPerBlock, static_cast<unsigned>(end - first));
+namespace {
+
+template <int D>
+cudaError_t launch_chunk(const Cumulation& c, float* rows, int64_t rows_per_pair, bool direct, bool atomic,
+                         int64_t first, int64_t end, cudaStream_t stream) {
+  constexpr int L = Team<D>::kLanes;
+  const unsigned pairs = static_cast<unsigned>(end - first);
   const cudaError_t status =
-      atomic ? YOSO_LAUNCH(scatter_rows_kernel, keys, block, 0, stream, c, rows, rows_per_pair, direct, first)
-             : YOSO_LAUNCH(bucket_rows_kernel, keys, block, 0, stream, c, rows, first);
+      atomic ? YOSO_LAUNCH(scatter_rows_kernel, dim3((c.nk + kRowsPerBlock - 1) / kRowsPerBlock, pairs),
+                           dim3(kWarp, kRowsPerBlock), 0, stream, c, rows, rows_per_pair, direct, first)
+             : YOSO_LAUNCH(bucket_rows_kernel<D>, dim3(blocks_for(c.nk, L), pairs), dim3(kTeamThreads), 0, stream, c,
+                           rows, first);
   if (status != cudaSuccess) return status;
   const int64_t batches = (end - 1) / c.m - first / c.m + 1;
-  return YOSO_LAUNCH(gather_rows_kernel, dim3((c.nq + kRowsPerBlock - 1) / kRowsPerBlock, static_cast<unsigned>(batches)),
-                     block, kRowsPerBlock * kWarp * sizeof(int), stream, c, rows, rows_per_pair, direct, first, end,
-                     1.0f / c.m);
+  return YOSO_LAUNCH(gather_rows_kernel<D>, dim3(blocks_for(c.nq, L), static_cast<unsigned>(batches)),
+                     dim3(kTeamThreads), 0, stream, c, rows, rows_per_pair, direct, first, end, 1.0f / c.m);
+}
+
+}  // namespace
+
+cudaError_t launch_cumulation_chunk(const Cumulation& c, float* rows, int64_t rows_per_pair, bool direct,
+                                    bool atomic, int64_t first, int64_t end, cudaStream_t stream) {
+  if (c.dv > kMaxHeadDim || end - first > 65535 || (direct && !atomic)) {
+    return cudaErrorInvalidValue;  // the host logic says so first
+  }
+  switch (instance(c.dv, c.dv, {c.values, c.out, rows})) {
+    case 16: return launch_chunk<16>(c, rows, rows_per_pair, direct, atomic, first, end, stream);
+    case 32: return launch_chunk<32>(c, rows, rows_per_pair, direct, atomic, first, end, stream);
+    case 64: return launch_chunk<64>(c, rows, rows_per_pair, direct, atomic, first, end, stream);
+    case 128: return launch_chunk<128>(c, rows, rows_per_pair, direct, atomic, first, end, stream);
+    default: return launch_chunk<0>(c, rows, rows_per_pair, direct, atomic, first, end, stream);
+  }
 }
 
 }  // namespace yoso
