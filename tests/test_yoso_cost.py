@@ -81,19 +81,20 @@ def test_softmax_rates_are_the_published_ones_and_head_dim_32_lies_on_their_pair
             "flash2", direction, 64, 2048)
 
 
-def test_projections_grow_with_n_and_the_atomic_path_is_the_faster_at_the_default_code_length():
+def test_projections_grow_with_n_and_the_two_paths_are_within_a_tenth_at_the_listops_call():
     lengths = [512, 1024, 2048, 4096, 8192, 16384, 32768]
     for batch_heads, d in ((12, 64), (16, 32)):
         rows = report.sweep(batch_heads, d, lengths)
         for column in (*report.DESIGNS, "SDPA", "eager"):
             values = [row[column] for row in rows]
             assert all(b > a for a, b in zip(values, values[1:])), column
-        for row in rows:
-            assert row["atomic"] < row["sorted"], row["n"]
         # SDPA grows with n², YOSO about with n: the ratio falls by more than half from 512 to 32,768
         assert rows[-1]["atomic"] / rows[-1]["SDPA"] < 0.5 * rows[0]["atomic"] / rows[0]["SDPA"]
+    # The sorted forward's team kernels against the atomic forward's L2 atomics, the atomic backward's
+    # parallelism over hashes against the sorted one's chains: at the default τ the two calls are close
+    # (docs/benchmarks.md: "within 5 % of each other at the fitted constants")
     listops = {design: sum(report.yoso_seconds(report.LISTOPS, design).values()) for design in report.DESIGNS}
-    assert listops["atomic"] < listops["sorted"]
+    assert listops["sorted"] / listops["atomic"] == pytest.approx(1.0, abs=0.1)
 
 
 def test_the_atomic_backward_updates_a_rows_sectors_once_with_float4_atomics_and_per_slot_without():

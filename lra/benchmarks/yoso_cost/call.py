@@ -17,6 +17,9 @@ from typing import Optional
 from lra.benchmarks.yoso_cost.gpu import WARP, Machine
 
 
+MEASURED_MOST_SLICES = 16  # yoso_cuda_kernels.cu's kMostSlices in the kernels the committed measurements ran
+
+
 @dataclass(frozen=True)
 class Buckets:
     """Per (sequence, hash) pair: distinct key codes, the share of queries whose bucket holds a key,
@@ -39,8 +42,15 @@ class Call:
     m: int = 32
     tau: int = 0  # 0: ⌈log2 n⌉, the backend's default
     buckets: Optional[Buckets] = None
-    most_slices: Optional[int] = None  # the kernels' limit on a table's slices; None: today's (kernels.MOST_SLICES)
-    torch_sort: bool = False  # codes sorted by torch's sort where today's kernels count them (kernels.counted)
+    # The kernels the committed H100 measurements ran (csrc/yoso at a94d93d) instead of today's: 16 slices a
+    # pair's shared-memory table at most, the codes sorted by torch's sort, a warp per row in the deterministic
+    # cumulation. Measured calls are modelled with them (measured.call_as_measured).
+    measured_kernels: bool = False
+
+    @property
+    def most_slices(self) -> Optional[int]:
+        """The kernels' limit on a table's slices: the measured kernels' 16; None: today's (kernels.MOST_SLICES)."""
+        return MEASURED_MOST_SLICES if self.measured_kernels else None
 
     @property
     def bits(self) -> int:

@@ -12,8 +12,9 @@ registers from ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c, th
   stages in registers and warp shuffles, positions by shifts and masks; 16 tokens per block at P = 32;
 - chunks of a fixed budget (attention.workspace_mb, not the L2's): the same on every GPU; a chunk's
   tables may outgrow L2, and then their rows go through DRAM;
-- the sorted cumulation: a warp per sorted key position, a bucket's first position summing its
-  weighted values into its row; a warp per query gathering its rows one hash after another;
+- the sorted cumulation: a team of dv/4 lanes (a warp for other value dims, and in the measured kernels)
+  per sorted key position, a bucket's first position summing its weighted values into its row; a team
+  per query gathering its rows one hash after another;
 - the atomic cumulation: rows indexed by code (2^τ ≤ 2n: no sort), cleared per chunk, a warp per
   (key, hash) adds its value row with atomicAdd, the gather reads a query's rows without searching;
   where a pair's table fits shared memory in at most 128 slices of the codes (τ ≤ 15 with one
@@ -156,8 +157,37 @@ def table_cumulation(c: Call, machine: Machine = H100) -> Kernel:
                   added=c.pairs * c.n * c.dv * 4)
 
 
+def row_lanes(c: Call) -> int:
+    """Lanes of the cumulation's team per row (yoso_cuda_kernels.cu): dv/4 for the templated value dims, else a
+    warp; a warp in the measured kernels."""
+    return c.dv // 4 if c.dv in (16, 32, 64, 128) and not c.measured_kernels else WARP
+
+
 def bucket_rows(c: Call, machine: Machine = H100) -> Kernel:
-    """Deterministic: a warp per sorted key position of a chunk's pairs (every lane reads the code and
+    """Deterministic: a team per sorted key position of a chunk's pairs (every lane reads the code and its
+    predecessor); a bucket's first position sums w_j v_j into its row in registers: per key of the run its
+    code (and the one after), order and weight (every lane) and value row (a float4 a lane). Its rows go
+    through DRAM where the chunk's tables outgrow L2; the longest run of a block's 128/L teams sets its chain."""
+    if c.measured_kernels:
+        return _warp_bucket_rows(c, machine)
+    b, lanes = c.stats, row_lanes(c)
+    _, rows, chunk = cumulation_plan(c, False)
+    longest = max_of_poisson(b.per_query, GRADIENT_THREADS // lanes)
+    written = c.pairs * b.distinct * c.dv * 4
+    return Kernel("bucket_rows", blocks=math.ceil(c.n * lanes / GRADIENT_THREADS) * chunk, threads=GRADIENT_THREADS,
+                  launches=math.ceil(c.pairs / chunk), registers=32,
+                  instructions=c.pairs * lanes / WARP * (c.n * 20 + b.distinct * (c.run * 16 + 8)),
+                  dram_bytes=c.pairs * c.n * 8 + c.B * c.n * 4 * (c.dv + 1)
+                  + written * _row_miss(c, rows, chunk, machine),
+                  l2_bytes=c.pairs * (c.n * lanes / WARP * 2 * SECTOR
+                                      + b.distinct * (c.run * (3 * SECTOR + c.dv * 4) + c.dv * 4)),
+                  chain=machine.l2_latency + (longest + 1) * (machine.l2_latency + 2 * machine.l1_latency),
+                  loaded=c.pairs * 4 * (lanes * (2 * c.n - 1) + lanes * (3 * c.n + b.distinct - 1) + c.dv * c.n),
+                  stored=written)
+
+
+def _warp_bucket_rows(c: Call, machine: Machine) -> Kernel:
+    """The measured kernels' bucket_rows: a warp per sorted key position of a chunk's pairs (every lane reads the code and
     its predecessor); a bucket's first position sums w_j v_j into its row: per value coordinate the
     run's codes (and the one after), order, weight and value. Its rows go through DRAM where the
     chunk's tables outgrow L2."""
@@ -209,7 +239,41 @@ def scatter_rows(c: Call, machine: Machine = H100) -> Kernel:
 
 
 def gather_rows(c: Call, atomic: bool = False, machine: Machine = H100) -> Kernel:
-    """A warp per query and sequence of a chunk (56 registers): a lane per hash finds the query's row
+    """A team per query and sequence of a chunk (48 registers): its lanes find the query's rows for as many
+    hashes at once (direct: the code; else from the run starts, or a binary search where 2^τ > 2n), shuffled
+    to the team one after another; the team reads each found row (a float4 a lane) after its weight (every
+    lane); the output row is read and written once per chunk. More teams in flight than a warp per query,
+    a longer chain: a group's codes found per L hashes instead of 32."""
+    if c.measured_kernels:
+        return _warp_gather_rows(c, atomic, machine)
+    b, lanes = c.stats, row_lanes(c)
+    direct, rows, chunk = cumulation_plan(c, atomic)
+    launches = math.ceil(c.pairs / chunk)
+    batches = chunk_batches(c, chunk)
+    visits = c.n * launches * batches
+    hit = 1.0 if direct else b.hit
+    search = 0.0 if direct else run_loads(c) - 1  # a binary search's loads, or none from the run starts
+    finds = 1 if direct else 1 + run_loads(c)
+    per_group = 20 + search * 6 + min(c.m, lanes) * (5 + hit * 20)
+    latency = dependent_latency(machine, c.n * 4)
+    miss = _row_miss(c, rows, chunk, machine)
+    row_latency = machine.l2_latency + miss * (machine.dram_latency - machine.l2_latency)
+    per_row = machine.shared_latency + machine.l1_latency + 10 + row_latency + 10
+    groups = math.ceil(min(chunk, c.m) / lanes)
+    chain = groups * (machine.dram_latency + search * (latency + machine.l2_latency) / 2 + machine.l2_latency
+                      + min(c.m, lanes) * (hit * per_row + (1 - hit) * 35))
+    row_bytes = c.pairs * c.n * hit * c.dv * 4
+    return Kernel("gather_rows", blocks=math.ceil(c.n * lanes / GRADIENT_THREADS) * batches,
+                  threads=GRADIENT_THREADS, launches=launches, registers=48,
+                  instructions=visits * lanes / WARP * (per_group * math.ceil(c.m / lanes) + 40),
+                  dram_bytes=c.pairs * c.n * 4 + visits * 8 * c.dv + row_bytes * miss,
+                  l2_bytes=c.pairs * c.n * (SECTOR * (1 + search / 2) + hit * SECTOR) + row_bytes, chain=chain,
+                  loaded=c.pairs * c.n * 4 * (finds + hit * (lanes + c.dv)) + visits * 4 * c.dv,
+                  stored=visits * 4 * c.dv)
+
+
+def _warp_gather_rows(c: Call, atomic: bool, machine: Machine) -> Kernel:
+    """The measured kernels' gather_rows: a warp per query and sequence of a chunk (56 registers): a lane per hash finds the query's row
     (direct: its code; else from the run starts, or a binary search where 2^τ > 2n), then the warp reads
     the rows one hash after another (a branch on the weight between the two loads); direct rows are read
     for every hash; the output row is read and written once per chunk."""
@@ -318,7 +382,7 @@ def counting_sort_fits(tau: int) -> bool:
 
 def counted(c: Call) -> bool:
     """Whether the call's codes are sorted by the counting sort (else by torch's sort, then run_starts)."""
-    return not c.torch_sort and counting_sort_fits(c.bits)
+    return not c.measured_kernels and counting_sort_fits(c.bits)
 
 
 def counting_sort(c: Call, sides: int, starts_sides: int, machine: Machine = H100) -> Kernel:

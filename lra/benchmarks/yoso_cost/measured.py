@@ -23,19 +23,17 @@ from lra.benchmarks.yoso_cost.call import Call
 REPO = Path(__file__).resolve().parents[3]
 GPU_DOCS = REPO / "docs" / "gpu"
 CALIBRATION = "2026-11-27b/trace.md"  # the one trace the H100 constants are fitted on
-# The kernels every committed measurement ran, where today's differ: the shared-memory tables' slice limit
-# (kernels.MOST_SLICES since), so that n >= 8,192 keeps the global-memory rows they measured, and torch's sort
-# where today's kernels count the codes (kernels.counted).
-MEASURED_MOST_SLICES = 16
-MEASURED_TORCH_SORT = True
-
-
-def call_as_measured(B: int, n: int, d: int, dv: int, m: int) -> Call:
-    """A call of the committed measurements, modelled with the kernels they ran."""
-    return Call(B, n, d, dv, m, most_slices=MEASURED_MOST_SLICES, torch_sort=MEASURED_TORCH_SORT)
 TRACES = (CALIBRATION, "2026-11-27c/trace.md", "2026-11-27b/trace_deterministic.md")
 BENCHMARKS = ("2026-11-27b/kernels.md", "2026-11-27c/kernels.md", "2026-11-27b/kernels_bert.md")
 FILES = TRACES + BENCHMARKS
+
+
+
+def call_as_measured(B: int, n: int, d: int, dv: int, m: int) -> Call:
+    """A call of the committed measurements, modelled with the kernels they ran (:attr:`Call.measured_kernels`:
+    where today's differ, e.g. n >= 8,192 keeps the global-memory rows they measured)."""
+    return Call(B, n, d, dv, m, measured_kernels=True)
+
 
 # A kernel of the profiler's table, by the start of its name, and the model's name for it.
 KERNELS = {
