@@ -169,7 +169,9 @@ def bucket_rows(c: Call, machine: Machine = H100) -> Kernel:
     code (and the one after), order and weight (every lane) and value row (a float4 a lane). Its rows go
     through DRAM where the chunk's tables outgrow L2; the longest run of a block's 128/L teams sets its chain."""
     if c.measured_kernels:
-        return _warp_bucket_rows(c, machine)
+        from lra.benchmarks.yoso_cost import measured_kernels  # they import this module's helpers
+
+        return measured_kernels.bucket_rows(c, machine)
     b, lanes = c.stats, row_lanes(c)
     _, rows, chunk = cumulation_plan(c, False)
     longest = max_of_poisson(b.per_query, GRADIENT_THREADS // lanes)
@@ -183,28 +185,6 @@ def bucket_rows(c: Call, machine: Machine = H100) -> Kernel:
                                       + b.distinct * (c.run * (3 * SECTOR + c.dv * 4) + c.dv * 4)),
                   chain=machine.l2_latency + (longest + 1) * (machine.l2_latency + 2 * machine.l1_latency),
                   loaded=c.pairs * 4 * (lanes * (2 * c.n - 1) + lanes * (3 * c.n + b.distinct - 1) + c.dv * c.n),
-                  stored=written)
-
-
-def _warp_bucket_rows(c: Call, machine: Machine) -> Kernel:
-    """The measured kernels' bucket_rows: a warp per sorted key position of a chunk's pairs (every lane reads the code and
-    its predecessor); a bucket's first position sums w_j v_j into its row: per value coordinate the
-    run's codes (and the one after), order, weight and value. Its rows go through DRAM where the
-    chunk's tables outgrow L2."""
-    b = c.stats
-    _, rows, chunk = cumulation_plan(c, False)
-    slices = math.ceil(c.dv / WARP)
-    longest = max_of_poisson(b.per_query, ROWS_PER_BLOCK)
-    element = machine.l2_latency + 2 * machine.l1_latency
-    written = c.pairs * b.distinct * c.dv * 4
-    return Kernel("bucket_rows", blocks=math.ceil(c.n / ROWS_PER_BLOCK) * chunk, threads=WARP * ROWS_PER_BLOCK,
-                  launches=math.ceil(c.pairs / chunk), registers=38,
-                  instructions=c.pairs * (c.n * 20 + b.distinct * slices * (c.run * 12 + 8)),
-                  dram_bytes=c.pairs * c.n * 8 + c.B * c.n * 4 * (c.dv + 1)
-                  + written * _row_miss(c, rows, chunk, machine),
-                  l2_bytes=c.pairs * (c.n * 2 * SECTOR + b.distinct * slices * (c.run * (3 * SECTOR + 128) + 128)),
-                  chain=machine.l2_latency + (longest + 1) * slices * element,
-                  loaded=c.pairs * 4 * (WARP * (2 * c.n - 1) + c.dv * (4 * c.n + b.distinct - 1)),
                   stored=written)
 
 
@@ -245,7 +225,9 @@ def gather_rows(c: Call, atomic: bool = False, machine: Machine = H100) -> Kerne
     lane); the output row is read and written once per chunk. More teams in flight than a warp per query,
     a longer chain: a group's codes found per L hashes instead of 32."""
     if c.measured_kernels:
-        return _warp_gather_rows(c, atomic, machine)
+        from lra.benchmarks.yoso_cost import measured_kernels
+
+        return measured_kernels.gather_rows(c, atomic, machine)
     b, lanes = c.stats, row_lanes(c)
     direct, rows, chunk = cumulation_plan(c, atomic)
     launches = math.ceil(c.pairs / chunk)
@@ -269,37 +251,6 @@ def gather_rows(c: Call, atomic: bool = False, machine: Machine = H100) -> Kerne
                   dram_bytes=c.pairs * c.n * 4 + visits * 8 * c.dv + row_bytes * miss,
                   l2_bytes=c.pairs * c.n * (SECTOR * (1 + search / 2) + hit * SECTOR) + row_bytes, chain=chain,
                   loaded=c.pairs * c.n * 4 * (finds + hit * (lanes + c.dv)) + visits * 4 * c.dv,
-                  stored=visits * 4 * c.dv)
-
-
-def _warp_gather_rows(c: Call, atomic: bool, machine: Machine) -> Kernel:
-    """The measured kernels' gather_rows: a warp per query and sequence of a chunk (56 registers): a lane per hash finds the query's row
-    (direct: its code; else from the run starts, or a binary search where 2^τ > 2n), then the warp reads
-    the rows one hash after another (a branch on the weight between the two loads); direct rows are read
-    for every hash; the output row is read and written once per chunk."""
-    b = c.stats
-    direct, rows, chunk = cumulation_plan(c, atomic)
-    launches = math.ceil(c.pairs / chunk)
-    batches = chunk_batches(c, chunk)
-    visits = c.n * launches * batches
-    hit = 1.0 if direct else b.hit
-    search = 0.0 if direct else run_loads(c) - 1  # a binary search's loads, or none from the run starts
-    finds = 1 if direct else 1 + run_loads(c)
-    per_group = 20 + search * 6 + min(c.m, WARP) * (5 + hit * 45)
-    latency = dependent_latency(machine, c.n * 4)
-    miss = _row_miss(c, rows, chunk, machine)
-    row_latency = machine.l2_latency + miss * (machine.dram_latency - machine.l2_latency)
-    per_row = machine.shared_latency + machine.l1_latency + 10 + row_latency + 10
-    groups = math.ceil(min(chunk, c.m) / WARP)
-    chain = groups * (machine.dram_latency + search * (latency + machine.l2_latency) / 2 + machine.l2_latency
-                      + 2 * machine.shared_latency + min(c.m, WARP) * (hit * per_row + (1 - hit) * 35))
-    row_bytes = c.pairs * c.n * hit * c.dv * 4
-    return Kernel("gather_rows", blocks=math.ceil(c.n / ROWS_PER_BLOCK) * batches, threads=WARP * ROWS_PER_BLOCK,
-                  launches=launches, registers=56, shared_bytes=ROWS_PER_BLOCK * WARP * 4,
-                  instructions=visits * (per_group * math.ceil(c.m / WARP) + 40),
-                  dram_bytes=c.pairs * c.n * 4 + visits * 8 * c.dv + row_bytes * miss,
-                  l2_bytes=c.pairs * c.n * (SECTOR * (1 + search / 2) + hit * SECTOR) + row_bytes, chain=chain,
-                  loaded=c.pairs * c.n * 4 * (finds + hit * (WARP + c.dv)) + visits * 4 * c.dv,
                   stored=visits * 4 * c.dv)
 
 
@@ -428,7 +379,10 @@ def _lookup_chain(c: Call, machine: Machine) -> float:
 
 
 def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
-    """Deterministic query_gradients or key_gradients: a team per token over its m hashes, one launch."""
+    """Deterministic query_gradients or key_gradients: a team per token over its m hashes, one launch. Its
+    buckets are found L hashes at a time, a lane each (code, run start, heavy table: one chain of dependent
+    loads per group of L hashes, then three shuffles a hash); in the measured kernels every lane found each
+    hash's in turn (a chain per hash)."""
     b = c.stats
     key = side == "key"
     lanes = team_lanes(c)
@@ -437,15 +391,20 @@ def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
     longest = max_of_poisson(b.per_query, teams_per_warp)
     busy = 1 - (1 - b.hit) ** teams_per_warp  # a warp with at least one team in a non-empty bucket
     warps = c.B * c.n / teams_per_warp
-    chain = machine.dram_latency + c.m * (machine.l2_latency + _lookup_chain(c, machine) + longest * pair_chain
-                                          + busy * machine.l2_latency)  # a hash: code, run, pairs, run's end
+    lookup = machine.l2_latency + _lookup_chain(c, machine)  # the code, its run, the run's table
+    finders = 1 if c.measured_kernels else lanes  # hashes whose buckets a team finds at once
+    lookups, shuffles = math.ceil(c.m / finders), 0 if c.measured_kernels else 3
+    chain = machine.dram_latency + lookups * lookup + c.m * (
+        shuffles * machine.shared_latency + longest * pair_chain + busy * machine.l2_latency)  # pairs, run's end
     collisions = c.pairs * c.n * b.per_query
     own = c.d + c.dv if key else c.d
-    per_token_hash = lanes * 4 * (1 + run_loads(c)) + b.hit * lanes * 4 * 2 + b.per_query * (
+    finding = lanes if c.measured_kernels else 1  # lanes that load a hash's code, run start and table
+    per_token_hash = finding * 4 * (1 + run_loads(c)) + b.hit * 4 * (finding + lanes) + b.per_query * (
         lanes * 4 * (2 if key else 3) + 4 * (c.dv + c.d))
     return Kernel(f"{side}_gradients", blocks=math.ceil(c.B * c.n * lanes / GRADIENT_THREADS),
-                  threads=GRADIENT_THREADS, registers=54 if key else 56,
-                  instructions=warps * (c.m * (per_hash + busy * 4 + longest * per_pair) + 30),
+                  threads=GRADIENT_THREADS, registers=(54 if c.measured_kernels else 60) if key else 56,
+                  instructions=warps * (lookups * per_hash + c.m * (shuffles * 2 + busy * 4 + longest * per_pair)
+                                        + 30),
                   dram_bytes=c.B * c.n * 4 * (c.d + c.dv + own) + c.pairs * c.n * 16,
                   l2_bytes=collisions * (4 * (c.dv + c.d) + 2 * SECTOR) + c.pairs * c.n / teams_per_warp * 2 * SECTOR,
                   chain=chain,
