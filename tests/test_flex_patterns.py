@@ -92,15 +92,20 @@ def test_flex_float64_equals_eager_to_float64_rounding(pattern):
     assert relative(got * keep, expected * keep) <= 1e-12
 
 
-def test_flex_block_tables_are_kept_per_shape_and_reused_on_the_second_call(monkeypatch):
-    evaluated = []
+def calls_of(monkeypatch, module, name) -> list:
+    """The arguments of every call of ``module.name`` from now on (the function still runs)."""
+    calls, function = [], getattr(module, name)
 
     def counted(*args):
-        evaluated.append(args)
-        return evaluate(*args)
+        calls.append(args)
+        return function(*args)
 
-    evaluate = _flex._evaluate
-    monkeypatch.setattr(_flex, "_evaluate", counted)
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_flex_block_tables_are_kept_per_shape_and_reused_on_the_second_call(monkeypatch):
+    evaluated = calls_of(monkeypatch, _flex, "_evaluate")
     _flex.clear_cache()
     _, flex = pair("longformer", False, 300)
     q, k, v, mask = inputs(300)
@@ -124,14 +129,7 @@ def test_flex_bigbird_builds_its_block_plan_once_per_shape(monkeypatch):
     host work off the hot path); another length or plan seed builds its own."""
     from attention_zoo import bigbird
 
-    built = []
-
-    def counted(*args):
-        built.append(args)
-        return block_plan(*args)
-
-    block_plan = bigbird.block_plan
-    monkeypatch.setattr(bigbird, "block_plan", counted)
+    built = calls_of(monkeypatch, bigbird, "block_plan")
     _, flex = pair("bigbird", False, 300)
     _flex.clear_cache()
     q, k, v, mask = inputs(300)

@@ -20,30 +20,30 @@ struct Bucket {
   int32_t code = -1, first = -1, table = -1;
 };
 
-// The token's buckets under the hashes [group, group + kLanes) below m, a lane each, so that a team has
-// that many chains of dependent loads (code, run start, table) in flight instead of one; bucket(u) hands
-// hash group + u's to every lane of the team.
-template <int D>
-struct Buckets {
-  const Team<D>& team;
-  Bucket mine;
-
-  YOSO_DEVICE Buckets(const Team<D>& team_, int64_t b, int group, int m, int tau, const int32_t* codes, int n_own,
-                      int own, const int32_t* starts, const int32_t* sorted, int n_other, const int32_t* tables)
-      : team(team_) {
-    const int h = group + team.rank;
-    if (h >= m) return;
-    const int64_t pair = b * m + h;
-    mine.code = checked_code(codes, pair * n_own + own, tau);
-    mine.first = run_of(starts, pair, tau, sorted + pair * n_other, n_other, mine.code);
-    if (mine.first >= 0) mine.table = table_of(tables, pair * n_other + mine.first);
+// visit(pair, bucket) for each of a token's hashes in order whose bucket holds tokens of the other side. The
+// buckets are found kLanes hashes at a time, a lane each, so that a team has that many chains of dependent
+// loads (code, run start, table) in flight instead of one, then handed to every lane of the team in turn.
+template <int D, typename Visit>
+YOSO_DEVICE void for_each_bucket(const Team<D>& team, int64_t b, int m, int tau, const int32_t* codes, int n_own,
+                                 int own, const int32_t* starts, const int32_t* sorted, int n_other,
+                                 const int32_t* tables, Visit visit) {
+  constexpr int L = Team<D>::kLanes;
+  for (int group = 0; group < m; group += L) {
+    Bucket mine;
+    if (group + team.rank < m) {
+      const int64_t pair = b * m + group + team.rank;
+      mine.code = checked_code(codes, pair * n_own + own, tau);
+      mine.first = run_of(starts, pair, tau, sorted + pair * n_other, n_other, mine.code);
+      if (mine.first >= 0) mine.table = table_of(tables, pair * n_other + mine.first);
+    }
+    const int count = m - group < L ? m - group : L;
+    for (int u = 0; u < count; ++u) {
+      const Bucket bucket{__shfl_sync(team.mask, mine.code, u, L), __shfl_sync(team.mask, mine.first, u, L),
+                          __shfl_sync(team.mask, mine.table, u, L)};
+      if (bucket.first >= 0) visit(b * m + group + u, bucket);
+    }
   }
-  YOSO_DEVICE Bucket bucket(int u) const {
-    constexpr int L = Team<D>::kLanes;
-    return {__shfl_sync(team.mask, mine.code, u, L), __shfl_sync(team.mask, mine.first, u, L),
-            __shfl_sync(team.mask, mine.table, u, L)};
-  }
-};
+}
 
 // Deterministic. One team per query i, over every hash in turn (its buckets found kLanes hashes at a time):
 // ∇Q_i = (τ/2m) Σ_h Σ_{j in i's bucket} w_j (g_i·v_j) k_j, a heavy bucket's part as g_i M. One writer per
@@ -58,32 +58,25 @@ YOSO_GLOBAL void query_gradients_kernel(Backward a, Heavy heavy, float scale) {
   const int i = static_cast<int>(token - b * a.nq);
   float g[T::kSlots], sum[T::kSlots] = {};
   team.read(a.grad + token * a.dv, a.dv, g);
-  for (int group = 0; group < a.m; group += T::kLanes) {
-    const Buckets<D> buckets(team, b, group, a.m, a.tau, a.codes_q, a.nq, i, a.starts_k, a.sorted_k, a.nk,
-                             heavy.table_of_k);
-    const int count = a.m - group < T::kLanes ? a.m - group : T::kLanes;
-    for (int u = 0; u < count; ++u) {
-      const Bucket bucket = buckets.bucket(u);
-      if (bucket.first < 0) continue;
-      if (bucket.table >= 0) {
-        team.add_times_table(a.grad + token * a.dv, a.dv, heavy.pool + bucket.table * heavy.table_floats, a.d, sum);
-        continue;
-      }
-      const int64_t pair = b * a.m + group + u;
-      const int32_t* sorted = a.sorted_k + pair * a.nk;
-      for (int r = bucket.first; r < a.nk && load(sorted + r) == bucket.code; ++r) {
-        const int64_t j = b * a.nk + load(a.order_k + pair * a.nk + r);
-        const float w = load(a.key_weight + j);
-        if (w == 0.0f) continue;
-        float v[T::kSlots], k[T::kSlots];
-        team.read(a.v + j * a.dv, a.dv, v);
-        const float weight = w * team.dot(g, v);
-        team.read(a.k + j * a.d, a.d, k);
-#pragma unroll
-        for (int s = 0; s < T::kSlots; ++s) sum[s] += weight * k[s];
-      }
+  for_each_bucket(team, b, a.m, a.tau, a.codes_q, a.nq, i, a.starts_k, a.sorted_k, a.nk, heavy.table_of_k,
+                  [&](int64_t pair, const Bucket& bucket) {
+    if (bucket.table >= 0) {
+      team.add_times_table(a.grad + token * a.dv, a.dv, heavy.pool + bucket.table * heavy.table_floats, a.d, sum);
+      return;
     }
-  }
+    const int32_t* sorted = a.sorted_k + pair * a.nk;
+    for (int r = bucket.first; r < a.nk && load(sorted + r) == bucket.code; ++r) {
+      const int64_t j = b * a.nk + load(a.order_k + pair * a.nk + r);
+      const float w = load(a.key_weight + j);
+      if (w == 0.0f) continue;
+      float v[T::kSlots], k[T::kSlots];
+      team.read(a.v + j * a.dv, a.dv, v);
+      const float weight = w * team.dot(g, v);
+      team.read(a.k + j * a.d, a.d, k);
+#pragma unroll
+      for (int s = 0; s < T::kSlots; ++s) sum[s] += weight * k[s];
+    }
+  });
 #pragma unroll
   for (int s = 0; s < T::kSlots; ++s) sum[s] *= scale;
   team.write(a.grad_q + token * a.d, a.d, sum);
@@ -103,38 +96,31 @@ YOSO_GLOBAL void key_gradients_kernel(Backward a, Heavy heavy, float scale, floa
   const int j = static_cast<int>(token - b * a.nk);
   float v[T::kSlots], sum_k[T::kSlots] = {}, sum_v[T::kSlots] = {};
   team.read(a.v + token * a.dv, a.dv, v);
-  for (int group = 0; group < a.m; group += T::kLanes) {
-    const Buckets<D> buckets(team, b, group, a.m, a.tau, a.codes_k, a.nk, j, a.starts_q, a.sorted_q, a.nq,
-                             heavy.table_of_q);
-    const int count = a.m - group < T::kLanes ? a.m - group : T::kLanes;
-    for (int u = 0; u < count; ++u) {
-      const Bucket bucket = buckets.bucket(u);
-      if (bucket.first < 0) continue;
-      if (bucket.table >= 0) {
-        const float* N = heavy.pool + bucket.table * heavy.table_floats + int64_t(a.dv) * a.d;
-        float g[T::kSlots];
-        team.add_times_table(a.v + token * a.dv, a.dv, N, a.d, sum_k);
-        team.read(N + int64_t(a.dv) * a.d, a.dv, g);
+  for_each_bucket(team, b, a.m, a.tau, a.codes_k, a.nk, j, a.starts_q, a.sorted_q, a.nq, heavy.table_of_q,
+                  [&](int64_t pair, const Bucket& bucket) {
+    if (bucket.table >= 0) {
+      const float* N = heavy.pool + bucket.table * heavy.table_floats + int64_t(a.dv) * a.d;
+      float g[T::kSlots];
+      team.add_times_table(a.v + token * a.dv, a.dv, N, a.d, sum_k);
+      team.read(N + int64_t(a.dv) * a.d, a.dv, g);
 #pragma unroll
-        for (int s = 0; s < T::kSlots; ++s) sum_v[s] += g[s];
-        continue;
-      }
-      const int64_t pair = b * a.m + group + u;
-      const int32_t* sorted = a.sorted_q + pair * a.nq;
-      for (int r = bucket.first; r < a.nq && load(sorted + r) == bucket.code; ++r) {
-        const int64_t i = b * a.nq + load(a.order_q + pair * a.nq + r);
-        float g[T::kSlots], q[T::kSlots];
-        team.read(a.grad + i * a.dv, a.dv, g);
-        const float weight = team.dot(g, v);
-        team.read(a.q + i * a.d, a.d, q);
+      for (int s = 0; s < T::kSlots; ++s) sum_v[s] += g[s];
+      return;
+    }
+    const int32_t* sorted = a.sorted_q + pair * a.nq;
+    for (int r = bucket.first; r < a.nq && load(sorted + r) == bucket.code; ++r) {
+      const int64_t i = b * a.nq + load(a.order_q + pair * a.nq + r);
+      float g[T::kSlots], q[T::kSlots];
+      team.read(a.grad + i * a.dv, a.dv, g);
+      const float weight = team.dot(g, v);
+      team.read(a.q + i * a.d, a.d, q);
 #pragma unroll
-        for (int s = 0; s < T::kSlots; ++s) {
-          sum_v[s] += g[s];
-          sum_k[s] += weight * q[s];
-        }
+      for (int s = 0; s < T::kSlots; ++s) {
+        sum_v[s] += g[s];
+        sum_k[s] += weight * q[s];
       }
     }
-  }
+  });
 #pragma unroll
   for (int s = 0; s < T::kSlots; ++s) {
     sum_k[s] *= scale * w;

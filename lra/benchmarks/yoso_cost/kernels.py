@@ -223,12 +223,9 @@ def gather_rows(c: Call, atomic: bool = False, machine: Machine = H100) -> Kerne
     hashes at once (direct: the code; else from the run starts, or a binary search where 2^τ > 2n), shuffled
     to the team one after another; the team reads each found row (a float4 a lane) after its weight (every
     lane); the output row is read and written once per chunk. More teams in flight than a warp per query,
-    a longer chain: a group's codes found per L hashes instead of 32."""
-    if c.measured_kernels:
-        from lra.benchmarks.yoso_cost import measured_kernels
-
-        return measured_kernels.gather_rows(c, atomic, machine)
-    b, lanes = c.stats, row_lanes(c)
+    a longer chain: a group's codes found per L hashes instead of 32. The measured kernels took a warp per
+    query (56 registers), its rows found 32 hashes at a time through shared memory and a barrier."""
+    b, lanes, warp = c.stats, row_lanes(c), c.measured_kernels
     direct, rows, chunk = cumulation_plan(c, atomic)
     launches = math.ceil(c.pairs / chunk)
     batches = chunk_batches(c, chunk)
@@ -236,17 +233,18 @@ def gather_rows(c: Call, atomic: bool = False, machine: Machine = H100) -> Kerne
     hit = 1.0 if direct else b.hit
     search = 0.0 if direct else run_loads(c) - 1  # a binary search's loads, or none from the run starts
     finds = 1 if direct else 1 + run_loads(c)
-    per_group = 20 + search * 6 + min(c.m, lanes) * (5 + hit * 20)
+    per_group = 20 + search * 6 + min(c.m, lanes) * (5 + hit * (45 if warp else 20))
     latency = dependent_latency(machine, c.n * 4)
     miss = _row_miss(c, rows, chunk, machine)
     row_latency = machine.l2_latency + miss * (machine.dram_latency - machine.l2_latency)
     per_row = machine.shared_latency + machine.l1_latency + 10 + row_latency + 10
     groups = math.ceil(min(chunk, c.m) / lanes)
     chain = groups * (machine.dram_latency + search * (latency + machine.l2_latency) / 2 + machine.l2_latency
-                      + min(c.m, lanes) * (hit * per_row + (1 - hit) * 35))
+                      + 2 * machine.shared_latency * warp + min(c.m, lanes) * (hit * per_row + (1 - hit) * 35))
     row_bytes = c.pairs * c.n * hit * c.dv * 4
-    return Kernel("gather_rows", blocks=math.ceil(c.n * lanes / GRADIENT_THREADS) * batches,
-                  threads=GRADIENT_THREADS, launches=launches, registers=48,
+    threads = WARP * ROWS_PER_BLOCK if warp else GRADIENT_THREADS
+    return Kernel("gather_rows", blocks=math.ceil(c.n * lanes / threads) * batches, threads=threads,
+                  launches=launches, registers=56 if warp else 48, shared_bytes=threads * 4 if warp else 0,
                   instructions=visits * lanes / WARP * (per_group * math.ceil(c.m / lanes) + 40),
                   dram_bytes=c.pairs * c.n * 4 + visits * 8 * c.dv + row_bytes * miss,
                   l2_bytes=c.pairs * c.n * (SECTOR * (1 + search / 2) + hit * SECTOR) + row_bytes, chain=chain,
@@ -402,7 +400,7 @@ def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
     per_token_hash = finding * 4 * (1 + run_loads(c)) + b.hit * 4 * (finding + lanes) + b.per_query * (
         lanes * 4 * (2 if key else 3) + 4 * (c.dv + c.d))
     return Kernel(f"{side}_gradients", blocks=math.ceil(c.B * c.n * lanes / GRADIENT_THREADS),
-                  threads=GRADIENT_THREADS, registers=(54 if c.measured_kernels else 60) if key else 56,
+                  threads=GRADIENT_THREADS, registers=(54 if c.measured_kernels else 64) if key else 56,
                   instructions=warps * (lookups * per_hash + c.m * (shuffles * 2 + busy * 4 + longest * per_pair)
                                         + 30),
                   dram_bytes=c.B * c.n * 4 * (c.d + c.dv + own) + c.pairs * c.n * 16,
