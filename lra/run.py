@@ -101,12 +101,14 @@ class RunDirectory:
         except OSError:
             return False
 
-    def holds_failed_start(self) -> bool:
-        """Whether this folder holds only the record of a sweep job that failed before its run started (its
-        config refused, or its config files unwritable): no saved config, no checkpoint. A job started again
-        here replaces it."""
-        return self.read_record().get("status") == "failed" and not (self.path / RESOLVED).exists() \
-            and not self.checkpoints.exists()
+    def holds_failed_start(self, overrides: list) -> bool:
+        """Whether this folder holds only the record of the sweep job with these overrides that failed before
+        its run started (its config refused, or its config files unwritable): no saved config, no checkpoint.
+        That job started again replaces it; any other job is refused the folder."""
+        record = self.read_record()
+        recorded = record.get("overrides", self.saved_overrides())  # in the record: its config files may be missing
+        return record.get("status") == "failed" and not (self.path / RESOLVED).exists() \
+            and not self.checkpoints.exists() and list(recorded) == list(overrides)
 
     def describe(self) -> str:
         record = self.read_record()

@@ -64,10 +64,55 @@ def test_a_job_that_fails_before_its_run_starts_is_counted_and_a_continued_sweep
         assert f"failed runs (1):\n- {sweep / '0'}: No space left on device" in table, table
     else:
         assert not (sweep / "0" / "metrics.json").exists()
-        assert "jobs that failed before writing their record: 1 (the console and the folder's train.log say why): 0" \
-            in table, table
+        assert "jobs that failed before writing their record: 1 (the console says why, and the folder's train.log " \
+            "where it has one): 0" in table, table
     kept = {seed: (sweep / seed / "metrics.json").read_bytes() for seed in ("1", "2")}
     run_command(args, tmp_path, data_dir)  # the disk has room again: the same command trains the failed job alone
     assert read_json(sweep / "0" / "metrics.json")["status"] == "completed"
     assert kept == {seed: (sweep / seed / "metrics.json").read_bytes() for seed in ("1", "2")}
     assert "failed" not in (sweep / "table.md").read_text().split("how to read")[0]
+
+
+def test_a_failed_start_s_folder_is_taken_only_by_its_own_job(tmp_path, data_dir):
+    """Two jobs of one sweep in one folder (a subdir without the job's number): the refused first job's record
+    is not taken over by the second, which stops the sweep as a folder holding another run does."""
+    sweep = tmp_path / "sweep"
+    result = run_command(["lra-train", "-m", "trainer.lr=-1,1e-3", *SHORT, f"hydra.sweep.dir={sweep}",
+                          "hydra.sweep.subdir=x"], tmp_path, data_dir, check=False)
+    assert result.returncode == 2 and "the sweep stopped at job 1" in result.stderr, result.stderr
+    assert read_json(sweep / "x" / "metrics.json")["error"].startswith("invalid value for trainer.lr: -1.0")
+
+
+def test_a_sweep_that_resumes_a_run_writes_no_failure_into_it_and_counts_none(tmp_path, data_dir):
+    run = tmp_path / "run"
+    run_command(["lra-train", *SHORT, f"hydra.run.dir={run}"], tmp_path, data_dir)
+    before = (run / "metrics.json").read_bytes()
+    sweep = tmp_path / "sweep"
+    result = run_command(["lra-train", "-m", f"resume={run}", f"hydra.sweep.dir={sweep}"], tmp_path, data_dir)
+    assert "already completed" in result.stdout and "failed" not in (sweep / "table.md").read_text().split("how to")[0]
+    assert (run / "metrics.json").read_bytes() == before
+
+
+def test_a_signal_while_a_failed_start_is_recorded_stops_the_sweep_with_its_advice(tmp_path, data_dir):
+    sweep = tmp_path / "sweep"
+    result = run_command(["lra-train", "-m", "seed=0,1", *SHORT, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "write:1:ENOSPC,write:1:SIGTERM"}, check=False)
+    assert result.returncode == 143 and "the sweep stopped at job 0" in result.stderr, result.stderr
+    assert read_json(sweep / "0" / "metrics.json")["status"] == "failed" and not (sweep / "1").exists()
+
+
+def test_only_job_folders_without_a_record_are_counted_links_not_followed(tmp_path):
+    from lra.results.callback import unrecorded_jobs
+
+    sweep, outside = tmp_path / "sweep", tmp_path / "outside"
+    for folder in ("0", "1/.hydra", "notes", "plots", "1/wandb/run-1/tmp/code", "2/.hydra", "deep/a/b/c/0"):
+        (sweep / folder).mkdir(parents=True)
+    (sweep / "0" / "train.log").write_text("error: No space left on device\n")  # a job that failed unrecorded
+    (sweep / "1" / "metrics.json").write_text("{}")  # a run, whatever it holds
+    (sweep / "plots" / ".DS_Store").write_text("")
+    (sweep / "deep/a/b/c/0" / ".lock").write_text("")
+    (outside / "x").mkdir(parents=True)
+    (outside / "x" / "train.log").write_text("")
+    (sweep / "link").symlink_to(outside)
+    assert unrecorded_jobs(sweep, 1) == [sweep / "0", sweep / "2"]
+    assert unrecorded_jobs(sweep, 5) == [sweep / "deep/a/b/c/0"]

@@ -42,18 +42,25 @@ def _take_refused_job_folder(folder: RunDirectory, cfg: DictConfig, hydra_cfg) -
     """A sweep job whose config is refused still takes its folder, with its config files, for the record
     of why (:func:`_record_failed_start`; a sweep continued with the same command refuses it again and
     writes it anew)."""
-    folder.claim(fresh=not folder.holds_failed_start())
+    folder.claim(fresh=not folder.holds_failed_start(_overrides(hydra_cfg)))
     folder.save_hydra_files(hydra_cfg, cfg)
 
 
-def _record_failed_start(folder: RunDirectory, cfg: DictConfig, line: str) -> None:
+def _overrides(hydra_cfg) -> list:
+    """A sweep job's own overrides: what tells its folder's failed start from another job's."""
+    return [str(o) for o in hydra_cfg.overrides.task]
+
+
+def _record_failed_start(folder: RunDirectory, cfg: DictConfig, hydra_cfg, line: str) -> None:
     """A sweep job that failed in its own folder before its run started (its config refused, its config
-    files unwritable on a full disk, ...) leaves a record there, ``failed`` with the error line and its
-    task, attention, label and seed from the composed config, so that the sweep's table and exit status
-    count it; the job started again replaces it. Where even this write fails, the sweep's end counts the
-    folder without a record (lra.results.callback)."""
-    if not folder.main or not folder.owned or (folder.holds_run() and not folder.holds_failed_start()):
-        return  # not this job's folder, or a run started there: its own record says how it ended
+    files unwritable on a full disk, ...) leaves a record there, ``failed`` with the error line, its task,
+    attention, label and seed from the composed config and its overrides, so that the sweep's table and
+    exit status count it; the same job started again replaces it. Where even this write fails, the sweep's
+    end counts the folder without a record (lra.results.callback). A resume's folder is the user's: never."""
+    overrides = _overrides(hydra_cfg)
+    if cfg.resume or not folder.main or not folder.owned or (folder.holds_run()
+                                                             and not folder.holds_failed_start(overrides)):
+        return  # not this job's own folder, or a run started there: its own record says how it ended
     name = OmegaConf.select(cfg, "attention.name", default=None)
     try:
         label = validation.run_label(cfg)
@@ -62,10 +69,12 @@ def _record_failed_start(folder: RunDirectory, cfg: DictConfig, line: str) -> No
     try:
         record = folder.new_record(task=OmegaConf.select(cfg, "task.name", default=None), attention=name,
                                    label=label, seed=OmegaConf.select(cfg, "seed", default=None),
-                                   git_commit=git_commit())
+                                   git_commit=git_commit(), overrides=overrides)
         record.fail(line)
     except Exception as exc:  # the disk that failed the job: the console's line and the sweep's count remain
-        log.error("error: the failure could not be recorded in %s: %s", folder.path, exc)
+        known = config_errors.failure(exc)
+        log.error("error: the failure could not be recorded in %s: %s", folder.path,
+                  known[0] if known else config_errors.bug_line(exc))
 
 
 def refuse_one_job_of_a_sweep(sweep_params, experiment: Optional[str], overrides: list) -> None:
@@ -133,7 +142,7 @@ def _start_fresh(folder: RunDirectory, cfg: DictConfig, hydra_cfg, multirun: boo
         with open_dict(cfg):
             cfg.resume = str(folder.path)
         return cfg
-    folder.claim(fresh=not (multirun and folder.holds_failed_start()))
+    folder.claim(fresh=not (multirun and folder.holds_failed_start(_overrides(hydra_cfg))))
     folder.attach_log()
     folder.save_hydra_files(hydra_cfg, composed)
     folder.save_resolved(cfg)
@@ -199,24 +208,16 @@ def _run_job(cfg: DictConfig, worker: bool):
             config_errors.exit_on_user_error(_taken_in_sweep(exc, folder, hydra_cfg))
         if multirun:  # the sweep goes on; the job's record (and log) says why it stopped
             log.error("error: %s", exc)
-            _record_failed_start(folder, cfg, str(exc))
-            return math.nan
+            return _failed_in_sweep(folder, cfg, hydra_cfg, str(exc), worker)
         config_errors.exit_on_user_error(exc, folder)
     except KeyboardInterrupt as exc:  # SIGINT, SIGTERM, SIGHUP: the run's record says interrupted
-        stopped = _interrupted(signals.as_interrupted(exc), folder, hydra_cfg, multirun)
-        if folder.main and not folder.owned:  # stopped before the run took its folder: Hydra's empty one goes
-            folder.remove_if_empty()
-        if multirun and worker and os.environ.get("LRA_SWEEP_PARENT"):  # a worker of hydra/launcher=local_gpus
-            _end_worker(stopped)
-        config_errors.log_to_file(f"error: {stopped}")  # the edge prints it on the console
-        raise stopped from None
+        _stop(exc, folder, hydra_cfg, multirun, worker)
     except Exception as exc:  # a diverged run, a full disk, the kernels unavailable, ..., or a bug
         if multirun:  # one failed job must not end the sweep; its metrics.json says failed
             known = config_errors.failure(exc)  # a bug's traceback goes to the job's train.log, while it is open
             line = known[0] if known else config_errors.bug_line(exc)
             log.error("error: %s", line)
-            _record_failed_start(folder, cfg, line)
-            return math.nan
+            return _failed_in_sweep(folder, cfg, hydra_cfg, line, worker)
         if folder.main and not folder.owned:  # failed before the run took its folder: Hydra's empty one goes
             folder.remove_if_empty()
         config_errors.exit_on_failure(exc)  # one line; a bug's traceback in the run's train.log, while it is open
@@ -224,6 +225,28 @@ def _run_job(cfg: DictConfig, worker: bool):
         folder.release()
     print(line)
     return _objective(result, started.optimized_metric)
+
+
+def _failed_in_sweep(folder: RunDirectory, cfg: DictConfig, hydra_cfg, line: str, worker: bool) -> float:
+    """A sweep's failed job: recorded where it failed before its run did (a signal meanwhile stops the sweep
+    as anywhere else), then NaN for the sweeper; the sweep goes on."""
+    try:
+        _record_failed_start(folder, cfg, hydra_cfg, line)
+    except KeyboardInterrupt as exc:  # raised once the record is whole (signals.deferred)
+        _stop(exc, folder, hydra_cfg, True, worker)
+    return math.nan
+
+
+def _stop(exc: KeyboardInterrupt, folder: RunDirectory, hydra_cfg, multirun: bool, worker: bool) -> None:
+    """SIGINT, SIGTERM, SIGHUP: raised again as the run's or the sweep's interruption, with what to do next
+    (the run's record says interrupted; a local_gpus worker passes the signal on to its sweep)."""
+    stopped = _interrupted(signals.as_interrupted(exc), folder, hydra_cfg, multirun)
+    if folder.main and not folder.owned:  # stopped before the run took its folder: Hydra's empty one goes
+        folder.remove_if_empty()
+    if multirun and worker and os.environ.get("LRA_SWEEP_PARENT"):  # a worker of hydra/launcher=local_gpus
+        _end_worker(stopped)
+    config_errors.log_to_file(f"error: {stopped}")  # the edge prints it on the console
+    raise stopped from None
 
 
 def _interrupted(exc: signals.Interrupted, folder: RunDirectory, hydra_cfg, multirun: bool) -> signals.Interrupted:

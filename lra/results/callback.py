@@ -7,40 +7,33 @@ from pathlib import Path
 from typing import List
 
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
 # (failed runs, runs, the sweep's table.md) of each multirun this process ended: lra-train exits 1 when the
 # last one has a failed run (its jobs all ran: one failure never stops a sweep).
 ENDED_SWEEPS: list = []
 
 
-def unrecorded_jobs(sweep_dir: Path) -> List[Path]:
+def unrecorded_jobs(sweep_dir: Path, depth: int) -> List[Path]:
     """The job folders of a sweep that hold no record: jobs that failed before they could write one (on a
-    full disk, say; lra-train records every other failure). A job folder is one Hydra made for a job (its
-    hydra.sweep.subdir, any depth): empty, or holding a job's train.log, lock or config files; a folder
-    with a record is a run, and neither it nor what it holds is looked into again."""
+    full disk, say; lra-train records every other failure). A job folder is ``depth`` folders below the
+    sweep's (the segments of its hydra.sweep.subdir) and holds what a job writes before its record: its
+    train.log, lock or config files. Links are not followed."""
     from lra.records import METRICS
     from lra.run import HYDRA_FILES, LOCK, LOG
 
-    job_files = {LOG, LOCK, HYDRA_FILES}  # what a job writes into its folder before its record
-    found: List[Path] = []
+    folders = [sweep_dir]
+    for _ in range(depth):
+        folders = [entry for folder in folders for entry in _subfolders(folder)]
+    return [folder for folder in folders
+            if not (folder / METRICS).exists() and any((folder / name).exists() for name in (LOG, LOCK, HYDRA_FILES))]
 
-    def visit(folder: Path, depth: int) -> None:
-        try:
-            entries = [entry for entry in folder.iterdir() if not entry.name.startswith(".") or entry.name in job_files]
-        except OSError:
-            return
-        names = {entry.name for entry in entries}
-        if METRICS in names:
-            return
-        if depth > 0 and (not entries or names & job_files):
-            found.append(folder)
-            return
-        for entry in sorted(entries):
-            if entry.is_dir() and not entry.name.startswith(".") and depth < 4:
-                visit(entry, depth + 1)
 
-    visit(sweep_dir, 0)
-    return found
+def _subfolders(folder: Path) -> List[Path]:
+    try:
+        return sorted(entry for entry in folder.iterdir() if entry.is_dir() and not entry.is_symlink())
+    except OSError:
+        return []
 
 
 class ComparisonTableCallback(Callback):
@@ -55,10 +48,12 @@ class ComparisonTableCallback(Callback):
         # Its records are read as lra-table reads them.
         records = read_records(record_files([sweep_dir], note), note)
         text = render_records(records, note)
-        unrecorded = unrecorded_jobs(sweep_dir)
+        subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False)["subdir"]  # its pattern: no job here
+        unrecorded = unrecorded_jobs(sweep_dir, len(Path(str(subdir)).parts))
         if unrecorded:
-            text += (f"\njobs that failed before writing their record: {len(unrecorded)} (the console and the folder's "
-                     f"train.log say why): {', '.join(str(path.relative_to(sweep_dir)) for path in unrecorded)}")
+            text += (f"\njobs that failed before writing their record: {len(unrecorded)} (the console says why, and "
+                     f"the folder's train.log where it has one): "
+                     f"{', '.join(str(path.relative_to(sweep_dir)) for path in unrecorded)}")
         failed = sum(record["status"] == "failed" for record in records) + len(unrecorded)
         ENDED_SWEEPS.append((failed, len(records) + len(unrecorded), sweep_dir / "table.md"))
         print(f"\nTest accuracy (%), mean ± std (seeds) — {sweep_dir}\n\n{text}\n", flush=True)
