@@ -32,7 +32,7 @@ def variant(name):
     return pytest.param(name, marks=pytest.mark.skipif(bool(lacks), reason=lacks or "-"), id=name)
 
 
-SHAPES = [  # batch·heads, n, head_dim, value_dim, hashes, τ: every team layout (generic, 16, 32, 64), τ = 20
+SHAPES = [  # batch·heads, n, head_dim, value_dim, hashes, τ: every team layout (generic, 16 … 128), τ = 20
     (3, 37, 24, 24, 16, 6),
     (2, 61, 32, 40, 32, 8),
     (2, 129, 64, 64, 5, 12),
@@ -42,6 +42,7 @@ SHAPES = [  # batch·heads, n, head_dim, value_dim, hashes, τ: every team layou
     (2, 50, 16, 16, 3, 9),  # the shared-memory tables in 2 slices a pair
     (1, 70, 32, 32, 2, 10),  # in 4 slices
     (1, 40, 16, 16, 2, 13),  # 32 slices a pair (p = 4: 128, the most), most of them empty
+    (1, 45, 128, 128, 3, 5),  # the widest team: 32 lanes of float4 rows
 ]
 # ThreadSanitizer costs ~20x: the shapes that cover the generic team and a templated one, table launches of
 # 2 to 128 slices (blocks of one pair racing on its lists) and the path without shared-memory tables (τ = 20).
@@ -325,6 +326,7 @@ def test_every_update_counts_when_the_tokens_collide_on_a_few_codes(name, tau):
 
 
 SORTS = [  # rows, n, τ, how many distinct codes the tokens take (None: any of the 2^τ)
+    (2, 1, 0, None),  # one token, one code
     (3, 37, 3, None),  # fewer codes than a block's threads, n short of a warp's multiple
     (2, 300, 8, 2),  # long runs of two codes, several rounds of 128 tokens with a part-round
     (2, 300, 8, 1),  # a single run

@@ -60,10 +60,12 @@ YOSO_GLOBAL void counting_sort_kernel(const int32_t* codes, int n, int tau, int3
     at += __shfl_sync(0xffffffffu, inclusive, kWarp - 1);
   }
   __syncthreads();
+  int32_t next = threadIdx.x < n ? load(codes + threadIdx.x) : -1;  // checked when counted
   for (int round = 0; round < n; round += kSortThreads) {
     const int t = round + threadIdx.x;
     const bool listed = t < n;
-    const int32_t code = listed ? load(codes + t) : -1;  // checked when counted
+    const int32_t code = next;
+    next = t + kSortThreads < n ? load(codes + t + kSortThreads) : -1;  // in flight through this round's turns
     const unsigned peers = __match_any_sync(0xffffffffu, code);
     const int rank = __popc(peers & ((1u << lane) - 1u));
     const bool last_of_code = (peers >> lane) == 1u;

@@ -339,21 +339,24 @@ def counting_sort(c: Call, sides: int, starts_sides: int, machine: Machine = H10
     the counts scanned by each warp over a quarter of the codes (two passes, a lane a code, 5 shuffles a step)
     into each code's first position (and its run start, stored, for ``starts_sides`` of the sides), then its
     tokens placed in rounds of 128: a warp's lanes of one code ranked by match_any, the 4 warps taking turns
-    on the counters (a barrier a turn). The chain: the scan's steps, then per round a code's load, the rank
-    and 4 turns of a counter's read, a store and a barrier."""
+    on the counters (a barrier a turn). A warp's stores of its tokens' sorted codes and order scatter over a
+    sector per distinct code among its 32. The chain: the scan's steps, then per round the rank and 4 turns
+    of a counter's read, a store and a barrier (the next round's codes loaded meanwhile)."""
     codes, pairs = 2**c.bits, sides * c.pairs
     tokens, rounds = pairs * c.n, math.ceil(c.n / SORT_THREADS)
     warps = SORT_THREADS // WARP
     scan_steps = math.ceil(codes / warps / WARP)
     starts = starts_sides * c.pairs * codes * 4 if indexed_by_code(c) else 0
+    sectors = codes * (1 - (1 - 1 / codes) ** WARP)  # of a warp's two scattered stores, each
     return Kernel("codes sorted (counting sort)", blocks=c.pairs, threads=SORT_THREADS, launches=sides, registers=32,
                   shared_bytes=(codes + warps) * 4,
                   instructions=pairs * codes / WARP * 36 + tokens / WARP * (14 + 6 * warps),
                   shared_rounds=math.ceil(tokens / WARP) * most_on_one(WARP, codes),
                   shared_wavefronts=pairs * codes / WARP * 4 + tokens / WARP * 3.5 * 2,
-                  dram_bytes=tokens * 4 * 3 + starts, l2_bytes=tokens * 4 * 4 + starts,
+                  dram_bytes=tokens * 4 * 3 + starts,
+                  l2_bytes=tokens * 4 * 2 + tokens / WARP * 2 * sectors * SECTOR + starts,
                   chain=(2 * scan_steps * 6 + rounds * (2 + 3 * warps)) * machine.shared_latency
-                  + (rounds + 2) * machine.l2_latency,
+                  + 3 * machine.l2_latency,
                   loaded=tokens * 8, stored=tokens * 8 + starts)
 
 
