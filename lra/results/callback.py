@@ -48,7 +48,8 @@ class ComparisonTableCallback(Callback):
         # Its records are read as lra-table reads them.
         records = read_records(record_files([sweep_dir], note), note)
         text = render_records(records, note)
-        subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False)["subdir"]  # its pattern: no job here
+        # The pattern of a job's folder (Hydra's default: the job's number), unresolved: no job is running now
+        subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False).get("subdir") or "${hydra.job.num}"
         unrecorded = unrecorded_jobs(sweep_dir, len(Path(str(subdir)).parts))
         if unrecorded:
             text += (f"\njobs that failed before writing their record: {len(unrecorded)} (the console says why, and "

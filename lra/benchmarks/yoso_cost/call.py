@@ -127,24 +127,33 @@ def max_of_poisson(mean: float, draws: int) -> float:
 @lru_cache(maxsize=None)
 def most_on_one(lanes: int, addresses: int) -> float:
     """E[the most of ``lanes`` lanes that pick one of ``addresses`` addresses uniformly at random]: the rounds
-    of a warp's shared atomic whose lanes hit random counters. Exact: P(max ≤ t) = L!/A^L ·
-    [x^L] (Σ_{j ≤ t} x^j/j!)^A, summed over t."""
+    of a warp's shared atomic whose lanes hit random counters. Exact: P(max ≤ t) = L! [x^L] (Σ_{j ≤ t}
+    (x/A)^j/j!)^A, the power by squaring, summed over t until P(max ≤ t) is 1 to 1e-12."""
     if addresses <= 1 or lanes <= 1:
         return float(lanes)
     expected = 0.0
     for t in range(lanes):
-        series = [1.0 / math.factorial(j) for j in range(t + 1)]
-        power = [1.0]
-        for _ in range(addresses):  # (Σ_{j ≤ t} x^j/j!)^A, truncated at x^L
-            product = [0.0] * min(len(power) + t, lanes + 1)
-            for i, a in enumerate(power):
-                for j, b in enumerate(series):
-                    if i + j <= lanes:
-                        product[i + j] += a * b
-            power = product
-        at_most = (power[lanes] if len(power) > lanes else 0.0) * math.factorial(lanes) / addresses**lanes
+        power, base, exponent = [1.0], [addresses ** -j / math.factorial(j) for j in range(t + 1)], addresses
+        while exponent:
+            if exponent & 1:
+                power = _truncated_product(power, base, lanes)
+            exponent >>= 1
+            if exponent:
+                base = _truncated_product(base, base, lanes)
+        at_most = (power[lanes] if len(power) > lanes else 0.0) * math.factorial(lanes)
         expected += 1.0 - at_most
+        if at_most > 1.0 - 1e-12:
+            break
     return expected
+
+
+def _truncated_product(a: list, b: list, degree: int) -> list:
+    """The coefficients of the product of two polynomials, up to x^degree."""
+    out = [0.0] * min(len(a) + len(b) - 1, degree + 1)
+    for i, x in enumerate(a):
+        for j, y in enumerate(b[: len(out) - i]):
+            out[i + j] += x * y
+    return out
 
 
 def dependent_latency(machine: Machine, array_bytes: float, cached: float = 64 * 1024) -> float:
