@@ -2,8 +2,6 @@
 // (by each run's first position, or by every key with atomicAdd), then read by the queries. Plain CUDA
 // through yoso_simt.h: no torch headers, so this file compiles with nvcc on any machine and, with
 // -DYOSO_SIMT_EMULATION, with a host compiler to run on the CPU under the suite's sanitizers.
-#include <algorithm>
-
 #include "yoso_cuda_common.h"
 #include "yoso_cuda_kernels.h"
 

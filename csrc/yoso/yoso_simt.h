@@ -7,9 +7,9 @@
 // a seeded random order too (in every other block, one warp at a time as far as it can go): so a race
 // between blocks is a race between host threads (ThreadSanitizer reports it), and a barrier or warp
 // exchange that is missing lets a thread read what another has not written yet, or overwrite what
-// another has not read yet. __syncthreads, __syncwarp, the warp shuffles and __match_any_sync are real rendezvous: a
-// barrier that some threads of a block skip, or a shuffle whose mask names a lane that never comes,
-// aborts with a message instead of hanging. Dynamic shared memory starts every block filled with the
+// another has not read yet. __syncthreads, __syncwarp, the warp shuffles and __match_any_sync are real
+// rendezvous: a barrier that some threads of a block skip, or a shuffle whose mask names a lane that never
+// comes, aborts with a message instead of hanging. Dynamic shared memory starts every block filled with the
 // word 0x7FA5A5A5 (a NaN as a float, a large positive number as an int: neither 0 nor -1, the kernels'
 // sentinels). CUDA's launch limits are asserted on every launch, atomicAdd is
 // std::atomic_ref<float>::fetch_add, and yoso::load / store / atomic_add are counted per launch (tests

@@ -19,14 +19,13 @@ def unrecorded_jobs(sweep_dir: Path, depth: int) -> List[Path]:
     full disk, say; lra-train records every other failure). A job folder is ``depth`` folders below the
     sweep's (the segments of its hydra.sweep.subdir) and holds what a job writes before its record: its
     train.log, lock or config files. Links are not followed."""
-    from lra.records import METRICS
-    from lra.run import HYDRA_FILES, LOCK, LOG
+    from lra.run import HYDRA_FILES, LOCK, LOG, RunDirectory
 
     folders = [sweep_dir]
     for _ in range(depth):
         folders = [entry for folder in folders for entry in _subfolders(folder)]
-    return [folder for folder in folders
-            if not (folder / METRICS).exists() and any((folder / name).exists() for name in (LOG, LOCK, HYDRA_FILES))]
+    return [folder for folder in folders if not RunDirectory(folder).recorded()
+            and any((folder / name).exists() for name in (LOG, LOCK, HYDRA_FILES))]
 
 
 def _subfolders(folder: Path) -> List[Path]:

@@ -56,9 +56,15 @@ def chunk_batches(c: Call, chunk: int) -> float:
     return min(c.B, chunk / c.m + 1) if chunk < c.pairs else c.B
 
 
+def instance_lanes(d: int, dv: int) -> int:
+    """Lanes of a team (yoso_cuda_common.h's instance, rows aligned): D/4 where d = dv = D, one of the templated
+    dims 16 … 128, else a warp (the generic team)."""
+    return d // 4 if d == dv and d in (16, 32, 64, 128) else WARP
+
+
 def team_lanes(c: Call) -> int:
     """Lanes per token in the gradient kernels: d/4 for the templated head dims, else a warp."""
-    return c.d // 4 if c.d == c.dv and c.d in (16, 32, 64, 128) else WARP
+    return instance_lanes(c.d, c.dv)
 
 
 def fast_hash(c: Call, machine: Machine = H100) -> Kernel:
@@ -160,7 +166,7 @@ def table_cumulation(c: Call, machine: Machine = H100) -> Kernel:
 def row_lanes(c: Call) -> int:
     """Lanes of the cumulation's team per row (yoso_cuda_kernels.cu): dv/4 for the templated value dims, else a
     warp; a warp in the measured kernels."""
-    return c.dv // 4 if c.dv in (16, 32, 64, 128) and not c.measured_kernels else WARP
+    return WARP if c.measured_kernels else instance_lanes(c.dv, c.dv)
 
 
 def bucket_rows(c: Call, machine: Machine = H100) -> Kernel:
