@@ -97,23 +97,24 @@ class Pack:
         self._holder: Optional[int] = None
         self._live: List[int] = []
         self._states: List[Optional[ProcessState]] = []
-        self._generators: list = []  # on CUDA, each job's own generator state (torch's graph-safe states)
+        self._generator = None  # on CUDA, the device's default generator, and each job's own state of it
+        self._generators: list = []  # (torch's graph-safe states)
 
     def run(self) -> List[Outcome]:
         """Every job to its end; then the process's state as it was before. Raises the signal's
         :class:`lra.signals.Interrupted` after every job has stopped, if one came."""
         base = ProcessState.capture()
         self._states = [base] * len(self.jobs)
-        generator = original = None
+        original = None
         if self.cuda_device is not None:
             # A generator state of its own for each job's CUDA draws: a captured graph reads the state it was
             # captured with at every replay (torch 2.11 shares one across graphs and fills it at each replay),
             # so jobs sharing one would draw each other's numbers while their graphs overlap on the GPU.
             import torch
 
-            generator = torch.cuda.default_generators[self.cuda_device]
-            original = generator.graphsafe_get_state()
-            self._generators = [generator.clone_state() for _ in self.jobs]
+            self._generator = torch.cuda.default_generators[self.cuda_device]
+            original = self._generator.graphsafe_get_state()
+            self._generators = [self._generator.clone_state() for _ in self.jobs]
         self._live, self._holder = list(range(len(self.jobs))), 0
         threads = [threading.Thread(target=self._job, args=(index,), name=f"lra-pack-{index}", daemon=True)
                    for index in range(len(self.jobs))]
@@ -130,8 +131,8 @@ class Pack:
                         thread.join()
                     except KeyboardInterrupt as exc:  # the jobs stop at their next turn (stop, the hook above)
                         self.stop(signals.as_interrupted(exc).signal_number)
-        if generator is not None:
-            generator.graphsafe_set_state(original)
+        if self._generator is not None:
+            self._generator.graphsafe_set_state(original)
         base.restore()
         if self.stopping is not None:
             raise signals.Interrupted(self.stopping)
@@ -184,9 +185,7 @@ class Pack:
         with self._turn:
             self._turn.wait_for(lambda: self._holder == index)
         if self._generators:  # the job's own CUDA generator state first: restore() writes its seed and offset
-            import torch
-
-            torch.cuda.default_generators[self.cuda_device].graphsafe_set_state(self._generators[index])
+            self._generator.graphsafe_set_state(self._generators[index])
         self._states[index].restore()
 
     def _stop_here(self) -> None:

@@ -164,19 +164,12 @@ def test_flex_skips_key_blocks_without_a_real_key_and_keeps_full_blocks_unmasked
 def test_flex_block_tables_kept_are_bounded_least_recently_used_first(monkeypatch):
     from attention_zoo import _common
 
-    evaluated = []
-
-    def counted(*args):
-        evaluated.append(args[3])  # the key length
-        return evaluate(*args)
-
-    evaluate = _flex._evaluate
-    monkeypatch.setattr(_flex, "_evaluate", counted)
+    evaluated = calls_of(monkeypatch, _flex, "_evaluate")
     monkeypatch.setattr(_common, "KEPT_LIMIT", 2)
     _flex.clear_cache()
     for n in (10, 20, 10, 30, 10, 20):  # 30 forgets 20, the least recently used; 10 stays
         _flex.block_tables(_flex.Pattern("test_every_pair", (), 1, n, n), torch.device("cpu"))
-    assert evaluated == [10, 20, 30, 20]
+    assert [args[3] for args in evaluated] == [10, 20, 30, 20]  # the key lengths
 
 
 def test_flex_pattern_block_tables_are_as_sparse_as_the_pattern():
