@@ -210,16 +210,18 @@ def cumulation_torch(codes_q, codes_k, weight_q, weight_k, values, tau, workspac
 
 
 def cumulation(codes_q, codes_k, weight_q, weight_k, values, tau: int, engine: str,
-               workspace_bytes: int = DEFAULT_WORKSPACE_BYTES) -> torch.Tensor:
+               workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, bf16_rows: bool = False) -> torch.Tensor:
     dtype = engine_dtype(engine, weight_q, weight_k, values)
     return cumulation_op(codes_q.contiguous(), codes_k.contiguous(), _as(weight_q, dtype), _as(weight_k, dtype),
-                         _as(values, dtype), tau, workspace_bytes, engine)
+                         _as(values, dtype), tau, workspace_bytes, engine, bf16_rows)
 
 
 @torch.library.custom_op("attention_zoo::yoso_cumulation", mutates_args=())
 def cumulation_op(codes_q: Tensor, codes_k: Tensor, weight_q: Tensor, weight_k: Tensor, values: Tensor, tau: int,
-                  workspace_bytes: int, engine: str) -> Tensor:
-    """[B, nq, dv] (module docstring); contiguous inputs of :func:`engine_dtype`, engine 'kernel' or 'torch'."""
+                  workspace_bytes: int, engine: str, bf16_rows: bool) -> Tensor:
+    """[B, nq, dv] (module docstring); contiguous inputs of :func:`engine_dtype`, engine 'kernel' or 'torch';
+    the values as :func:`rows_read` reads them."""
+    values = rows_read(values, engine, bf16_rows)
     if engine == "kernel":
         return _yoso_build.load(values.device.type).cumulation(codes_q, codes_k, weight_q, weight_k, values, tau,
                                                                 workspace_bytes)
@@ -227,7 +229,7 @@ def cumulation_op(codes_q: Tensor, codes_k: Tensor, weight_q: Tensor, weight_k: 
 
 
 @cumulation_op.register_fake
-def _(codes_q, codes_k, weight_q, weight_k, values, tau, workspace_bytes, engine):
+def _(codes_q, codes_k, weight_q, weight_k, values, tau, workspace_bytes, engine, bf16_rows):
     return values.new_empty((values.shape[0], codes_q.shape[2], values.shape[2]))
 
 
@@ -295,31 +297,35 @@ def exact_weight_backward_torch(codes_q, codes_k, q, k, v, key_weight, grad, tau
 
 
 def exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau: int, engine: str,
-                          workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, normalize: bool = False):
+                          workspace_bytes: int = DEFAULT_WORKSPACE_BYTES, normalize: bool = False,
+                          bf16_rows: bool = False):
     """(∇Q, ∇K, ∇V) of :func:`exact_weight_backward_torch`. With ``normalize`` q and k are rows of any
     length: the estimator is taken on their unit rows and ∇Q, ∇K are the gradients of the rows given
     (through x ↦ x / max(‖x‖, ε), :func:`~attention_zoo._common.through_unit_rows`); the CPU kernel
-    does both while it packs and unpacks its rows, elsewhere they are passes around the estimator."""
+    does both while it packs and unpacks its rows, elsewhere they are passes around the estimator. With
+    ``bf16_rows`` the estimator reads its rows (unit q and k, v, ∇Y) as :func:`rows_read` gives them."""
     dtype = engine_dtype(engine, q, k, v, grad)
     return exact_weight_backward_op(codes_q.contiguous(), codes_k.contiguous(), *(_as(x, dtype) for x in (
-        q, k, v, key_weight, grad)), tau, workspace_bytes, engine, normalize)
+        q, k, v, key_weight, grad)), tau, workspace_bytes, engine, normalize, bf16_rows)
 
 
 @torch.library.custom_op("attention_zoo::yoso_exact_weight_backward", mutates_args=())
 def exact_weight_backward_op(codes_q: Tensor, codes_k: Tensor, q: Tensor, k: Tensor, v: Tensor, key_weight: Tensor,
-                             grad: Tensor, tau: int, workspace_bytes: int, engine: str,
-                             normalize: bool) -> Tuple[Tensor, Tensor, Tensor]:
+                             grad: Tensor, tau: int, workspace_bytes: int, engine: str, normalize: bool,
+                             bf16_rows: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """(∇Q [B, nq, d], ∇K [B, nk, d], ∇V [B, nk, dv]) of :func:`exact_weight_backward`; engine
     'kernel' or 'torch'."""
-    fused = engine == "kernel" and q.device.type == "cpu"
+    fused = engine == "kernel" and q.device.type == "cpu" and not bf16_rows  # (the unit rows are rounded)
     if not normalize or fused:
         return _exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine,
-                                      normalize)
+                                      normalize, bf16_rows)
     return gradients_through_unit_rows(q, k, lambda unit_q, unit_k: _exact_weight_backward(
-        codes_q, codes_k, unit_q, unit_k, v, key_weight, grad, tau, workspace_bytes, engine, False))
+        codes_q, codes_k, unit_q, unit_k, v, key_weight, grad, tau, workspace_bytes, engine, False, bf16_rows))
 
 
-def _exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine, normalize):
+def _exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine, normalize,
+                           bf16_rows):
+    q, k, v, grad = (rows_read(x, engine, bf16_rows) for x in (q, k, v, grad))
     if engine == "kernel":
         return tuple(_yoso_build.load(q.device.type).exact_weight_backward(
             codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, normalize, UNIT_ROWS_EPS))
@@ -327,7 +333,7 @@ def _exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau, wor
 
 
 @exact_weight_backward_op.register_fake
-def _(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine, normalize):
+def _(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine, normalize, bf16_rows):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -359,6 +365,17 @@ def engine_dtype(engine: str, *tensors: torch.Tensor) -> torch.dtype:
 
 def _as(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x.to(dtype).contiguous()
+
+
+def rows_read(x: torch.Tensor, engine: str, bf16_rows: bool) -> torch.Tensor:
+    """Rows (values, unit q and k, ∇Y) as the estimator reads them: as given, or with ``bf16_rows`` rounded to
+    bfloat16 (to nearest even). The CUDA kernels read those as bfloat16 (half the bytes, widened exactly as
+    loaded, the sums in float32); every other path reads them widened back to x's dtype: the same values, so
+    every engine computes the same estimator, and the CUDA kernels its float32 sums bitwise where deterministic."""
+    if not bf16_rows:
+        return x
+    rounded = x.to(torch.bfloat16)
+    return rounded.contiguous() if engine == "kernel" and x.is_cuda else rounded.to(x.dtype)
 
 
 # ------------------------------------------------- the YOSO authors' *YOSO backward (their yoso_v2)

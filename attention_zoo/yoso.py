@@ -30,7 +30,10 @@ float64 end to end, on the PyTorch path (the kernels are float32-only: ``auto`` 
 for float64, ``cpu`` and ``cuda`` refuse it). The hash codes are computed from the rows rounded to
 float32 whatever the dtype, so a float64 call collides the pairs its float32 twin does and differs
 from it by rounding only; a float64 port of the estimator given the same codes checks it to float64
-rounding (tests/test_float64.py).
+rounding (tests/test_float64.py). ``bf16_rows`` (lower-bound backward only): the rows the estimator reads
+(v in the forward; unit q and k, v and ∇Y in the backward) are rounded to bfloat16, sums and outputs stay
+float32; the CUDA kernels read them in half the bytes, every other engine widened (the same values):
+each output then moves by at most ~3·2^-8 of its sum of absolute terms (tests/test_yoso_bf16_rows.py).
 Random draws come from the global (seeded) generator in training; in evaluation (``eval_hashes``)
 from a per-module seed, the same hashes at every call (``fixed``), or, as the authors' code, from the
 global generator afresh at every call (``fresh``: a test number then carries the hashes' noise). YOSO-C adds a depthwise convolution of the masked V along the sequence (one filter per
@@ -73,6 +76,7 @@ class YosoOptions:
     exact_clamp: float = 0.99  # *YOSO: |q̂·k̂| at which the derivative is evaluated at most
     workspace_mb: int = 256  # hash tables alive at once (CUDA kernels and the PyTorch path)
     eval_hashes: str = "fixed"  # fixed: seeded per module in evaluation | fresh: drawn at every call (the authors')
+    bf16_rows: bool = False  # the rows the estimator reads (v; unit q, k and ∇Y in the backward) rounded to bfloat16
 
     def __post_init__(self):
         whole(self, 1, "num_hashes", "workspace_mb")
@@ -83,6 +87,10 @@ class YosoOptions:
         choice(self, "impl", ops.IMPLS)
         choice(self, "eval_hashes", EVAL_HASHES)
         number(self, "exact_clamp", 0.0, MAX_EXACT_CLAMP, low_open=True)
+        if self.bf16_rows and self.backward != "lower_bound":
+            raise InvalidOption("bf16_rows", self.bf16_rows, "false with backward=" + self.backward + ": bfloat16 rows "
+                                "are read by the cumulation and the lower-bound backward's kernels only; use "
+                                "backward=lower_bound or bf16_rows=false")
 
 
 @dataclass
@@ -103,6 +111,7 @@ class Setup:
     exact_clamp: float
     workspace_bytes: int
     normalize: bool = False  # q and k are raw rows: the estimator is taken on their unit rows
+    bf16_rows: bool = False  # the estimator's rows rounded to bfloat16 (_yoso_ops.rows_read)
 
 
 @dataclass
@@ -199,21 +208,22 @@ def yoso_cumulation(q, k, v, key_weight, codes_q, codes_k, projections, setup: S
     rows of any length whose unit rows the estimator is taken on (their gradients then go through
     x ↦ x/‖x‖, fused into the CPU kernel of the default backward)."""
     return sample_op(q, k, v, key_weight, codes_q, codes_k, projections, setup.tau, setup.backward, setup.engine,
-                     setup.exact_clamp, setup.workspace_bytes, setup.normalize)
+                     setup.exact_clamp, setup.workspace_bytes, setup.normalize, setup.bf16_rows)
 
 
 @torch.library.custom_op("attention_zoo::yoso_sample", mutates_args=())
 def sample_op(q: Tensor, k: Tensor, v: Tensor, key_weight: Tensor, codes_q: Tensor, codes_k: Tensor,
               projections: Tensor, tau: int, backward: str, engine: str, exact_clamp: float,
-              workspace_bytes: int, normalize: bool) -> Tensor:
+              workspace_bytes: int, normalize: bool, bf16_rows: bool) -> Tensor:
     """The forward of :func:`yoso_cumulation` (one operator, so that torch.compile keeps it whole)."""
     ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
-    return ops.cumulation(codes_q, codes_k, ones, key_weight[:, None, None], v, tau, engine, workspace_bytes)
+    return ops.cumulation(codes_q, codes_k, ones, key_weight[:, None, None], v, tau, engine, workspace_bytes,
+                          bf16_rows)
 
 
 @sample_op.register_fake
 def _(q, k, v, key_weight, codes_q, codes_k, projections, tau, backward, engine, exact_clamp, workspace_bytes,
-      normalize):
+      normalize, bf16_rows):
     return q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
 
 
@@ -229,13 +239,13 @@ def _sample_backward(ctx, grad):
     grad = grad.to(q.dtype).contiguous()
     if s.backward == "lower_bound" and projections.numel() == 0:  # the default: exact per-pair weights
         gradients = ops.exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, s.tau, s.engine,
-                                              s.workspace_bytes, s.normalize)
+                                              s.workspace_bytes, s.normalize, s.bf16_rows)
     elif s.normalize:  # the other backwards take unit rows: normalized around them
         gradients = gradients_through_unit_rows(q, k, lambda unit_q, unit_k: _unit_row_gradients(
             unit_q, unit_k, v, key_weight, grad, codes_q, codes_k, projections, s))
     else:
         gradients = _unit_row_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s)
-    return (*gradients, *[None] * 10)  # nothing for key_weight, the codes, the projections and the setup
+    return (*gradients, *[None] * 11)  # nothing for key_weight, the codes, the projections and the setup
 
 
 def _unit_row_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s: Setup):
@@ -244,7 +254,7 @@ def _unit_row_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections
         return expectation_gradients(q, k, v, key_weight, grad, s.tau)
     ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
     grad_v = ops.cumulation(codes_k, codes_q, key_weight[:, None, None], ones, grad, s.tau, s.engine,
-                            s.workspace_bytes)
+                            s.workspace_bytes, s.bf16_rows)
     if s.backward == "lower_bound":
         grad_q, grad_k = projected_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s)
     elif s.backward == "exact_collided":
@@ -290,9 +300,9 @@ def projected_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections
             value_r = torch.einsum("bnl,bhtl->bhtn", weighted_v[elements], rows).contiguous()
             cq, ck = codes_q[elements, hashes], codes_k[elements, hashes]
             grad_q[elements] += ops.cumulation(cq, ck, grad_r, value_r, half_tau_k[elements], s.tau, s.engine,
-                                               s.workspace_bytes)
+                                               s.workspace_bytes, s.bf16_rows)
             grad_k[elements] += ops.cumulation(ck, cq, value_r, grad_r, half_tau_q[elements], s.tau, s.engine,
-                                               s.workspace_bytes)
+                                               s.workspace_bytes, s.bf16_rows)
     return grad_q, grad_k
 
 
@@ -347,7 +357,8 @@ class YosoAttention(Attention):
         with torch.no_grad():
             codes_q = hash_codes(q.detach(), draws, o.num_hashes, self.tau, engine)
             codes_k = hash_codes(k.detach(), draws, o.num_hashes, self.tau, engine)
-        setup = Setup(self.tau, o.backward, engine, o.exact_clamp, o.workspace_mb * 2**20, normalize=True)
+        setup = Setup(self.tau, o.backward, engine, o.exact_clamp, o.workspace_mb * 2**20, normalize=True,
+                      bf16_rows=o.bf16_rows)
         return yoso_cumulation(q, k, v.reshape(flat, n, -1), key_weight, codes_q, codes_k, draws.projections.to(q.dtype),
                                setup)
 

@@ -105,7 +105,7 @@ def test_a_failed_check_raises_its_message_with_numbers_shapes_and_types(device)
     ones, values = torch.ones(2, 1, 1, 19, device=device), torch.zeros(2, 19, 24, device=device)
     cases = [
         ((codes, codes, ones, ones, values, 21), "yoso: hash_code_len must be in [1, 20], got 21"),
-        ((codes, codes, ones, ones, values.double(), 4), "yoso: values must be float32 (the wrapper casts), got Double"),
+        ((codes, codes, ones, ones, values.double(), 4), "yoso: values must be float32 or bfloat16 (the wrapper casts), got Double"),
         ((codes, codes, ones, ones, values[0], 4), "yoso: values must have 3 dimensions, got [19, 24]"),
         ((codes, codes[:, :3], ones, ones, values, 4), "yoso: codes_k must be [2, 4, n], got [2, 3, 19]"),
         ((codes, codes[..., :18].contiguous(), ones, ones, values, 4), "yoso: codes_k has 18 keys, values 19"),

@@ -5,8 +5,10 @@
 #include <torch/extension.h>
 
 #include <array>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "yoso_math.h"
 
@@ -52,6 +54,21 @@ inline void check_float(const at::Tensor& t, const char* name, int64_t dims) {
   YOSO_CHECK(t.is_contiguous(), "yoso: ", name, " must be contiguous");
 }
 
+// Rows the CUDA kernels read (yoso::Rows): float32 or bfloat16; the CPU kernels take float32 (require_float32).
+inline void check_rows(const at::Tensor& t, const char* name, int64_t dims) {
+  YOSO_CHECK(t.dim() == dims, "yoso: ", name, " must have ", dims, " dimensions, got ", t.sizes());
+  YOSO_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16, "yoso: ", name,
+              " must be float32 or bfloat16 (the wrapper casts), got ", t.scalar_type());
+  YOSO_CHECK(t.is_contiguous(), "yoso: ", name, " must be contiguous");
+}
+
+inline void require_float32(std::initializer_list<std::pair<const at::Tensor*, const char*>> rows) {
+  for (const auto& [t, name] : rows) {
+    YOSO_CHECK(t->scalar_type() == at::kFloat, "yoso: the CPU kernels read float32 rows, got ", t->scalar_type(), " ",
+                name, " (attention_zoo widens bfloat16 rows for them)");
+  }
+}
+
 inline void check_codes(const at::Tensor& t, const char* name, int64_t batch, int64_t hashes) {
   YOSO_CHECK(t.dim() == 3 && t.size(0) == batch && t.size(1) == hashes, "yoso: ", name,
               " must be [", batch, ", ", hashes, ", n], got ", t.sizes());
@@ -94,7 +111,7 @@ inline void validate_hash(const at::Tensor& x, const at::Tensor& diagonals, int6
 inline void validate_cumulation(const at::Tensor& codes_q, const at::Tensor& codes_k, const at::Tensor& weight_q,
                                 const at::Tensor& weight_k, const at::Tensor& values, int64_t tau) {
   check_tau(tau);
-  check_float(values, "values", 3);
+  check_rows(values, "values", 3);
   const int64_t B = values.size(0), m = codes_q.size(1);
   check_codes(codes_q, "codes_q", B, m);
   check_codes(codes_k, "codes_k", B, m);
@@ -112,10 +129,10 @@ inline void validate_cumulation(const at::Tensor& codes_q, const at::Tensor& cod
 inline void validate_pair_inputs(const at::Tensor& codes_s, const at::Tensor& codes_o, const at::Tensor& a,
                                  const at::Tensor& o, const at::Tensor& s, const at::Tensor& w,
                                  const at::Tensor& mask_o, int64_t tau, const char* what,
-                                 const std::array<const char*, 7>& names) {
+                                 const std::array<const char*, 7>& names, bool bf16_rows) {
   check_tau(tau);
   for (auto [t, name] : {std::pair{&a, names[2]}, {&o, names[3]}, {&s, names[4]}, {&w, names[5]}}) {
-    check_float(*t, name, 3);
+    if (bf16_rows) check_rows(*t, name, 3); else check_float(*t, name, 3);
   }
   check_float(mask_o, names[6], 2);
   const int64_t B = a.size(0), m = codes_s.size(1);
@@ -135,14 +152,14 @@ inline void validate_exact_weights(const at::Tensor& codes_q, const at::Tensor& 
                                    const at::Tensor& k, const at::Tensor& v, const at::Tensor& key_weight,
                                    const at::Tensor& grad, int64_t tau) {
   validate_pair_inputs(codes_q, codes_k, q, k, grad, v, key_weight, tau, "exact_weight_backward",
-                       {"codes_q", "codes_k", "q", "k", "grad", "v", "key_weight"});
+                       {"codes_q", "codes_k", "q", "k", "grad", "v", "key_weight"}, true);
 }
 
 inline void validate_pair_gradient(const at::Tensor& codes_s, const at::Tensor& codes_o, const at::Tensor& a,
                                    const at::Tensor& o, const at::Tensor& s, const at::Tensor& w,
                                    const at::Tensor& mask_o, int64_t tau) {
   validate_pair_inputs(codes_s, codes_o, a, o, s, w, mask_o, tau, "pair_gradient",
-                       {"codes_s", "codes_o", "a", "o", "s", "w", "mask_o"});
+                       {"codes_s", "codes_o", "a", "o", "s", "w", "mask_o"}, false);
 }
 
 }  // namespace yoso

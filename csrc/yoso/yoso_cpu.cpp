@@ -264,6 +264,7 @@ at::Tensor cumulation(const at::Tensor& codes_q, const at::Tensor& codes_k, cons
   if (values.is_cuda()) return cumulation_cuda(codes_q, codes_k, weight_q, weight_k, values, tau, workspace_bytes);
 #endif
   require_cpu(values);
+  yoso::require_float32({{&values, "values"}});
   return cumulation_cpu(codes_q, codes_k, weight_q, weight_k, values, tau);
 }
 
@@ -280,6 +281,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward(
   }
 #endif
   require_cpu(q);
+  yoso::require_float32({{&q, "q"}, {&k, "k"}, {&v, "v"}, {&grad, "grad"}});
   return exact_weight_backward_cpu(codes_q, codes_k, q, k, v, key_weight, grad, tau, normalize, eps);
 }
 

@@ -80,6 +80,12 @@ class TorchDevice final : public yoso::Device {
 
 bool deterministic() { return at::globalContext().deterministicAlgorithms(); }
 
+// A float32 or bfloat16 row matrix (yoso_checks.h allows both) as the kernels read it.
+yoso::Rows rows_of(const at::Tensor& t) { return {t.data_ptr(), t.scalar_type() == at::kBFloat16}; }
+
+// The float32 gradient of rows like t (float32 whatever t's row dtype), zeroed.
+at::Tensor float_zeros_like(const at::Tensor& t) { return at::zeros(t.sizes(), t.options().dtype(at::kFloat)); }
+
 }  // namespace
 
 at::Tensor fast_hash_cuda(const at::Tensor& x, const at::Tensor& diagonals, int64_t m, int64_t tau) {
@@ -96,10 +102,10 @@ at::Tensor cumulation_cuda(const at::Tensor& codes_q, const at::Tensor& codes_k,
   const c10::cuda::CUDAGuard guard(values.device());
   TorchDevice device(values);
   const int64_t B = values.size(0), nq = codes_q.size(2);
-  auto out = at::zeros({B, nq, values.size(2)}, values.options());
+  auto out = at::zeros({B, nq, values.size(2)}, values.options().dtype(at::kFloat));
   yoso::cumulation(device, codes_q.data_ptr<int32_t>(), codes_k.data_ptr<int32_t>(), weight_q.data_ptr<float>(),
                    weight_q.size(1), weight_k.data_ptr<float>(), weight_k.size(1), weight_q.size(2),
-                   values.data_ptr<float>(), out.data_ptr<float>(), B, codes_q.size(1), nq, values.size(1),
+                   rows_of(values), out.data_ptr<float>(), B, codes_q.size(1), nq, values.size(1),
                    values.size(2), tau, workspace_bytes, deterministic());
   return out;
 }
@@ -109,9 +115,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward_cuda(
     const at::Tensor& key_weight, const at::Tensor& grad, int64_t tau, int64_t workspace_bytes) {
   const c10::cuda::CUDAGuard guard(q.device());
   TorchDevice device(q);
-  auto grad_q = at::zeros_like(q), grad_k = at::zeros_like(k), grad_v = at::zeros_like(v);
-  yoso::exact_backward(device, codes_q.data_ptr<int32_t>(), codes_k.data_ptr<int32_t>(), q.data_ptr<float>(),
-                       k.data_ptr<float>(), v.data_ptr<float>(), key_weight.data_ptr<float>(), grad.data_ptr<float>(),
+  auto grad_q = float_zeros_like(q), grad_k = float_zeros_like(k), grad_v = float_zeros_like(v);
+  yoso::exact_backward(device, codes_q.data_ptr<int32_t>(), codes_k.data_ptr<int32_t>(), rows_of(q), rows_of(k),
+                       rows_of(v), key_weight.data_ptr<float>(), rows_of(grad),
                        grad_q.data_ptr<float>(), grad_k.data_ptr<float>(), grad_v.data_ptr<float>(), q.size(0),
                        codes_q.size(1), q.size(1), k.size(1), q.size(2), v.size(2), tau, workspace_bytes,
                        deterministic());

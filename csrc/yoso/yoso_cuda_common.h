@@ -43,6 +43,15 @@ YOSO_DEVICE int32_t checked_code(const int32_t* codes, int64_t index, int tau) {
   return code;
 }
 
+// A bfloat16's float32: its 16 bits are the top half of the float's (exact: no rounding on the way in).
+YOSO_DEVICE float widened(uint32_t bf16) { return __uint_as_float(bf16 << 16); }
+
+// Element `index` of a row matrix, as a float32.
+YOSO_DEVICE float element(const Rows& rows, int64_t index) {
+  return rows.bf16 ? widened(load(static_cast<const uint16_t*>(rows.data) + index))
+                   : load(static_cast<const float*>(rows.data) + index);
+}
+
 // One token's vectors split over a team of consecutive lanes. D > 0 (16, 32, 64, 128; the head dim and
 // the value dim both D): D/4 lanes, lane `rank` holding coordinates 4·rank … 4·rank + 3 (one float4
 // load or store a row, rows 16-byte aligned). D = 0 (any dims up to kMaxHeadDim): 32 lanes, lane `rank`
@@ -71,6 +80,20 @@ struct Team {
     } else {
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) x[s] = coordinate(s) < width ? load(row + coordinate(s)) : 0.0f;
+    }
+  }
+  // This lane's coordinates of row `row` of a row matrix `width` wide (float32 or bfloat16: four bfloat16s
+  // are one 8-byte load, D > 0).
+  YOSO_DEVICE void read(const Rows& rows, int64_t row, int width, float (&x)[kSlots]) const {
+    if (!rows.bf16) {
+      read(static_cast<const float*>(rows.data) + row * width, width, x);
+    } else if constexpr (D > 0) {
+      const uint2 packed = load(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(rows.data) + row * width) + rank);
+      x[0] = widened(packed.x & 0xffffu), x[1] = __uint_as_float(packed.x & 0xffff0000u);
+      x[2] = widened(packed.y & 0xffffu), x[3] = __uint_as_float(packed.y & 0xffff0000u);
+    } else {
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) x[s] = coordinate(s) < width ? element(rows, row * width + coordinate(s)) : 0.0f;
     }
   }
   // row[coordinate] = x for this lane's coordinates below the width.
@@ -116,13 +139,13 @@ struct Team {
       for (int k = 0; k < N; ++k) sums[k] += other[k];
     }
   }
-  // sum[e] += Σ_l row_l · table[l][e] over l < rows (table rows `width` floats apart, 16-byte aligned when
-  // D > 0), for this lane's coordinates e: a vector (whose coordinates are read whole from `row`, the same
-  // address for every lane of the team) times a table.
-  YOSO_DEVICE void add_times_table(const float* row, int rows, const float* table, int width,
+  // sum[e] += Σ_l x_l · table[l][e] over l < length, x row `row` of a row matrix `length` wide (table rows
+  // `width` floats apart, 16-byte aligned when D > 0), for this lane's coordinates e: a vector (whose
+  // coordinates are read whole, the same address for every lane of the team) times a table.
+  YOSO_DEVICE void add_times_table(const Rows& x, int64_t row, int length, const float* table, int width,
                                    float (&sum)[kSlots]) const {
-    for (int l = 0; l < rows; ++l) {
-      const float a = load(row + l);
+    for (int l = 0; l < length; ++l) {
+      const float a = element(x, row * length + l);
       float t[kSlots];
       read(table + int64_t(l) * width, width, t);
 #pragma unroll

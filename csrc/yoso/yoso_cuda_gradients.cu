@@ -57,11 +57,11 @@ YOSO_GLOBAL void query_gradients_kernel(Backward a, Heavy heavy, float scale) {
   const int64_t b = token / a.nq;
   const int i = static_cast<int>(token - b * a.nq);
   float g[T::kSlots], sum[T::kSlots] = {};
-  team.read(a.grad + token * a.dv, a.dv, g);
+  team.read(a.grad, token, a.dv, g);
   for_each_bucket(team, b, a.m, a.tau, a.codes_q, a.nq, i, a.starts_k, a.sorted_k, a.nk, heavy.table_of_k,
                   [&](int64_t pair, const Bucket& bucket) {
     if (bucket.table >= 0) {
-      team.add_times_table(a.grad + token * a.dv, a.dv, heavy.pool + bucket.table * heavy.table_floats, a.d, sum);
+      team.add_times_table(a.grad, token, a.dv, heavy.pool + bucket.table * heavy.table_floats, a.d, sum);
       return;
     }
     const int32_t* sorted = a.sorted_k + pair * a.nk;
@@ -70,9 +70,9 @@ YOSO_GLOBAL void query_gradients_kernel(Backward a, Heavy heavy, float scale) {
       const float w = load(a.key_weight + j);
       if (w == 0.0f) continue;
       float v[T::kSlots], k[T::kSlots];
-      team.read(a.v + j * a.dv, a.dv, v);
+      team.read(a.v, j, a.dv, v);
       const float weight = w * team.dot(g, v);
-      team.read(a.k + j * a.d, a.d, k);
+      team.read(a.k, j, a.d, k);
 #pragma unroll
       for (int s = 0; s < T::kSlots; ++s) sum[s] += weight * k[s];
     }
@@ -95,13 +95,13 @@ YOSO_GLOBAL void key_gradients_kernel(Backward a, Heavy heavy, float scale, floa
   const int64_t b = token / a.nk;
   const int j = static_cast<int>(token - b * a.nk);
   float v[T::kSlots], sum_k[T::kSlots] = {}, sum_v[T::kSlots] = {};
-  team.read(a.v + token * a.dv, a.dv, v);
+  team.read(a.v, token, a.dv, v);
   for_each_bucket(team, b, a.m, a.tau, a.codes_k, a.nk, j, a.starts_q, a.sorted_q, a.nq, heavy.table_of_q,
                   [&](int64_t pair, const Bucket& bucket) {
     if (bucket.table >= 0) {
       const float* N = heavy.pool + bucket.table * heavy.table_floats + int64_t(a.dv) * a.d;
       float g[T::kSlots];
-      team.add_times_table(a.v + token * a.dv, a.dv, N, a.d, sum_k);
+      team.add_times_table(a.v, token, a.dv, N, a.d, sum_k);
       team.read(N + int64_t(a.dv) * a.d, a.dv, g);
 #pragma unroll
       for (int s = 0; s < T::kSlots; ++s) sum_v[s] += g[s];
@@ -111,9 +111,9 @@ YOSO_GLOBAL void key_gradients_kernel(Backward a, Heavy heavy, float scale, floa
     for (int r = bucket.first; r < a.nq && load(sorted + r) == bucket.code; ++r) {
       const int64_t i = b * a.nq + load(a.order_q + pair * a.nq + r);
       float g[T::kSlots], q[T::kSlots];
-      team.read(a.grad + i * a.dv, a.dv, g);
+      team.read(a.grad, i, a.dv, g);
       const float weight = team.dot(g, v);
-      team.read(a.q + i * a.d, a.d, q);
+      team.read(a.q, i, a.d, q);
 #pragma unroll
       for (int s = 0; s < T::kSlots; ++s) {
         sum_v[s] += g[s];
@@ -147,16 +147,16 @@ YOSO_GLOBAL void scatter_pairs_kernel(Backward a, Heavy heavy, float scale, floa
   if (first < 0 || table_of(heavy.table_of_k, pair * a.nk + first) >= 0) return;
   const int64_t query = b * a.nq + i;
   float g[T::kSlots], q[T::kSlots], sum[T::kSlots] = {};
-  team.read(a.grad + query * a.dv, a.dv, g);
-  team.read(a.q + query * a.d, a.d, q);
+  team.read(a.grad, query, a.dv, g);
+  team.read(a.q, query, a.d, q);
   for (int r = first; r < a.nk && load(sorted + r) == code; ++r) {
     const int64_t j = b * a.nk + load(a.order_k + pair * a.nk + r);
     const float w = load(a.key_weight + j);
     if (w == 0.0f) continue;
     float v[T::kSlots], k[T::kSlots], to_k[T::kSlots], to_v[T::kSlots];
-    team.read(a.v + j * a.dv, a.dv, v);
+    team.read(a.v, j, a.dv, v);
     const float weight = w * team.dot(g, v);
-    team.read(a.k + j * a.d, a.d, k);
+    team.read(a.k, j, a.d, k);
 #pragma unroll
     for (int s = 0; s < T::kSlots; ++s) {
       sum[s] += weight * k[s];
@@ -189,7 +189,7 @@ YOSO_GLOBAL void heavy_apply_kernel(Backward a, Heavy heavy, float scale, float 
     for (int r = run[3] + slot; r < run[4]; r += teams) {
       const int64_t i = b * a.nq + load(a.order_q + pair * a.nq + r);
       float sum[T::kSlots] = {};
-      team.add_times_table(a.grad + i * a.dv, a.dv, M, a.d, sum);
+      team.add_times_table(a.grad, i, a.dv, M, a.d, sum);
 #pragma unroll
       for (int s = 0; s < T::kSlots; ++s) sum[s] *= scale;
       team.add(a.grad_q + i * a.d, a.d, sum);
@@ -199,7 +199,7 @@ YOSO_GLOBAL void heavy_apply_kernel(Backward a, Heavy heavy, float scale, float 
       const float w = load(a.key_weight + j);
       if (w == 0.0f) continue;
       float sum[T::kSlots] = {}, g[T::kSlots];
-      team.add_times_table(a.v + j * a.dv, a.dv, N, a.d, sum);
+      team.add_times_table(a.v, j, a.dv, N, a.d, sum);
       team.read(N + int64_t(a.dv) * a.d, a.dv, g);
 #pragma unroll
       for (int s = 0; s < T::kSlots; ++s) {
@@ -301,7 +301,7 @@ cudaError_t launch_backward(const Backward& a, const Heavy& heavy, bool atomic, 
     const cudaError_t status = launch_heavy_tables(a, heavy, stream);
     if (status != cudaSuccess) return status;
   }
-  switch (instance(a.d, a.dv, {a.q, a.k, a.v, a.grad, a.grad_q, a.grad_k, a.grad_v, heavy.pool})) {
+  switch (instance(a.d, a.dv, {a.q.data, a.k.data, a.v.data, a.grad.data, a.grad_q, a.grad_k, a.grad_v, heavy.pool})) {
     case 16: return launch_gradients<16>(a, heavy, atomic, stream);
     case 32: return launch_gradients<32>(a, heavy, atomic, stream);
     case 64: return launch_gradients<64>(a, heavy, atomic, stream);

@@ -64,8 +64,8 @@ YOSO_GLOBAL void number_heavy_kernel(Backward a, Heavy heavy) {
 // element b, x_r = weight · X[token] (weight 1 when null), y_r = Y[token] and, when cols = width + 1, a
 // last column of ones (its sums go to out_ones[l]). The block stages kTile tokens' x and y in shared
 // memory at a time; each thread keeps kCells cells in registers and sums its tokens in sorted order.
-YOSO_DEVICE void sum_outer_products(const int32_t* order, int first, int last, const float* X, const float* weight,
-                                    const float* Y, int64_t b, int n, int rows, int width, int cols, float* out,
+YOSO_DEVICE void sum_outer_products(const int32_t* order, int first, int last, const Rows& X, const float* weight,
+                                    const Rows& Y, int64_t b, int n, int rows, int width, int cols, float* out,
                                     float* out_ones, float* tile) {
   const int stride = rows + width + 1, cells = rows * cols;
   for (int base = 0; base < cells; base += kTableThreads * kCells) {
@@ -79,9 +79,9 @@ YOSO_DEVICE void sum_outer_products(const int32_t* order, int first, int last, c
         const int64_t token = b * n + load(order + start + t);
         float value = 1.0f;
         if (column < rows) {
-          value = load(X + token * rows + column) * (weight != nullptr ? load(weight + token) : 1.0f);
+          value = element(X, token * rows + column) * (weight != nullptr ? load(weight + token) : 1.0f);
         } else if (column < rows + width) {
-          value = load(Y + token * width + column - rows);
+          value = element(Y, token * width + column - rows);
         }
         tile[at] = value;
       }

@@ -64,7 +64,7 @@ void fast_hash(Device& device, const float* x, const float* diagonals, int32_t* 
 }
 
 void cumulation(Device& device, const int32_t* codes_q, const int32_t* codes_k, const float* weight_q, int64_t mq,
-                const float* weight_k, int64_t mk, int64_t p, const float* values, float* out, int64_t B, int64_t m,
+                const float* weight_k, int64_t mk, int64_t p, Rows values, float* out, int64_t B, int64_t m,
                 int64_t nq, int64_t nk, int64_t dv, int64_t tau, int64_t workspace_bytes, bool deterministic) {
   check_dims(device, 0, dv, "cumulation");
   const Cumulation c{codes_q, codes_k, nullptr, nullptr, nullptr, weight_q, weight_k, values, out, B,
@@ -102,8 +102,8 @@ void cumulation(Device& device, const int32_t* codes_q, const int32_t* codes_k, 
   }
 }
 
-void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes_k, const float* q, const float* k,
-                    const float* v, const float* key_weight, const float* grad, float* grad_q, float* grad_k,
+void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes_k, Rows q, Rows k, Rows v,
+                    const float* key_weight, Rows grad, float* grad_q, float* grad_k,
                     float* grad_v, int64_t B, int64_t m, int64_t nq, int64_t nk, int64_t d, int64_t dv, int64_t tau,
                     int64_t workspace_bytes, bool deterministic) {
   check_dims(device, d, dv, "backward");

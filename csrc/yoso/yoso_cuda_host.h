@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "yoso_cuda_kernels.h"
 #include "yoso_simt.h"
 
 namespace yoso {
@@ -57,13 +58,13 @@ void fast_hash(Device& device, const float* x, const float* diagonals, int32_t* 
 // global rows; the lists, 8 bytes a token and hash a side, are outside workspace_bytes, as a sort's output
 // is), else by code when 2^tau <= 2 nk (no sort), else by the sorted codes.
 void cumulation(Device& device, const int32_t* codes_q, const int32_t* codes_k, const float* weight_q, int64_t mq,
-                const float* weight_k, int64_t mk, int64_t p, const float* values, float* out, int64_t B, int64_t m,
+                const float* weight_k, int64_t mk, int64_t p, Rows values, float* out, int64_t B, int64_t m,
                 int64_t nq, int64_t nk, int64_t dv, int64_t tau, int64_t workspace_bytes, bool deterministic);
 
 // grad_q, grad_k [B, n, d], grad_v [B, nk, dv] (zeroed) of the default backward, in one pass: heavy
 // buckets found, counted and numbered on the device, tables for at most workspace_bytes of them.
-void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes_k, const float* q, const float* k,
-                    const float* v, const float* key_weight, const float* grad, float* grad_q, float* grad_k,
+void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes_k, Rows q, Rows k, Rows v,
+                    const float* key_weight, Rows grad, float* grad_q, float* grad_k,
                     float* grad_v, int64_t B, int64_t m, int64_t nq, int64_t nk, int64_t d, int64_t dv, int64_t tau,
                     int64_t workspace_bytes, bool deterministic);
 

@@ -38,7 +38,7 @@ YOSO_GLOBAL void bucket_rows_kernel(Cumulation c, float* rows, int64_t first_pai
       const float w = load(weight + int64_t(channel) * c.nk + j);
       if (w == 0.0f) continue;
       float v[T::kSlots];
-      team.read(c.values + (b * c.nk + j) * c.dv, c.dv, v);
+      team.read(c.values, b * c.nk + j, c.dv, v);
 #pragma unroll
       for (int s = 0; s < T::kSlots; ++s) sum[s] += w * v[s];
     }
@@ -61,7 +61,7 @@ YOSO_GLOBAL void scatter_rows_kernel(Cumulation c, float* rows, int64_t rows_per
     const float w = load(weight + int64_t(channel) * c.nk);
     if (w == 0.0f) continue;
     for (int l = threadIdx.x; l < c.dv; l += kWarp) {
-      atomic_add(row + int64_t(channel) * c.dv + l, w * load(c.values + (b * c.nk + j) * c.dv + l));
+      atomic_add(row + int64_t(channel) * c.dv + l, w * element(c.values, (b * c.nk + j) * c.dv + l));
     }
   }
 }
@@ -221,7 +221,7 @@ YOSO_GLOBAL void table_cumulation_kernel(Cumulation c, SliceLists lists, float i
     load_listed(keys, first, token, row);
 #pragma unroll
     for (int s = 0; s < kTableBatch; ++s) {
-      value[s] = token[s] >= 0 && mine ? load(c.values + (b * c.nk + token[s]) * c.dv + column) : 0.0f;
+      value[s] = token[s] >= 0 && mine ? element(c.values, (b * c.nk + token[s]) * c.dv + column) : 0.0f;
     }
     for (int channel = 0; channel < c.p; ++channel) {
       float w[kTableBatch];
@@ -307,7 +307,7 @@ cudaError_t launch_cumulation_chunk(const Cumulation& c, float* rows, int64_t ro
   if (c.dv > kMaxHeadDim || end - first > 65535 || (direct && !atomic)) {
     return cudaErrorInvalidValue;  // the host logic says so first
   }
-  switch (instance(c.dv, c.dv, {c.values, c.out, rows})) {
+  switch (instance(c.dv, c.dv, {c.values.data, c.out, rows})) {
     case 16: return launch_chunk<16>(c, rows, rows_per_pair, direct, atomic, first, end, stream);
     case 32: return launch_chunk<32>(c, rows, rows_per_pair, direct, atomic, first, end, stream);
     case 64: return launch_chunk<64>(c, rows, rows_per_pair, direct, atomic, first, end, stream);

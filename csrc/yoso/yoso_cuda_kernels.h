@@ -23,6 +23,14 @@ namespace yoso {
 // The largest head and value dims the gradient kernels keep per thread.
 constexpr int kMaxHeadDim = 256;
 
+// Rows the kernels read (values, q, k, the output's gradient): float32, or bfloat16, the top half of a float32,
+// widened exactly as it is loaded, so every product and sum is the float32 one of the same values (and
+// bitwise so on the deterministic path) at half the bytes. Tables, weights and outputs stay float32.
+struct Rows {
+  const void* data = nullptr;
+  bool bf16 = false;
+};
+
 // codes [B, m, n] (every one written) of x [B, n, d] under diagonals [B, R, 3, P].
 cudaError_t launch_fast_hash(const float* x, const float* diagonals, int32_t* codes, int64_t B, int n, int d, int R,
                              int P, int m, int tau, cudaStream_t stream);
@@ -34,7 +42,8 @@ cudaError_t launch_fast_hash(const float* x, const float* diagonals, int32_t* co
 struct Cumulation {
   const int32_t *codes_q, *codes_k, *sorted_k, *order_k;
   const int32_t* starts_k;  // the keys' run starts by code (launch_run_starts), or null: binary searches
-  const float *weight_q, *weight_k, *values;
+  const float *weight_q, *weight_k;
+  Rows values;
   float* out;
   int64_t B;
   int m, mq, mk, p, nq, nk, dv, tau;
@@ -69,7 +78,9 @@ struct Backward {
   // Each pair's run starts by code ([B·m, 2^tau]: the first sorted position of a code, or -1 where the side
   // lacks it), for the side whose runs are looked up; null: a binary search in the sorted codes instead.
   const int32_t *starts_q, *starts_k;
-  const float *q, *k, *v, *key_weight, *grad;
+  Rows q, k, v;
+  const float* key_weight;
+  Rows grad;
   float *grad_q, *grad_k, *grad_v;
   int64_t B;
   int m, nq, nk, d, dv, tau;

@@ -97,6 +97,14 @@ struct dim3 {
 struct float4 {
   float x, y, z, w;
 };
+struct uint2 {
+  unsigned x, y;
+};
+inline float __uint_as_float(unsigned bits) {
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
 using cudaStream_t = void*;
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidConfiguration = 9 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };

@@ -13,7 +13,8 @@ YOSO cells take the atomic ones), and on CUDA YOSO-32 with its
 forward and backward each replayed as a CUDA graph (``torch.cuda.make_graphed_callables``: what
 ``trainer.compile_mode=reduce-overhead`` buys, the host's Python, dispatch and launches taken out; its
 peak memory counts the graphs' pools, from before their capture); the YOSO cells run in
-fp32 (its kernels are fp32). Every table says each cell's precision. The bf16 cells are in the
+fp32 (its kernels are fp32), YOSO-32 (bf16 rows) with the rows its kernels read in bf16 (``bf16_rows``: half
+their bytes, every sum in fp32). Every table says each cell's precision. The bf16 cells are in the
 default set on CUDA only (bf16 autocast on a CPU is slow and not how the CPU runs train); ask for
 them with ``--cells``. Times and peak memory (of one forward + backward) are measured as
 :mod:`lra.profiling.measure` defines them (the best of ``--repeats`` runs after one warm-up; the
@@ -52,6 +53,7 @@ CELLS = {  # name: (kind, backend options, precision)
     "YOSO-32 (PyTorch)": ("yoso", {"num_hashes": 32, "impl": "torch"}, "fp32"),
     "YOSO-32 (CUDA graphs)": ("yoso", {"num_hashes": 32}, "fp32"),
     "YOSO-32 (deterministic)": ("yoso", {"num_hashes": 32}, "fp32"),
+    "YOSO-32 (bf16 rows)": ("yoso", {"num_hashes": 32, "bf16_rows": True}, "fp32, bf16 rows"),
 }
 GRAPHED = {"YOSO-32 (CUDA graphs)"}  # CUDA only
 # Under torch.use_deterministic_algorithms, as the trainer runs (trainer.deterministic, default true): the
@@ -61,7 +63,7 @@ DETERMINISTIC = {"YOSO-32 (deterministic)"}
 
 def default_cells(device: str) -> list:
     """Every cell on CUDA; on a CPU every fp32 cell but the CUDA-graph one (bf16 autocast there is slow and
-    not how CPU runs train)."""
+    not how CPU runs train; the CPU kernels read float32 rows, so bf16 rows only add the rounding there)."""
     return [name for name, (_, _, precision) in CELLS.items()
             if device == "cuda" or (precision == "fp32" and name not in GRAPHED)]
 

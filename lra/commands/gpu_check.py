@@ -120,7 +120,8 @@ def limits(backends: int, jobs_per_gpu: Optional[int], flex: int = 0) -> dict:
                         "measuring: SDPA fp32 (no FlashAttention) ~0.3 s a call at 16 x 32,768^2, eager fp32 ~0.1 s "
                         "at 16,384 and out of memory at once at 32,768, the 4 kernel YOSO cells ~1 s in all as "
                         "projected (<= 27 ms a call at 32,768, YOSO-64; lra.benchmarks.yoso_cost), ~10 s were the "
-                        "projection 10x short, the PyTorch YOSO cell a few s; ~10 s start-up"),
+                        "projection 10x short, the PyTorch YOSO cell a few s; ~10 s start-up; the bf16-rows YOSO cell, added since, "
+                        "under 1 s more as projected"),
         "bert": (30, "measured 19 s on an H100 before the CUDA-graph cell; 4 lengths x 10 cells at 12 heads of 64, one process: the largest, eager fp32 at 4,096, "
                      "~5 ms a call; ~10 s start-up"),
         "profile": (PROFILE_BACKEND_S * backends + 4,
@@ -162,7 +163,7 @@ def cuda_tests(tests: Path, quick: bool) -> List[str]:
     compiled = [f"{cuda}::test_every_backend_compiles_with_inductor_on_cuda_and_matches_eager[{name}]"
                 for name in COMPILE_SUBSET]
     # The kernels' correctness first, the cold compiles last: a step cut at its limit keeps what matters most.
-    return [str(tests / "test_yoso_kernels.py"), f"{cuda}::{CUDA_PATHS}", *amp,
+    return [str(tests / "test_yoso_kernels.py"), f"{cuda}::{CUDA_PATHS}", str(tests / "test_yoso_bf16_rows.py"), *amp,
             f"{cuda}::test_sampling_backends_replay_under_cuda_graphs[yoso]", *compiled, str(tests / FLEX_TEST)]
 
 

@@ -121,6 +121,14 @@ OUTPUTS = {"fast_hash": {"codes": np.int32}, "cumulation": {"out": np.float32},
            "neighbours": {"out": np.float32}, "unwritten_shared": {"codes": np.int32}}
 
 
+def bf16_bits(x) -> np.ndarray:
+    """A float tensor rounded to bfloat16 (torch's rounding, to nearest even), as the uint16 bits the driver
+    reads as bfloat16 rows."""
+    import torch
+
+    return x.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+
+
 def run(variant: str, op: str, arrays: Dict[str, np.ndarray], ints: Dict[str, int], floats: Dict[str, float] = None,
         driver: Path = None, check: bool = True) -> Result:
     """Run ``op`` of the emulated kernels; a sanitizer report or a failed emulation check raises, and
@@ -131,9 +139,9 @@ def run(variant: str, op: str, arrays: Dict[str, np.ndarray], ints: Dict[str, in
     with tempfile.TemporaryDirectory() as folder:
         lines = [f"op {op}"] + [f"int {k} {int(v)}" for k, v in ints.items()]
         lines += [f"float {k} {float(v)!r}" for k, v in (floats or {}).items()]
-        for name, array in arrays.items():
-            kind = "i4" if array.dtype.kind in "iu" else "f4"
-            data = np.ascontiguousarray(array, dtype=np.int32 if kind == "i4" else np.float32)
+        for name, array in arrays.items():  # uint16: bfloat16 rows, as their bits (:func:`bf16_bits`)
+            kind = "b2" if array.dtype == np.uint16 else "i4" if array.dtype.kind in "iu" else "f4"
+            data = np.ascontiguousarray(array, dtype={"b2": np.uint16, "i4": np.int32, "f4": np.float32}[kind])
             data.tofile(Path(folder) / f"{name}.bin")
             lines.append(f"{kind} {name} {data.size}")
         (Path(folder) / "request.txt").write_text("\n".join(lines) + "\n")

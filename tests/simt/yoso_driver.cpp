@@ -27,6 +27,13 @@ struct Request {
   std::map<std::string, double> floats;
   std::map<std::string, std::vector<float>> f32;
   std::map<std::string, std::vector<int32_t>> i32;
+  std::map<std::string, std::vector<uint16_t>> bf16;  // bfloat16 rows, as their bits
+
+  // A row matrix given as float32 (f4) or bfloat16 (b2).
+  yoso::Rows rows(const std::string& name) {
+    if (bf16.count(name)) return {bf16[name].data(), true};
+    return {f32[name].data(), false};  // (absent: empty, as the host checks may refuse before any read)
+  }
 };
 
 template <typename T>
@@ -56,11 +63,13 @@ Request read_request(const std::string& folder) {
       file >> name >> request.ints[name];
     } else if (kind == "float") {
       file >> name >> request.floats[name];
-    } else if (kind == "f4" || kind == "i4") {
+    } else if (kind == "f4" || kind == "i4" || kind == "b2") {
       int64_t count;
       file >> name >> count;
-      if (kind == "f4") request.f32[name] = read_array<float>(folder + "/" + name + ".bin", count);
-      else request.i32[name] = read_array<int32_t>(folder + "/" + name + ".bin", count);
+      const std::string path = folder + "/" + name + ".bin";
+      if (kind == "f4") request.f32[name] = read_array<float>(path, count);
+      else if (kind == "i4") request.i32[name] = read_array<int32_t>(path, count);
+      else request.bf16[name] = read_array<uint16_t>(path, count);
     } else {
       simt::fail("unknown request line " + kind);
     }
@@ -161,15 +170,15 @@ int main(int argc, char** argv) {
       auto& out = outputs_f32["out"];
       out.assign(I("B") * I("nq") * I("dv"), 0.0f);
       yoso::cumulation(device, r.i32["codes_q"].data(), r.i32["codes_k"].data(), r.f32["weight_q"].data(), I("mq"),
-                       r.f32["weight_k"].data(), I("mk"), I("p"), r.f32["values"].data(), out.data(), I("B"), I("m"),
+                       r.f32["weight_k"].data(), I("mk"), I("p"), r.rows("values"), out.data(), I("B"), I("m"),
                        I("nq"), I("nk"), I("dv"), I("tau"), I("workspace_bytes"), deterministic);
     } else if (r.op == "exact_backward") {
       auto &grad_q = outputs_f32["grad_q"], &grad_k = outputs_f32["grad_k"], &grad_v = outputs_f32["grad_v"];
       grad_q.assign(I("B") * I("nq") * I("d"), 0.0f);
       grad_k.assign(I("B") * I("nk") * I("d"), 0.0f);
       grad_v.assign(I("B") * I("nk") * I("dv"), 0.0f);
-      yoso::exact_backward(device, r.i32["codes_q"].data(), r.i32["codes_k"].data(), r.f32["q"].data(),
-                           r.f32["k"].data(), r.f32["v"].data(), r.f32["key_weight"].data(), r.f32["grad"].data(),
+      yoso::exact_backward(device, r.i32["codes_q"].data(), r.i32["codes_k"].data(), r.rows("q"), r.rows("k"),
+                           r.rows("v"), r.f32["key_weight"].data(), r.rows("grad"),
                            grad_q.data(), grad_k.data(), grad_v.data(), I("B"), I("m"), I("nq"), I("nk"), I("d"),
                            I("dv"), I("tau"), I("workspace_bytes"), deterministic);
     } else if (r.op == "pair_gradient") {
