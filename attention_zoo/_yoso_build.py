@@ -37,7 +37,7 @@ from attention_zoo._common import package_folder
 SOURCE_DIR = package_folder("attention_zoo.csrc") / "yoso"  # csrc/yoso in the repository
 CPU_SOURCES = ["yoso_cpu.cpp", "yoso_cpu_gradients.cpp"]
 CUDA_SOURCES = [*CPU_SOURCES, "yoso_cuda.cpp", "yoso_cuda_host.cpp", "yoso_cuda_hash.cu", "yoso_cuda_kernels.cu",
-                "yoso_cuda_heavy.cu", "yoso_cuda_gradients.cu", "yoso_cuda_sort.cu"]
+                "yoso_cuda_heavy.cu", "yoso_cuda_gradients.cu", "yoso_cuda_sort.cu", "yoso_cuda_rows.cu"]
 HEADERS = ["yoso_math.h", "yoso_buckets.h", "yoso_checks.h", "yoso_cuda_kernels.h", "yoso_cuda_common.h",
            "yoso_cuda_host.h", "yoso_simt.h"]
 COMPLETE_STAMP = "build.complete"  # written after a successful build; nothing in the folder changes after it

@@ -35,7 +35,7 @@ another operation left pending is raised before the first launch, named as not Y
   ∇Q_i = (τ/2m) Σ_h Σ_{j colliding} w_j (∇Y_i·v_j) k_j and ∇K_j symmetrically, by enumerating the
   colliding pairs (the kernels switch a heavy bucket to its d_v × d tables). With ``normalize`` the
   rows may have any length: the estimator is taken on their unit rows and the gradients are those of
-  the rows given (the CPU kernel normalizes as it packs its rows).
+  the rows given (the kernels normalize themselves: yoso_cuda_rows.cu, the CPU's as it packs its rows).
 - Pair gradient ("*YOSO", paper eq. 3): (1/m) Σ_h Σ_{o colliding with s} mask_o (s_s·w_o) ρ(a_s·o_o) o_o
   with ρ(x) = f'(x)/f(x) = τ / ((π − arccos x) √(1 − x²)), f(x) = (1 − arccos(x)/π)^τ, x clamped.
 """
@@ -301,8 +301,9 @@ def exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau: int,
                           bf16_rows: bool = False):
     """(∇Q, ∇K, ∇V) of :func:`exact_weight_backward_torch`. With ``normalize`` q and k are rows of any
     length: the estimator is taken on their unit rows and ∇Q, ∇K are the gradients of the rows given
-    (through x ↦ x / max(‖x‖, ε), :func:`~attention_zoo._common.through_unit_rows`); the CPU kernel
-    does both while it packs and unpacks its rows, elsewhere they are passes around the estimator. With
+    (through x ↦ x / max(‖x‖, ε), :func:`~attention_zoo._common.through_unit_rows`); the kernels do both
+    (the CPU's while it packs and unpacks its rows, the CUDA's in one launch before the estimator and one
+    after), the PyTorch path in passes around it. With
     ``bf16_rows`` the estimator reads its rows (unit q and k, v, ∇Y) as :func:`rows_read` gives them."""
     dtype = engine_dtype(engine, q, k, v, grad)
     return exact_weight_backward_op(codes_q.contiguous(), codes_k.contiguous(), *(_as(x, dtype) for x in (
@@ -315,7 +316,8 @@ def exact_weight_backward_op(codes_q: Tensor, codes_k: Tensor, q: Tensor, k: Ten
                              bf16_rows: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """(∇Q [B, nq, d], ∇K [B, nk, d], ∇V [B, nk, dv]) of :func:`exact_weight_backward`; engine
     'kernel' or 'torch'."""
-    fused = engine == "kernel" and q.device.type == "cpu" and not bf16_rows  # (the unit rows are rounded)
+    # The kernels normalize themselves, the CUDA ones rounding the unit rows they make (the CPU ones read float32).
+    fused = engine == "kernel" and (q.is_cuda or not bf16_rows)
     if not normalize or fused:
         return _exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine,
                                       normalize, bf16_rows)
@@ -325,10 +327,13 @@ def exact_weight_backward_op(codes_q: Tensor, codes_k: Tensor, q: Tensor, k: Ten
 
 def _exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, engine, normalize,
                            bf16_rows):
-    q, k, v, grad = (rows_read(x, engine, bf16_rows) for x in (q, k, v, grad))
+    v, grad = (rows_read(x, engine, bf16_rows) for x in (v, grad))
+    if not normalize:  # (else the kernel rounds the unit rows it makes)
+        q, k = (rows_read(x, engine, bf16_rows) for x in (q, k))
     if engine == "kernel":
         return tuple(_yoso_build.load(q.device.type).exact_weight_backward(
-            codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, normalize, UNIT_ROWS_EPS))
+            codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, normalize, UNIT_ROWS_EPS,
+            normalize and bf16_rows))
     return exact_weight_backward_torch(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes)
 
 

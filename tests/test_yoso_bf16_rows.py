@@ -129,7 +129,8 @@ def test_every_engine_computes_the_same_estimator_on_bfloat16_rows():
     for torch_path, kernel in zip(*results):
         torch.testing.assert_close(kernel, torch_path, rtol=1e-4, atol=1e-5)
     codes = torch.zeros(1, 1, 4, dtype=torch.int32)
-    with pytest.raises(RuntimeError, match="the CPU kernels read float32 rows, got BFloat16 values"):
+    widened_here = "the CPU kernels read float32 rows; attention_zoo widens bfloat16 ones"
+    with pytest.raises(RuntimeError, match=f"values must be float32 \\({widened_here}\\), got BFloat16"):
         extension.cumulation(codes, codes, torch.ones(1, 1, 1, 4), torch.ones(1, 1, 1, 4),
                              torch.ones(1, 4, 8, dtype=torch.bfloat16), 3, 2**20)
 
@@ -198,3 +199,13 @@ def test_cuda_kernels_read_bfloat16_rows_as_the_float32_rows_of_their_values(det
             else:
                 torch.testing.assert_close(got, same_values, rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5 * max(1.0, want.abs().max().item()))
+        # Rows of any length: the kernels make (and round) the unit rows themselves; a unit row whose norm differs
+        # in its last float32 bit from PyTorch's may round to the other bfloat16 neighbour
+        lengths = torch.rand(4, 300, 1, device="cuda") * 5 + 0.1
+        with deterministic_algorithms(deterministic):
+            fused = ops.exact_weight_backward(codes_q, codes_k, q * lengths, k, v, mask, grad, tau, "kernel",
+                                              normalize=True, bf16_rows=True)
+        around = ops.exact_weight_backward(codes_q, codes_k, q * lengths, k, v, mask, grad, tau, "torch",
+                                           normalize=True, bf16_rows=True)
+        for got, want in zip(fused, around):
+            assert ((got - want).abs() <= 2**-7 * want.abs().amax(-1, keepdim=True) + 1e-30).all()

@@ -169,7 +169,8 @@ def test_the_models_counts_match_every_emulated_kernel_on_both_paths():
             {**sizes, "p": 1, "mq": 1, "mk": 1, "deterministic": deterministic})
         backward = emulation.run("plain", "exact_backward", {
             "codes_q": codes_q.numpy(), "codes_k": codes_k.numpy(), "q": q.numpy(), "k": k.numpy(), "v": v.numpy(),
-            "key_weight": every, "grad": grad.numpy()}, {**sizes, "d": d, "deterministic": deterministic})
+            "key_weight": every, "grad": grad.numpy()}, {**sizes, "d": d, "deterministic": deterministic,
+                                                         "normalize": 1}, {"eps": 1e-12})  # as the module calls it
         if deterministic:
             checks = [(forward, "counting_sort_kernel", kernels.counting_sort(call, 1, 1)),
                       (forward, "bucket_rows_kernel", kernels.bucket_rows(call)),
@@ -183,7 +184,9 @@ def test_the_models_counts_match_every_emulated_kernel_on_both_paths():
                       (backward, "counting_sort_kernel", kernels.counting_sort(call, 2, 1)),  # the keys' starts only
                       (backward, "scatter_pairs_kernel", kernels.scatter_pairs(call))]
         checks += [(backward, "find_heavy_kernel", kernels.find_heavy(call)),
-                   (backward, "number_heavy_kernel", kernels.number_heavy(call))]
+                   (backward, "number_heavy_kernel", kernels.number_heavy(call)),
+                   (backward, "unit_rows_kernel", kernels.unit_rows(call, through=False)),
+                   (backward, "through_unit_rows_kernel", kernels.unit_rows(call, through=True))]
         for result, kernel, model in checks:
             loaded, stored = result.traffic(kernel)
             assert loaded == pytest.approx(model.loaded, rel=0.01), kernel

@@ -186,17 +186,20 @@ def test_cross_lengths_match_however_each_side_is_sorted(nq, nk, tau):
 
 
 @needs_kernels
-def test_the_default_backward_differentiates_through_the_normalization():
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_default_backward_differentiates_through_the_normalization(device):
     """normalize=True: q and k of any length give the gradients of the rows themselves, the unit-row
-    estimator's gradients pulled back through F.normalize by autograd, in the CPU kernel (fused into
-    its packing) and the PyTorch path; a zero row gets ∇/ε, as F.normalize's."""
+    estimator's gradients pulled back through F.normalize by autograd, in the kernels (the CPU's fused into
+    its packing, the CUDA's in a launch before and one after the estimator) and the PyTorch path; a zero row
+    gets ∇/ε, as F.normalize's."""
     batch, n, d, m, tau = 2, 61, 32, 8, 5
     g = torch.Generator().manual_seed(9)
     q, k = (torch.randn(batch, n, d, generator=g) * (torch.rand(batch, n, 1, generator=g) * 8 + 0.05) for _ in range(2))
     q[0, 3] = 0.0
     v, grad = torch.randn(batch, n, d, generator=g), torch.randn(batch, n, d, generator=g)
     mask = (torch.rand(batch, n, generator=g) > 0.2).float()
-    draws = draw(batch, d, d, m, tau, "hadamard", d, g, "cpu")
+    q, k, v, grad, mask = (x.to(device) for x in (q, k, v, grad, mask))
+    draws = draw(batch, d, d, m, tau, "hadamard", d, g, device)
     codes_q, codes_k = (hash_codes(x, draws, m, tau, "kernel") for x in (q, k))
     leaf_q, leaf_k = q.clone().requires_grad_(), k.clone().requires_grad_()
     unit_q, unit_k = F.normalize(leaf_q, dim=-1), F.normalize(leaf_k, dim=-1)

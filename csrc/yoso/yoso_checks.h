@@ -62,10 +62,9 @@ inline void check_rows(const at::Tensor& t, const char* name, int64_t dims) {
   YOSO_CHECK(t.is_contiguous(), "yoso: ", name, " must be contiguous");
 }
 
-inline void require_float32(std::initializer_list<std::pair<const at::Tensor*, const char*>> rows) {
+inline void require_float32(std::initializer_list<std::pair<const at::Tensor*, const char*>> rows, const char* why) {
   for (const auto& [t, name] : rows) {
-    YOSO_CHECK(t->scalar_type() == at::kFloat, "yoso: the CPU kernels read float32 rows, got ", t->scalar_type(), " ",
-                name, " (attention_zoo widens bfloat16 rows for them)");
+    YOSO_CHECK(t->scalar_type() == at::kFloat, "yoso: ", name, " must be float32 (", why, "), got ", t->scalar_type());
   }
 }
 

@@ -236,7 +236,8 @@ at::Tensor cumulation_cuda(const at::Tensor& codes_q, const at::Tensor& codes_k,
                            const at::Tensor& weight_k, const at::Tensor& values, int64_t tau, int64_t workspace_bytes);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward_cuda(
     const at::Tensor& codes_q, const at::Tensor& codes_k, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const at::Tensor& key_weight, const at::Tensor& grad, int64_t tau, int64_t workspace_bytes);
+    const at::Tensor& key_weight, const at::Tensor& grad, int64_t tau, int64_t workspace_bytes, bool normalize,
+    double eps, bool bf16_units);
 at::Tensor pair_gradient_cuda(const at::Tensor& codes_s, const at::Tensor& codes_o, const at::Tensor& a,
                               const at::Tensor& o, const at::Tensor& s, const at::Tensor& w, const at::Tensor& mask_o,
                               int64_t tau, double clamp);
@@ -264,24 +265,28 @@ at::Tensor cumulation(const at::Tensor& codes_q, const at::Tensor& codes_k, cons
   if (values.is_cuda()) return cumulation_cuda(codes_q, codes_k, weight_q, weight_k, values, tau, workspace_bytes);
 #endif
   require_cpu(values);
-  yoso::require_float32({{&values, "values"}});
+  yoso::require_float32({{&values, "values"}}, "the CPU kernels read float32 rows; attention_zoo widens bfloat16 ones");
   return cumulation_cpu(codes_q, codes_k, weight_q, weight_k, values, tau);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward(
     const at::Tensor& codes_q, const at::Tensor& codes_k, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const at::Tensor& key_weight, const at::Tensor& grad, int64_t tau, int64_t workspace_bytes, bool normalize,
-    double eps) {
+    double eps, bool bf16_units) {
   yoso::validate_exact_weights(codes_q, codes_k, q, k, v, key_weight, grad, tau);
+  YOSO_CHECK(!bf16_units || normalize, "yoso: bf16_units rounds the unit rows the backward makes (normalize=True)");
+  if (normalize) yoso::require_float32({{&q, "q"}, {&k, "k"}}, "rows to normalize");
 #ifdef YOSO_WITH_CUDA
   if (q.is_cuda()) {
-    YOSO_CHECK(!normalize, "yoso: the CUDA exact_weight_backward takes unit rows (normalize=False); "
-                "attention_zoo._yoso_ops normalizes around it");
-    return exact_weight_backward_cuda(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes);
+    return exact_weight_backward_cuda(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, normalize,
+                                      eps, bf16_units);
   }
 #endif
   require_cpu(q);
-  yoso::require_float32({{&q, "q"}, {&k, "k"}, {&v, "v"}, {&grad, "grad"}});
+  YOSO_CHECK(!bf16_units, "yoso: the CPU kernels read float32 rows: bf16_units is for the CUDA kernels "
+              "(attention_zoo rounds and widens the unit rows for the CPU)");
+  yoso::require_float32({{&q, "q"}, {&k, "k"}, {&v, "v"}, {&grad, "grad"}},
+                        "the CPU kernels read float32 rows; attention_zoo widens bfloat16 ones");
   return exact_weight_backward_cpu(codes_q, codes_k, q, k, v, key_weight, grad, tau, normalize, eps);
 }
 
@@ -306,7 +311,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              release());
   module.def("exact_weight_backward", &exact_weight_backward,
              "the lower-bound backward (eq. 4) with exact pair weights: (grad_q, grad_k, grad_v); normalize: q, k "
-             "are rows of any length, the estimator is taken on their unit rows and differentiated through them (CPU)",
+             "are rows of any length, the estimator is taken on their unit rows and differentiated through them; "
+             "bf16_units (CUDA): those unit rows read as bfloat16",
              release());
   module.def("pair_gradient", &pair_gradient, "exact-derivative (*YOSO) gradient over colliding pairs", release());
   module.def("max_code_length", []() { return yoso::kMaxCodeLength; });

@@ -112,7 +112,8 @@ at::Tensor cumulation_cuda(const at::Tensor& codes_q, const at::Tensor& codes_k,
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward_cuda(
     const at::Tensor& codes_q, const at::Tensor& codes_k, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const at::Tensor& key_weight, const at::Tensor& grad, int64_t tau, int64_t workspace_bytes) {
+    const at::Tensor& key_weight, const at::Tensor& grad, int64_t tau, int64_t workspace_bytes, bool normalize,
+    double eps, bool bf16_units) {
   const c10::cuda::CUDAGuard guard(q.device());
   TorchDevice device(q);
   auto grad_q = float_zeros_like(q), grad_k = float_zeros_like(k), grad_v = float_zeros_like(v);
@@ -120,7 +121,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward_cuda(
                        rows_of(v), key_weight.data_ptr<float>(), rows_of(grad),
                        grad_q.data_ptr<float>(), grad_k.data_ptr<float>(), grad_v.data_ptr<float>(), q.size(0),
                        codes_q.size(1), q.size(1), k.size(1), q.size(2), v.size(2), tau, workspace_bytes,
-                       deterministic());
+                       deterministic(), {normalize, static_cast<float>(eps), bf16_units});
   return {grad_q, grad_k, grad_v};
 }
 

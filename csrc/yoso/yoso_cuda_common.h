@@ -46,6 +46,13 @@ YOSO_DEVICE int32_t checked_code(const int32_t* codes, int64_t index, int tau) {
 // A bfloat16's float32: its 16 bits are the top half of the float's (exact: no rounding on the way in).
 YOSO_DEVICE float widened(uint32_t bf16) { return __uint_as_float(bf16 << 16); }
 
+// A float32 rounded to bfloat16 (to nearest, ties to even; a NaN to 0x7FC0), as torch rounds: its 16 bits.
+YOSO_DEVICE uint32_t rounded_bf16(float x) {
+  const uint32_t bits = __float_as_uint(x);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+}
+
 // Element `index` of a row matrix, as a float32.
 YOSO_DEVICE float element(const Rows& rows, int64_t index) {
   return rows.bf16 ? widened(load(static_cast<const uint16_t*>(rows.data) + index))
@@ -104,6 +111,18 @@ struct Team {
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) {
         if (coordinate(s) < width) store(row + coordinate(s), x[s]);
+      }
+    }
+  }
+  // row[coordinate] = x rounded to bfloat16 (four to an 8-byte store, D > 0), below the width.
+  YOSO_DEVICE void write_bf16(uint16_t* row, int width, const float (&x)[kSlots]) const {
+    if constexpr (D > 0) {
+      store(reinterpret_cast<uint2*>(row) + rank, uint2{rounded_bf16(x[0]) | rounded_bf16(x[1]) << 16,
+                                                        rounded_bf16(x[2]) | rounded_bf16(x[3]) << 16});
+    } else {
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        if (coordinate(s) < width) store(row + coordinate(s), static_cast<uint16_t>(rounded_bf16(x[s])));
       }
     }
   }

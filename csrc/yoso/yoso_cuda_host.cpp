@@ -105,7 +105,7 @@ void cumulation(Device& device, const int32_t* codes_q, const int32_t* codes_k, 
 void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes_k, Rows q, Rows k, Rows v,
                     const float* key_weight, Rows grad, float* grad_q, float* grad_k,
                     float* grad_v, int64_t B, int64_t m, int64_t nq, int64_t nk, int64_t d, int64_t dv, int64_t tau,
-                    int64_t workspace_bytes, bool deterministic) {
+                    int64_t workspace_bytes, bool deterministic, const Normalization& normalization) {
   check_dims(device, d, dv, "backward");
   Backward a{codes_q, codes_k, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, q, k, v, key_weight, grad, grad_q,
              grad_k, grad_v,
@@ -114,6 +114,20 @@ void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes
   // dv = 0: every pair's weight g·v is 0 and ∇V has no columns; all gradients stay 0 (nor is there a head dim
   // to divide by: heavy_side_minimum needs dv + 2d > 0).
   if (B * m == 0 || nq == 0 || nk == 0 || dv == 0) return;
+  UnitRows unit_q{}, unit_k{};
+  if (normalization.on) {
+    if (q.bf16 || k.bf16) device.fail("yoso: the rows to normalize must be float32");
+    // Norms and unit rows outside workspace_bytes, as the sorted codes are (bfloat16 rows in half the words).
+    const auto side = [&](Rows x, float* gradient, int64_t rows) {
+      return UnitRows{static_cast<const float*>(x.data), device.floats(rows),
+                      device.floats(normalization.bf16 ? (rows * d + 1) / 2 : rows * d), normalization.bf16, gradient,
+                      rows};
+    };
+    unit_q = side(q, grad_q, B * nq), unit_k = side(k, grad_k, B * nk);
+    device.check(launch_unit_rows(unit_q, unit_k, a.d, normalization.eps, device.stream()),
+                 "exact_weight_backward (unit rows)");
+    a.q = {unit_q.unit, normalization.bf16}, a.k = {unit_k.unit, normalization.bf16};
+  }
   narrow(device, B * m * std::max(nq, nk), "(batch·heads)·hashes·tokens");
   // The keys' runs are looked up on every path, the queries' where the key gradients do (deterministic).
   const char* sorting = "exact_weight_backward (sorting codes)";
@@ -138,6 +152,10 @@ void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes
     device.check(launch_number_heavy(a, heavy, device.stream()), "exact_weight_backward (numbering heavy buckets)");
   }
   device.check(launch_backward(a, heavy, !deterministic, device.stream()), "exact_weight_backward");
+  if (normalization.on) {
+    device.check(launch_through_unit_rows(unit_q, unit_k, a.d, normalization.eps, device.stream()),
+                 "exact_weight_backward (through the unit rows)");
+  }
 }
 
 void pair_gradient(Device& device, const int32_t* codes_s, const int32_t* codes_o, const float* a, const float* o,

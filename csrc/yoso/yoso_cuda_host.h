@@ -61,12 +61,20 @@ void cumulation(Device& device, const int32_t* codes_q, const int32_t* codes_k, 
                 const float* weight_k, int64_t mk, int64_t p, Rows values, float* out, int64_t B, int64_t m,
                 int64_t nq, int64_t nk, int64_t dv, int64_t tau, int64_t workspace_bytes, bool deterministic);
 
+// The default backward on q and k of any length (`on`): float32 rows whose unit rows x / max(‖x‖, eps) the
+// estimator is taken on (read as bfloat16 where `bf16`), the gradients those of the rows given (UnitRows).
+struct Normalization {
+  bool on = false;
+  float eps = 0.0f;
+  bool bf16 = false;
+};
+
 // grad_q, grad_k [B, n, d], grad_v [B, nk, dv] (zeroed) of the default backward, in one pass: heavy
 // buckets found, counted and numbered on the device, tables for at most workspace_bytes of them.
 void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes_k, Rows q, Rows k, Rows v,
                     const float* key_weight, Rows grad, float* grad_q, float* grad_k,
                     float* grad_v, int64_t B, int64_t m, int64_t nq, int64_t nk, int64_t d, int64_t dv, int64_t tau,
-                    int64_t workspace_bytes, bool deterministic);
+                    int64_t workspace_bytes, bool deterministic, const Normalization& normalization = {});
 
 // out [B, ns, d] (zeroed) of the *YOSO backward.
 void pair_gradient(Device& device, const int32_t* codes_s, const int32_t* codes_o, const float* a, const float* o,

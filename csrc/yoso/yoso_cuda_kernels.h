@@ -107,6 +107,24 @@ cudaError_t launch_heavy_tables(const Backward& a, const Heavy& heavy, cudaStrea
 // The tables of the numbered buckets, then every gradient: one launch each, over all pairs.
 cudaError_t launch_backward(const Backward& a, const Heavy& heavy, bool atomic, cudaStream_t stream);
 
+// The default backward on rows of any length (yoso_cuda_rows.cu): one side's rows x [rows, width] (float32),
+// their norms [rows], their unit rows x / max(‖x‖, eps) as the gradient kernels read them (float32, or rounded
+// to bfloat16 to nearest even, as torch rounds), and that side's gradient [rows, width], taken on the unit rows
+// and then, in place, pulled back to x: (g − y (g·y)) / max(‖x‖, eps), y the float32 unit row, g·y taken as 0
+// where ‖x‖ < eps (as F.normalize's backward). Both sides (queries, keys) in one launch each.
+struct UnitRows {
+  const float* x;
+  float* norms;
+  void* unit;
+  bool bf16;
+  float* grad;
+  int64_t rows;
+};
+cudaError_t launch_unit_rows(const UnitRows& queries, const UnitRows& keys, int width, float eps,
+                             cudaStream_t stream);
+cudaError_t launch_through_unit_rows(const UnitRows& queries, const UnitRows& keys, int width, float eps,
+                                     cudaStream_t stream);
+
 // Each of `rows` rows of n codes sorted stably (sorted codes and token order, [rows, n] each; bitwise what a
 // stable sort gives), by a counting sort in shared memory, a block a row: where counting_sort_fits(tau), that
 // is 2^tau counters within kTableBytes (tau <= 13). starts (or null): [rows, 2^tau], every entry written, as

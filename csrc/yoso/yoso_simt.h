@@ -105,6 +105,11 @@ inline float __uint_as_float(unsigned bits) {
   std::memcpy(&value, &bits, 4);
   return value;
 }
+inline unsigned __float_as_uint(float value) {
+  unsigned bits;
+  std::memcpy(&bits, &value, 4);
+  return bits;
+}
 using cudaStream_t = void*;
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidConfiguration = 9 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };

@@ -180,7 +180,9 @@ int main(int argc, char** argv) {
       yoso::exact_backward(device, r.i32["codes_q"].data(), r.i32["codes_k"].data(), r.rows("q"), r.rows("k"),
                            r.rows("v"), r.f32["key_weight"].data(), r.rows("grad"),
                            grad_q.data(), grad_k.data(), grad_v.data(), I("B"), I("m"), I("nq"), I("nk"), I("d"),
-                           I("dv"), I("tau"), I("workspace_bytes"), deterministic);
+                           I("dv"), I("tau"), I("workspace_bytes"), deterministic,
+                           {option("normalize", 0) != 0, static_cast<float>(r.floats.count("eps") ? r.floats["eps"] : 0.0),
+                            option("bf16_units", 0) != 0});
     } else if (r.op == "pair_gradient") {
       auto& out = outputs_f32["out"];
       out.assign(I("B") * I("ns") * I("d"), 0.0f);

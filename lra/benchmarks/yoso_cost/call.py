@@ -44,7 +44,8 @@ class Call:
     buckets: Optional[Buckets] = None
     # The kernels the committed H100 measurements ran (csrc/yoso at a94d93d) instead of today's: 16 slices a
     # pair's shared-memory table at most, the codes sorted by torch's sort, a warp per row in the deterministic
-    # cumulation. Measured calls are modelled with them (measured.call_as_measured).
+    # cumulation, q and k normalized by PyTorch around the backward. Measured calls are modelled with them
+    # (measured.call_as_measured).
     measured_kernels: bool = False
 
     @property

@@ -326,6 +326,22 @@ def run_starts(c: Call, sides: int, machine: Machine = H100) -> List[Kernel]:
     return [fill, kernel]
 
 
+def unit_rows(c: Call, through: bool, machine: Machine = H100) -> Kernel:
+    """yoso_cuda_rows.cu, both sides in one launch, a team per row: its unit row and norm (``through``: its
+    gradient pulled back in place, every lane loading the norm), one float4 a lane, the team's dot product."""
+    lanes, rows = team_lanes(c), 2 * c.B * c.n
+    slots = max(1, (c.d + lanes - 1) // lanes)
+    loaded = rows * (8 * c.d + 4 * lanes) if through else rows * 4 * c.d
+    stored = rows * 4 * c.d + (0 if through else rows * 4)
+    return Kernel("through the unit rows (q, k)" if through else "unit rows (q, k)",
+                  blocks=2 * math.ceil(c.B * c.n * lanes / GRADIENT_THREADS), threads=GRADIENT_THREADS, registers=38,
+                  instructions=rows / (WARP // lanes) * (20 + 4 * slots * (2 if through else 1)
+                                                         + 2 * int(math.log2(lanes))),
+                  dram_bytes=loaded + stored, l2_bytes=loaded + stored,
+                  chain=machine.dram_latency + int(math.log2(lanes)) * (machine.shared_latency + 5) + 60,
+                  loaded=loaded, stored=stored)
+
+
 SORT_THREADS = 128  # yoso_cuda_sort.cu's kSortThreads
 
 

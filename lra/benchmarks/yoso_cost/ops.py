@@ -209,19 +209,21 @@ def backward_ops(c: Call, atomic: bool, machine: Machine = H100) -> List[Op]:
     deterministic = not atomic
     floats, codes = c.B * c.n * c.dv, c.pairs * c.n * 4
     share = (BACKWARD_NODE + EXACT_BACKWARD_OP) / 5  # the operator's own host time, spread over its 5 parts
+    # The kernels normalize q and k themselves (yoso_cuda_rows.cu); the measured kernels took PyTorch's passes.
+    normalized_by_torch = c.measured_kernels
     ops = [Op("loss gradient: ones, square's backward", 4, (filled("ones", 4, machine),
                                                             elementwise("pow", floats * 8, machine),
                                                             elementwise("×2", floats * 8, machine),
                                                             elementwise("× grad", floats * 12, machine, loads=2)),
               phase="backward"),
-           _through_unit_rows(c, "output", c.dv, machine, FUNCTION),
-           _unit_rows(c, "q", c.d, machine, "backward", share),
-           _unit_rows(c, "k", c.d, machine, "backward", share)]
+           _through_unit_rows(c, "output", c.dv, machine, FUNCTION)]
+    if normalized_by_torch:
+        ops += [_unit_rows(c, "q", c.d, machine, "backward", share), _unit_rows(c, "k", c.d, machine, "backward", share)]
     sides = (("q", c.d), ("k", c.d), ("v", c.dv))
     grads = tuple(filled(f"∇{x} zeroed", c.B * c.n * dim * 4, machine) for x, dim in sides)
     sort_host, sorts, sort_raw = sorted_codes(c, 2, 1 if atomic else 2, deterministic, machine)
-    raw: List[Kernel] = [*sort_raw]
-    host = 3 + sort_host + share
+    raw: List[Kernel] = [*sort_raw] if normalized_by_torch else [yoso.unit_rows(c, False, machine), *sort_raw]
+    host = 3 + sort_host + (share if normalized_by_torch else 5 * share)  # (else all five parts of the operator)
     if yoso.heavy_capacity(c) > 0:
         raw += [yoso.find_heavy(c, machine), yoso.number_heavy(c, machine),
                 yoso.heavy_grid(c, "heavy tables (none with uniform codes)", machine)]
@@ -234,9 +236,12 @@ def backward_ops(c: Call, atomic: bool, machine: Machine = H100) -> List[Op]:
             raw.append(yoso.heavy_grid(c, "atomic: heavy tables applied (none)", machine, 42))
     else:
         raw += [yoso.token_gradients(c, "query", machine), yoso.token_gradients(c, "key", machine)]
+    if not normalized_by_torch:
+        raw.append(yoso.unit_rows(c, True, machine))
     ops.append(Op("exact-weight kernels", host, (*grads, *sorts), raw=tuple(raw), phase="backward"))
-    ops += [_through_unit_rows(c, "q", c.d, machine, share), _through_unit_rows(c, "k", c.d, machine, share),
-            Op("gradients accumulated into q, k, v", 3,
+    if normalized_by_torch:
+        ops += [_through_unit_rows(c, "q", c.d, machine, share), _through_unit_rows(c, "k", c.d, machine, share)]
+    ops += [Op("gradients accumulated into q, k, v", 3,
                tuple(elementwise(f"{x}.grad +=", c.B * c.n * dim * 12, machine, loads=2) for x, dim in sides),
                phase="backward")]
     return ops

@@ -1,0 +1,89 @@
+// CUDA kernels of YOSO's default backward on rows of any length (yoso_cuda_kernels.h, UnitRows): the unit rows
+// the gradient kernels read, made in one launch for both sides, and the gradients pulled back through the
+// normalization in one more, in place: where PyTorch took ~20 elementwise and reduction launches around the
+// operator. A team (yoso_cuda_common.h) per row. Through yoso_simt.h, as the others.
+#include <math.h>
+
+#include "yoso_cuda_common.h"
+#include "yoso_cuda_kernels.h"
+
+namespace yoso {
+namespace {
+
+// Block y: the side (0 queries, 1 keys); a team per row: its norm, and x / max(‖x‖, eps) as the side wants it.
+template <int D>
+YOSO_GLOBAL void unit_rows_kernel(UnitRows queries, UnitRows keys, int width, float eps) {
+  using T = Team<D>;
+  const T team = T::of_thread();
+  const UnitRows side = blockIdx.y == 0 ? queries : keys;
+  const int64_t row = team_index<D>();
+  if (row >= side.rows) return;  // a whole team: its shuffles name its own lanes alone
+  float x[T::kSlots];
+  team.read(side.x + row * width, width, x);
+  const float norm = sqrtf(team.dot(x, x)), divisor = fmaxf(norm, eps);
+#pragma unroll
+  for (int s = 0; s < T::kSlots; ++s) x[s] /= divisor;
+  if (side.bf16) {
+    team.write_bf16(static_cast<uint16_t*>(side.unit) + row * width, width, x);
+  } else {
+    team.write(static_cast<float*>(side.unit) + row * width, width, x);
+  }
+  if (team.rank == 0) store(side.norms + row, norm);
+}
+
+// A team per row of each side: grad = (g − y (g·y)) / max(‖x‖, eps), y = x / max(‖x‖, eps) in float32.
+template <int D>
+YOSO_GLOBAL void through_unit_rows_kernel(UnitRows queries, UnitRows keys, int width, float eps) {
+  using T = Team<D>;
+  const T team = T::of_thread();
+  const UnitRows side = blockIdx.y == 0 ? queries : keys;
+  const int64_t row = team_index<D>();
+  if (row >= side.rows) return;
+  float g[T::kSlots], y[T::kSlots];
+  team.read(side.grad + row * width, width, g);
+  team.read(side.x + row * width, width, y);
+  const float norm = load(side.norms + row), divisor = fmaxf(norm, eps);
+#pragma unroll
+  for (int s = 0; s < T::kSlots; ++s) y[s] /= divisor;
+  const float along = team.dot(g, y);  // (every lane of the team takes part, whatever the norm)
+#pragma unroll
+  for (int s = 0; s < T::kSlots; ++s) g[s] = (g[s] - y[s] * (norm < eps ? 0.0f : along)) / divisor;
+  team.write(side.grad + row * width, width, g);
+}
+
+template <int D>
+cudaError_t launch_sides(bool through, const UnitRows& queries, const UnitRows& keys, int width, float eps,
+                         cudaStream_t stream) {
+  const int64_t rows = queries.rows > keys.rows ? queries.rows : keys.rows;
+  const dim3 grid(blocks_for(rows, Team<D>::kLanes), 2);
+  return through ? YOSO_LAUNCH(through_unit_rows_kernel<D>, grid, dim3(kTeamThreads), 0, stream, queries, keys, width, eps)
+                 : YOSO_LAUNCH(unit_rows_kernel<D>, grid, dim3(kTeamThreads), 0, stream, queries, keys, width, eps);
+}
+
+cudaError_t launch(bool through, const UnitRows& queries, const UnitRows& keys, int width, float eps,
+                   cudaStream_t stream) {
+  if (width > kMaxHeadDim) return cudaErrorInvalidValue;  // the host logic says so first
+  if (queries.rows + keys.rows == 0 || width == 0) return cudaSuccess;
+  // (bfloat16 unit rows of a templated team: 8-byte stores, aligned where the float32 rows are 16-byte aligned)
+  switch (instance(width, width, {queries.x, keys.x, queries.unit, keys.unit, queries.grad, keys.grad})) {
+    case 16: return launch_sides<16>(through, queries, keys, width, eps, stream);
+    case 32: return launch_sides<32>(through, queries, keys, width, eps, stream);
+    case 64: return launch_sides<64>(through, queries, keys, width, eps, stream);
+    case 128: return launch_sides<128>(through, queries, keys, width, eps, stream);
+    default: return launch_sides<0>(through, queries, keys, width, eps, stream);
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_unit_rows(const UnitRows& queries, const UnitRows& keys, int width, float eps,
+                             cudaStream_t stream) {
+  return launch(false, queries, keys, width, eps, stream);
+}
+
+cudaError_t launch_through_unit_rows(const UnitRows& queries, const UnitRows& keys, int width, float eps,
+                                     cudaStream_t stream) {
+  return launch(true, queries, keys, width, eps, stream);
+}
+
+}  // namespace yoso
