@@ -138,10 +138,14 @@ def test_a_uniform_call_meets_one_token_per_hash_at_the_default_code_length():
 
 
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler: the CUDA emulation cannot be built")
-def test_the_models_counts_match_every_emulated_kernel_on_both_paths():
+@pytest.mark.parametrize("bf16", [False, True], ids=["float32-rows", "bf16-rows"])
+def test_the_models_counts_match_every_emulated_kernel_on_both_paths(bf16):
     """The cost model's loads, stores and atomic adds per kernel against the CPU emulation of the very
     .cu sources (tests/simt), which counts every yoso::load/store/atomic_add: exact where nothing is
-    data-dependent, within 1 % where the model averages a binary search's length."""
+    data-dependent, within 1 % where the model averages a binary search's length; with float32 rows and
+    with bf16 rows (half the bytes of every row the kernels read)."""
+    from dataclasses import replace
+
     from simt import emulation
 
     from attention_zoo.yoso import draw, hash_codes
@@ -153,7 +157,9 @@ def test_the_models_counts_match_every_emulated_kernel_on_both_paths():
     torch.manual_seed(1)
     draws = draw(batch, d, d, m, tau, "hadamard", d, None, "cpu")
     codes_q, codes_k = (hash_codes(x, draws, m, tau, "torch") for x in (q, k))
-    call = measured(Call(batch, n, d, d, m, tau), codes_q.numpy(), codes_k.numpy())
+    call = replace(measured(Call(batch, n, d, d, m, tau), codes_q.numpy(), codes_k.numpy()), bf16_rows=bf16)
+    rows = {"v": emulation.bf16_bits(v), "grad": emulation.bf16_bits(grad)} if bf16 else {"v": v.numpy(),
+                                                                                        "grad": grad.numpy()}
     every = np.ones((batch, n), np.float32)
     sizes = {"B": batch, "m": m, "tau": tau, "nq": n, "nk": n, "dv": d, "workspace_bytes": 2**24}
 
@@ -165,12 +171,12 @@ def test_the_models_counts_match_every_emulated_kernel_on_both_paths():
     for deterministic in (1, 0):
         forward = emulation.run("plain", "cumulation", {
             "codes_q": codes_q.numpy(), "codes_k": codes_k.numpy(), "weight_q": np.ones((batch, 1, 1, n), np.float32),
-            "weight_k": every[:, None, None], "values": v.numpy()},
+            "weight_k": every[:, None, None], "values": rows["v"]},
             {**sizes, "p": 1, "mq": 1, "mk": 1, "deterministic": deterministic})
         backward = emulation.run("plain", "exact_backward", {
-            "codes_q": codes_q.numpy(), "codes_k": codes_k.numpy(), "q": q.numpy(), "k": k.numpy(), "v": v.numpy(),
-            "key_weight": every, "grad": grad.numpy()}, {**sizes, "d": d, "deterministic": deterministic,
-                                                         "normalize": 1}, {"eps": 1e-12})  # as the module calls it
+            "codes_q": codes_q.numpy(), "codes_k": codes_k.numpy(), "q": q.numpy(), "k": k.numpy(), "key_weight": every,
+            **rows}, {**sizes, "d": d, "deterministic": deterministic, "normalize": 1, "bf16_units": int(bf16)},
+            {"eps": 1e-12})  # as the module calls it
         if deterministic:
             checks = [(forward, "counting_sort_kernel", kernels.counting_sort(call, 1, 1)),
                       (forward, "bucket_rows_kernel", kernels.bucket_rows(call)),

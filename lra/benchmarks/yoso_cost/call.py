@@ -47,6 +47,12 @@ class Call:
     # cumulation, q and k normalized by PyTorch around the backward. Measured calls are modelled with them
     # (measured.call_as_measured).
     measured_kernels: bool = False
+    bf16_rows: bool = False  # attention.bf16_rows: the rows the kernels read (q̂, k̂, v, ∇Y) in 2 bytes a coordinate
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes a coordinate of a row the kernels read: float32, or bfloat16 with bf16_rows."""
+        return 2 if self.bf16_rows else 4
 
     @property
     def most_slices(self) -> Optional[int]:

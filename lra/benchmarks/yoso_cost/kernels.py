@@ -155,11 +155,13 @@ def table_cumulation(c: Call, machine: Machine = H100) -> Kernel:
     return Kernel("atomic: tables in shared memory", blocks=blocks, threads=threads, registers=56,
                   shared_bytes=rows * WARP * 4, shared_rounds=listed,  # a key's row: 32 lanes, 32 addresses
                   instructions=listed * 2 * 12 + blocks * (rows * WARP / threads + 20) * TABLE_WARPS,
-                  dram_bytes=c.B * c.n * (c.dv + 2) * 4 + c.B * c.n * c.dv * 4 * 2,
-                  l2_bytes=listed * 2 * 3 * SECTOR / TABLE_BATCH + c.pairs * c.n * c.dv * 4 + out_sectors * SECTOR * 2,
+                  dram_bytes=c.B * c.n * (c.dv * c.row_bytes + 8) + c.B * c.n * c.dv * 4 * 2,
+                  l2_bytes=listed * 2 * 3 * SECTOR / TABLE_BATCH + c.pairs * c.n * c.dv * c.row_bytes
+                  + out_sectors * SECTOR * 2,
                   atomic_sectors=out_sectors,
                   chain=2 * rounds * (2 * machine.l2_latency + 4 * machine.shared_latency),
-                  loaded=blocks * threads * 2 * 2 * 4 + listed * 2 * WARP * 12 + c.pairs * c.n * c.dv * 4, stored=0,
+                  loaded=blocks * threads * 2 * 2 * 4 + listed * 2 * WARP * 12 + c.pairs * c.n * c.dv * c.row_bytes,
+                  stored=0,
                   added=c.pairs * c.n * c.dv * 4)
 
 
@@ -185,12 +187,13 @@ def bucket_rows(c: Call, machine: Machine = H100) -> Kernel:
     return Kernel("bucket_rows", blocks=math.ceil(c.n * lanes / GRADIENT_THREADS) * chunk, threads=GRADIENT_THREADS,
                   launches=math.ceil(c.pairs / chunk), registers=32,
                   instructions=c.pairs * lanes / WARP * (c.n * 20 + b.distinct * (c.run * 16 + 8)),
-                  dram_bytes=c.pairs * c.n * 8 + c.B * c.n * 4 * (c.dv + 1)
+                  dram_bytes=c.pairs * c.n * 8 + c.B * c.n * (c.row_bytes * c.dv + 4)
                   + written * _row_miss(c, rows, chunk, machine),
                   l2_bytes=c.pairs * (c.n * lanes / WARP * 2 * SECTOR
-                                      + b.distinct * (c.run * (3 * SECTOR + c.dv * 4) + c.dv * 4)),
+                                      + b.distinct * (c.run * (3 * SECTOR + c.dv * c.row_bytes) + c.dv * 4)),
                   chain=machine.l2_latency + (longest + 1) * (machine.l2_latency + 2 * machine.l1_latency),
-                  loaded=c.pairs * 4 * (lanes * (2 * c.n - 1) + lanes * (3 * c.n + b.distinct - 1) + c.dv * c.n),
+                  loaded=c.pairs * (4 * (lanes * (2 * c.n - 1) + lanes * (3 * c.n + b.distinct - 1))
+                                    + c.row_bytes * c.dv * c.n),
                   stored=written)
 
 
@@ -218,10 +221,10 @@ def scatter_rows(c: Call, machine: Machine = H100) -> Kernel:
     return Kernel("atomic: values added into rows", blocks=math.ceil(c.n / ROWS_PER_BLOCK) * chunk,
                   threads=WARP * ROWS_PER_BLOCK, launches=math.ceil(c.pairs / chunk), registers=40,
                   instructions=warps * (20 + search * 7 + slices * 6),
-                  dram_bytes=c.pairs * c.n * 4 + c.B * c.n * 4 * (c.dv + 1) + sectors * SECTOR * 2 * miss,
-                  l2_bytes=warps * (3 * SECTOR + c.dv * 4), atomic_sectors=sectors,
+                  dram_bytes=c.pairs * c.n * 4 + c.B * c.n * (c.row_bytes * c.dv + 4) + sectors * SECTOR * 2 * miss,
+                  l2_bytes=warps * (3 * SECTOR + c.dv * c.row_bytes), atomic_sectors=sectors,
                   chain=machine.l2_latency * 3 + search * dependent_latency(machine, c.n * 4),
-                  loaded=warps * 4 * (WARP * (2 + search) + c.dv), stored=0, added=warps * c.dv * 4)
+                  loaded=warps * (4 * WARP * (2 + search) + c.row_bytes * c.dv), stored=0, added=warps * c.dv * 4)
 
 
 def gather_rows(c: Call, atomic: bool = False, machine: Machine = H100) -> Kernel:
@@ -332,7 +335,7 @@ def unit_rows(c: Call, through: bool, machine: Machine = H100) -> Kernel:
     lanes, rows = team_lanes(c), 2 * c.B * c.n
     slots = max(1, (c.d + lanes - 1) // lanes)
     loaded = rows * (8 * c.d + 4 * lanes) if through else rows * 4 * c.d
-    stored = rows * 4 * c.d + (0 if through else rows * 4)
+    stored = rows * 4 * c.d if through else rows * (c.row_bytes * c.d + 4)  # (the unit rows as the kernels read them)
     return Kernel("through the unit rows (q, k)" if through else "unit rows (q, k)",
                   blocks=2 * math.ceil(c.B * c.n * lanes / GRADIENT_THREADS), threads=GRADIENT_THREADS, registers=38,
                   instructions=rows / (WARP // lanes) * (20 + 4 * slots * (2 if through else 1)
@@ -423,15 +426,16 @@ def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
     own = c.d + c.dv if key else c.d
     finding = lanes if c.measured_kernels else 1  # lanes that load a hash's code, run start and table
     per_token_hash = finding * 4 * (1 + run_loads(c)) + b.hit * 4 * (finding + lanes) + b.per_query * (
-        lanes * 4 * (2 if key else 3) + 4 * (c.dv + c.d))
+        lanes * 4 * (2 if key else 3) + c.row_bytes * (c.dv + c.d))
     return Kernel(f"{side}_gradients", blocks=math.ceil(c.B * c.n * lanes / GRADIENT_THREADS),
                   threads=GRADIENT_THREADS, registers=(54 if c.measured_kernels else 64) if key else 56,
                   instructions=warps * (lookups * per_hash + c.m * (shuffles * 2 + busy * 4 + longest * per_pair)
                                         + 30),
-                  dram_bytes=c.B * c.n * 4 * (c.d + c.dv + own) + c.pairs * c.n * 16,
-                  l2_bytes=collisions * (4 * (c.dv + c.d) + 2 * SECTOR) + c.pairs * c.n / teams_per_warp * 2 * SECTOR,
+                  dram_bytes=c.B * c.n * (c.row_bytes * (c.d + c.dv) + 4 * own) + c.pairs * c.n * 16,
+                  l2_bytes=collisions * (c.row_bytes * (c.dv + c.d) + 2 * SECTOR)
+                  + c.pairs * c.n / teams_per_warp * 2 * SECTOR,
                   chain=chain,
-                  loaded=c.pairs * c.n * per_token_hash + c.B * c.n * 4 * (c.dv + (lanes if key else 0)),
+                  loaded=c.pairs * c.n * per_token_hash + c.B * c.n * (c.row_bytes * c.dv + (4 * lanes if key else 0)),
                   stored=c.B * c.n * 4 * own)
 
 
@@ -459,14 +463,14 @@ def scatter_pairs(c: Call, machine: Machine = H100, vector_atomics: Optional[boo
     atomic_sectors = collisions * 2 * sectors_per_row + c.pairs * c.n * b.hit * sectors_per_row
     chain = machine.dram_latency + _lookup_chain(c, machine) + machine.l2_latency \
         + busy * machine.l2_latency + longest * (pair_chain + 2 * atomics_per_row * 4)
-    loaded = c.pairs * c.n * (lanes * 4 * (1 + run_loads(c)) + b.hit * (lanes * 4 * 2 + 4 * (c.dv + c.d))) \
-        + collisions * (lanes * 4 * 3 + 4 * (c.dv + c.d))
+    rows = c.row_bytes * (c.dv + c.d)  # a pair's two rows (g and q, or v and k)
+    loaded = c.pairs * c.n * (lanes * 4 * (1 + run_loads(c)) + b.hit * (lanes * 4 * 2 + rows)) \
+        + collisions * (lanes * 4 * 3 + rows)
     kernel = Kernel("atomic: pairs added into ∇Q, ∇K, ∇V", threads=GRADIENT_THREADS, registers=48,
                     blocks=math.ceil(c.pairs * c.n * lanes / GRADIENT_THREADS),
                     instructions=warps * (per_hash + busy * (8 + 3 * slots + atomics_per_row)
                                           + longest * (per_pair + 4 * slots + 2 * atomics_per_row)),
-                    dram_bytes=c.B * c.n * 4 * 2 * (c.d + c.dv) + c.B * c.n * 4 * (2 * c.d + c.dv) * 2
-                    + c.pairs * c.n * 16,
-                    l2_bytes=collisions * (4 * (c.dv + c.d) + 2 * SECTOR), atomic_sectors=atomic_sectors, chain=chain,
+                    dram_bytes=c.B * c.n * 2 * rows + c.B * c.n * 4 * (2 * c.d + c.dv) * 2 + c.pairs * c.n * 16,
+                    l2_bytes=collisions * (rows + 2 * SECTOR), atomic_sectors=atomic_sectors, chain=chain,
                     loaded=loaded, stored=0, added=collisions * 4 * (c.d + c.dv) + c.pairs * c.n * b.hit * 4 * c.d)
     return kernel

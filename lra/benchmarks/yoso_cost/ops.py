@@ -151,6 +151,11 @@ def _through_unit_rows(c: Call, what: str, dim: int, machine: Machine, host_extr
                elementwise(f"{what}: divided", floats * 8, machine, broadcast=True)), phase="backward")
 
 
+def _bf16_casts(c: Call, rows: Tuple[str, ...], machine: Machine) -> Tuple[Kernel, ...]:
+    """With bf16 rows, each of ``rows`` ([B, n, dv]) rounded to bfloat16 before the kernels read it (rows_read)."""
+    return tuple(elementwise(f"{x} rounded to bf16", c.B * c.n * c.dv * 6, machine) for x in rows) if c.bf16_rows else ()
+
+
 def _empties(name: str, bytes_each: List[float], deterministic: bool, machine: Machine) -> Tuple[Kernel, ...]:
     return tuple(filled(f"{name}: filled (deterministic)", b, machine) for b in bytes_each) if deterministic else ()
 
@@ -184,15 +189,16 @@ def forward_ops(c: Call, atomic: bool, machine: Machine = H100, grad: bool = Tru
            Op("yoso_sample (custom op)", wrapper / 2 + 1,
               (filled("ones", c.B * c.n * 4, machine),))]
     zeros = filled("cumulation output zeroed", c.B * c.n * c.dv * 4, machine)
+    casts = _bf16_casts(c, ("v",), machine)
     if atomic and yoso.table_rows(c.bits, most_slices=c.most_slices):
-        ops.append(Op("yoso_cumulation (custom op)", CUSTOM_OP + 1, (zeros,),
+        ops.append(Op("yoso_cumulation (custom op)", CUSTOM_OP + 1 + len(casts), (*casts, zeros),
                       raw=(yoso.slice_lists(c, machine), yoso.table_cumulation(c, machine))))
     else:
         direct, _, _ = yoso.cumulation_plan(c, atomic)
         host, sort, sort_raw = (0.0, (), ()) if direct else sorted_codes(c, 1, 1, deterministic, machine)
         cumulate = ((yoso.rows_cleared(c, machine), yoso.scatter_rows(c, machine)) if atomic
                     else (yoso.bucket_rows(c, machine),))
-        ops.append(Op("yoso_cumulation (custom op)", CUSTOM_OP + 1 + host, (zeros, *sort),
+        ops.append(Op("yoso_cumulation (custom op)", CUSTOM_OP + 1 + host + len(casts), (*casts, zeros, *sort),
                       raw=(*sort_raw, *cumulate, yoso.gather_rows(c, atomic, machine))))
     ops.append(_unit_rows(c, "output", c.dv, machine, "forward", wrapper / 2 + FUNCTION))
     return ops
@@ -222,8 +228,9 @@ def backward_ops(c: Call, atomic: bool, machine: Machine = H100) -> List[Op]:
     sides = (("q", c.d), ("k", c.d), ("v", c.dv))
     grads = tuple(filled(f"∇{x} zeroed", c.B * c.n * dim * 4, machine) for x, dim in sides)
     sort_host, sorts, sort_raw = sorted_codes(c, 2, 1 if atomic else 2, deterministic, machine)
+    sorts = (*_bf16_casts(c, ("v", "∇Y"), machine), *sorts)
     raw: List[Kernel] = [*sort_raw] if normalized_by_torch else [yoso.unit_rows(c, False, machine), *sort_raw]
-    host = 3 + sort_host + (share if normalized_by_torch else 5 * share)  # (else all five parts of the operator)
+    host = 3 + sort_host + (share if normalized_by_torch else 5 * share) + 2 * c.bf16_rows  # (5: the whole operator)
     if yoso.heavy_capacity(c) > 0:
         raw += [yoso.find_heavy(c, machine), yoso.number_heavy(c, machine),
                 yoso.heavy_grid(c, "heavy tables (none with uniform codes)", machine)]

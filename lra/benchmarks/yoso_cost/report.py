@@ -232,6 +232,21 @@ def paths_table(c: Call = LISTOPS, machine: Machine = H100) -> str:
     return "\n".join(lines)
 
 
+def bf16_table(lengths: List[int], machine: Machine = H100) -> str:
+    """What bf16 rows (attention.bf16_rows) would buy: the ListOps call and yoso_speed's default shape, forward +
+    backward, with float32 and with bfloat16 rows (half the row bytes, the rounding's casts added)."""
+    lines = ["| call | float32 rows: sorted / atomic ms | bf16 rows: sorted / atomic ms | bf16 ÷ float32 (best) |",
+             "|:--|--:|--:|--:|"]
+    calls = [("ListOps (64 × 2,048 × 32, τ = 11)", LISTOPS)]
+    calls += [(f"16 × {n:,} × 32", Call(16, n, 32, 32, 32)) for n in lengths if n >= 4096]
+    for name, call in calls:
+        times = [[sum(yoso_seconds(replace(call, bf16_rows=bf16), design, machine).values()) * 1e3
+                  for design in DESIGNS] for bf16 in (False, True)]
+        lines.append(f"| {name} | {times[0][0]:.2f} / {times[0][1]:.2f} | {times[1][0]:.2f} / {times[1][1]:.2f} | "
+                     f"{min(times[1]) / min(times[0]):.2f} |")
+    return "\n".join(lines)
+
+
 SENSITIVE = ("dram_latency", "l2_latency", "l1_latency", "shared_latency", "l2_bytes_per_s", "atomic_sector_cost",
              "dram_efficiency", "gemm_efficiency", "launch_s", "issue_factor", "latency_factor", "shared_atomic_cycles")
 
@@ -280,6 +295,7 @@ def report(lengths: List[int]) -> str:
         sweep_table("BERT-base attention module", 12, 64, lengths), "",
         sweep_table("yoso_speed's default shape", 16, 32, lengths), "",
         "## Which path, where: the ListOps call against the code length τ (a projection)", "", paths_table(), "",
+        "## bf16 rows (attention.bf16_rows): what half the row bytes buy (a projection)", "", bf16_table(lengths), "",
         "## Sensitivity: each latency, bandwidth, efficiency, launch and fitted constant 30 % off, on both machines",
         "",
         sensitivity(lengths), "",
