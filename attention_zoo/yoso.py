@@ -88,9 +88,9 @@ class YosoOptions:
         choice(self, "eval_hashes", EVAL_HASHES)
         number(self, "exact_clamp", 0.0, MAX_EXACT_CLAMP, low_open=True)
         if self.bf16_rows and self.backward != "lower_bound":
-            raise InvalidOption("bf16_rows", self.bf16_rows, "false with backward=" + self.backward + ": bfloat16 rows "
-                                "are read by the cumulation and the lower-bound backward's kernels only; use "
-                                "backward=lower_bound or bf16_rows=false")
+            raise InvalidOption("bf16_rows", self.bf16_rows, f"false with backward={self.backward} (bfloat16 rows are "
+                                "read by the cumulation and the lower-bound backward's kernels only; or set "
+                                "backward=lower_bound)")
 
 
 @dataclass

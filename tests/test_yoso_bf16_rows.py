@@ -164,7 +164,7 @@ def test_bfloat16_rows_are_an_option_of_the_lower_bound_backward_only():
     assert YosoOptions(bf16_rows=True).bf16_rows
     assert YosoOptions(bf16_rows=True, backward_projections=8).bf16_rows
     for backward in ("exact", "exact_collided", "expectation"):
-        with pytest.raises(InvalidOption, match=f"false with backward={backward}: bfloat16 rows are read by"):
+        with pytest.raises(InvalidOption, match=f"false with backward={backward} \\(bfloat16 rows are read by"):
             YosoOptions(bf16_rows=True, backward=backward)
 
 
