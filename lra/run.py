@@ -201,6 +201,12 @@ class RunDirectory:
         if holder is not None:
             return FolderTaken(f"the run directory {self.path} is in use by {holder}; train into a new folder (leave "
                                "hydra.run.dir unset, or choose another)")
+        started = any((self.path / name).exists() for name in (RESOLVED, CHECKPOINTS, HISTORY, PRETRAIN))
+        if not started and self.read_record().get("status") == "failed":  # a refused sweep job's: nothing to resume
+            return FolderHoldsRun(f"{self.path} already holds {self.describe()} that failed before it started (no saved "
+                                  "config, no checkpoint: nothing to resume); a new run never adopts an existing folder: "
+                                  "train into a new folder (leave hydra.run.dir unset, or choose another), or delete "
+                                  "that one first")
         return FolderHoldsRun(f"{self.path} already holds {self.describe()}; a new run never adopts an existing folder: "
                            f"resume that run with `lra-train resume={self.path}`, or train into a new folder (leave "
                            "hydra.run.dir unset, or choose another)")

@@ -81,6 +81,12 @@ def test_a_failed_start_s_folder_is_taken_only_by_its_own_job(tmp_path, data_dir
                           "hydra.sweep.subdir=x"], tmp_path, data_dir, check=False)
     assert result.returncode == 2 and "the sweep stopped at job 1" in result.stderr, result.stderr
     assert read_json(sweep / "x" / "metrics.json")["error"].startswith("invalid value for trainer.lr: -1.0")
+    # Nor is a single run into that folder told to resume what never started
+    single = run_command(["lra-train", "trainer.lr=1e-3", *SHORT, f"hydra.run.dir={sweep / 'x'}"], tmp_path, data_dir,
+                         check=False)
+    line = single.stderr.strip().splitlines()[-1]
+    assert single.returncode == 2 and "resume=" not in line, line
+    assert "that failed before it started (no saved config, no checkpoint: nothing to resume)" in line, line
 
 
 def test_a_sweep_that_resumes_a_run_writes_no_failure_into_it_and_counts_none(tmp_path, data_dir):
