@@ -10,14 +10,24 @@
 namespace yoso {
 namespace {
 
-// Block y: the side (0 queries, 1 keys); a team per row: its norm, and x / max(‖x‖, eps) as the side wants it.
+// A team's side (block y: 0 queries, 1 keys) and its row there; past the side's rows, the whole team returns (its
+// shuffles name its own lanes alone).
+struct SideRow {
+  UnitRows side;
+  int64_t row;
+};
+template <int D>
+YOSO_DEVICE SideRow side_row(const UnitRows& queries, const UnitRows& keys) {
+  return {blockIdx.y == 0 ? queries : keys, team_index<D>()};
+}
+
+// A team per row of each side: its norm, and x / max(‖x‖, eps) as the side wants it.
 template <int D>
 YOSO_GLOBAL void unit_rows_kernel(UnitRows queries, UnitRows keys, int width, float eps) {
   using T = Team<D>;
   const T team = T::of_thread();
-  const UnitRows side = blockIdx.y == 0 ? queries : keys;
-  const int64_t row = team_index<D>();
-  if (row >= side.rows) return;  // a whole team: its shuffles name its own lanes alone
+  const auto [side, row] = side_row<D>(queries, keys);
+  if (row >= side.rows) return;
   float x[T::kSlots];
   team.read(side.x + row * width, width, x);
   const float norm = sqrtf(team.dot(x, x)), divisor = fmaxf(norm, eps);
@@ -36,8 +46,7 @@ template <int D>
 YOSO_GLOBAL void through_unit_rows_kernel(UnitRows queries, UnitRows keys, int width, float eps) {
   using T = Team<D>;
   const T team = T::of_thread();
-  const UnitRows side = blockIdx.y == 0 ? queries : keys;
-  const int64_t row = team_index<D>();
+  const auto [side, row] = side_row<D>(queries, keys);
   if (row >= side.rows) return;
   float g[T::kSlots], y[T::kSlots];
   team.read(side.grad + row * width, width, g);
