@@ -15,33 +15,66 @@ namespace {
 YOSO_DEVICE int32_t table_of(const int32_t* tables, int64_t at) { return tables != nullptr ? load(tables + at) : -1; }
 
 // A token's bucket under one hash: its code, the first sorted position of its run on the other side (-1:
-// none) and that run's heavy table (-1: none).
+// none), that run's heavy table (-1: none), and of a light run its first token (the other side's, within the
+// sequence), that token's weight (1 where the other side has none) and whether the run goes on past it.
 struct Bucket {
-  int32_t code = -1, first = -1, table = -1;
+  int32_t code = -1, first = -1, table = -1, token = -1, more = 0;
+  float weight = 0.0f;
+};
+
+// The other side of a pair: its sorted codes, their token order and its tokens' weights (null: all 1), from
+// the first token of its sequence.
+struct OtherSide {
+  const int32_t *sorted, *order;
+  const float* weights;
+  int n;
 };
 
 // visit(pair, bucket) for each of a token's hashes in order whose bucket holds tokens of the other side. The
-// buckets are found kLanes hashes at a time, a lane each, so that a team has that many chains of dependent
-// loads (code, run start, table) in flight instead of one, then handed to every lane of the team in turn.
+// buckets are found kLanes hashes at a time, a lane each (code, run start; then the run's table, first token
+// and next code; then that token's weight), so that a team has that many chains of dependent loads in flight
+// instead of one, then handed to every lane of the team in turn: a light run's first pair costs the team
+// only its rows.
 template <int D, typename Visit>
 YOSO_DEVICE void for_each_bucket(const Team<D>& team, int64_t b, int m, int tau, const int32_t* codes, int n_own,
-                                 int own, const int32_t* starts, const int32_t* sorted, int n_other,
-                                 const int32_t* tables, Visit visit) {
+                                 int own, const int32_t* starts, const OtherSide& other, const int32_t* tables,
+                                 Visit visit) {
   constexpr int L = Team<D>::kLanes;
   for (int group = 0; group < m; group += L) {
     Bucket mine;
     if (group + team.rank < m) {
-      const int64_t pair = b * m + group + team.rank;
+      const int64_t pair = b * m + group + team.rank, at = pair * other.n;
       mine.code = checked_code(codes, pair * n_own + own, tau);
-      mine.first = run_of(starts, pair, tau, sorted + pair * n_other, n_other, mine.code);
-      if (mine.first >= 0) mine.table = table_of(tables, pair * n_other + mine.first);
+      mine.first = run_of(starts, pair, tau, other.sorted + at, other.n, mine.code);
+      if (mine.first >= 0) mine.table = table_of(tables, at + mine.first);
+      if (mine.first >= 0 && mine.table < 0) {
+        mine.token = load(other.order + at + mine.first);
+        mine.more = mine.first + 1 < other.n && load(other.sorted + at + mine.first + 1) == mine.code;
+        mine.weight = other.weights != nullptr ? load(other.weights + b * other.n + mine.token) : 1.0f;
+      }
     }
     const int count = m - group < L ? m - group : L;
     for (int u = 0; u < count; ++u) {
-      const Bucket bucket{__shfl_sync(team.mask, mine.code, u, L), __shfl_sync(team.mask, mine.first, u, L),
-                          __shfl_sync(team.mask, mine.table, u, L)};
+      Bucket bucket;
+      bucket.first = __shfl_sync(team.mask, mine.first, u, L);
+      bucket.code = __shfl_sync(team.mask, mine.code, u, L), bucket.table = __shfl_sync(team.mask, mine.table, u, L);
+      bucket.token = __shfl_sync(team.mask, mine.token, u, L), bucket.more = __shfl_sync(team.mask, mine.more, u, L);
+      bucket.weight = __shfl_sync(team.mask, mine.weight, u, L);
       if (bucket.first >= 0) visit(b * m + group + u, bucket);
     }
+  }
+}
+
+// step(token, weight) for each token of a light bucket's run on the other side, in sorted order: the first as
+// the bucket was found with it, the rest walked where the run goes on.
+template <typename Step>
+YOSO_DEVICE void for_each_in_run(const Bucket& bucket, int64_t b, int64_t pair, const OtherSide& other, Step step) {
+  step(bucket.token, bucket.weight);
+  const int64_t at = pair * other.n;
+  for (int r = bucket.first + 1, more = bucket.more; more; ++r) {
+    const int32_t token = load(other.order + at + r);
+    step(token, other.weights != nullptr ? load(other.weights + b * other.n + token) : 1.0f);
+    more = r + 1 < other.n && load(other.sorted + at + r + 1) == bucket.code;
   }
 }
 
@@ -58,24 +91,23 @@ YOSO_GLOBAL void query_gradients_kernel(Backward a, Heavy heavy, float scale) {
   const int i = static_cast<int>(token - b * a.nq);
   float g[T::kSlots], sum[T::kSlots] = {};
   team.read(a.grad, token, a.dv, g);
-  for_each_bucket(team, b, a.m, a.tau, a.codes_q, a.nq, i, a.starts_k, a.sorted_k, a.nk, heavy.table_of_k,
+  const OtherSide keys{a.sorted_k, a.order_k, a.key_weight, a.nk};
+  for_each_bucket(team, b, a.m, a.tau, a.codes_q, a.nq, i, a.starts_k, keys, heavy.table_of_k,
                   [&](int64_t pair, const Bucket& bucket) {
     if (bucket.table >= 0) {
       team.add_times_table(a.grad, token, a.dv, heavy.pool + bucket.table * heavy.table_floats, a.d, sum);
       return;
     }
-    const int32_t* sorted = a.sorted_k + pair * a.nk;
-    for (int r = bucket.first; r < a.nk && load(sorted + r) == bucket.code; ++r) {
-      const int64_t j = b * a.nk + load(a.order_k + pair * a.nk + r);
-      const float w = load(a.key_weight + j);
-      if (w == 0.0f) continue;
+    for_each_in_run(bucket, b, pair, keys, [&](int32_t key, float w) {
+      if (w == 0.0f) return;
+      const int64_t j = b * a.nk + key;
       float v[T::kSlots], k[T::kSlots];
       team.read(a.v, j, a.dv, v);
       const float weight = w * team.dot(g, v);
       team.read(a.k, j, a.d, k);
 #pragma unroll
       for (int s = 0; s < T::kSlots; ++s) sum[s] += weight * k[s];
-    }
+    });
   });
 #pragma unroll
   for (int s = 0; s < T::kSlots; ++s) sum[s] *= scale;
@@ -96,7 +128,8 @@ YOSO_GLOBAL void key_gradients_kernel(Backward a, Heavy heavy, float scale, floa
   const int j = static_cast<int>(token - b * a.nk);
   float v[T::kSlots], sum_k[T::kSlots] = {}, sum_v[T::kSlots] = {};
   team.read(a.v, token, a.dv, v);
-  for_each_bucket(team, b, a.m, a.tau, a.codes_k, a.nk, j, a.starts_q, a.sorted_q, a.nq, heavy.table_of_q,
+  const OtherSide queries{a.sorted_q, a.order_q, nullptr, a.nq};
+  for_each_bucket(team, b, a.m, a.tau, a.codes_k, a.nk, j, a.starts_q, queries, heavy.table_of_q,
                   [&](int64_t pair, const Bucket& bucket) {
     if (bucket.table >= 0) {
       const float* N = heavy.pool + bucket.table * heavy.table_floats + int64_t(a.dv) * a.d;
@@ -107,9 +140,8 @@ YOSO_GLOBAL void key_gradients_kernel(Backward a, Heavy heavy, float scale, floa
       for (int s = 0; s < T::kSlots; ++s) sum_v[s] += g[s];
       return;
     }
-    const int32_t* sorted = a.sorted_q + pair * a.nq;
-    for (int r = bucket.first; r < a.nq && load(sorted + r) == bucket.code; ++r) {
-      const int64_t i = b * a.nq + load(a.order_q + pair * a.nq + r);
+    for_each_in_run(bucket, b, pair, queries, [&](int32_t query, float) {
+      const int64_t i = b * a.nq + query;
       float g[T::kSlots], q[T::kSlots];
       team.read(a.grad, i, a.dv, g);
       const float weight = team.dot(g, v);
@@ -119,7 +151,7 @@ YOSO_GLOBAL void key_gradients_kernel(Backward a, Heavy heavy, float scale, floa
         sum_v[s] += g[s];
         sum_k[s] += weight * q[s];
       }
-    }
+    });
   });
 #pragma unroll
   for (int s = 0; s < T::kSlots; ++s) {

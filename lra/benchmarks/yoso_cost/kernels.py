@@ -406,9 +406,11 @@ def _lookup_chain(c: Call, machine: Machine) -> float:
 
 def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
     """Deterministic query_gradients or key_gradients: a team per token over its m hashes, one launch. Its
-    buckets are found L hashes at a time, a lane each (code, run start, heavy table: one chain of dependent
-    loads per group of L hashes, then three shuffles a hash); in the measured kernels every lane found each
-    hash's in turn (a chain per hash)."""
+    buckets are found L hashes at a time, a lane each: code, run start, then the run's heavy table, first token
+    and next code, then (queries' kernel) that token's key weight, one chain of dependent loads per group of L
+    hashes, then six shuffles a hash; a light run's first pair then costs the team its rows alone, each further
+    pair its order, weight and next code as well. In the measured kernels every lane found each hash's bucket
+    in turn (a chain per hash) and walked every pair of the run from its first sorted code."""
     b = c.stats
     key = side == "key"
     lanes = team_lanes(c)
@@ -418,17 +420,23 @@ def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
     busy = 1 - (1 - b.hit) ** teams_per_warp  # a warp with at least one team in a non-empty bucket
     warps = c.B * c.n / teams_per_warp
     lookup = machine.l2_latency + _lookup_chain(c, machine)  # the code, its run, the run's table
-    finders = 1 if c.measured_kernels else lanes  # hashes whose buckets a team finds at once
-    lookups, shuffles = math.ceil(c.m / finders), 0 if c.measured_kernels else 3
-    chain = machine.dram_latency + lookups * lookup + c.m * (
-        shuffles * machine.shared_latency + longest * pair_chain + busy * machine.l2_latency)  # pairs, run's end
     collisions = c.pairs * c.n * b.per_query
     own = c.d + c.dv if key else c.d
-    finding = lanes if c.measured_kernels else 1  # lanes that load a hash's code, run start and table
-    per_token_hash = finding * 4 * (1 + run_loads(c)) + b.hit * 4 * (finding + lanes) + b.per_query * (
-        lanes * 4 * (2 if key else 3) + c.row_bytes * (c.dv + c.d))
+    if c.measured_kernels:
+        lookups, shuffles = c.m, 0
+        chain = machine.dram_latency + lookups * lookup + c.m * (longest * pair_chain + busy * machine.l2_latency)
+        per_token_hash = lanes * 4 * (1 + run_loads(c)) + b.hit * 4 * 2 * lanes + b.per_query * (
+            lanes * 4 * (2 if key else 3) + c.row_bytes * (c.dv + c.d))
+    else:
+        lookups, shuffles = math.ceil(c.m / lanes), 6
+        lookup += machine.l2_latency * (1 if key else 2)  # the first token (and next code), then its weight
+        first_pair = pair_chain - 3 * machine.l2_latency  # its rows only: the team's dot product on them
+        chain = machine.dram_latency + lookups * lookup + c.m * (
+            shuffles * machine.shared_latency + busy * first_pair + (longest - busy) * pair_chain)
+        per_token_hash = 4 * (1 + run_loads(c)) + b.hit * 4 * (3 if key else 4) + (b.per_query - b.hit) * (
+            lanes * 4 * (2 if key else 3)) + b.per_query * c.row_bytes * (c.dv + c.d)
     return Kernel(f"{side}_gradients", blocks=math.ceil(c.B * c.n * lanes / GRADIENT_THREADS),
-                  threads=GRADIENT_THREADS, registers=(54 if c.measured_kernels else 64) if key else 56,
+                  threads=GRADIENT_THREADS, registers=(54 if key else 56) if c.measured_kernels else 64,
                   instructions=warps * (lookups * per_hash + c.m * (shuffles * 2 + busy * 4 + longest * per_pair)
                                         + 30),
                   dram_bytes=c.B * c.n * (c.row_bytes * (c.d + c.dv) + 4 * own) + c.pairs * c.n * 16,
