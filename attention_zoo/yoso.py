@@ -2,7 +2,7 @@
 
 Q and K are L2-normalized per token; m hashes of τ sign bits (fast Hadamard hashing, or a dense
 Gaussian projection; a sign does not depend on a row's length, so the rows are hashed as they come
-and normalized only inside the backward, fused into the CPU kernel) put queries and keys in buckets,
+and normalized only inside the backward, fused into the kernels) put queries and keys in buckets,
 and Y_i = (1/m) Σ_h Σ_{j: same bucket} v_j — an unbiased estimate of Σ_j (1 − arccos(q̂_i·k̂_j)/π)^τ v_j
 (paper eq. 2) at O(n·m·d) — normalized per row (N-YOSO). Backward (``backward``):
 
@@ -31,9 +31,11 @@ for float64, ``cpu`` and ``cuda`` refuse it). The hash codes are computed from t
 float32 whatever the dtype, so a float64 call collides the pairs its float32 twin does and differs
 from it by rounding only; a float64 port of the estimator given the same codes checks it to float64
 rounding (tests/test_float64.py). ``bf16_rows`` (lower-bound backward only): the rows the estimator reads
-(v in the forward; unit q and k, v and ∇Y in the backward) are rounded to bfloat16, sums and outputs stay
-float32; the CUDA kernels read them in half the bytes, every other engine widened (the same values):
-each output then moves by at most ~3·2^-8 of its sum of absolute terms (tests/test_yoso_bf16_rows.py).
+(v in the forward; unit q and k, v and ∇Y in the default backward; with ``backward_projections`` the rows of
+its cumulations, τ/2·q̂, τ/2·k̂ and ∇Y, v entering through its float32 projected weights) are rounded to
+bfloat16, sums and outputs stay in the computation dtype; the CUDA kernels read them in half the bytes, every
+other engine widened (the same values): each output of the default backward then moves by at most ~3·2^-8 of
+its sum of absolute terms (tests/test_yoso_bf16_rows.py).
 Random draws come from the global (seeded) generator in training; in evaluation (``eval_hashes``)
 from a per-module seed, the same hashes at every call (``fixed``), or, as the authors' code, from the
 global generator afresh at every call (``fresh``: a test number then carries the hashes' noise). YOSO-C adds a depthwise convolution of the masked V along the sequence (one filter per
@@ -76,7 +78,7 @@ class YosoOptions:
     exact_clamp: float = 0.99  # *YOSO: |q̂·k̂| at which the derivative is evaluated at most
     workspace_mb: int = 256  # hash tables alive at once (CUDA kernels and the PyTorch path)
     eval_hashes: str = "fixed"  # fixed: seeded per module in evaluation | fresh: drawn at every call (the authors')
-    bf16_rows: bool = False  # the rows the estimator reads (v; unit q, k and ∇Y in the backward) rounded to bfloat16
+    bf16_rows: bool = False  # the rows the kernels read rounded to bfloat16 (v; unit q, k, v, ∇Y in the backward)
 
     def __post_init__(self):
         whole(self, 1, "num_hashes", "workspace_mb")
@@ -206,7 +208,7 @@ def yoso_cumulation(q, k, v, key_weight, codes_q, codes_k, projections, setup: S
     """Y = (1/m) Σ_h B_h V on q, k [B, n, d], v [B, n, dv], key weights [B, n] (0 = padding),
     differentiable in q, k and v by ``setup.backward``: q, k are unit rows, or with ``setup.normalize``
     rows of any length whose unit rows the estimator is taken on (their gradients then go through
-    x ↦ x/‖x‖, fused into the CPU kernel of the default backward)."""
+    x ↦ x/‖x‖, fused into the kernels of the default backward)."""
     return sample_op(q, k, v, key_weight, codes_q, codes_k, projections, setup.tau, setup.backward, setup.engine,
                      setup.exact_clamp, setup.workspace_bytes, setup.normalize, setup.bf16_rows)
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from attention_zoo import _yoso_ops as ops
-from attention_zoo._common import UNIT_ROWS_EPS
+from attention_zoo._common import UNIT_ROWS_EPS, gradients_through_unit_rows
 from simt import emulation
 from test_cuda_emulation import backward_arrays, problem, seed_of
 
@@ -28,11 +28,10 @@ SHAPES = [  # batch·heads, n, head_dim, value_dim, hashes, τ, correlation of q
 
 
 def rows_of_any_length(x: torch.Tensor, seed: int) -> torch.Tensor:
-    """Unit rows scaled to lengths from 1e-3 to 1e3, with a zero row and a row shorter than eps."""
+    """Unit rows scaled to lengths from 1e-3 to 1e3, with a zero row."""
     g = torch.Generator().manual_seed(seed)
     x = x * torch.exp(torch.empty(*x.shape[:2], 1).uniform_(-7, 7, generator=g))
     x[0, 0] = 0.0
-    x[-1, 1] = x[-1, 1] * 1e-14  # norm below eps = 1e-12: divided by eps, its gradient g / eps
     return x
 
 
@@ -42,7 +41,17 @@ def test_the_kernels_normalize_the_rows_themselves_as_the_pytorch_path_does(shap
     batch, n, d, dv, m, tau = dims
     unit_q, unit_k, v, grad, mask, _, codes_q, codes_k = problem(*dims, correlation=correlation)
     q, k = rows_of_any_length(unit_q, 1), rows_of_any_length(unit_k, 2)
+    # A query shorter than eps (half of it: divided by eps, a unit row of length 0.5, its gradient
+    # (g − y(g·y)·0) / eps) in key 2's buckets under every hash (key 2 kept), so that its gradient is not 0
+    q[-1, 1], codes_q[-1, :, 1], mask[-1, 2] = unit_k[-1, 2] * (0.5 * UNIT_ROWS_EPS), codes_k[-1, :, 2], 1.0
     arrays = backward_arrays(codes_q, codes_k, q, k, v, mask, grad)
+
+    def rounded(x):
+        return x.to(torch.bfloat16).float()
+
+    # The bf16 backward with float32 unit rows: what the kernels would give had they not rounded theirs
+    unrounded_units = gradients_through_unit_rows(q, k, lambda uq, uk: ops.exact_weight_backward_torch(
+        codes_q, codes_k, uq, uk, rounded(v), mask, rounded(grad), tau))
     for bf16 in (False, True):
         reference = ops.exact_weight_backward(codes_q, codes_k, q, k, v, mask, grad, tau, "torch", normalize=True,
                                               bf16_rows=bf16)
@@ -64,5 +73,10 @@ def test_the_kernels_normalize_the_rows_themselves_as_the_pytorch_path_does(shap
                 tolerance = 2**-7 if bf16 else 1e-5
                 assert (np.abs(got - want) <= tolerance * scale).all(), (name, bf16, deterministic,
                                                                          float((np.abs(got - want) / scale).max()))
-            tiny = np.abs(reference[0][-1, 1].double().numpy()).max()  # the row shorter than eps: g / eps
-            assert tiny == 0 or tiny > 1e6  # (0: none of its buckets holds a key)
+            # the row shorter than eps, from the kernels: ~1/eps times the others'
+            assert np.abs(result.outputs["grad_q"].reshape(batch, n, d)[-1, 1]).max() > 1e9
+            if bf16:  # the kernels did round the unit rows they made: far nearer the rounded reference than not
+                got = np.concatenate([result.outputs[x] for x in ("grad_q", "grad_k")])
+                rounded_ref, unrounded = (np.concatenate([t[0].numpy().reshape(-1), t[1].numpy().reshape(-1)])
+                                          for t in (reference, unrounded_units))
+                assert np.linalg.norm(got - rounded_ref) < 0.25 * np.linalg.norm(unrounded - rounded_ref)

@@ -73,6 +73,24 @@ def test_emulated_kernels_read_bfloat16_rows_as_the_float32_rows_of_their_values
                 assert as_bf16.traffic(kernel)[0] < as_float.traffic(kernel)[0], (op, kernel)
 
 
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
+def test_the_kernels_round_to_bfloat16_bit_for_bit_as_torch_does():
+    """yoso::rounded_bf16 (the unit rows the CUDA backward makes) against torch's rounding on the CPU: ties to
+    even both ways, the largest floats to infinity, infinities, zeros of both signs, subnormals, NaNs (to a NaN),
+    and a million random bit patterns."""
+    ties = [1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 2**-130 + 2**-138]  # halfway: to the even neighbour
+    special = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 3.4028234663852886e38, -3.4028234663852886e38,
+               1e-45, -1e-45, 1.1754942e-38, 2**-126, 1.0, -2.5, 1 + 2**-9, 1 + 2**-7 + 2**-9]
+    patterns = np.random.default_rng(0).integers(0, 2**32, size=2**20, dtype=np.uint64).astype(np.uint32)
+    x = torch.from_numpy(np.concatenate([np.array(ties + special, np.float32), patterns.view(np.float32)]))
+    rounded = emulation.run("plain", "round_bf16", {"x": x.numpy()}, {})
+    expected = x.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16).astype(np.int32)
+    nan = torch.isnan(x).numpy()  # (a NaN's bits differ between torch's paths: any bfloat16 NaN)
+    got = rounded.outputs["codes"]
+    np.testing.assert_array_equal(got[~nan], expected[~nan])
+    assert nan.sum() > 1000 and ((got[nan] & 0x7F80) == 0x7F80).all() and ((got[nan] & 0x7F) != 0).all()
+
+
 def unit_problem(batch=3, n=96, d=32, dv=32, m=16, tau=5, seed=0):
     """Unit rows, values, a gradient and codes with several keys in most buckets (τ = 5, n = 96)."""
     q, k, v, grad, mask, _, codes_q, codes_k = problem(batch, n, d, dv, m, tau, seed=seed)
@@ -105,6 +123,33 @@ def test_bfloat16_rows_stay_within_the_rounding_bound_of_the_float32_estimator(e
         allowed = (factor + slack) * absolute + 1e-12
         assert (error <= allowed).all(), (name, float((error / allowed).max()))
         assert float((error / allowed).max()) > 0.05, name
+
+
+@pytest.mark.parametrize("engine", ["torch", "kernel"])
+def test_off_the_cuda_kernels_bfloat16_rows_are_the_float32_estimator_on_the_rounded_rows(engine):
+    """On the CPU every row the estimator reads is rounded, and nothing else: the forward is the float32 one on
+    rounded values, the default backward the float32 one on rounded unit q, k, v and ∇Y, bit for bit; with rows
+    of any length, on the rounded unit rows of the rows given, pulled back through the float32 normalization."""
+    from attention_zoo._common import gradients_through_unit_rows
+
+    q, k, v, grad, mask, codes_q, codes_k = unit_problem()
+    tau = 5
+
+    def rounded(x):
+        return x.to(torch.bfloat16).float()
+
+    ones = torch.ones(q.shape[0], 1, 1, q.shape[1])
+    assert torch.equal(ops.cumulation(codes_q, codes_k, ones, mask[:, None, None], v, tau, engine, bf16_rows=True),
+                       ops.cumulation(codes_q, codes_k, ones, mask[:, None, None], rounded(v), tau, engine))
+    got = ops.exact_weight_backward(codes_q, codes_k, q, k, v, mask, grad, tau, engine, bf16_rows=True)
+    want = ops.exact_weight_backward(codes_q, codes_k, *map(rounded, (q, k, v)), mask, rounded(grad), tau, engine)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    long_q, long_k = q * torch.linspace(0.5, 3, q.shape[1])[:, None], k * 2.5
+    got = ops.exact_weight_backward(codes_q, codes_k, long_q, long_k, v, mask, grad, tau, engine, normalize=True,
+                                    bf16_rows=True)
+    want = gradients_through_unit_rows(long_q, long_k, lambda unit_q, unit_k: ops.exact_weight_backward(
+        codes_q, codes_k, rounded(unit_q), rounded(unit_k), rounded(v), mask, rounded(grad), tau, engine))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
 def test_every_engine_computes_the_same_estimator_on_bfloat16_rows():
@@ -209,3 +254,10 @@ def test_cuda_kernels_read_bfloat16_rows_as_the_float32_rows_of_their_values(det
                                            normalize=True, bf16_rows=True)
         for got, want in zip(fused, around):
             assert ((got - want).abs() <= 2**-7 * want.abs().amax(-1, keepdim=True) + 1e-30).all()
+        # and the kernels did round the unit rows they made: far nearer that than the float32 unit rows' result
+        from attention_zoo._common import gradients_through_unit_rows
+
+        unrounded = gradients_through_unit_rows(q * lengths, k, lambda uq, uk: ops.exact_weight_backward_torch(
+            codes_q, codes_k, uq, uk, v.to(torch.bfloat16).float(), mask, grad.to(torch.bfloat16).float(), tau))
+        for got, want, other in zip(fused[:2], around[:2], unrounded[:2]):
+            assert (got - want).norm() < 0.25 * (other - want).norm()

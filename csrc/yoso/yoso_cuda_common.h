@@ -46,7 +46,8 @@ YOSO_DEVICE int32_t checked_code(const int32_t* codes, int64_t index, int tau) {
 // A bfloat16's float32: its 16 bits are the top half of the float's (exact: no rounding on the way in).
 YOSO_DEVICE float widened(uint32_t bf16) { return __uint_as_float(bf16 << 16); }
 
-// A float32 rounded to bfloat16 (to nearest, ties to even; a NaN to 0x7FC0), as torch rounds: its 16 bits.
+// A float32 rounded to bfloat16 (to nearest, ties to even; a NaN to the quiet NaN 0x7FC0), as torch rounds: its 16
+// bits.
 YOSO_DEVICE uint32_t rounded_bf16(float x) {
   const uint32_t bits = __float_as_uint(x);
   if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;

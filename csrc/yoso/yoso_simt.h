@@ -94,10 +94,10 @@ struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
-struct float4 {
+struct alignas(16) float4 {  // (aligned as CUDA's: a misaligned vector access is UBSan's to report)
   float x, y, z, w;
 };
-struct uint2 {
+struct alignas(8) uint2 {
   unsigned x, y;
 };
 inline float __uint_as_float(unsigned bits) {

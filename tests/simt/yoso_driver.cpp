@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime.h"
+#include "yoso_cuda_common.h"
 #include "yoso_cuda_host.h"
 
 namespace {
@@ -143,6 +144,11 @@ YOSO_GLOBAL void unwritten_shared_kernel(int32_t* out) {
   yoso::store(out + blockIdx.x * blockDim.x + threadIdx.x, words[threadIdx.x]);
 }
 
+// bits[i] = x[i] rounded to bfloat16 by the kernels' rounding (yoso::rounded_bf16), one block.
+YOSO_GLOBAL void round_bf16_kernel(const float* x, int32_t* bits, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) yoso::store(bits + i, int32_t(yoso::rounded_bf16(yoso::load(x + i))));
+}
+
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) simt::fail(std::string(what) + " returned an error");
 }
@@ -206,6 +212,12 @@ int main(int argc, char** argv) {
                         nullptr, &marker),
             "probe");
       outputs_i32["codes"] = {marker};
+    } else if (r.op == "round_bf16") {
+      auto& bits = outputs_i32["codes"];
+      bits.assign(r.f32["x"].size(), 0);
+      check(YOSO_LAUNCH(round_bf16_kernel, dim3(1), dim3(128), 0, nullptr, r.f32["x"].data(), bits.data(),
+                        static_cast<int>(bits.size())),
+            "round_bf16");
     } else if (r.op == "racing_blocks") {
       auto& out = outputs_f32["out"];
       out.assign(1, 0.0f);
