@@ -75,7 +75,12 @@ class RunDirectory:
 
     def holds_run(self) -> bool:
         """Whether a run has been started here (its record, saved config, checkpoints or history)."""
-        return any((self.path / name).exists() for name in (METRICS, RESOLVED, CHECKPOINTS, HISTORY, PRETRAIN))
+        return (self.path / METRICS).exists() or self._trained_here()
+
+    def _trained_here(self) -> bool:
+        """Whether a run went past its start here (its saved config, checkpoints or history): a record alone
+        is a refused sweep job's."""
+        return any((self.path / name).exists() for name in (RESOLVED, CHECKPOINTS, HISTORY, PRETRAIN))
 
     def recorded(self) -> bool:
         """Whether the run here has its record (metrics.json)."""
@@ -201,8 +206,7 @@ class RunDirectory:
         if holder is not None:
             return FolderTaken(f"the run directory {self.path} is in use by {holder}; train into a new folder (leave "
                                "hydra.run.dir unset, or choose another)")
-        started = any((self.path / name).exists() for name in (RESOLVED, CHECKPOINTS, HISTORY, PRETRAIN))
-        if not started and self.read_record().get("status") == "failed":  # a refused sweep job's: nothing to resume
+        if not self._trained_here() and self.read_record().get("status") == "failed":  # a refused sweep job's: nothing to resume
             return FolderHoldsRun(f"{self.path} already holds {self.describe()} that failed before it started (no saved "
                                   "config, no checkpoint: nothing to resume); a new run never adopts an existing folder: "
                                   "train into a new folder (leave hydra.run.dir unset, or choose another), or delete "

@@ -16,6 +16,7 @@ from attention_zoo import _yoso_ops as ops
 from attention_zoo._common import UNIT_ROWS_EPS, gradients_through_unit_rows
 from simt import emulation
 from test_cuda_emulation import backward_arrays, problem, seed_of
+from test_yoso_bf16_rows import rounded
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None or bool(emulation.toolchain_lacks("asan")),
                                 reason="no C++ compiler with AddressSanitizer")
@@ -45,9 +46,6 @@ def test_the_kernels_normalize_the_rows_themselves_as_the_pytorch_path_does(shap
     # (g − y(g·y)·0) / eps) in key 2's buckets under every hash (key 2 kept), so that its gradient is not 0
     q[-1, 1], codes_q[-1, :, 1], mask[-1, 2] = unit_k[-1, 2] * (0.5 * UNIT_ROWS_EPS), codes_k[-1, :, 2], 1.0
     arrays = backward_arrays(codes_q, codes_k, q, k, v, mask, grad)
-
-    def rounded(x):
-        return x.to(torch.bfloat16).float()
 
     # The bf16 backward with float32 unit rows: what the kernels would give had they not rounded theirs
     unrounded_units = gradients_through_unit_rows(q, k, lambda uq, uk: ops.exact_weight_backward_torch(

@@ -21,6 +21,11 @@ from test_cuda_emulation import backward_arrays, problem, seed_of
 # bfloat16 keeps 8 significant bits: rounding to nearest moves a value by at most 2^-8 of itself (relative).
 UNIT = 2.0**-8
 
+
+def rounded(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to bfloat16 and widened back to float32: the values the kernels read."""
+    return x.to(torch.bfloat16).float()
+
 EMULATED = [  # batch·heads, n, head_dim, value_dim, hashes, τ, correlation of q and k
     (2, 37, 24, 24, 8, 6, 1.0),  # the generic team: a bfloat16 load a coordinate
     (1, 70, 32, 32, 4, 10, 1.0),  # 8-lane teams, four bfloat16s a load; the atomic tables in 4 slices
@@ -46,19 +51,20 @@ def test_emulated_kernels_read_bfloat16_rows_as_the_float32_rows_of_their_values
     *dims, correlation = shape
     batch, n, d, dv, m, tau = dims
     q, k, v, grad, mask, _, codes_q, codes_k = problem(*dims, correlation=correlation)
-    rounded = {name: x.to(torch.bfloat16).float() for name, x in (("q", q), ("k", k), ("v", v), ("grad", grad))}
-    bits = {name: emulation.bf16_bits(x) for name, x in rounded.items()}
-    assert not torch.equal(rounded["v"], v)  # the rounding does move the values
+    same_values = {name: rounded(x) for name, x in (("q", q), ("k", k), ("v", v), ("grad", grad))}
+    bits = {name: emulation.bf16_bits(x) for name, x in same_values.items()}
+    assert not torch.equal(same_values["v"], v)  # the rounding does move the values
     sizes = {"B": batch, "m": m, "tau": tau, "nq": n, "nk": n, "dv": dv, "d": d, "workspace_bytes": 2**20}
     ones = torch.ones(batch, 1, 1, n)
     forward = {"codes_q": codes_q.numpy(), "codes_k": codes_k.numpy(), "weight_q": ones.numpy(),
                "weight_k": mask[:, None, None].numpy()}
-    float_backward = backward_arrays(codes_q, codes_k, *(rounded[x] for x in ("q", "k", "v")), mask, rounded["grad"])
+    float_backward = backward_arrays(codes_q, codes_k, *(same_values[x] for x in ("q", "k", "v")), mask,
+                                     same_values["grad"])
     for deterministic in (1, 0):
         ints = {**sizes, "p": 1, "mq": 1, "mk": 1, "deterministic": deterministic,
                 "seed": seed_of(shape, deterministic)}
         runs = {"cumulation": [emulation.run("asan", "cumulation", {**forward, "values": values}, ints)
-                               for values in (rounded["v"].numpy(), bits["v"])],
+                               for values in (same_values["v"].numpy(), bits["v"])],
                 "exact_backward": [emulation.run("asan", "exact_backward", arrays, ints)
                                    for arrays in (float_backward, {**float_backward, **bits})]}
         for op, (as_float, as_bf16) in runs.items():
@@ -83,10 +89,10 @@ def test_the_kernels_round_to_bfloat16_bit_for_bit_as_torch_does():
                1e-45, -1e-45, 1.1754942e-38, 2**-126, 1.0, -2.5, 1 + 2**-9, 1 + 2**-7 + 2**-9]
     patterns = np.random.default_rng(0).integers(0, 2**32, size=2**20, dtype=np.uint64).astype(np.uint32)
     x = torch.from_numpy(np.concatenate([np.array(ties + special, np.float32), patterns.view(np.float32)]))
-    rounded = emulation.run("plain", "round_bf16", {"x": x.numpy()}, {})
+    result = emulation.run("plain", "round_bf16", {"x": x.numpy()}, {})
     expected = x.to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16).astype(np.int32)
     nan = torch.isnan(x).numpy()  # (a NaN's bits differ between torch's paths: any bfloat16 NaN)
-    got = rounded.outputs["codes"]
+    got = result.outputs["codes"]
     np.testing.assert_array_equal(got[~nan], expected[~nan])
     assert nan.sum() > 1000 and ((got[nan] & 0x7F80) == 0x7F80).all() and ((got[nan] & 0x7F) != 0).all()
 
@@ -116,10 +122,10 @@ def test_bfloat16_rows_stay_within_the_rounding_bound_of_the_float32_estimator(e
     bounds = ops.exact_weight_backward_torch(codes_q, codes_k, *(x.abs().double() for x in (q, k, v)), mask.double(),
                                              grad.abs().double(), tau)
     cases = [("Y", forward[0], forward[1], bound, UNIT)]
-    cases += [(name, full, rounded, b, (1 + UNIT) ** (1 if name == "∇V" else 3) - 1)
-              for name, full, rounded, b in zip(("∇Q", "∇K", "∇V"), *backward, bounds)]
-    for name, full, rounded, absolute, factor in cases:
-        error = (rounded.double() - full.double()).abs()
+    cases += [(name, full, with_bf16, b, (1 + UNIT) ** (1 if name == "∇V" else 3) - 1)
+              for name, full, with_bf16, b in zip(("∇Q", "∇K", "∇V"), *backward, bounds)]
+    for name, full, with_bf16, absolute, factor in cases:
+        error = (with_bf16.double() - full.double()).abs()
         allowed = (factor + slack) * absolute + 1e-12
         assert (error <= allowed).all(), (name, float((error / allowed).max()))
         assert float((error / allowed).max()) > 0.05, name
@@ -134,10 +140,6 @@ def test_off_the_cuda_kernels_bfloat16_rows_are_the_float32_estimator_on_the_rou
 
     q, k, v, grad, mask, codes_q, codes_k = unit_problem()
     tau = 5
-
-    def rounded(x):
-        return x.to(torch.bfloat16).float()
-
     ones = torch.ones(q.shape[0], 1, 1, q.shape[1])
     assert torch.equal(ops.cumulation(codes_q, codes_k, ones, mask[:, None, None], v, tau, engine, bf16_rows=True),
                        ops.cumulation(codes_q, codes_k, ones, mask[:, None, None], rounded(v), tau, engine))
@@ -227,7 +229,6 @@ def test_cuda_kernels_read_bfloat16_rows_as_the_float32_rows_of_their_values(det
         q, k, v, grad, mask, codes_q, codes_k = (x.cuda() for x in unit_problem(4, 300, head_dim, head_dim, 8, tau,
                                                                                seed=tau))
         ones = torch.ones(4, 1, 1, 300, device="cuda")
-        rounded = [x.to(torch.bfloat16).float() for x in (q, k, v, grad)]
 
         def call(bf16_rows, q, k, v, grad, engine="kernel"):
             return (ops.cumulation(codes_q, codes_k, ones, mask[:, None, None], v, tau, engine, bf16_rows=bf16_rows),
@@ -235,7 +236,7 @@ def test_cuda_kernels_read_bfloat16_rows_as_the_float32_rows_of_their_values(det
                                                bf16_rows=bf16_rows))
 
         with deterministic_algorithms(deterministic):
-            as_bf16, as_float = call(True, q, k, v, grad), call(False, *rounded)
+            as_bf16, as_float = call(True, q, k, v, grad), call(False, *map(rounded, (q, k, v, grad)))
         reference = call(True, q, k, v, grad, engine="torch")
         for got, same_values, want in zip(as_bf16, as_float, reference):
             assert got.dtype == torch.float32
@@ -258,6 +259,6 @@ def test_cuda_kernels_read_bfloat16_rows_as_the_float32_rows_of_their_values(det
         from attention_zoo._common import gradients_through_unit_rows
 
         unrounded = gradients_through_unit_rows(q * lengths, k, lambda uq, uk: ops.exact_weight_backward_torch(
-            codes_q, codes_k, uq, uk, v.to(torch.bfloat16).float(), mask, grad.to(torch.bfloat16).float(), tau))
+            codes_q, codes_k, uq, uk, rounded(v), mask, rounded(grad), tau))
         for got, want, other in zip(fused[:2], around[:2], unrounded[:2]):
             assert (got - want).norm() < 0.25 * (other - want).norm()

@@ -245,6 +245,9 @@ at::Tensor pair_gradient_cuda(const at::Tensor& codes_s, const at::Tensor& codes
 
 namespace {
 
+// Why the CPU kernels refuse bfloat16 rows, and who widens them.
+constexpr const char* kCpuRows = "the CPU kernels read float32 rows; attention_zoo widens bfloat16 ones";
+
 void require_cpu(const at::Tensor& t) {
   YOSO_CHECK(t.is_cpu(), "yoso: this build has no CUDA kernels; got a ", t.device(), " tensor");
 }
@@ -265,7 +268,7 @@ at::Tensor cumulation(const at::Tensor& codes_q, const at::Tensor& codes_k, cons
   if (values.is_cuda()) return cumulation_cuda(codes_q, codes_k, weight_q, weight_k, values, tau, workspace_bytes);
 #endif
   require_cpu(values);
-  yoso::require_float32({{&values, "values"}}, "the CPU kernels read float32 rows; attention_zoo widens bfloat16 ones");
+  yoso::require_float32({{&values, "values"}}, kCpuRows);
   return cumulation_cpu(codes_q, codes_k, weight_q, weight_k, values, tau);
 }
 
@@ -275,7 +278,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward(
     double eps, bool bf16_units) {
   yoso::validate_exact_weights(codes_q, codes_k, q, k, v, key_weight, grad, tau);
   YOSO_CHECK(!bf16_units || normalize, "yoso: bf16_units rounds the unit rows the backward makes (normalize=True)");
-  if (normalize) yoso::require_float32({{&q, "q"}, {&k, "k"}}, "rows to normalize");
 #ifdef YOSO_WITH_CUDA
   if (q.is_cuda()) {
     return exact_weight_backward_cuda(codes_q, codes_k, q, k, v, key_weight, grad, tau, workspace_bytes, normalize,
@@ -285,8 +287,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward(
   require_cpu(q);
   YOSO_CHECK(!bf16_units, "yoso: the CPU kernels read float32 rows: bf16_units is for the CUDA kernels "
               "(attention_zoo rounds and widens the unit rows for the CPU)");
-  yoso::require_float32({{&q, "q"}, {&k, "k"}, {&v, "v"}, {&grad, "grad"}},
-                        "the CPU kernels read float32 rows; attention_zoo widens bfloat16 ones");
+  yoso::require_float32({{&q, "q"}, {&k, "k"}, {&v, "v"}, {&grad, "grad"}}, kCpuRows);
   return exact_weight_backward_cpu(codes_q, codes_k, q, k, v, key_weight, grad, tau, normalize, eps);
 }
 

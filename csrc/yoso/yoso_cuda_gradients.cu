@@ -28,6 +28,11 @@ struct OtherSide {
   const int32_t *sorted, *order;
   const float* weights;
   int n;
+
+  // The weight of the token of sequence b at `token`.
+  YOSO_DEVICE float weight_of(int64_t b, int32_t token) const {
+    return weights != nullptr ? load(weights + b * n + token) : 1.0f;
+  }
 };
 
 // visit(pair, bucket) for each of a token's hashes in order whose bucket holds tokens of the other side. The
@@ -50,7 +55,7 @@ YOSO_DEVICE void for_each_bucket(const Team<D>& team, int64_t b, int m, int tau,
       if (mine.first >= 0 && mine.table < 0) {
         mine.token = load(other.order + at + mine.first);
         mine.more = mine.first + 1 < other.n && load(other.sorted + at + mine.first + 1) == mine.code;
-        mine.weight = other.weights != nullptr ? load(other.weights + b * other.n + mine.token) : 1.0f;
+        mine.weight = other.weight_of(b, mine.token);
       }
     }
     const int count = m - group < L ? m - group : L;
@@ -73,7 +78,7 @@ YOSO_DEVICE void for_each_in_run(const Bucket& bucket, int64_t b, int64_t pair, 
   const int64_t at = pair * other.n;
   for (int r = bucket.first + 1, more = bucket.more; more; ++r) {
     const int32_t token = load(other.order + at + r);
-    step(token, other.weights != nullptr ? load(other.weights + b * other.n + token) : 1.0f);
+    step(token, other.weight_of(b, token));
     more = r + 1 < other.n && load(other.sorted + at + r + 1) == bucket.code;
   }
 }
