@@ -152,12 +152,12 @@ def test_emulated_kernels_equal_the_pytorch_path_and_the_cpu_kernels(name, shape
           "pair gradient")
 
 
-@pytest.mark.parametrize("head_dim", [1, 2, 3, 8, 100, 200, 2100])
+@pytest.mark.parametrize("head_dim", [1, 2, 3, 8, 16, 32, 50, 200, 2100])
 def test_emulated_hash_is_bitwise_the_pytorch_paths_for_every_lane_split(head_dim):
-    """P = 1, 2, 4 (one lane a token), 8 … 128 (P/4 lanes), 256 (8 coordinates a lane, shuffles over 32
-    lanes), 4,096 (128 coordinates a lane: the token read again each product, the bits gathered in shared
-    memory, shuffles a chunk at a time): the transforms pair the same coordinates in the same order as the
-    PyTorch path."""
+    """P = 1 … 32 (one lane a token, every stage in its registers), 64 and 256 (32 coordinates a lane,
+    shuffles over 2 and 8 lanes), 4,096 (128 coordinates a lane: the token read again each product, the bits
+    gathered in shared memory, shuffles a chunk at a time): the transforms pair the same coordinates in the
+    same order as the PyTorch path."""
     batch, n, m, tau = (2, 21, 7, 5) if head_dim <= 256 else (1, 3, 7, 2)
     x = torch.randn(batch, n, head_dim, generator=torch.Generator().manual_seed(head_dim))
     torch.manual_seed(head_dim)

@@ -142,11 +142,14 @@ cudaError_t launch_with(const float* x, const float* diagonals, int32_t* codes, 
 
 }  // namespace
 
-// Coordinates per lane: P itself up to 4 (one lane a token), 4 up to P = 128 (P / 4 lanes), then P / 32.
+// Coordinates per lane: P itself up to 32 (one lane a token: every stage in registers, no shuffle), 32 up to
+// P = 1,024 (P / 32 lanes), then P / 32 (a warp a token). A lane holding more coordinates issues fewer
+// instructions a token (a shuffle stage costs a shuffle and a select per coordinate); 32 coordinates take
+// 128 registers (ptxas, sm_90), 64 take all 255.
 cudaError_t launch_fast_hash(const float* x, const float* diagonals, int32_t* codes, int64_t B, int n, int d, int R,
                              int P, int m, int tau, cudaStream_t stream) {
   if (B * n == 0 || R == 0) return cudaSuccess;
-  switch (P <= 4 ? P : P <= 128 ? 4 : P / 32) {
+  switch (P <= 32 ? P : P <= 1024 ? 32 : P / 32) {
     case 1: return launch_with<1>(x, diagonals, codes, B, n, d, R, P, m, tau, stream);
     case 2: return launch_with<2>(x, diagonals, codes, B, n, d, R, P, m, tau, stream);
     case 4: return launch_with<4>(x, diagonals, codes, B, n, d, R, P, m, tau, stream);

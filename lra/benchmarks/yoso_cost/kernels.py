@@ -8,8 +8,9 @@ registers from ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c, th
   counters fit a block's shared memory (τ ≤ 13); above, and in the kernels the committed H100
   measurements ran, torch's sort (:mod:`.ops`) and a run-starts kernel;
 
-- hashing: a token's padded vector held by P/S lanes, S = 4 coordinates each (P ≤ 128), the transform's
-  stages in registers and warp shuffles, positions by shifts and masks; 16 tokens per block at P = 32;
+- hashing: a token's padded vector held by P/S lanes, S = min(P, 32) coordinates each (P ≤ 1,024), the
+  transform's stages in registers and warp shuffles, positions by shifts and masks; 128 tokens per block
+  at P = 32 (in the measured kernels S = 4 and 16 tokens);
 - chunks of a fixed budget (attention.workspace_mb, not the L2's): the same on every GPU; a chunk's
   tables may outgrow L2, and then their rows go through DRAM;
 - the sorted cumulation: a team of dv/4 lanes (a warp for other value dims, and in the measured kernels)
@@ -67,12 +68,24 @@ def team_lanes(c: Call) -> int:
     return instance_lanes(c.d, c.dv)
 
 
+HASH_REGISTERS = {1: 25, 2: 32, 4: 32, 8: 53, 16: 79, 32: 128, 64: 255, 128: 168}  # ptxas sm_90, by S
+
+
+def hash_coordinates(c: Call) -> int:
+    """Coordinates a lane holds (S), as launch_fast_hash chooses them: P up to 32, then 32, then P / 32; in the
+    measured kernels P up to 4, then 4 up to P = 128."""
+    P = c.padded
+    if c.measured_kernels:
+        return P if P <= 4 else 4 if P <= 128 else P // WARP
+    return P if P <= 32 else 32 if P <= 1024 else P // WARP
+
+
 def fast_hash(c: Call, machine: Machine = H100) -> Kernel:
-    """A block of 16 tokens (P = 32; 128 threads); per product three rounds of a diagonal (S loads from
+    """A block of 128 threads, P / S lanes a token; per product three rounds of a diagonal (S loads from
     L1) and a transform: log2 S stages in registers, log2(P/S) by shuffles; the bits in registers; a
     group's codes staged in shared memory and stored side by side. For q and k (two launches)."""
     P, R = c.padded, c.products
-    S = P if P <= 4 else 4 if P <= 128 else P // WARP
+    S = hash_coordinates(c)
     lanes = P // S
     threads = min(128, 4096 // S)
     tokens_per_block = threads // lanes
@@ -86,7 +99,7 @@ def fast_hash(c: Call, machine: Machine = H100) -> Kernel:
     chain = machine.dram_latency + R * 3 * (diag + in_lane * 4 + shuffles * (machine.shared_latency + 8)) \
         + groups * (2 * machine.shared_latency + machine.l2_latency)
     held = blocks * tokens_per_block  # a block's tokens past n load the diagonals too
-    return Kernel("fast_hash (q, k)", blocks=blocks, threads=threads, launches=2, registers=32,
+    return Kernel("fast_hash (q, k)", blocks=blocks, threads=threads, launches=2, registers=HASH_REGISTERS[S],
                   shared_bytes=P * tokens_per_block * 4,
                   instructions=2 * warps * (R * per_product + 20 + groups * (S + 12)),
                   dram_bytes=2 * (tokens * 4 * (c.d + c.m) + c.B * R * 3 * P * 4),
