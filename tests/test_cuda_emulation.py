@@ -218,6 +218,26 @@ def test_emulated_backward_takes_heavy_buckets_through_their_tables(name):
         assert stored[0] > 3 * table_bytes and stored[1:] in ([], [3 * table_bytes])  # every bucket's tables, or 3
 
 
+@pytest.mark.parametrize("d", [16, 32, 24])
+def test_emulated_backward_walks_runs_longer_than_a_team_in_chunks(d):
+    """τ = 1 and no room for heavy tables: every bucket is walked pair by pair, its runs of ~50 tokens read a
+    team's width of positions at a time (4, 8 and 32 lanes), some chunks holding padded keys (weight 0) and
+    the run's end; a chunk too few or a position read twice changes the sums."""
+    batch, n, m, tau = 2, 100, 3, 1
+    q, k, v, grad, mask, draws, codes_q, codes_k = problem(batch, n, d, d, m, tau)
+    lanes = d // 4 if d in (16, 32) else 32
+    runs = torch.stack([torch.bincount(c, minlength=2) for c in codes_k.reshape(-1, n)])
+    assert runs.max() > 1 + lanes and (mask == 0).any()  # a walk past the first chunk, padded keys in runs
+    reference = ops.exact_weight_backward_torch(codes_q, codes_k, q, k, v, mask, grad, tau)
+    backward = emulation.run(variant("asan").values[0], "exact_backward",
+                             backward_arrays(codes_q, codes_k, q, k, v, mask, grad),
+                             {"B": batch, "m": m, "tau": tau, "nq": n, "nk": n, "d": d, "dv": d,
+                              "workspace_bytes": 4, "deterministic": 1, "seed": seed_of("chunks", d)})
+    assert "heavy_tables_kernel" not in [launch.kernel.split("<")[0] for launch in backward.launches]
+    for output, expected in zip(("grad_q", "grad_k", "grad_v"), reference):
+        close(backward.outputs[output], expected, output)
+
+
 def test_deterministic_paths_are_bitwise_the_same_in_any_block_order():
     """The default paths have one writer per output in one order: other block and thread interleavings
     (seeds) give the same bits. The atomic paths agree to rounding."""

@@ -71,15 +71,32 @@ YOSO_DEVICE void for_each_bucket(const Team<D>& team, int64_t b, int m, int tau,
 }
 
 // step(token, weight) for each token of a light bucket's run on the other side, in sorted order: the first as
-// the bucket was found with it, the rest walked where the run goes on.
-template <typename Step>
-YOSO_DEVICE void for_each_in_run(const Bucket& bucket, int64_t b, int64_t pair, const OtherSide& other, Step step) {
+// the bucket was found with it, the rest kLanes positions at a time, a lane each (its code and token read
+// together, then the token's weight where the code is the bucket's), handed to the team in turn; a chunk
+// whose last lane is still in the run is followed by the next.
+template <int D, typename Step>
+YOSO_DEVICE void for_each_in_run(const Team<D>& team, const Bucket& bucket, int64_t b, int64_t pair,
+                                 const OtherSide& other, Step step) {
+  constexpr int L = Team<D>::kLanes;
   step(bucket.token, bucket.weight);
   const int64_t at = pair * other.n;
-  for (int r = bucket.first + 1, more = bucket.more; more; ++r) {
-    const int32_t token = load(other.order + at + r);
-    step(token, other.weight_of(b, token));
-    more = r + 1 < other.n && load(other.sorted + at + r + 1) == bucket.code;
+  for (int from = bucket.first + 1, more = bucket.more; more; from += L) {
+    const int r = from + team.rank;
+    int32_t token = -1;  // past the run
+    float weight = 0.0f;
+    if (r < other.n) {
+      const int32_t code = load(other.sorted + at + r), candidate = load(other.order + at + r);
+      if (code == bucket.code) token = candidate, weight = other.weight_of(b, candidate);
+    }
+    for (int u = 0; u < L && more; ++u) {
+      const int32_t next = __shfl_sync(team.mask, token, u, L);
+      const float next_weight = __shfl_sync(team.mask, weight, u, L);
+      if (next < 0) {
+        more = 0;
+      } else {
+        step(next, next_weight);
+      }
+    }
   }
 }
 
@@ -103,7 +120,7 @@ YOSO_GLOBAL void query_gradients_kernel(Backward a, Heavy heavy, float scale) {
       team.add_times_table(a.grad, token, a.dv, heavy.pool + bucket.table * heavy.table_floats, a.d, sum);
       return;
     }
-    for_each_in_run(bucket, b, pair, keys, [&](int32_t key, float w) {
+    for_each_in_run(team, bucket, b, pair, keys, [&](int32_t key, float w) {
       if (w == 0.0f) return;
       const int64_t j = b * a.nk + key;
       float v[T::kSlots], k[T::kSlots];
@@ -145,7 +162,7 @@ YOSO_GLOBAL void key_gradients_kernel(Backward a, Heavy heavy, float scale, floa
       for (int s = 0; s < T::kSlots; ++s) sum_v[s] += g[s];
       return;
     }
-    for_each_in_run(bucket, b, pair, queries, [&](int32_t query, float) {
+    for_each_in_run(team, bucket, b, pair, queries, [&](int32_t query, float) {
       const int64_t i = b * a.nq + query;
       float g[T::kSlots], q[T::kSlots];
       team.read(a.grad, i, a.dv, g);

@@ -23,11 +23,12 @@ MEASURED_MOST_SLICES = 16  # yoso_cuda_kernels.cu's kMostSlices in the kernels t
 @dataclass(frozen=True)
 class Buckets:
     """Per (sequence, hash) pair: distinct key codes, the share of queries whose bucket holds a key,
-    keys per query (= queries per key)."""
+    keys per query (= queries per key), the share of queries whose bucket holds two keys or more."""
 
     distinct: float
     hit: float
     per_query: float
+    more: float
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,10 @@ class Call:
     def stats(self) -> Buckets:
         if self.buckets is not None:
             return self.buckets
-        hit = 1 - (1 - 2.0**-self.bits) ** self.n
-        return Buckets(2**self.bits * hit, hit, self.n / 2**self.bits)
+        p = 2.0**-self.bits
+        hit = 1 - (1 - p) ** self.n
+        more = hit - self.n * p * (1 - p) ** (self.n - 1)
+        return Buckets(2**self.bits * hit, hit, self.n / 2**self.bits, more)
 
     @property
     def search(self) -> float:
@@ -104,15 +107,17 @@ def measured(call: Call, codes_q, codes_k) -> Call:
     """``call`` with its bucket statistics taken from codes [B, m, n] (numpy)."""
     import numpy as np
 
-    distinct, hits, collisions = [], [], 0
+    distinct, hits, more, collisions = [], [], [], 0
     for q, k in zip(codes_q.reshape(-1, call.n), codes_k.reshape(-1, call.n)):
         values, counts = np.unique(k, return_counts=True)
         distinct.append(len(values))
         found = np.isin(q, values)
         hits.append(found.mean())
-        collisions += counts[np.searchsorted(values, q[found])].sum()
+        keys = counts[np.searchsorted(values, q[found])]
+        more.append((keys >= 2).sum() / call.n)
+        collisions += keys.sum()
     return replace(call, buckets=Buckets(float(np.mean(distinct)), float(np.mean(hits)),
-                                         collisions / (call.pairs * call.n)))
+                                         collisions / (call.pairs * call.n), float(np.mean(more))))
 
 
 @lru_cache(maxsize=None)

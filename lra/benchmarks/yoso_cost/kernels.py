@@ -7,10 +7,8 @@ registers from ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c, th
 - sorting: each pair's codes by a counting sort in one block, the run starts with it, where its 2^τ
   counters fit a block's shared memory (τ ≤ 13); above, and in the kernels the committed H100
   measurements ran, torch's sort (:mod:`.ops`) and a run-starts kernel;
-
-- hashing: a token's padded vector held by P/S lanes, S = min(P, 32) coordinates each (P ≤ 1,024), the
-  transform's stages in registers and warp shuffles, positions by shifts and masks; 128 tokens per block
-  at P = 32 (in the measured kernels S = 4 and 16 tokens);
+- hashing: a token's padded vector held by P/S lanes (:func:`hash_coordinates`), the transform's stages in
+  registers and warp shuffles, positions by shifts and masks;
 - chunks of a fixed budget (attention.workspace_mb, not the L2's): the same on every GPU; a chunk's
   tables may outgrow L2, and then their rows go through DRAM;
 - the sorted cumulation: a team of dv/4 lanes (a warp for other value dims, and in the measured kernels)
@@ -18,16 +16,17 @@ registers from ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c, th
   per query gathering its rows one hash after another;
 - the atomic cumulation: rows indexed by code (2^τ ≤ 2n: no sort), cleared per chunk, a warp per
   (key, hash) adds its value row with atomicAdd, the gather reads a query's rows without searching;
-  where a pair's table fits shared memory in at most 128 slices of the codes (τ ≤ 15 with one
-  channel; 16 slices, τ ≤ 12, in the kernels the committed H100 measurements ran), two kernels instead: the tokens listed by slice, then the tables in shared memory, the
-  output by atomics;
+  where a pair's table fits shared memory in at most 128 slices of the codes (τ ≤ 15 with one channel;
+  16 slices, τ ≤ 12, in the measured kernels), two kernels instead: the tokens listed by slice, then the
+  tables in shared memory, the output by atomics;
 - the backward in one pass (a token finds its bucket by one load from each pair's run starts by code
   where 2^τ ≤ 2n, else by a binary search): heavy runs flagged by a thread per sorted key position,
   numbered by a prefix sum (torch's cumsum), tables only for them; then, deterministic, one launch per
   gradient over every pair, a team of d/4 lanes per token (its rows in registers, float4 loads)
-  visiting its m hashes; or, atomic, a team per (hash, query) adding each colliding pair's share into
-  ∇K, ∇V and its sum into ∇Q with atomicAdd: from sm_90 on one float4 atomic per lane (a 128-byte
-  row, 4 sector updates), before sm_90 four 4-byte ones (the same row, 16 sector updates).
+  visiting its m hashes, a run's further tokens read a chunk of positions at a time; or, atomic, a team
+  per (hash, query) adding each colliding pair's share into ∇K, ∇V and its sum into ∇Q with atomicAdd:
+  from sm_90 on one float4 atomic per lane (a 128-byte row, 4 sector updates), before sm_90 four 4-byte
+  ones (the same row, 16 sector updates).
 
 ``loaded``, ``stored`` and ``added`` count the bytes the threads load, store and add atomically, as the
 CPU emulation counts them (every lane of a team loads the code and walks the binary search itself).
@@ -72,8 +71,7 @@ HASH_REGISTERS = {1: 25, 2: 32, 4: 32, 8: 53, 16: 79, 32: 128, 64: 255, 128: 168
 
 
 def hash_coordinates(c: Call) -> int:
-    """Coordinates a lane holds (S), as launch_fast_hash chooses them: P up to 32, then 32, then P / 32; in the
-    measured kernels P up to 4, then 4 up to P = 128."""
+    """Coordinates a lane holds (S) as launch_fast_hash chooses them (the measured kernels: 4 up to P = 128)."""
     P = c.padded
     if c.measured_kernels:
         return P if P <= 4 else 4 if P <= 128 else P // WARP
@@ -421,9 +419,10 @@ def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
     """Deterministic query_gradients or key_gradients: a team per token over its m hashes, one launch. Its
     buckets are found L hashes at a time, a lane each: code, run start, then the run's heavy table, first token
     and next code, then (queries' kernel) that token's key weight, one chain of dependent loads per group of L
-    hashes, then six shuffles a hash; a light run's first pair then costs the team its rows alone, each further
-    pair its order, weight and next code as well. In the measured kernels every lane found each hash's bucket
-    in turn (a chain per hash) and walked every pair of the run from its first sorted code."""
+    hashes, then six shuffles a hash; a light run's first pair then costs the team its rows alone; its further
+    tokens are read L positions at a time, a lane each (code and token, then the weight: one chain a chunk),
+    each then handed over by two shuffles and costing its rows. In the measured kernels every lane found each
+    hash's bucket in turn (a chain per hash) and walked the run a pair at a time (order, weight, next code)."""
     b = c.stats
     key = side == "key"
     lanes = team_lanes(c)
@@ -440,14 +439,17 @@ def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
         chain = machine.dram_latency + lookups * lookup + c.m * (longest * pair_chain + busy * machine.l2_latency)
         per_token_hash = lanes * 4 * (1 + run_loads(c)) + b.hit * 4 * 2 * lanes + b.per_query * (
             lanes * 4 * (2 if key else 3) + c.row_bytes * (c.dv + c.d))
-    else:
+    else:  # a run's further tokens a chunk of `lanes` positions at a time (runs past 1 + lanes: rare, uncounted)
         lookups, shuffles = math.ceil(c.m / lanes), 6
         lookup += machine.l2_latency * (1 if key else 2)  # the first token (and next code), then its weight
         first_pair = pair_chain - 3 * machine.l2_latency  # its rows only: the team's dot product on them
+        goes_on = 1 - (1 - b.more) ** teams_per_warp  # a warp with a run to walk on
+        chunk = machine.l2_latency * (1 if key else 2)  # the chunk's codes and tokens, then (queries') weights
+        further = first_pair + 2 * machine.shared_latency  # a token handed over, its rows, the dot product
         chain = machine.dram_latency + lookups * lookup + c.m * (
-            shuffles * machine.shared_latency + busy * first_pair + (longest - busy) * pair_chain)
-        per_token_hash = 4 * (1 + run_loads(c)) + b.hit * 4 * (3 if key else 4) + (b.per_query - b.hit) * (
-            lanes * 4 * (2 if key else 3)) + b.per_query * c.row_bytes * (c.dv + c.d)
+            shuffles * machine.shared_latency + busy * first_pair + goes_on * chunk + (longest - busy) * further)
+        per_token_hash = 4 * (1 + run_loads(c)) + b.hit * 4 * (3 if key else 4) + b.more * lanes * 8 + (
+            0 if key else (b.per_query - b.hit) * 4) + b.per_query * c.row_bytes * (c.dv + c.d)
     return Kernel(f"{side}_gradients", blocks=math.ceil(c.B * c.n * lanes / GRADIENT_THREADS),
                   threads=GRADIENT_THREADS, registers=(54 if key else 56) if c.measured_kernels else 64,
                   instructions=warps * (lookups * per_hash + c.m * (shuffles * 2 + busy * 4 + longest * per_pair)
