@@ -117,30 +117,6 @@ def gradients_through_unit_rows(q: torch.Tensor, k: torch.Tensor,
     return (through_unit_rows(grad_q, unit_q, norm_q), through_unit_rows(grad_k, unit_k, norm_k), *rest)
 
 
-class _UnitRows(torch.autograd.Function):
-    """x / ‖x‖ along the last dimension with a fused backward (:func:`through_unit_rows`) instead of
-    autograd's seven passes through F.normalize (these passes over [B·H, n, d] are a visible share of
-    a YOSO step on a CPU). Equal to F.normalize, eps included: a row whose norm is below ``eps`` is
-    divided by ``eps`` and its gradient is g / eps (tested)."""
-
-    @staticmethod
-    def forward(ctx, x, eps):
-        y, norm = unit_rows_with_norms(x, eps)
-        ctx.save_for_backward(y, norm)
-        ctx.eps = eps
-        return y
-
-    @staticmethod
-    def backward(ctx, grad):
-        y, norm = ctx.saved_tensors
-        return through_unit_rows(grad, y, norm, ctx.eps), None
-
-
-def unit_rows(x: torch.Tensor, eps: float = UNIT_ROWS_EPS) -> torch.Tensor:
-    """``F.normalize(x, dim=-1)`` with a fused backward (:class:`_UnitRows`)."""
-    return _UnitRows.apply(x, eps)
-
-
 def scaled(q: torch.Tensor) -> torch.Tensor:
     return q / math.sqrt(q.shape[-1])
 

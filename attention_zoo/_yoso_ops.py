@@ -50,7 +50,8 @@ import torch
 from torch import Tensor
 
 from attention_zoo import _yoso_build
-from attention_zoo._common import UNIT_ROWS_EPS, computation_dtype, gradients_through_unit_rows
+from attention_zoo._common import (UNIT_ROWS_EPS, computation_dtype, gradients_through_unit_rows, through_unit_rows,
+                                   unit_rows_with_norms)
 from attention_zoo._yoso_build import KernelUnavailable
 
 IMPLS = ("auto", "cuda", "cpu", "torch")
@@ -360,6 +361,38 @@ def pair_gradient_op(codes_s: Tensor, codes_o: Tensor, a: Tensor, o: Tensor, s: 
 @pair_gradient_op.register_fake
 def _(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp, engine):
     return a.new_empty(a.shape)
+
+
+# ---------------------------------------------------------------------------- the output's unit rows
+
+
+def _normalized_by_kernels(x: Tensor, engine: str) -> bool:
+    """The CUDA kernels normalize CUDA rows (yoso_cuda_rows.cu); elsewhere PyTorch does."""
+    return engine == "kernel" and x.is_cuda
+
+
+def unit_rows(x: Tensor, engine: str, eps: float = UNIT_ROWS_EPS) -> Tuple[Tensor, Tensor]:
+    """(x / max(‖x‖, eps), ‖x‖ [B, n]) of rows x [B, n, width] (``F.normalize``'s rows, eps included): on the
+    CUDA kernels one launch, else PyTorch's norm, clamp and division. Not differentiable (inside an operator)."""
+    if _normalized_by_kernels(x, engine):
+        return tuple(_yoso_build.load("cuda").unit_rows(x, eps))
+    unit, norm = unit_rows_with_norms(x, eps)
+    return unit, norm.squeeze(-1)
+
+
+@torch.library.custom_op("attention_zoo::yoso_through_unit_rows", mutates_args=())
+def through_unit_rows_op(grad: Tensor, unit: Tensor, norms: Tensor, eps: float, engine: str) -> Tensor:
+    """The gradient of rows x from ``grad``, that of their unit rows ``unit`` and norms ``norms`` as
+    :func:`unit_rows` made them (:func:`~attention_zoo._common.through_unit_rows`): on the CUDA kernels one
+    launch, else PyTorch's seven."""
+    if _normalized_by_kernels(unit, engine):
+        return _yoso_build.load("cuda").through_unit_rows(grad, unit, norms, eps)
+    return through_unit_rows(grad, unit, norms.unsqueeze(-1), eps)
+
+
+@through_unit_rows_op.register_fake
+def _(grad, unit, norms, eps, engine):
+    return unit.new_empty(unit.shape)
 
 
 def engine_dtype(engine: str, *tensors: torch.Tensor) -> torch.dtype:

@@ -53,7 +53,7 @@ from torch import Tensor
 
 from attention_zoo import _yoso_ops as ops
 from attention_zoo._common import (depthwise_sequence_conv, gradients_through_unit_rows, hash_code_length,
-                                   at_least_float32, kept_draws, register_rotation_seed, unit_rows)
+                                   at_least_float32, kept_draws, register_rotation_seed, UNIT_ROWS_EPS)
 from attention_zoo.options import InvalidOption, choice, number, odd_window, whole
 from attention_zoo.registry import Attention, register
 from attention_zoo.yoso_e import CLAMP
@@ -114,6 +114,7 @@ class Setup:
     workspace_bytes: int
     normalize: bool = False  # q and k are raw rows: the estimator is taken on their unit rows
     bf16_rows: bool = False  # the estimator's rows rounded to bfloat16 (_yoso_ops.rows_read)
+    unit_output: bool = False  # the output's unit rows (N-YOSO), made and differentiated inside the operator
 
 
 @dataclass
@@ -208,36 +209,44 @@ def yoso_cumulation(q, k, v, key_weight, codes_q, codes_k, projections, setup: S
     """Y = (1/m) Σ_h B_h V on q, k [B, n, d], v [B, n, dv], key weights [B, n] (0 = padding),
     differentiable in q, k and v by ``setup.backward``: q, k are unit rows, or with ``setup.normalize``
     rows of any length whose unit rows the estimator is taken on (their gradients then go through
-    x ↦ x/‖x‖, fused into the kernels of the default backward)."""
+    x ↦ x/‖x‖, fused into the kernels of the default backward); with ``setup.unit_output`` Y's unit rows
+    (N-YOSO's output, F.normalize's, eps included: one launch each way on the CUDA kernels)."""
     return sample_op(q, k, v, key_weight, codes_q, codes_k, projections, setup.tau, setup.backward, setup.engine,
-                     setup.exact_clamp, setup.workspace_bytes, setup.normalize, setup.bf16_rows)
+                     setup.exact_clamp, setup.workspace_bytes, setup.normalize, setup.bf16_rows, setup.unit_output)[0]
 
 
 @torch.library.custom_op("attention_zoo::yoso_sample", mutates_args=())
 def sample_op(q: Tensor, k: Tensor, v: Tensor, key_weight: Tensor, codes_q: Tensor, codes_k: Tensor,
               projections: Tensor, tau: int, backward: str, engine: str, exact_clamp: float,
-              workspace_bytes: int, normalize: bool, bf16_rows: bool) -> Tensor:
-    """The forward of :func:`yoso_cumulation` (one operator, so that torch.compile keeps it whole)."""
+              workspace_bytes: int, normalize: bool, bf16_rows: bool, unit_output: bool) -> Tuple[Tensor, Tensor]:
+    """The forward of :func:`yoso_cumulation` (one operator, so that torch.compile keeps it whole): Y, and with
+    ``unit_output`` its unit rows and norms [B, n] instead (the norms not differentiable; else empty)."""
     ones = q.new_ones(q.shape[0], 1, 1, q.shape[1])
-    return ops.cumulation(codes_q, codes_k, ones, key_weight[:, None, None], v, tau, engine, workspace_bytes,
-                          bf16_rows)
+    y = ops.cumulation(codes_q, codes_k, ones, key_weight[:, None, None], v, tau, engine, workspace_bytes, bf16_rows)
+    return ops.unit_rows(y, engine) if unit_output else (y, y.new_empty(0))
 
 
 @sample_op.register_fake
 def _(q, k, v, key_weight, codes_q, codes_k, projections, tau, backward, engine, exact_clamp, workspace_bytes,
-      normalize, bf16_rows):
-    return q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
+      normalize, bf16_rows, unit_output):
+    y = q.new_empty((q.shape[0], q.shape[1], v.shape[2]), dtype=ops.engine_dtype(engine, q, k, v))
+    return y, y.new_empty(y.shape[:2] if unit_output else (0,))
 
 
 def _save_for_backward(ctx, inputs, output):
     q, k, v, key_weight, codes_q, codes_k, projections, *setup = inputs
-    ctx.save_for_backward(q, k, v, key_weight, codes_q, codes_k, projections)
     ctx.setup = Setup(*setup)
+    kept = output if ctx.setup.unit_output else ()  # the output's unit rows and norms
+    ctx.save_for_backward(q, k, v, key_weight, codes_q, codes_k, projections, *kept)
+    ctx.mark_non_differentiable(output[1])
 
 
-def _sample_backward(ctx, grad):
-    q, k, v, key_weight, codes_q, codes_k, projections = ctx.saved_tensors
+def _sample_backward(ctx, grad, _):
+    q, k, v, key_weight, codes_q, codes_k, projections, *unit_rows = ctx.saved_tensors
     s = ctx.setup
+    if s.unit_output:  # back through the output's unit rows first
+        unit, norms = unit_rows
+        grad = ops.through_unit_rows_op(grad.to(unit.dtype).contiguous(), unit, norms, UNIT_ROWS_EPS, s.engine)
     grad = grad.to(q.dtype).contiguous()
     if s.backward == "lower_bound" and projections.numel() == 0:  # the default: exact per-pair weights
         gradients = ops.exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, s.tau, s.engine,
@@ -247,7 +256,7 @@ def _sample_backward(ctx, grad):
             unit_q, unit_k, v, key_weight, grad, codes_q, codes_k, projections, s))
     else:
         gradients = _unit_row_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s)
-    return (*gradients, *[None] * 11)  # nothing for key_weight, the codes, the projections and the setup
+    return (*gradients, *[None] * 12)  # nothing for key_weight, the codes, the projections and the setup
 
 
 def _unit_row_gradients(q, k, v, key_weight, grad, codes_q, codes_k, projections, s: Setup):
@@ -342,8 +351,8 @@ class YosoAttention(Attention):
         star = "*" if options.backward in STAR_BACKWARDS else ""
         return f"{star}YOSO-{options.num_hashes}"
 
-    def sample(self, q, k, v, mask):
-        """Unnormalized YOSO-m output [B·H, n, dv] of q, k, v [B, H, n, ·]."""
+    def sample(self, q, k, v, mask, unit_output: bool = False):
+        """YOSO-m output [B·H, n, dv] of q, k, v [B, H, n, ·]: unnormalized, or its unit rows (N-YOSO)."""
         batch, heads, n, d = q.shape
         flat = batch * heads
         q, k = q.reshape(flat, n, d), k.reshape(flat, n, d)  # unit rows only inside the op (Setup.normalize)
@@ -360,14 +369,13 @@ class YosoAttention(Attention):
             codes_q = hash_codes(q.detach(), draws, o.num_hashes, self.tau, engine)
             codes_k = hash_codes(k.detach(), draws, o.num_hashes, self.tau, engine)
         setup = Setup(self.tau, o.backward, engine, o.exact_clamp, o.workspace_mb * 2**20, normalize=True,
-                      bf16_rows=o.bf16_rows)
+                      bf16_rows=o.bf16_rows, unit_output=unit_output)
         return yoso_cumulation(q, k, v.reshape(flat, n, -1), key_weight, codes_q, codes_k, draws.projections.to(q.dtype),
                                setup)
 
     @at_least_float32
     def forward(self, q, k, v, mask):
-        y = self.sample(q, k, v, mask)
-        return unit_rows(y).reshape(v.shape)
+        return self.sample(q, k, v, mask, unit_output=True).reshape(v.shape)
 
 
 @register("yoso_c", YosoCOptions)
@@ -383,5 +391,5 @@ class YosoCAttention(YosoAttention):
 
     @at_least_float32
     def forward(self, q, k, v, mask):
-        y = unit_rows(self.sample(q, k, v, mask)).reshape(v.shape)
+        y = self.sample(q, k, v, mask, unit_output=True).reshape(v.shape)
         return y if self.conv is None else y + self.conv(v * mask[:, None, :, None].to(v.dtype))

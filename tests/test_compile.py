@@ -55,13 +55,14 @@ def test_every_yoso_operator_passes_opcheck(engine):
         (seeded_draws_op, (7, 3, 32, 24, 8, 5, "hadamard", 4, torch.device("cpu"))),
         (seeded_draws_op, (7, 3, 32, 24, 8, 5, "gaussian", 32, torch.device("cpu"))),
         (seeded_normal, (7, [2, 3, 4], torch.device("cpu"))),
+        (ops.through_unit_rows_op, (torch.randn_like(v), *ops.unit_rows(v * 2, engine), 1e-12, engine)),
     ]
     for (backward, projections), normalize in itertools.product(
             (("lower_bound", draws.projections), ("lower_bound", torch.empty(0)), ("exact", draws.projections),
              ("expectation", draws.projections)), (False, True)):
         leaves = [t.clone().requires_grad_() for t in (q * 3 if normalize else q, k, v)]
         cases.append((sample_op, (*leaves, mask, codes_q, codes_k, projections.contiguous(), tau, backward, engine, 0.99,
-                                  2**20, normalize, backward == "lower_bound" and normalize)))
+                                  2**20, normalize, backward == "lower_bound" and normalize, normalize)))
     for op, args in cases:
         torch.library.opcheck(op, args)
 

@@ -1,7 +1,8 @@
-"""The default backward's CUDA kernels on rows of any length (yoso_cuda_rows.cu), emulated on the CPU: the unit
-rows made on the device in one launch for both sides (float32, or rounded to bfloat16 as torch rounds), the
-estimator taken on them, its gradients pulled back through x ↦ x / max(‖x‖, eps) in one more launch, in place;
-equal to the PyTorch path, which normalizes around the estimator in ~20 launches, a zero row and a row shorter
+"""The CUDA kernels of unit rows (yoso_cuda_rows.cu), emulated on the CPU. The default backward on rows of any
+length: the unit rows made on the device in one launch for both sides (float32, or rounded to bfloat16 as torch
+rounds), the estimator taken on them, its gradients pulled back through x ↦ x / max(‖x‖, eps) in one more
+launch, in place; equal to the PyTorch path, which normalizes around the estimator in ~20 launches. The output's
+normalization: one side, a launch each way, equal to F.normalize and its gradient. A zero row and a row shorter
 than eps included (divided by eps, as F.normalize does)."""
 
 from __future__ import annotations
@@ -78,3 +79,36 @@ def test_the_kernels_normalize_the_rows_themselves_as_the_pytorch_path_does(shap
                 rounded_ref, unrounded = (np.concatenate([t[0].numpy().reshape(-1), t[1].numpy().reshape(-1)])
                                           for t in (reference, unrounded_units))
                 assert np.linalg.norm(got - rounded_ref) < 0.25 * np.linalg.norm(unrounded - rounded_ref)
+
+
+@pytest.mark.parametrize("width", [16, 32, 64, 128, 24], ids=lambda w: f"width{w}")
+def test_the_output_is_normalized_in_one_launch_each_way_as_f_normalize(width):
+    """N-YOSO's output on the CUDA kernels (emulated): its unit rows and norms in one launch of one grid row, and
+    the gradient pulled back through them in one more, reading the unit rows it made; equal to F.normalize and
+    its autograd gradient (float64), on rows 1e-3 … 1e3 long, a zero row and a row shorter than eps, and the
+    incoming gradient left as it was. Every team layout: 4, 8, 16 and 32 lanes of float4 rows, the generic team."""
+    g = torch.Generator().manual_seed(width)
+    x = rows_of_any_length(torch.nn.functional.normalize(torch.randn(3, 41, width, generator=g), dim=-1), width)
+    x[1, 5] *= 0.5 * UNIT_ROWS_EPS  # shorter than eps: divided by eps
+    incoming = torch.randn(3, 41, width, generator=g)
+    rows = {"rows": 3 * 41, "width": width, "seed": seed_of("output", width)}
+    made = emulation.run("asan", "unit_rows", {"x": x.numpy()}, rows, {"eps": UNIT_ROWS_EPS})
+    pulled = emulation.run("asan", "through_unit_rows", {"unit": made.outputs["unit"], "norms": made.outputs["norms"],
+                                                         "incoming": incoming.numpy()}, rows, {"eps": UNIT_ROWS_EPS})
+    for result, kernel in ((made, "unit_rows_kernel"), (pulled, "through_unit_rows_kernel")):
+        assert [(launch.kernel.split("<")[0], launch.grid[1]) for launch in result.launches] == [(kernel, 1)]
+
+    leaf = x.double().requires_grad_()
+    unit = torch.nn.functional.normalize(leaf, dim=-1)
+    (expected_grad,) = torch.autograd.grad(unit, leaf, incoming.double())
+    scale = lambda t: t.abs().amax(-1, keepdim=True) + 1e-300  # noqa: E731  (per row: the short row's is ~1e12)
+    checks = (("unit", unit.detach(), 1e-6), ("norms", leaf.detach().norm(dim=-1), 1e-6),
+              ("grad", expected_grad, 1e-5))
+    for name, expected, tolerance in checks:
+        result = made if name != "grad" else pulled
+        got = torch.from_numpy(result.outputs[name].astype(np.float64)).reshape(expected.shape)
+        wide = expected if expected.dim() == 3 else expected[..., None]
+        assert ((got - expected).abs().reshape(wide.shape) <= tolerance * scale(wide)).all(), name
+    assert np.abs(pulled.outputs["grad"].reshape(3, 41, width)[1, 5]).max() > 1e9  # (g − y (g·y)·0) / eps
+    assert np.array_equal(pulled.outputs["grad"].reshape(3, 41, width)[0, 0], incoming[0, 0].numpy() / UNIT_ROWS_EPS)
+

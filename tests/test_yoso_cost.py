@@ -194,6 +194,12 @@ def test_the_models_counts_match_every_emulated_kernel_on_both_paths(bf16):
                    (backward, "number_heavy_kernel", kernels.number_heavy(call)),
                    (backward, "unit_rows_kernel", kernels.unit_rows(call, through=False)),
                    (backward, "through_unit_rows_kernel", kernels.unit_rows(call, through=True))]
+        output_rows = {"rows": batch * n, "width": d}  # the output's normalization, one side
+        made = emulation.run("plain", "unit_rows", {"x": v.numpy()}, output_rows, {"eps": 1e-12})
+        pulled = emulation.run("plain", "through_unit_rows", {"unit": made.outputs["unit"], "norms": made.outputs[
+            "norms"], "incoming": grad.numpy()}, output_rows, {"eps": 1e-12})
+        checks += [(made, "unit_rows_kernel", kernels.unit_rows(call, False, output=True)),
+                   (pulled, "through_unit_rows_kernel", kernels.unit_rows(call, True, output=True))]
         for result, kernel, model in checks:
             loaded, stored = result.traffic(kernel)
             assert loaded == pytest.approx(model.loaded, rel=0.01), kernel

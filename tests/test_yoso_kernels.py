@@ -218,6 +218,36 @@ def test_the_default_backward_differentiates_through_the_normalization(device):
 
 
 @needs_kernels
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_output_unit_rows_are_f_normalize_of_the_sample_on_every_engine(device):
+    """unit_output (the forward of YOSO and YOSO-C): the operator's output is F.normalize of its unnormalized
+    sample and its gradients those of autograd through F.normalize, on the kernels (the CUDA ones normalizing in
+    one launch each way, the CPU's output through PyTorch) and the PyTorch path, on q of any length."""
+    from attention_zoo.yoso import Setup, yoso_cumulation
+
+    batch, n, d, m, tau = 2, 61, 32, 8, 5
+    g = torch.Generator().manual_seed(4)
+    q, k, v, grad = (torch.randn(batch, n, d, generator=g) for _ in range(4))
+    q = q * (torch.rand(batch, n, 1, generator=g) * 8 + 0.05)
+    mask = (torch.rand(batch, n, generator=g) > 0.2).float()
+    q, k, v, grad, mask = (x.to(device) for x in (q, k, v, grad, mask))
+    draws = draw(batch, d, d, m, tau, "hadamard", d, g, device)
+    codes_q, codes_k = (hash_codes(x, draws, m, tau, "kernel") for x in (q, k))
+    for engine in ("kernel", "torch"):
+        results = []
+        for unit_output in (True, False):
+            leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+            setup = Setup(tau, "lower_bound", engine, 0.99, 2**20, normalize=True, unit_output=unit_output)
+            y = yoso_cumulation(*leaves, mask, codes_q, codes_k, draws.projections, setup)
+            y = y if unit_output else F.normalize(y, dim=-1)
+            y.backward(grad)
+            results.append([y.detach(), *(leaf.grad for leaf in leaves)])
+        for name, fused, composed in zip(("y", "grad_q", "grad_k", "grad_v"), *results):
+            row_scale = composed.abs().amax(-1, keepdim=True)  # (autograd through F.normalize rounds otherwise)
+            assert ((fused - composed).abs() <= 1e-5 * row_scale).all(), (engine, name)
+
+
+@needs_kernels
 @pytest.mark.parametrize("batch, n", [(0, 5), (2, 0)], ids=["no-sequences", "empty-sequences"])
 def test_empty_inputs_give_empty_results_on_every_engine(batch, n):
     d, m, tau = 8, 4, 3

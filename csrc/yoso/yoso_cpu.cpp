@@ -241,6 +241,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward_cuda(
 at::Tensor pair_gradient_cuda(const at::Tensor& codes_s, const at::Tensor& codes_o, const at::Tensor& a,
                               const at::Tensor& o, const at::Tensor& s, const at::Tensor& w, const at::Tensor& mask_o,
                               int64_t tau, double clamp);
+std::tuple<at::Tensor, at::Tensor> unit_rows_cuda(const at::Tensor& x, double eps);
+at::Tensor through_unit_rows_cuda(const at::Tensor& grad, const at::Tensor& unit, const at::Tensor& norms, double eps);
 #endif
 
 namespace {
@@ -302,6 +304,32 @@ at::Tensor pair_gradient(const at::Tensor& codes_s, const at::Tensor& codes_o, c
   return pair_gradient_cpu(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp);
 }
 
+// The output's normalization is a CUDA kernel pair; off CUDA attention_zoo normalizes with PyTorch.
+constexpr const char* kUnitRowsOnCuda = "yoso: unit_rows and through_unit_rows take CUDA tensors (attention_zoo "
+                                        "normalizes other rows with PyTorch)";
+
+std::tuple<at::Tensor, at::Tensor> unit_rows(const at::Tensor& x, double eps) {
+  yoso::validate_unit_rows(x, "x");
+  YOSO_CHECK(x.is_cuda(), kUnitRowsOnCuda);
+#ifdef YOSO_WITH_CUDA
+  return unit_rows_cuda(x, eps);
+#else
+  require_cpu(x);
+  return {};
+#endif
+}
+
+at::Tensor through_unit_rows(const at::Tensor& grad, const at::Tensor& unit, const at::Tensor& norms, double eps) {
+  yoso::validate_unit_rows(unit, "unit", &norms, &grad);
+  YOSO_CHECK(unit.is_cuda(), kUnitRowsOnCuda);
+#ifdef YOSO_WITH_CUDA
+  return through_unit_rows_cuda(grad, unit, norms, eps);
+#else
+  require_cpu(unit);
+  return {};
+#endif
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
@@ -316,6 +344,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              "bf16_units (CUDA): those unit rows read as bfloat16",
              release());
   module.def("pair_gradient", &pair_gradient, "exact-derivative (*YOSO) gradient over colliding pairs", release());
+  module.def("unit_rows", &unit_rows, "(x / max(|x|, eps), |x|) of rows x [B, n, width] (CUDA)", release());
+  module.def("through_unit_rows", &through_unit_rows,
+             "the gradient of rows x from grad, that of their unit rows (unit, as unit_rows made them, and norms) "
+             "(CUDA)", release());
   module.def("max_code_length", []() { return yoso::kMaxCodeLength; });
   // at::parallel_for runs its loop serially unless this file was compiled with OpenMP (-fopenmp).
 #ifdef INTRA_OP_PARALLEL

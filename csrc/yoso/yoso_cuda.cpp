@@ -9,8 +9,8 @@
 // only into the CUDA extension (with -DYOSO_WITH_CUDA, alongside yoso_cpu.cpp).
 #include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <ATen/ops/cumsum.h>
-#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/sort.h>
 #include <ATen/ops/zeros.h>
@@ -83,6 +83,12 @@ bool deterministic() { return at::globalContext().deterministicAlgorithms(); }
 // A float32 or bfloat16 row matrix (yoso_checks.h allows both) as the kernels read it.
 yoso::Rows rows_of(const at::Tensor& t) { return {t.data_ptr(), t.scalar_type() == at::kBFloat16}; }
 
+// An output every element of which a kernel writes: not at::empty, which fills new memory with NaNs whenever
+// deterministic algorithms are on (torch.utils.deterministic.fill_uninitialized_memory: a launch each).
+at::Tensor unfilled(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return at::Tensor(at::detail::empty_cuda(sizes, options));
+}
+
 // The float32 gradient of rows like t (float32 whatever t's row dtype), zeroed.
 at::Tensor float_zeros_like(const at::Tensor& t) { return at::zeros(t.sizes(), t.options().dtype(at::kFloat)); }
 
@@ -91,7 +97,7 @@ at::Tensor float_zeros_like(const at::Tensor& t) { return at::zeros(t.sizes(), t
 at::Tensor fast_hash_cuda(const at::Tensor& x, const at::Tensor& diagonals, int64_t m, int64_t tau) {
   const c10::cuda::CUDAGuard guard(x.device());
   TorchDevice device(x);
-  auto codes = at::empty({x.size(0), m, x.size(1)}, x.options().dtype(at::kInt));  // every code is written
+  auto codes = unfilled({x.size(0), m, x.size(1)}, x.options().dtype(at::kInt));  // every code is written
   yoso::fast_hash(device, x.data_ptr<float>(), diagonals.data_ptr<float>(), codes.data_ptr<int32_t>(), x.size(0),
                   x.size(1), x.size(2), diagonals.size(1), diagonals.size(3), m, tau);
   return codes;
@@ -135,5 +141,24 @@ at::Tensor pair_gradient_cuda(const at::Tensor& codes_s, const at::Tensor& codes
                       o.data_ptr<float>(), s.data_ptr<float>(), w.data_ptr<float>(), mask_o.data_ptr<float>(),
                       out.data_ptr<float>(), a.size(0), codes_s.size(1), a.size(1), o.size(1), a.size(2), s.size(2),
                       tau, clamp);
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> unit_rows_cuda(const at::Tensor& x, double eps) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  TorchDevice device(x);
+  auto unit = unfilled(x.sizes(), x.options()), norms = unfilled({x.size(0), x.size(1)}, x.options());
+  yoso::unit_rows(device, x.data_ptr<float>(), unit.data_ptr<float>(), norms.data_ptr<float>(), x.size(0) * x.size(1),
+                  x.size(2), static_cast<float>(eps));
+  return {unit, norms};
+}
+
+at::Tensor through_unit_rows_cuda(const at::Tensor& grad, const at::Tensor& unit, const at::Tensor& norms,
+                                  double eps) {
+  const c10::cuda::CUDAGuard guard(unit.device());
+  TorchDevice device(unit);
+  auto out = unfilled(unit.sizes(), unit.options());
+  yoso::through_unit_rows(device, unit.data_ptr<float>(), norms.data_ptr<float>(), grad.data_ptr<float>(),
+                          out.data_ptr<float>(), unit.size(0) * unit.size(1), unit.size(2), static_cast<float>(eps));
   return out;
 }

@@ -121,7 +121,7 @@ void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes
     const auto side = [&](Rows x, float* gradient, int64_t rows) {
       return UnitRows{static_cast<const float*>(x.data), device.floats(rows),
                       device.floats(normalization.bf16 ? (rows * d + 1) / 2 : rows * d), normalization.bf16, gradient,
-                      rows};
+                      gradient, rows};
     };
     unit_q = side(q, grad_q, B * nq), unit_k = side(k, grad_k, B * nk);
     device.check(launch_unit_rows(unit_q, unit_k, a.d, normalization.eps, device.stream()),
@@ -156,6 +156,22 @@ void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes
     device.check(launch_through_unit_rows(unit_q, unit_k, a.d, normalization.eps, device.stream()),
                  "exact_weight_backward (through the unit rows)");
   }
+}
+
+void unit_rows(Device& device, const float* x, float* unit, float* norms, int64_t rows, int64_t width, float eps) {
+  check_dims(device, width, width, "output normalization");
+  device.check(launch_unit_rows({x, norms, unit, false, nullptr, nullptr, rows}, {}, static_cast<int>(width), eps,
+                                device.stream()),
+               "unit_rows");
+}
+
+void through_unit_rows(Device& device, const float* unit, const float* norms, const float* incoming, float* grad,
+                       int64_t rows, int64_t width, float eps) {
+  check_dims(device, width, width, "output normalization");
+  device.check(launch_through_unit_rows({nullptr, const_cast<float*>(norms), const_cast<float*>(unit), false,
+                                         incoming, grad, rows},
+                                        {}, static_cast<int>(width), eps, device.stream()),
+               "through_unit_rows");
 }
 
 void pair_gradient(Device& device, const int32_t* codes_s, const int32_t* codes_o, const float* a, const float* o,

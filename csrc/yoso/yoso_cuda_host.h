@@ -76,6 +76,13 @@ void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes
                     float* grad_v, int64_t B, int64_t m, int64_t nq, int64_t nk, int64_t d, int64_t dv, int64_t tau,
                     int64_t workspace_bytes, bool deterministic, const Normalization& normalization = {});
 
+// The output's normalization (N-YOSO): unit [rows, width] = x / max(‖x‖, eps) and norms [rows] = ‖x‖ of x; then,
+// from those unit rows and norms, grad [rows, width], the gradient `incoming` of the unit rows pulled back to x
+// (UnitRows), float32 throughout.
+void unit_rows(Device& device, const float* x, float* unit, float* norms, int64_t rows, int64_t width, float eps);
+void through_unit_rows(Device& device, const float* unit, const float* norms, const float* incoming, float* grad,
+                       int64_t rows, int64_t width, float eps);
+
 // out [B, ns, d] (zeroed) of the *YOSO backward.
 void pair_gradient(Device& device, const int32_t* codes_s, const int32_t* codes_o, const float* a, const float* o,
                    const float* s, const float* w, const float* mask_o, float* out, int64_t B, int64_t m, int64_t ns,

@@ -107,16 +107,19 @@ cudaError_t launch_heavy_tables(const Backward& a, const Heavy& heavy, cudaStrea
 // The tables of the numbered buckets, then every gradient: one launch each, over all pairs.
 cudaError_t launch_backward(const Backward& a, const Heavy& heavy, bool atomic, cudaStream_t stream);
 
-// The default backward on rows of any length (yoso_cuda_rows.cu): one side's rows x [rows, width] (float32),
-// their norms [rows], their unit rows x / max(‖x‖, eps) as the gradient kernels read them (float32, or rounded
-// to bfloat16 to nearest even, as torch rounds), and that side's gradient [rows, width], taken on the unit rows
-// and then, in place, pulled back to x: (g − y (g·y)) / max(‖x‖, eps), y the float32 unit row, g·y taken as 0
-// where ‖x‖ < eps (as F.normalize's backward). Both sides (queries, keys) in one launch each.
+// Rows of any length and their unit rows (yoso_cuda_rows.cu): one side's rows x [rows, width] (float32),
+// their norms [rows], their unit rows x / max(‖x‖, eps) (float32, or rounded to bfloat16 to nearest even, as
+// torch rounds), and the gradient `incoming` of the unit rows pulled back to x into `grad` [rows, width]:
+// (g − y (g·y)) / max(‖x‖, eps), y the float32 unit row, g·y taken as 0 where ‖x‖ < eps (as F.normalize's
+// backward). The default backward: q and k, both sides in one launch each, the gradient taken on the unit
+// rows and pulled back in place (incoming = grad); the output's normalization: one side, its backward reading
+// the float32 unit rows it made (x null).
 struct UnitRows {
   const float* x;
   float* norms;
   void* unit;
   bool bf16;
+  const float* incoming;
   float* grad;
   int64_t rows;
 };

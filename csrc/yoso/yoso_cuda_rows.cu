@@ -1,7 +1,8 @@
-// CUDA kernels of YOSO's default backward on rows of any length (yoso_cuda_kernels.h, UnitRows): the unit rows
+// CUDA kernels of unit rows (yoso_cuda_kernels.h, UnitRows): the default backward's, the unit rows of q and k
 // the gradient kernels read, made in one launch for both sides, and the gradients pulled back through the
-// normalization in one more, in place: where PyTorch took ~20 elementwise and reduction launches around the
-// operator. A team (yoso_cuda_common.h) per row. Through yoso_simt.h, as the others.
+// normalization in one more, in place (where PyTorch took ~20 elementwise and reduction launches around the
+// operator); and the output's (N-YOSO), one side, one launch forward and one backward (where PyTorch took 3
+// and 7). A team (yoso_cuda_common.h) per row. Through yoso_simt.h, as the others.
 #include <math.h>
 
 #include "yoso_cuda_common.h"
@@ -41,7 +42,8 @@ YOSO_GLOBAL void unit_rows_kernel(UnitRows queries, UnitRows keys, int width, fl
   if (team.rank == 0) store(side.norms + row, norm);
 }
 
-// A team per row of each side: grad = (g − y (g·y)) / max(‖x‖, eps), y = x / max(‖x‖, eps) in float32.
+// A team per row of each side: grad = (g − y (g·y)) / max(‖x‖, eps), y = x / max(‖x‖, eps) in float32 (where x
+// is null: the float32 unit rows y as they were made).
 template <int D>
 YOSO_GLOBAL void through_unit_rows_kernel(UnitRows queries, UnitRows keys, int width, float eps) {
   using T = Team<D>;
@@ -49,11 +51,15 @@ YOSO_GLOBAL void through_unit_rows_kernel(UnitRows queries, UnitRows keys, int w
   const auto [side, row] = side_row<D>(queries, keys);
   if (row >= side.rows) return;
   float g[T::kSlots], y[T::kSlots];
-  team.read(side.grad + row * width, width, g);
-  team.read(side.x + row * width, width, y);
+  team.read(side.incoming + row * width, width, g);
   const float norm = load(side.norms + row), divisor = fmaxf(norm, eps);
+  if (side.x != nullptr) {
+    team.read(side.x + row * width, width, y);
 #pragma unroll
-  for (int s = 0; s < T::kSlots; ++s) y[s] /= divisor;
+    for (int s = 0; s < T::kSlots; ++s) y[s] /= divisor;
+  } else {
+    team.read(static_cast<const float*>(side.unit) + row * width, width, y);
+  }
   const float along = team.dot(g, y);  // (every lane of the team takes part, whatever the norm)
 #pragma unroll
   for (int s = 0; s < T::kSlots; ++s) g[s] = (g[s] - y[s] * (norm < eps ? 0.0f : along)) / divisor;
@@ -64,7 +70,7 @@ template <int D>
 cudaError_t launch_sides(bool through, const UnitRows& queries, const UnitRows& keys, int width, float eps,
                          cudaStream_t stream) {
   const int64_t rows = queries.rows > keys.rows ? queries.rows : keys.rows;
-  const dim3 grid(blocks_for(rows, Team<D>::kLanes), 2);
+  const dim3 grid(blocks_for(rows, Team<D>::kLanes), keys.rows > 0 ? 2 : 1);  // (one side: the output's)
   return through ? YOSO_LAUNCH(through_unit_rows_kernel<D>, grid, dim3(kTeamThreads), 0, stream, queries, keys, width, eps)
                  : YOSO_LAUNCH(unit_rows_kernel<D>, grid, dim3(kTeamThreads), 0, stream, queries, keys, width, eps);
 }
@@ -74,7 +80,8 @@ cudaError_t launch(bool through, const UnitRows& queries, const UnitRows& keys, 
   if (width > kMaxHeadDim) return cudaErrorInvalidValue;  // the host logic says so first
   if (queries.rows + keys.rows == 0 || width == 0) return cudaSuccess;
   // (bfloat16 unit rows of a templated team: 8-byte stores, aligned where the float32 rows are 16-byte aligned)
-  switch (instance(width, width, {queries.x, keys.x, queries.unit, keys.unit, queries.grad, keys.grad})) {
+  switch (instance(width, width, {queries.x, keys.x, queries.unit, keys.unit, queries.incoming, keys.incoming,
+                                  queries.grad, keys.grad})) {
     case 16: return launch_sides<16>(through, queries, keys, width, eps, stream);
     case 32: return launch_sides<32>(through, queries, keys, width, eps, stream);
     case 64: return launch_sides<64>(through, queries, keys, width, eps, stream);

@@ -22,10 +22,10 @@ import argparse
 import math
 
 import torch
+import torch.nn.functional as F
 
 import attention_zoo.yoso as yoso
 from attention_zoo import _yoso_ops as ops
-from attention_zoo._common import unit_rows
 from lra.benchmarks.reference_quirks import compose_row, listops_batch
 from lra.data import listops
 from lra.model import Classifier
@@ -80,8 +80,8 @@ def compare_layer(seen: dict, seed: int = 1) -> dict:
     key_weight = mask.to(q.dtype).repeat_interleave(heads, dim=0)
     ones = q.new_ones(flat, 1, 1, n)
     sampled = ops.cumulation(codes_q, codes_k, ones, key_weight[:, None, None], v, tau, "torch").requires_grad_()
-    (grad,) = torch.autograd.grad(unit_rows(sampled).reshape(seen["v"].shape), sampled, seen["grad"])
-    unit_q, unit_k = unit_rows(q), unit_rows(k)
+    (grad,) = torch.autograd.grad(F.normalize(sampled, dim=-1).reshape(seen["v"].shape), sampled, seen["grad"])
+    unit_q, unit_k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
 
     ours_q = ops.pair_gradient(codes_q, codes_k, unit_q, unit_k, grad, v, key_weight, tau, o.exact_clamp, "torch")
     ours_k = ops.pair_gradient(codes_k, codes_q, unit_k, unit_q, v, grad, torch.ones_like(key_weight), tau,

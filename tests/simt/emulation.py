@@ -116,7 +116,8 @@ class Result:
 
 OUTPUTS = {"fast_hash": {"codes": np.int32}, "cumulation": {"out": np.float32},
            "exact_backward": {"grad_q": np.float32, "grad_k": np.float32, "grad_v": np.float32},
-           "pair_gradient": {"out": np.float32}, "sort": {"sorted": np.int32, "order": np.int32, "starts": np.int32},
+           "pair_gradient": {"out": np.float32}, "unit_rows": {"unit": np.float32, "norms": np.float32},
+           "through_unit_rows": {"grad": np.float32}, "sort": {"sorted": np.int32, "order": np.int32, "starts": np.int32},
            "probe": {"codes": np.int32}, "round_bf16": {"codes": np.int32}, "racing_blocks": {"out": np.float32},
            "neighbours": {"out": np.float32}, "unwritten_shared": {"codes": np.int32}}
 

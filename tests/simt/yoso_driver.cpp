@@ -6,6 +6,7 @@
 // per input array; the driver writes <name>.out.bin per output and stats.txt (one line per kernel launch, the
 // workspace allocated). An error of the host logic is one "error: ..." line on stderr and exit status 3.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -189,6 +190,20 @@ int main(int argc, char** argv) {
                            I("dv"), I("tau"), I("workspace_bytes"), deterministic,
                            {option("normalize", 0) != 0, static_cast<float>(r.floats.count("eps") ? r.floats["eps"] : 0.0),
                             option("bf16_units", 0) != 0});
+    } else if (r.op == "unit_rows" || r.op == "through_unit_rows") {  // the output's normalization, one side
+      const int64_t rows = I("rows"), width = I("width");
+      const float eps = static_cast<float>(r.floats.at("eps")), unwritten = std::nanf("");
+      if (r.op == "unit_rows") {
+        auto &unit = outputs_f32["unit"], &norms = outputs_f32["norms"];
+        unit.assign(rows * width, unwritten);
+        norms.assign(rows, unwritten);
+        yoso::unit_rows(device, r.f32["x"].data(), unit.data(), norms.data(), rows, width, eps);
+      } else {
+        auto& grad = outputs_f32["grad"];
+        grad.assign(rows * width, unwritten);
+        yoso::through_unit_rows(device, r.f32["unit"].data(), r.f32["norms"].data(), r.f32["incoming"].data(),
+                                grad.data(), rows, width, eps);
+      }
     } else if (r.op == "pair_gradient") {
       auto& out = outputs_f32["out"];
       out.assign(I("B") * I("ns") * I("d"), 0.0f);

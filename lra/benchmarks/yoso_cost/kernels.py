@@ -72,10 +72,8 @@ HASH_REGISTERS = {1: 25, 2: 32, 4: 32, 8: 53, 16: 79, 32: 128, 64: 255, 128: 168
 
 def hash_coordinates(c: Call) -> int:
     """Coordinates a lane holds (S) as launch_fast_hash chooses them (the measured kernels: 4 up to P = 128)."""
-    P = c.padded
-    if c.measured_kernels:
-        return P if P <= 4 else 4 if P <= 128 else P // WARP
-    return P if P <= 32 else 32 if P <= 1024 else P // WARP
+    P, (small, most) = c.padded, (4, 128) if c.measured_kernels else (32, 1024)
+    return P if P <= small else small if P <= most else P // WARP
 
 
 def fast_hash(c: Call, machine: Machine = H100) -> Kernel:
@@ -340,15 +338,17 @@ def run_starts(c: Call, sides: int, machine: Machine = H100) -> List[Kernel]:
     return [fill, kernel]
 
 
-def unit_rows(c: Call, through: bool, machine: Machine = H100) -> Kernel:
-    """yoso_cuda_rows.cu, both sides in one launch, a team per row: its unit row and norm (``through``: its
-    gradient pulled back in place, every lane loading the norm), one float4 a lane, the team's dot product."""
-    lanes, rows = team_lanes(c), 2 * c.B * c.n
-    slots = max(1, (c.d + lanes - 1) // lanes)
-    loaded = rows * (8 * c.d + 4 * lanes) if through else rows * 4 * c.d
-    stored = rows * 4 * c.d if through else rows * (c.row_bytes * c.d + 4)  # (the unit rows as the kernels read them)
-    return Kernel("through the unit rows (q, k)" if through else "unit rows (q, k)",
-                  blocks=2 * math.ceil(c.B * c.n * lanes / GRADIENT_THREADS), threads=GRADIENT_THREADS, registers=38,
+def unit_rows(c: Call, through: bool, machine: Machine = H100, output: bool = False) -> Kernel:
+    """yoso_cuda_rows.cu, a team per row: q and k in one launch (``output``: the output's rows alone), a row's unit
+    row (q's and k's as the gradient kernels read them) and norm; ``through``: its gradient pulled back (q, k: in
+    place, from x; the output's from its unit rows), every lane loading the norm. A float4 a lane, a dot product."""
+    width, sides, what = (c.dv, 1, "output") if output else (c.d, 2, "q, k")
+    lanes, rows = instance_lanes(width, width), sides * c.B * c.n
+    slots = max(1, (width + lanes - 1) // lanes)
+    loaded = rows * (8 * width + 4 * lanes) if through else rows * 4 * width
+    stored = rows * 4 * width if through else rows * ((4 if output else c.row_bytes) * width + 4)
+    return Kernel(f"through the unit rows ({what})" if through else f"unit rows ({what})",
+                  blocks=sides * math.ceil(c.B * c.n * lanes / GRADIENT_THREADS), threads=GRADIENT_THREADS, registers=38,
                   instructions=rows / (WARP // lanes) * (20 + 4 * slots * (2 if through else 1)
                                                          + 2 * int(math.log2(lanes))),
                   dram_bytes=loaded + stored, l2_bytes=loaded + stored,

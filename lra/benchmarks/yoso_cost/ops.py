@@ -11,7 +11,8 @@ accumulated into q, k, v. A kernel that a YOSO operator launches itself (not thr
 ``raw``: the profiler books it to the operator (``Self CUDA``), ATen's to their own ops.
 
 Under torch's deterministic algorithms every tensor ATen allocates uninitialised inside the operators (the
-codes, the sorts' outputs, the scan) is filled first (torch.utils.deterministic.fill_uninitialized_memory).
+sorts' outputs, the scan; the codes in the measured kernels) is filled first
+(torch.utils.deterministic.fill_uninitialized_memory); the kernels' own outputs (codes, unit rows) are not.
 An op's kernels are queued when its host work ends; an operator's own host time (its Python between its
 ATen ops, which the profiler gives in total, not where it falls) is spread evenly over the ops it encloses.
 """
@@ -183,8 +184,8 @@ def forward_ops(c: Call, atomic: bool, machine: Machine = H100, grad: bool = Tru
                                                            elementwise("mask repeated", c.B * c.n * 8, machine))),
            Op("hash draws (randint, ×2, −1, float)", 4, tuple(elementwise(f"draws {i}", draws * 16, machine)
                                                             for i in range(4))),
-           Op("hash q, k (2 custom ops)", 2 * (CUSTOM_OP + 1),
-              _empties("codes", [codes, codes], deterministic, machine),
+           Op("hash q, k (2 custom ops)", 2 * (CUSTOM_OP + 1),  # (codes unfilled since the measured kernels)
+              _empties("codes", [codes, codes], deterministic and c.measured_kernels, machine),
               raw=(yoso.fast_hash(c, machine),)),
            Op("yoso_sample (custom op)", wrapper / 2 + 1,
               (filled("ones", c.B * c.n * 4, machine),))]
@@ -200,7 +201,11 @@ def forward_ops(c: Call, atomic: bool, machine: Machine = H100, grad: bool = Tru
                     else (yoso.bucket_rows(c, machine),))
         ops.append(Op("yoso_cumulation (custom op)", CUSTOM_OP + 1 + host + len(casts), (*casts, zeros, *sort),
                       raw=(*sort_raw, *cumulate, yoso.gather_rows(c, atomic, machine))))
-    ops.append(_unit_rows(c, "output", c.dv, machine, "forward", wrapper / 2 + FUNCTION))
+    if c.measured_kernels:  # the output normalized by _UnitRows, an autograd.Function of PyTorch's passes
+        ops.append(_unit_rows(c, "output", c.dv, machine, "forward", wrapper / 2 + FUNCTION))
+    else:  # by the operator, one launch (PyTorch's three off the CUDA kernels)
+        ops.append(Op("output: unit rows (in yoso_sample)", wrapper / 2 + 1,
+                      raw=(yoso.unit_rows(c, False, machine, output=True),)))
     return ops
 
 
@@ -222,7 +227,9 @@ def backward_ops(c: Call, atomic: bool, machine: Machine = H100) -> List[Op]:
                                                             elementwise("×2", floats * 8, machine),
                                                             elementwise("× grad", floats * 12, machine, loads=2)),
               phase="backward"),
-           _through_unit_rows(c, "output", c.dv, machine, FUNCTION)]
+           _through_unit_rows(c, "output", c.dv, machine, FUNCTION) if c.measured_kernels else
+           Op("output: gradient through the unit rows (custom op)", CUSTOM_OP + 1,
+              raw=(yoso.unit_rows(c, True, machine, output=True),), phase="backward")]
     if normalized_by_torch:
         ops += [_unit_rows(c, "q", c.d, machine, "backward", share), _unit_rows(c, "k", c.d, machine, "backward", share)]
     sides = (("q", c.d), ("k", c.d), ("v", c.dv))
