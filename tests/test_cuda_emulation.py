@@ -152,12 +152,12 @@ def test_emulated_kernels_equal_the_pytorch_path_and_the_cpu_kernels(name, shape
           "pair gradient")
 
 
-@pytest.mark.parametrize("head_dim", [1, 2, 3, 8, 16, 32, 50, 200, 2100])
+@pytest.mark.parametrize("head_dim", [1, 2, 3, 8, 16, 32, 50, 100, 200, 1000, 2100])
 def test_emulated_hash_is_bitwise_the_pytorch_paths_for_every_lane_split(head_dim):
-    """P = 1 … 32 (one lane a token, every stage in its registers), 64 and 256 (32 coordinates a lane,
-    shuffles over 2 and 8 lanes), 4,096 (128 coordinates a lane: the token read again each product, the bits
-    gathered in shared memory, shuffles a chunk at a time): the transforms pair the same coordinates in the
-    same order as the PyTorch path."""
+    """P = 1 … 32 (one lane a token, every stage in its registers), 64 … 1,024 (32 coordinates a lane, shuffles
+    over 2 … 32 lanes), 4,096 (128 coordinates a lane: the token read again each product, the bits gathered in
+    shared memory, shuffles a chunk at a time): the transforms pair the same coordinates in the same order as
+    the PyTorch path."""
     batch, n, m, tau = (2, 21, 7, 5) if head_dim <= 256 else (1, 3, 7, 2)
     x = torch.randn(batch, n, head_dim, generator=torch.Generator().manual_seed(head_dim))
     torch.manual_seed(head_dim)
@@ -169,14 +169,15 @@ def test_emulated_hash_is_bitwise_the_pytorch_paths_for_every_lane_split(head_di
 
 
 @pytest.mark.parametrize("name", ["plain", variant("tsan")])
-@pytest.mark.parametrize("head_dim, hashes", [(8, 20), (32, 70), (2100, 8197)],
-                         ids=["P8-3groups", "P32-3groups", "P4096-3groups"])
+@pytest.mark.parametrize("head_dim, hashes", [(8, 20), (32, 70), (64, 150), (2100, 8197)],
+                         ids=["P8-3groups", "P32-3groups", "P64-3groups", "P4096-3groups"])
 def test_emulated_hash_reuses_its_staged_codes_safely_over_several_groups(name, head_dim, hashes):
     """More hashes than padded coordinates (m > P): a block stages several groups of P codes through one
-    shared buffer, each read back by other warps than wrote it (P = 32: 8 lanes a token, 16 tokens on 4
-    warps). Bitwise the PyTorch path's codes, and under ThreadSanitizer no read of one group races with
-    the next group's writes (a barrier removed between them on purpose was caught by no other test).
-    P = 4,096 gathers each group's bits in the staging buffer itself, cleared after the group is stored."""
+    shared buffer. Up to P = 32 a lane holds a token and stores its own codes; from P = 64 each is read back by
+    other warps than wrote it (P = 64: 2 lanes a token, 64 tokens on 4 warps). Bitwise the PyTorch path's
+    codes, and under ThreadSanitizer no read of one group races with the next group's writes (a barrier
+    removed between them on purpose was caught by no other test). P = 4,096 gathers each group's bits in
+    the staging buffer itself, cleared after the group is stored."""
     batch, n, tau = (2, 40, 3) if head_dim <= 256 else (1, 3, 1)
     x = torch.randn(batch, n, head_dim, generator=torch.Generator().manual_seed(hashes))
     torch.manual_seed(hashes)
@@ -218,11 +219,11 @@ def test_emulated_backward_takes_heavy_buckets_through_their_tables(name):
         assert stored[0] > 3 * table_bytes and stored[1:] in ([], [3 * table_bytes])  # every bucket's tables, or 3
 
 
-@pytest.mark.parametrize("d", [16, 32, 24])
+@pytest.mark.parametrize("d", [16, 32, 64, 128, 24])
 def test_emulated_backward_walks_runs_longer_than_a_team_in_chunks(d):
     """τ = 1 and no room for heavy tables: every bucket is walked pair by pair, its runs of ~50 tokens read a
-    team's width of positions at a time (4, 8 and 32 lanes), some chunks holding padded keys (weight 0) and
-    the run's end; a chunk too few or a position read twice changes the sums."""
+    team's width of positions at a time (4, 8, 16 and 32 lanes, templated and generic), some chunks holding
+    padded keys (weight 0) and the run's end; a chunk too few or a position read twice changes the sums."""
     batch, n, m, tau = 2, 100, 3, 1
     q, k, v, grad, mask, draws, codes_q, codes_k = problem(batch, n, d, d, m, tau)
     lanes = d // 4 if d in (16, 32) else 32
@@ -233,6 +234,38 @@ def test_emulated_backward_walks_runs_longer_than_a_team_in_chunks(d):
                              backward_arrays(codes_q, codes_k, q, k, v, mask, grad),
                              {"B": batch, "m": m, "tau": tau, "nq": n, "nk": n, "d": d, "dv": d,
                               "workspace_bytes": 4, "deterministic": 1, "seed": seed_of("chunks", d)})
+    assert "heavy_tables_kernel" not in [launch.kernel.split("<")[0] for launch in backward.launches]
+    for output, expected in zip(("grad_q", "grad_k", "grad_v"), reference):
+        close(backward.outputs[output], expected, output)
+
+
+@pytest.mark.parametrize("d", [16, 32, 64, 128, 24])
+def test_emulated_backward_walks_runs_ending_at_every_place_in_a_chunk(d):
+    """Runs built to end everywhere a chunk of a team's width can: of 1, 2, L, L + 1 (filling the first chunk
+    after the bucket's first token, the next chunk empty), L + 2, 2L + 1 and 3 keys, the last one of L + 1 ending
+    at n, under two hashes in two orders, 30 % padded keys, some queries in no bucket; equal to the PyTorch path
+    on both gradient kernels (a query's run of keys, a key's run of queries)."""
+    lanes = d // 4 if d in (16, 32, 64, 128) else 32
+    lengths = [1, 2, lanes, lanes + 1, lanes + 2, 2 * lanes + 1, 3, lanes + 1]
+    n, batch, m, tau = sum(lengths), 2, 2, 5
+    g = torch.Generator().manual_seed(d)
+    codes_k = torch.empty(batch, m, n, dtype=torch.int32)
+    for b in range(batch):
+        for h in range(m):
+            runs = lengths if h == 0 else lengths[-2::-1] + lengths[-1:]  # the last run, L + 1, at n in both
+            codes = torch.cat([torch.full((length,), 3 * i + 1, dtype=torch.int32) for i, length in enumerate(runs)])
+            codes_k[b, h] = codes[torch.randperm(n, generator=g)]  # any token order: the sort makes the runs
+    used = codes_k.unique()
+    codes_q = used[torch.randint(len(used), (batch, m, n), generator=g)].to(torch.int32)
+    codes_q[:, :, :3] = 0  # in no bucket
+    q, k = (F.normalize(torch.randn(batch, n, d, generator=g), dim=-1) for _ in range(2))
+    v, grad = torch.randn(batch, n, d, generator=g), torch.randn(batch, n, d, generator=g)
+    mask = (torch.rand(batch, n, generator=g) > 0.3).float()
+    reference = ops.exact_weight_backward_torch(codes_q, codes_k, q, k, v, mask, grad, tau)
+    backward = emulation.run(variant("asan").values[0], "exact_backward",
+                             backward_arrays(codes_q, codes_k, q, k, v, mask, grad),
+                             {"B": batch, "m": m, "tau": tau, "nq": n, "nk": n, "d": d, "dv": d,
+                              "workspace_bytes": 4, "deterministic": 1, "seed": seed_of("run ends", d)})
     assert "heavy_tables_kernel" not in [launch.kernel.split("<")[0] for launch in backward.launches]
     for output, expected in zip(("grad_q", "grad_k", "grad_v"), reference):
         close(backward.outputs[output], expected, output)

@@ -112,3 +112,24 @@ def test_the_output_is_normalized_in_one_launch_each_way_as_f_normalize(width):
     assert np.abs(pulled.outputs["grad"].reshape(3, 41, width)[1, 5]).max() > 1e9  # (g − y (g·y)·0) / eps
     assert np.array_equal(pulled.outputs["grad"].reshape(3, 41, width)[0, 0], incoming[0, 0].numpy() / UNIT_ROWS_EPS)
 
+
+
+def test_the_output_kernels_keep_a_nan_row_nan_and_give_rows_without_coordinates_norm_0():
+    """A NaN in a row makes its unit row and norm NaN, as F.normalize and the CPU kernels' max(‖x‖, eps) give
+    (fmaxf would divide the row by eps), and the gradient through it NaN; rows of width 0: every norm 0, no
+    launch."""
+    x = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(0))
+    x[0, 1, 3] = float("nan")
+    rows = {"rows": 10, "width": 32}
+    made = emulation.run("asan", "unit_rows", {"x": x.numpy()}, rows, {"eps": UNIT_ROWS_EPS})
+    expected = torch.nn.functional.normalize(x, dim=-1).numpy().reshape(-1)
+    np.testing.assert_allclose(made.outputs["unit"], expected, rtol=1e-6, atol=1e-7, equal_nan=True)
+    assert np.isnan(made.outputs["norms"][1]) and not np.isnan(np.delete(made.outputs["norms"], 1)).any()
+    pulled = emulation.run("asan", "through_unit_rows", {"unit": made.outputs["unit"], "norms": made.outputs["norms"],
+                                                         "incoming": np.ones((2, 5, 32), np.float32)}, rows,
+                           {"eps": UNIT_ROWS_EPS})
+    grad = pulled.outputs["grad"].reshape(10, 32)
+    assert np.isnan(grad[1]).all() and not np.isnan(np.delete(grad, 1, axis=0)).any()
+    empty = emulation.run("asan", "unit_rows", {"x": np.zeros((2, 5, 0), np.float32)}, {"rows": 10, "width": 0},
+                          {"eps": UNIT_ROWS_EPS})
+    assert empty.launches == [] and np.array_equal(empty.outputs["norms"], np.zeros(10, np.float32))

@@ -247,6 +247,32 @@ def test_the_output_unit_rows_are_f_normalize_of_the_sample_on_every_engine(devi
             assert ((fused - composed).abs() <= 1e-5 * row_scale).all(), (engine, name)
 
 
+def test_a_graph_of_the_gradient_can_be_made_through_the_output_unit_rows():
+    """create_graph=True through the output's unit rows takes PyTorch's passes (differentiable; the operator is
+    not), giving the gradients the operator gives without a graph; with the expectation backward, whose own
+    gradients are PyTorch's, a second-order backward then runs (float64)."""
+    from attention_zoo.yoso import Setup, yoso_cumulation
+
+    batch, n, d, m, tau = 2, 23, 16, 8, 4
+    g = torch.Generator().manual_seed(6)
+    q, k, v, weights = (torch.randn(batch, n, d, generator=g, dtype=torch.float64) for _ in range(4))
+    q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    mask = torch.ones(batch, n, dtype=torch.float64)
+    draws = draw(batch, d, d, m, tau, "hadamard", d, g, "cpu")
+    codes_q, codes_k = (hash_codes(x, draws, m, tau, "torch") for x in (q, k))
+    setup = Setup(tau, "expectation", "torch", 0.99, 2**20, unit_output=True)
+    first, graphed = [], None
+    for graph in (True, False):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        y = yoso_cumulation(*leaves, mask, codes_q, codes_k, draws.projections, setup)
+        first.append(torch.autograd.grad((y * weights).sum(), leaves, create_graph=graph))
+        graphed = graphed or leaves
+    for with_graph, without in zip(*first):
+        torch.testing.assert_close(with_graph, without, rtol=1e-12, atol=1e-12)
+    second = torch.autograd.grad(first[0][0].square().sum(), graphed, allow_unused=True)
+    assert any(t is not None for t in second) and all(t is None or torch.isfinite(t).all() for t in second)
+
+
 @needs_kernels
 @pytest.mark.parametrize("batch, n", [(0, 5), (2, 0)], ids=["no-sequences", "empty-sequences"])
 def test_empty_inputs_give_empty_results_on_every_engine(batch, n):

@@ -160,6 +160,7 @@ void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes
 
 void unit_rows(Device& device, const float* x, float* unit, float* norms, int64_t rows, int64_t width, float eps) {
   check_dims(device, width, width, "output normalization");
+  if (width == 0 && rows > 0) device.zero(norms, rows);  // no coordinates: every norm 0 (the kernel launches none)
   device.check(launch_unit_rows({x, norms, unit, false, nullptr, nullptr, rows}, {}, static_cast<int>(width), eps,
                                 device.stream()),
                "unit_rows");

@@ -11,6 +11,9 @@
 namespace yoso {
 namespace {
 
+// max(‖x‖, eps) as the CPU kernels and torch's clamp_min take it: a NaN norm stays NaN (fmaxf would give eps).
+YOSO_DEVICE float divisor_of(float norm, float eps) { return norm < eps ? eps : norm; }
+
 // A team's side (block y: 0 queries, 1 keys) and its row there; past the side's rows, the whole team returns (its
 // shuffles name its own lanes alone).
 struct SideRow {
@@ -31,7 +34,7 @@ YOSO_GLOBAL void unit_rows_kernel(UnitRows queries, UnitRows keys, int width, fl
   if (row >= side.rows) return;
   float x[T::kSlots];
   team.read(side.x + row * width, width, x);
-  const float norm = sqrtf(team.dot(x, x)), divisor = fmaxf(norm, eps);
+  const float norm = sqrtf(team.dot(x, x)), divisor = divisor_of(norm, eps);
 #pragma unroll
   for (int s = 0; s < T::kSlots; ++s) x[s] /= divisor;
   if (side.bf16) {
@@ -52,7 +55,7 @@ YOSO_GLOBAL void through_unit_rows_kernel(UnitRows queries, UnitRows keys, int w
   if (row >= side.rows) return;
   float g[T::kSlots], y[T::kSlots];
   team.read(side.incoming + row * width, width, g);
-  const float norm = load(side.norms + row), divisor = fmaxf(norm, eps);
+  const float norm = load(side.norms + row), divisor = divisor_of(norm, eps);
   if (side.x != nullptr) {
     team.read(side.x + row * width, width, y);
 #pragma unroll
