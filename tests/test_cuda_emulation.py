@@ -219,6 +219,25 @@ def test_emulated_backward_takes_heavy_buckets_through_their_tables(name):
         assert stored[0] > 3 * table_bytes and stored[1:] in ([], [3 * table_bytes])  # every bucket's tables, or 3
 
 
+def team_lanes(d: int) -> int:
+    """Lanes of the gradient kernels' team for head dim = value dim d (yoso_cuda_common.h's Team)."""
+    return d // 4 if d in (16, 32, 64, 128) else 32
+
+
+def walked_backward_equals_pytorch(codes_q, codes_k, q, k, v, mask, grad, tau, seed):
+    """The emulated deterministic backward with no room for heavy tables (every bucket walked pair by pair,
+    ASan) equals the PyTorch path."""
+    (batch, m, n), d = codes_q.shape, q.shape[-1]
+    reference = ops.exact_weight_backward_torch(codes_q, codes_k, q, k, v, mask, grad, tau)
+    backward = emulation.run(variant("asan").values[0], "exact_backward",
+                             backward_arrays(codes_q, codes_k, q, k, v, mask, grad),
+                             {"B": batch, "m": m, "tau": tau, "nq": n, "nk": n, "d": d, "dv": d,
+                              "workspace_bytes": 4, "deterministic": 1, "seed": seed})
+    assert "heavy_tables_kernel" not in [launch.kernel.split("<")[0] for launch in backward.launches]
+    for output, expected in zip(("grad_q", "grad_k", "grad_v"), reference):
+        close(backward.outputs[output], expected, output)
+
+
 @pytest.mark.parametrize("d", [16, 32, 64, 128, 24])
 def test_emulated_backward_walks_runs_longer_than_a_team_in_chunks(d):
     """τ = 1 and no room for heavy tables: every bucket is walked pair by pair, its runs of ~50 tokens read a
@@ -226,17 +245,10 @@ def test_emulated_backward_walks_runs_longer_than_a_team_in_chunks(d):
     padded keys (weight 0) and the run's end; a chunk too few or a position read twice changes the sums."""
     batch, n, m, tau = 2, 100, 3, 1
     q, k, v, grad, mask, draws, codes_q, codes_k = problem(batch, n, d, d, m, tau)
-    lanes = d // 4 if d in (16, 32) else 32
+    lanes = team_lanes(d)
     runs = torch.stack([torch.bincount(c, minlength=2) for c in codes_k.reshape(-1, n)])
     assert runs.max() > 1 + lanes and (mask == 0).any()  # a walk past the first chunk, padded keys in runs
-    reference = ops.exact_weight_backward_torch(codes_q, codes_k, q, k, v, mask, grad, tau)
-    backward = emulation.run(variant("asan").values[0], "exact_backward",
-                             backward_arrays(codes_q, codes_k, q, k, v, mask, grad),
-                             {"B": batch, "m": m, "tau": tau, "nq": n, "nk": n, "d": d, "dv": d,
-                              "workspace_bytes": 4, "deterministic": 1, "seed": seed_of("chunks", d)})
-    assert "heavy_tables_kernel" not in [launch.kernel.split("<")[0] for launch in backward.launches]
-    for output, expected in zip(("grad_q", "grad_k", "grad_v"), reference):
-        close(backward.outputs[output], expected, output)
+    walked_backward_equals_pytorch(codes_q, codes_k, q, k, v, mask, grad, tau, seed_of("chunks", d))
 
 
 @pytest.mark.parametrize("d", [16, 32, 64, 128, 24])
@@ -245,7 +257,7 @@ def test_emulated_backward_walks_runs_ending_at_every_place_in_a_chunk(d):
     after the bucket's first token, the next chunk empty), L + 2, 2L + 1 and 3 keys, the last one of L + 1 ending
     at n, under two hashes in two orders, 30 % padded keys, some queries in no bucket; equal to the PyTorch path
     on both gradient kernels (a query's run of keys, a key's run of queries)."""
-    lanes = d // 4 if d in (16, 32, 64, 128) else 32
+    lanes = team_lanes(d)
     lengths = [1, 2, lanes, lanes + 1, lanes + 2, 2 * lanes + 1, 3, lanes + 1]
     n, batch, m, tau = sum(lengths), 2, 2, 5
     g = torch.Generator().manual_seed(d)
@@ -261,14 +273,7 @@ def test_emulated_backward_walks_runs_ending_at_every_place_in_a_chunk(d):
     q, k = (F.normalize(torch.randn(batch, n, d, generator=g), dim=-1) for _ in range(2))
     v, grad = torch.randn(batch, n, d, generator=g), torch.randn(batch, n, d, generator=g)
     mask = (torch.rand(batch, n, generator=g) > 0.3).float()
-    reference = ops.exact_weight_backward_torch(codes_q, codes_k, q, k, v, mask, grad, tau)
-    backward = emulation.run(variant("asan").values[0], "exact_backward",
-                             backward_arrays(codes_q, codes_k, q, k, v, mask, grad),
-                             {"B": batch, "m": m, "tau": tau, "nq": n, "nk": n, "d": d, "dv": d,
-                              "workspace_bytes": 4, "deterministic": 1, "seed": seed_of("run ends", d)})
-    assert "heavy_tables_kernel" not in [launch.kernel.split("<")[0] for launch in backward.launches]
-    for output, expected in zip(("grad_q", "grad_k", "grad_v"), reference):
-        close(backward.outputs[output], expected, output)
+    walked_backward_equals_pytorch(codes_q, codes_k, q, k, v, mask, grad, tau, seed_of("run ends", d))
 
 
 def test_deterministic_paths_are_bitwise_the_same_in_any_block_order():
