@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -211,6 +212,20 @@ def test_the_models_counts_match_every_emulated_kernel_on_both_paths(bf16):
                                                                           "with_starts": 1})
     model = kernels.run_starts(measured(Call(1, 8200, d, d, 1, 14), wide.numpy(), wide.numpy()), 1)[1]
     assert sorted_wide.traffic("run_starts_kernel") == (model.loaded, pytest.approx(model.stored, rel=1e-9))
+
+
+def test_the_docs_hold_the_models_projection_tables_as_it_prints_them_today():
+    """docs/benchmarks.md's projection tables are the report's, row for row (the sensitivity table is summed up in
+    its prose): a change to the kernels' model shows in the docs once they are regenerated."""
+    lengths = [512, 1024, 2048, 4096, 8192, 16384, 32768]
+    docs = set((Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md").read_text().splitlines())
+    tables = [report.calibration_table(report.calibration()), report.listops_table(), report.targets_table(),
+              report.sweep_table("BERT-base attention module", 12, 64, lengths),
+              report.sweep_table("yoso_speed's default shape", 16, 32, lengths), report.paths_table(),
+              report.bf16_table(lengths)]
+    printed = [line for table in tables for line in table.splitlines() if line.startswith(("|", "- crossover"))]
+    missing = [line for line in printed if line not in docs]
+    assert not missing, f"docs/benchmarks.md is stale (python -m lra.benchmarks.yoso_cost): {missing[:3]}"
 
 
 # ----------------------------------------------------------------------------- against the H100 measurements
