@@ -366,32 +366,39 @@ def _(codes_s, codes_o, a, o, s, w, mask_o, tau, clamp, engine):
 # ---------------------------------------------------------------------------- the output's unit rows
 
 
-def _normalized_by_kernels(x: Tensor, engine: str) -> bool:
-    """The CUDA kernels normalize CUDA rows (yoso_cuda_rows.cu); elsewhere PyTorch does."""
+def on_cuda_kernels(x: Tensor, engine: str) -> bool:
+    """Whether the CUDA kernels take rows x: the kernel engine on a CUDA device."""
     return engine == "kernel" and x.is_cuda
 
 
-def unit_rows(x: Tensor, engine: str, eps: float = UNIT_ROWS_EPS) -> Tuple[Tensor, Tensor]:
-    """(x / max(‖x‖, eps), ‖x‖ [B, n]) of rows x [B, n, width] (``F.normalize``'s rows, eps included): on the
+def unit_rows(x: Tensor, engine: str) -> Tuple[Tensor, Tensor]:
+    """(x / max(‖x‖, ε), ‖x‖ [B, n]) of rows x [B, n, width] (``F.normalize``'s rows, ε = UNIT_ROWS_EPS): on the
     CUDA kernels one launch, else PyTorch's norm, clamp and division. Not differentiable (inside an operator)."""
-    if _normalized_by_kernels(x, engine):
-        return tuple(_yoso_build.load("cuda").unit_rows(x, eps))
-    unit, norm = unit_rows_with_norms(x, eps)
+    if on_cuda_kernels(x, engine):
+        return tuple(_yoso_build.load("cuda").unit_rows(x, UNIT_ROWS_EPS))
+    unit, norm = unit_rows_with_norms(x, UNIT_ROWS_EPS)
     return unit, norm.squeeze(-1)
 
 
+def through_output_unit_rows(grad: Tensor, unit: Tensor, norms: Tensor, engine: str) -> Tensor:
+    """The gradient of rows x from ``grad``, that of their unit rows and norms as :func:`unit_rows` made them
+    (:func:`~attention_zoo._common.through_unit_rows`), in ``unit``'s dtype: on the CUDA kernels one launch;
+    elsewhere, and whenever a graph of the gradient is made (create_graph: the kernel is not differentiable),
+    PyTorch's passes."""
+    grad = _as(grad, unit.dtype)
+    if on_cuda_kernels(unit, engine) and not torch.is_grad_enabled():
+        return through_unit_rows_op(grad, unit, norms)
+    return through_unit_rows(grad, unit, norms.unsqueeze(-1), UNIT_ROWS_EPS)
+
+
 @torch.library.custom_op("attention_zoo::yoso_through_unit_rows", mutates_args=())
-def through_unit_rows_op(grad: Tensor, unit: Tensor, norms: Tensor, eps: float, engine: str) -> Tensor:
-    """The gradient of rows x from ``grad``, that of their unit rows ``unit`` and norms ``norms`` as
-    :func:`unit_rows` made them (:func:`~attention_zoo._common.through_unit_rows`): on the CUDA kernels one
-    launch, else PyTorch's seven."""
-    if _normalized_by_kernels(unit, engine):
-        return _yoso_build.load("cuda").through_unit_rows(grad, unit, norms, eps)
-    return through_unit_rows(grad, unit, norms.unsqueeze(-1), eps)
+def through_unit_rows_op(grad: Tensor, unit: Tensor, norms: Tensor) -> Tensor:
+    """:func:`through_output_unit_rows` on the CUDA kernels (contiguous float32 CUDA tensors)."""
+    return _yoso_build.load("cuda").through_unit_rows(grad, unit, norms, UNIT_ROWS_EPS)
 
 
 @through_unit_rows_op.register_fake
-def _(grad, unit, norms, eps, engine):
+def _(grad, unit, norms):
     return unit.new_empty(unit.shape)
 
 
@@ -413,7 +420,7 @@ def rows_read(x: torch.Tensor, engine: str, bf16_rows: bool) -> torch.Tensor:
     if not bf16_rows:
         return x
     rounded = x.to(torch.bfloat16)
-    return rounded.contiguous() if engine == "kernel" and x.is_cuda else rounded.to(x.dtype)
+    return rounded.contiguous() if on_cuda_kernels(x, engine) else rounded.to(x.dtype)
 
 
 # ------------------------------------------------- the YOSO authors' *YOSO backward (their yoso_v2)

@@ -53,8 +53,7 @@ from torch import Tensor
 
 from attention_zoo import _yoso_ops as ops
 from attention_zoo._common import (depthwise_sequence_conv, gradients_through_unit_rows, hash_code_length,
-                                   at_least_float32, kept_draws, register_rotation_seed, through_unit_rows,
-                                   UNIT_ROWS_EPS)
+                                   at_least_float32, kept_draws, register_rotation_seed)
 from attention_zoo.options import InvalidOption, choice, number, odd_window, whole
 from attention_zoo.registry import Attention, register
 from attention_zoo.yoso_e import CLAMP
@@ -246,12 +245,7 @@ def _sample_backward(ctx, grad, _):
     q, k, v, key_weight, codes_q, codes_k, projections, *unit_rows = ctx.saved_tensors
     s = ctx.setup
     if s.unit_output:  # back through the output's unit rows first
-        unit, norms = unit_rows
-        grad = grad.to(unit.dtype).contiguous()
-        if torch.is_grad_enabled():  # create_graph: PyTorch's passes, differentiable in turn (the operator is not)
-            grad = through_unit_rows(grad, unit, norms.unsqueeze(-1), UNIT_ROWS_EPS)
-        else:
-            grad = ops.through_unit_rows_op(grad, unit, norms, UNIT_ROWS_EPS, s.engine)
+        grad = ops.through_output_unit_rows(grad, *unit_rows, s.engine)
     grad = grad.to(q.dtype).contiguous()
     if s.backward == "lower_bound" and projections.numel() == 0:  # the default: exact per-pair weights
         gradients = ops.exact_weight_backward(codes_q, codes_k, q, k, v, key_weight, grad, s.tau, s.engine,

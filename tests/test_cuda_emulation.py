@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from attention_zoo import _yoso_ops as ops
 from attention_zoo.yoso import draw, hash_codes
-from lra.benchmarks.yoso_cost.kernels import counting_sort_fits, table_rows
+from lra.benchmarks.yoso_cost.kernels import counting_sort_fits, instance_lanes, table_rows
 from simt import emulation
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
@@ -219,13 +219,8 @@ def test_emulated_backward_takes_heavy_buckets_through_their_tables(name):
         assert stored[0] > 3 * table_bytes and stored[1:] in ([], [3 * table_bytes])  # every bucket's tables, or 3
 
 
-def team_lanes(d: int) -> int:
-    """Lanes of the gradient kernels' team for head dim = value dim d (yoso_cuda_common.h's Team)."""
-    return d // 4 if d in (16, 32, 64, 128) else 32
-
-
 def walked_backward_equals_pytorch(codes_q, codes_k, q, k, v, mask, grad, tau, seed):
-    """The emulated deterministic backward with no room for heavy tables (every bucket walked pair by pair,
+    """The emulated deterministic backward with no room for heavy tables (every bucket's pairs read from its runs,
     ASan) equals the PyTorch path."""
     (batch, m, n), d = codes_q.shape, q.shape[-1]
     reference = ops.exact_weight_backward_torch(codes_q, codes_k, q, k, v, mask, grad, tau)
@@ -245,7 +240,7 @@ def test_emulated_backward_walks_runs_longer_than_a_team_in_chunks(d):
     padded keys (weight 0) and the run's end; a chunk too few or a position read twice changes the sums."""
     batch, n, m, tau = 2, 100, 3, 1
     q, k, v, grad, mask, draws, codes_q, codes_k = problem(batch, n, d, d, m, tau)
-    lanes = team_lanes(d)
+    lanes = instance_lanes(d, d)
     runs = torch.stack([torch.bincount(c, minlength=2) for c in codes_k.reshape(-1, n)])
     assert runs.max() > 1 + lanes and (mask == 0).any()  # a walk past the first chunk, padded keys in runs
     walked_backward_equals_pytorch(codes_q, codes_k, q, k, v, mask, grad, tau, seed_of("chunks", d))
@@ -257,7 +252,7 @@ def test_emulated_backward_walks_runs_ending_at_every_place_in_a_chunk(d):
     after the bucket's first token, the next chunk empty), L + 2, 2L + 1 and 3 keys, the last one of L + 1 ending
     at n, under two hashes in two orders, 30 % padded keys, some queries in no bucket; equal to the PyTorch path
     on both gradient kernels (a query's run of keys, a key's run of queries)."""
-    lanes = team_lanes(d)
+    lanes = instance_lanes(d, d)
     lengths = [1, 2, lanes, lanes + 1, lanes + 2, 2 * lanes + 1, 3, lanes + 1]
     n, batch, m, tau = sum(lengths), 2, 2, 5
     g = torch.Generator().manual_seed(d)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from lra.benchmarks.yoso_cost import gpu, kernels, report, softmax_h100
+from lra.benchmarks.yoso_cost import gpu, hashing, kernels, report, softmax_h100
 from lra.benchmarks.yoso_cost.call import Call, max_of_poisson, measured
 from lra.benchmarks.yoso_cost.gpu import H100, RTX_2080_TI, Kernel
 
@@ -140,6 +140,27 @@ def test_a_uniform_call_meets_one_token_per_hash_at_the_default_code_length():
 
 
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler: the CUDA emulation cannot be built")
+def test_the_models_counts_match_the_emulated_output_normalization():
+    """The output's unit rows and the gradient through them (one side, a team per row): the model's loads and
+    stores against the emulation's, exactly."""
+    from simt import emulation
+
+    from attention_zoo._common import UNIT_ROWS_EPS
+
+    batch, n, d = 2, 200, 32
+    g = torch.Generator().manual_seed(0)
+    y, grad = torch.randn(batch, n, d, generator=g), torch.randn(batch, n, d, generator=g)
+    rows = {"rows": batch * n, "width": d}
+    made = emulation.run("plain", "unit_rows", {"x": y.numpy()}, rows, {"eps": UNIT_ROWS_EPS})
+    pulled = emulation.run("plain", "through_unit_rows", {"unit": made.outputs["unit"], "norms": made.outputs["norms"],
+                                                          "incoming": grad.numpy()}, rows, {"eps": UNIT_ROWS_EPS})
+    call = Call(batch, n, d, d, 8, 8)
+    for result, kernel, through in ((made, "unit_rows_kernel", False), (pulled, "through_unit_rows_kernel", True)):
+        model = kernels.unit_rows(call, through=through, output=True)
+        assert result.traffic(kernel) == (model.loaded, model.stored), kernel
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler: the CUDA emulation cannot be built")
 @pytest.mark.parametrize("bf16", [False, True], ids=["float32-rows", "bf16-rows"])
 def test_the_models_counts_match_every_emulated_kernel_on_both_paths(bf16):
     """The cost model's loads, stores and atomic adds per kernel against the CPU emulation of the very
@@ -168,7 +189,7 @@ def test_the_models_counts_match_every_emulated_kernel_on_both_paths(bf16):
     hashed = emulation.run("plain", "fast_hash", {"x": q.numpy(), "diagonals": draws.diagonals.numpy()},
                            {"B": batch, "n": n, "d": d, "R": draws.diagonals.shape[1], "P": draws.diagonals.shape[3],
                             "m": m, "tau": tau})
-    both_sides = kernels.fast_hash(call)  # the model counts q and k; one launch hashes one of them
+    both_sides = hashing.fast_hash(call)  # the model counts q and k; one launch hashes one of them
     assert hashed.traffic("fast_hash_kernel") == (both_sides.loaded / 2, both_sides.stored / 2)
     for deterministic in (1, 0):
         forward = emulation.run("plain", "cumulation", {
@@ -195,12 +216,6 @@ def test_the_models_counts_match_every_emulated_kernel_on_both_paths(bf16):
                    (backward, "number_heavy_kernel", kernels.number_heavy(call)),
                    (backward, "unit_rows_kernel", kernels.unit_rows(call, through=False)),
                    (backward, "through_unit_rows_kernel", kernels.unit_rows(call, through=True))]
-        output_rows = {"rows": batch * n, "width": d}  # the output's normalization, one side
-        made = emulation.run("plain", "unit_rows", {"x": v.numpy()}, output_rows, {"eps": 1e-12})
-        pulled = emulation.run("plain", "through_unit_rows", {"unit": made.outputs["unit"], "norms": made.outputs[
-            "norms"], "incoming": grad.numpy()}, output_rows, {"eps": 1e-12})
-        checks += [(made, "unit_rows_kernel", kernels.unit_rows(call, False, output=True)),
-                   (pulled, "through_unit_rows_kernel", kernels.unit_rows(call, True, output=True))]
         for result, kernel, model in checks:
             loaded, stored = result.traffic(kernel)
             assert loaded == pytest.approx(model.loaded, rel=0.01), kernel

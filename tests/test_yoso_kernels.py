@@ -223,8 +223,6 @@ def test_the_output_unit_rows_are_f_normalize_of_the_sample_on_every_engine(devi
     """unit_output (the forward of YOSO and YOSO-C): the operator's output is F.normalize of its unnormalized
     sample and its gradients those of autograd through F.normalize, on the kernels (the CUDA ones normalizing in
     one launch each way, the CPU's output through PyTorch) and the PyTorch path, on q of any length."""
-    from attention_zoo.yoso import Setup, yoso_cumulation
-
     batch, n, d, m, tau = 2, 61, 32, 8, 5
     g = torch.Generator().manual_seed(4)
     q, k, v, grad = (torch.randn(batch, n, d, generator=g) for _ in range(4))
@@ -251,8 +249,6 @@ def test_a_graph_of_the_gradient_can_be_made_through_the_output_unit_rows():
     """create_graph=True through the output's unit rows takes PyTorch's passes (differentiable; the operator is
     not), giving the gradients the operator gives without a graph; with the expectation backward, whose own
     gradients are PyTorch's, a second-order backward then runs (float64)."""
-    from attention_zoo.yoso import Setup, yoso_cumulation
-
     batch, n, d, m, tau = 2, 23, 16, 8, 4
     g = torch.Generator().manual_seed(6)
     q, k, v, weights = (torch.randn(batch, n, d, generator=g, dtype=torch.float64) for _ in range(4))

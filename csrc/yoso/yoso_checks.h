@@ -154,23 +154,18 @@ inline void validate_exact_weights(const at::Tensor& codes_q, const at::Tensor& 
                        {"codes_q", "codes_k", "q", "k", "grad", "v", "key_weight"}, true);
 }
 
-// The output's normalization: rows [B, n, width] (x, or of its backward the unit rows), and of its backward their
-// norms [B, n] and the gradient of the unit rows, shaped as the rows.
-inline void validate_unit_rows(const at::Tensor& rows, const char* name, const at::Tensor* norms = nullptr,
-                               const at::Tensor* grad = nullptr) {
-  check_float(rows, name, 3);
-  if (norms != nullptr) {
-    check_float(*norms, "norms", 2);
-    YOSO_CHECK(norms->size(0) == rows.size(0) && norms->size(1) == rows.size(1), "yoso: norms must be [B, n] = [",
-                rows.size(0), ", ", rows.size(1), "], got ", norms->sizes());
-    check_same_device({norms}, rows, "through_unit_rows");
-  }
-  if (grad != nullptr) {
-    check_float(*grad, "grad", 3);
-    YOSO_CHECK(grad->sizes() == rows.sizes(), "yoso: grad must be shaped as ", name, " ", rows.sizes(), ", got ",
-                grad->sizes());
-    check_same_device({grad}, rows, "through_unit_rows");
-  }
+// The output's normalization: rows x [B, n, width].
+inline void validate_unit_rows(const at::Tensor& x) { check_float(x, "x", 3); }
+
+// Its backward: the unit rows [B, n, width] it made, their norms [B, n] and the gradient of the unit rows.
+inline void validate_through_unit_rows(const at::Tensor& grad, const at::Tensor& unit, const at::Tensor& norms) {
+  check_float(unit, "unit", 3);
+  check_float(norms, "norms", 2);
+  check_float(grad, "grad", 3);
+  YOSO_CHECK(norms.size(0) == unit.size(0) && norms.size(1) == unit.size(1), "yoso: norms must be [B, n] = [",
+              unit.size(0), ", ", unit.size(1), "], got ", norms.sizes());
+  YOSO_CHECK(grad.sizes() == unit.sizes(), "yoso: grad must be shaped as unit ", unit.sizes(), ", got ", grad.sizes());
+  check_same_device({&norms, &grad}, unit, "through_unit_rows");
 }
 
 inline void validate_pair_gradient(const at::Tensor& codes_s, const at::Tensor& codes_o, const at::Tensor& a,

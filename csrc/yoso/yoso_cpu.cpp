@@ -309,7 +309,7 @@ constexpr const char* kUnitRowsOnCuda = "yoso: unit_rows and through_unit_rows t
                                         "normalizes other rows with PyTorch)";
 
 std::tuple<at::Tensor, at::Tensor> unit_rows(const at::Tensor& x, double eps) {
-  yoso::validate_unit_rows(x, "x");
+  yoso::validate_unit_rows(x);
   YOSO_CHECK(x.is_cuda(), kUnitRowsOnCuda);
 #ifdef YOSO_WITH_CUDA
   return unit_rows_cuda(x, eps);
@@ -320,7 +320,7 @@ std::tuple<at::Tensor, at::Tensor> unit_rows(const at::Tensor& x, double eps) {
 }
 
 at::Tensor through_unit_rows(const at::Tensor& grad, const at::Tensor& unit, const at::Tensor& norms, double eps) {
-  yoso::validate_unit_rows(unit, "unit", &norms, &grad);
+  yoso::validate_through_unit_rows(grad, unit, norms);
   YOSO_CHECK(unit.is_cuda(), kUnitRowsOnCuda);
 #ifdef YOSO_WITH_CUDA
   return through_unit_rows_cuda(grad, unit, norms, eps);

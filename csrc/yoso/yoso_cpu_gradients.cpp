@@ -90,7 +90,7 @@ inline float pack_operand(const float* x, int64_t n, bool normalize, float eps, 
   }
   double squares = 0.0;
   for (int64_t e = 0; e < n; ++e) squares += static_cast<double>(x[e]) * x[e];
-  const float norm = static_cast<float>(std::sqrt(squares)), divisor = std::max(norm, eps);
+  const float norm = static_cast<float>(std::sqrt(squares)), divisor = yoso::unit_row_divisor(norm, eps);
   for (int64_t e = 0; e < n; ++e) out[e] = x[e] / divisor;
   return norm;
 }
@@ -106,7 +106,8 @@ inline void unpack_gradient(const float* g, const float* y, float norm, bool nor
     std::copy(g, g + n, out);
     return;
   }
-  const float along = norm < eps ? 0.0f : dot<N>(g, y, n), divisor = std::max(norm, eps);
+  const float along = yoso::unit_row_along(dot<N>(g, y, n), norm, eps);
+  const float divisor = yoso::unit_row_divisor(norm, eps);
   for (int64_t e = 0; e < n; ++e) out[e] = (g[e] - y[e] * along) / divisor;
 }
 

@@ -144,8 +144,8 @@ cudaError_t launch_with(const float* x, const float* diagonals, int32_t* codes, 
 
 // Coordinates per lane: P itself up to 32 (one lane a token: every stage in registers, no shuffle), 32 up to
 // P = 1,024 (P / 32 lanes), then P / 32 (a warp a token). A lane holding more coordinates issues fewer
-// instructions a token (a shuffle stage costs a shuffle and a select per coordinate); 32 coordinates take
-// 128 registers (ptxas, sm_90), 64 take all 255.
+// instructions a token (a shuffle stage costs a shuffle and a select per coordinate). The cost model mirrors
+// this choice and each instance's registers (lra/benchmarks/yoso_cost: hash_coordinates, HASH_REGISTERS).
 cudaError_t launch_fast_hash(const float* x, const float* diagonals, int32_t* codes, int64_t B, int n, int d, int R,
                              int P, int m, int tau, cudaStream_t stream) {
   if (B * n == 0 || R == 0) return cudaSuccess;

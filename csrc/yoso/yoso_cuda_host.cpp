@@ -161,17 +161,15 @@ void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes
 void unit_rows(Device& device, const float* x, float* unit, float* norms, int64_t rows, int64_t width, float eps) {
   check_dims(device, width, width, "output normalization");
   if (width == 0 && rows > 0) device.zero(norms, rows);  // no coordinates: every norm 0 (the kernel launches none)
-  device.check(launch_unit_rows({x, norms, unit, false, nullptr, nullptr, rows}, {}, static_cast<int>(width), eps,
-                                device.stream()),
+  device.check(launch_unit_rows(output_rows(x, unit, norms, rows), {}, static_cast<int>(width), eps, device.stream()),
                "unit_rows");
 }
 
 void through_unit_rows(Device& device, const float* unit, const float* norms, const float* incoming, float* grad,
                        int64_t rows, int64_t width, float eps) {
   check_dims(device, width, width, "output normalization");
-  device.check(launch_through_unit_rows({nullptr, const_cast<float*>(norms), const_cast<float*>(unit), false,
-                                         incoming, grad, rows},
-                                        {}, static_cast<int>(width), eps, device.stream()),
+  device.check(launch_through_unit_rows(output_gradient(unit, norms, incoming, grad, rows), {}, static_cast<int>(width),
+                                        eps, device.stream()),
                "through_unit_rows");
 }
 

@@ -89,7 +89,8 @@ struct Backward {
 // heavy (every side shorter than heavy_side_minimum). runs[id] = {pair, k_first, k_last, q_first, q_last};
 // table_of_k[pair·nk + t] (table_of_q[pair·nq + t]) is the table of the bucket whose keys (queries) start
 // at sorted position t, or -1; table `id` is pool[id·table_floats, …): M, N, Σ g. Only the first `capacity`
-// heavy buckets (in pair and code order) have tables; the others are walked pair by pair.
+// heavy buckets (in pair and code order) have tables; the others' pairs are read from their runs as a light
+// bucket's are.
 struct Heavy {
   int32_t *table_of_q = nullptr, *table_of_k = nullptr, *flags = nullptr, *runs = nullptr;
   const int32_t* scan = nullptr;  // inclusive prefix sum of flags: scan[B·m·nk - 1] heavy buckets in all
@@ -123,6 +124,14 @@ struct UnitRows {
   float* grad;
   int64_t rows;
 };
+// The output's one side: its rows, to be made unit rows and norms; then, from those, its gradient.
+inline UnitRows output_rows(const float* x, float* unit, float* norms, int64_t rows) {
+  return {x, norms, unit, false, nullptr, nullptr, rows};
+}
+inline UnitRows output_gradient(const float* unit, const float* norms, const float* incoming, float* grad,
+                                int64_t rows) {
+  return {nullptr, const_cast<float*>(norms), const_cast<float*>(unit), false, incoming, grad, rows};
+}
 cudaError_t launch_unit_rows(const UnitRows& queries, const UnitRows& keys, int width, float eps,
                              cudaStream_t stream);
 cudaError_t launch_through_unit_rows(const UnitRows& queries, const UnitRows& keys, int width, float eps,

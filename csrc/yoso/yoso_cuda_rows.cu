@@ -1,18 +1,16 @@
 // CUDA kernels of unit rows (yoso_cuda_kernels.h, UnitRows): the default backward's, the unit rows of q and k
 // the gradient kernels read, made in one launch for both sides, and the gradients pulled back through the
-// normalization in one more, in place (where PyTorch took ~20 elementwise and reduction launches around the
-// operator); and the output's (N-YOSO), one side, one launch forward and one backward (where PyTorch took 3
-// and 7). A team (yoso_cuda_common.h) per row. Through yoso_simt.h, as the others.
+// normalization in one more, in place; and the output's (N-YOSO), one side, one launch forward and one
+// backward. A team (yoso_cuda_common.h) per row, the arithmetic of yoso_math.h's unit_row_*. Through
+// yoso_simt.h, as the others.
 #include <math.h>
 
 #include "yoso_cuda_common.h"
 #include "yoso_cuda_kernels.h"
+#include "yoso_math.h"
 
 namespace yoso {
 namespace {
-
-// max(‖x‖, eps) as the CPU kernels and torch's clamp_min take it: a NaN norm stays NaN (fmaxf would give eps).
-YOSO_DEVICE float divisor_of(float norm, float eps) { return norm < eps ? eps : norm; }
 
 // A team's side (block y: 0 queries, 1 keys) and its row there; past the side's rows, the whole team returns (its
 // shuffles name its own lanes alone).
@@ -34,7 +32,7 @@ YOSO_GLOBAL void unit_rows_kernel(UnitRows queries, UnitRows keys, int width, fl
   if (row >= side.rows) return;
   float x[T::kSlots];
   team.read(side.x + row * width, width, x);
-  const float norm = sqrtf(team.dot(x, x)), divisor = divisor_of(norm, eps);
+  const float norm = sqrtf(team.dot(x, x)), divisor = unit_row_divisor(norm, eps);
 #pragma unroll
   for (int s = 0; s < T::kSlots; ++s) x[s] /= divisor;
   if (side.bf16) {
@@ -55,7 +53,7 @@ YOSO_GLOBAL void through_unit_rows_kernel(UnitRows queries, UnitRows keys, int w
   if (row >= side.rows) return;
   float g[T::kSlots], y[T::kSlots];
   team.read(side.incoming + row * width, width, g);
-  const float norm = load(side.norms + row), divisor = divisor_of(norm, eps);
+  const float norm = load(side.norms + row), divisor = unit_row_divisor(norm, eps);
   if (side.x != nullptr) {
     team.read(side.x + row * width, width, y);
 #pragma unroll
@@ -63,9 +61,9 @@ YOSO_GLOBAL void through_unit_rows_kernel(UnitRows queries, UnitRows keys, int w
   } else {
     team.read(static_cast<const float*>(side.unit) + row * width, width, y);
   }
-  const float along = team.dot(g, y);  // (every lane of the team takes part, whatever the norm)
+  const float along = unit_row_along(team.dot(g, y), norm, eps);  // (every lane takes part in the dot product)
 #pragma unroll
-  for (int s = 0; s < T::kSlots; ++s) g[s] = (g[s] - y[s] * (norm < eps ? 0.0f : along)) / divisor;
+  for (int s = 0; s < T::kSlots; ++s) g[s] = (g[s] - y[s] * along) / divisor;
   team.write(side.grad + row * width, width, g);
 }
 

@@ -31,6 +31,11 @@ YOSO_HD void hadamard_butterfly(float* x, int half, int index) {
   x[p + half] = u - v;
 }
 
+// x ↦ x / max(‖x‖, eps) as F.normalize takes it (the CPU and CUDA kernels' unit rows): the divisor, a NaN norm kept
+// NaN as torch's clamp_min keeps it (fmaxf would give eps), and the gradient's g·y, taken as 0 where ‖x‖ < eps.
+YOSO_HD float unit_row_divisor(float norm, float eps) { return norm < eps ? eps : norm; }
+YOSO_HD float unit_row_along(float along, float norm, float eps) { return norm < eps ? 0.0f : along; }
+
 // Importance ratio of the exact-derivative estimate ("*YOSO"): with f(x) = (1 − arccos(x)/π)^τ,
 // a collision (probability f) weighted by f'(x)/f(x) = τ / ((π − θ) sin θ) is unbiased for f'(x).
 // x is clamped to [−clamp, clamp], where the derivative is finite.

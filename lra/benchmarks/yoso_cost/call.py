@@ -28,7 +28,7 @@ class Buckets:
     distinct: float
     hit: float
     per_query: float
-    more: float
+    two_or_more: float
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,8 @@ class Call:
             return self.buckets
         p = 2.0**-self.bits
         hit = 1 - (1 - p) ** self.n
-        more = hit - self.n * p * (1 - p) ** (self.n - 1)
-        return Buckets(2**self.bits * hit, hit, self.n / 2**self.bits, more)
+        two_or_more = hit - self.n * p * (1 - p) ** (self.n - 1)
+        return Buckets(2**self.bits * hit, hit, self.n / 2**self.bits, two_or_more)
 
     @property
     def search(self) -> float:
@@ -107,17 +107,17 @@ def measured(call: Call, codes_q, codes_k) -> Call:
     """``call`` with its bucket statistics taken from codes [B, m, n] (numpy)."""
     import numpy as np
 
-    distinct, hits, more, collisions = [], [], [], 0
+    distinct, hits, two_or_more, collisions = [], [], [], 0
     for q, k in zip(codes_q.reshape(-1, call.n), codes_k.reshape(-1, call.n)):
         values, counts = np.unique(k, return_counts=True)
         distinct.append(len(values))
         found = np.isin(q, values)
         hits.append(found.mean())
         keys = counts[np.searchsorted(values, q[found])]
-        more.append((keys >= 2).sum() / call.n)
+        two_or_more.append((keys >= 2).sum() / call.n)
         collisions += keys.sum()
     return replace(call, buckets=Buckets(float(np.mean(distinct)), float(np.mean(hits)),
-                                         collisions / (call.pairs * call.n), float(np.mean(more))))
+                                         collisions / (call.pairs * call.n), float(np.mean(two_or_more))))
 
 
 @lru_cache(maxsize=None)

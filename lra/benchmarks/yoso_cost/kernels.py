@@ -7,7 +7,7 @@ registers from ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c, th
 - sorting: each pair's codes by a counting sort in one block, the run starts with it, where its 2^τ
   counters fit a block's shared memory (τ ≤ 13); above, and in the kernels the committed H100
   measurements ran, torch's sort (:mod:`.ops`) and a run-starts kernel;
-- hashing: a token's padded vector held by P/S lanes (:func:`hash_coordinates`), the transform's stages in
+- hashing (:mod:`.hashing`): a token's padded vector held by P/S lanes, the transform's stages in
   registers and warp shuffles, positions by shifts and masks;
 - chunks of a fixed budget (attention.workspace_mb, not the L2's): the same on every GPU; a chunk's
   tables may outgrow L2, and then their rows go through DRAM;
@@ -65,42 +65,6 @@ def instance_lanes(d: int, dv: int) -> int:
 def team_lanes(c: Call) -> int:
     """Lanes per token in the gradient kernels: d/4 for the templated head dims, else a warp."""
     return instance_lanes(c.d, c.dv)
-
-
-HASH_REGISTERS = {1: 25, 2: 32, 4: 32, 8: 53, 16: 79, 32: 128, 64: 255, 128: 168}  # ptxas sm_90, by S
-
-
-def hash_coordinates(c: Call) -> int:
-    """Coordinates a lane holds (S) as launch_fast_hash chooses them (the measured kernels: 4 up to P = 128)."""
-    P, (small, most) = c.padded, (4, 128) if c.measured_kernels else (32, 1024)
-    return P if P <= small else small if P <= most else P // WARP
-
-
-def fast_hash(c: Call, machine: Machine = H100) -> Kernel:
-    """A block of 128 threads, P / S lanes a token; per product three rounds of a diagonal (S loads from
-    L1) and a transform: log2 S stages in registers, log2(P/S) by shuffles; the bits in registers; a
-    group's codes staged in shared memory and stored side by side. For q and k (two launches)."""
-    P, R = c.padded, c.products
-    S = hash_coordinates(c)
-    lanes = P // S
-    threads = min(128, 4096 // S)
-    tokens_per_block = threads // lanes
-    shuffles, in_lane = int(math.log2(lanes)), int(math.log2(S))
-    per_product = 3 * (2 * S + in_lane * S + shuffles * (4 * S + 2)) + 3 * S + 4  # per lane = per warp
-    groups = math.ceil(R / c.bits)
-    tokens = c.B * c.n
-    warps = tokens * lanes / WARP
-    blocks = c.B * math.ceil(c.n / tokens_per_block)
-    diag = dependent_latency(machine, R * 3 * P * 4)
-    chain = machine.dram_latency + R * 3 * (diag + in_lane * 4 + shuffles * (machine.shared_latency + 8)) \
-        + groups * (2 * machine.shared_latency + machine.l2_latency)
-    held = blocks * tokens_per_block  # a block's tokens past n load the diagonals too
-    return Kernel("fast_hash (q, k)", blocks=blocks, threads=threads, launches=2, registers=HASH_REGISTERS[S],
-                  shared_bytes=P * tokens_per_block * 4,
-                  instructions=2 * warps * (R * per_product + 20 + groups * (S + 12)),
-                  dram_bytes=2 * (tokens * 4 * (c.d + c.m) + c.B * R * 3 * P * 4),
-                  l2_bytes=2 * tokens * 4 * (c.d + c.m), chain=chain,
-                  loaded=2 * 4 * (tokens * c.d + held * 3 * P * R), stored=2 * tokens * 4 * c.m)
 
 
 def cumulation_plan(c: Call, atomic: bool) -> Tuple[bool, int, int]:
@@ -397,9 +361,10 @@ def counting_sort(c: Call, sides: int, starts_sides: int, machine: Machine = H10
 
 
 def _team_costs(c: Call, machine: Machine, lanes: int) -> Tuple[float, float, float]:
-    """(instructions a warp issues per colliding pair, per hash before its pairs, the chain of one pair: the
-    run's next code checked, the other token's position in the order, its key weight and its row, one
-    dependent load after another from L2, then the team's dot product, log2(lanes) shuffles)."""
+    """(instructions a warp issues per colliding pair, per hash before its pairs, the chain of a pair walked
+    alone, as the atomic backward and the measured kernels walk a run: its next code checked, the other token's
+    position in the order, its key weight and its row, one dependent load after another from L2, then the
+    team's dot product, log2(lanes) shuffles; the current deterministic kernels take parts of it)."""
     slots = max(1, (c.d + lanes - 1) // lanes)
     per_pair = 12 + 2 * slots + 2 * int(math.log2(lanes)) + 2 + 2 * slots
     per_hash = 8 + 7 * run_loads(c) + 4
@@ -443,12 +408,12 @@ def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
         lookups, shuffles = math.ceil(c.m / lanes), 6
         lookup += machine.l2_latency * (1 if key else 2)  # the first token (and next code), then its weight
         first_pair = pair_chain - 3 * machine.l2_latency  # its rows only: the team's dot product on them
-        goes_on = 1 - (1 - b.more) ** teams_per_warp  # a warp with a run to walk on
+        goes_on = 1 - (1 - b.two_or_more) ** teams_per_warp  # a warp with a run to walk on
         chunk = machine.l2_latency * (1 if key else 2)  # the chunk's codes and tokens, then (queries') weights
         further = first_pair + 2 * machine.shared_latency  # a token handed over, its rows, the dot product
         chain = machine.dram_latency + lookups * lookup + c.m * (
             shuffles * machine.shared_latency + busy * first_pair + goes_on * chunk + (longest - busy) * further)
-        per_token_hash = 4 * (1 + run_loads(c)) + b.hit * 4 * (3 if key else 4) + b.more * lanes * 8 + (
+        per_token_hash = 4 * (1 + run_loads(c)) + b.hit * 4 * (3 if key else 4) + b.two_or_more * lanes * 8 + (
             0 if key else (b.per_query - b.hit) * 4) + b.per_query * c.row_bytes * (c.dv + c.d)
     return Kernel(f"{side}_gradients", blocks=math.ceil(c.B * c.n * lanes / GRADIENT_THREADS),
                   threads=GRADIENT_THREADS, registers=(54 if key else 56) if c.measured_kernels else 64,

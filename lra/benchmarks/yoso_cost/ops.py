@@ -25,6 +25,7 @@ from functools import lru_cache
 from typing import List, Tuple
 
 from lra.benchmarks.yoso_cost import kernels as yoso
+from lra.benchmarks.yoso_cost.hashing import fast_hash
 from lra.benchmarks.yoso_cost.call import Call
 from lra.benchmarks.yoso_cost.gpu import (H100, WARP, Kernel, Machine, l2_resident, memory_latency, streaming,
                                           structural)
@@ -186,7 +187,7 @@ def forward_ops(c: Call, atomic: bool, machine: Machine = H100, grad: bool = Tru
                                                             for i in range(4))),
            Op("hash q, k (2 custom ops)", 2 * (CUSTOM_OP + 1),  # (codes unfilled since the measured kernels)
               _empties("codes", [codes, codes], deterministic and c.measured_kernels, machine),
-              raw=(yoso.fast_hash(c, machine),)),
+              raw=(fast_hash(c, machine),)),
            Op("yoso_sample (custom op)", wrapper / 2 + 1,
               (filled("ones", c.B * c.n * 4, machine),))]
     zeros = filled("cumulation output zeroed", c.B * c.n * c.dv * 4, machine)
@@ -203,7 +204,7 @@ def forward_ops(c: Call, atomic: bool, machine: Machine = H100, grad: bool = Tru
                       raw=(*sort_raw, *cumulate, yoso.gather_rows(c, atomic, machine))))
     if c.measured_kernels:  # the output normalized by _UnitRows, an autograd.Function of PyTorch's passes
         ops.append(_unit_rows(c, "output", c.dv, machine, "forward", wrapper / 2 + FUNCTION))
-    else:  # by the operator, one launch (PyTorch's three off the CUDA kernels)
+    else:  # by the operator's kernel, one launch
         ops.append(Op("output: unit rows (in yoso_sample)", wrapper / 2 + 1,
                       raw=(yoso.unit_rows(c, False, machine, output=True),)))
     return ops
