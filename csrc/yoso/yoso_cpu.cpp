@@ -310,24 +310,22 @@ constexpr const char* kUnitRowsOnCuda = "yoso: unit_rows and through_unit_rows t
 
 std::tuple<at::Tensor, at::Tensor> unit_rows(const at::Tensor& x, double eps) {
   yoso::validate_unit_rows(x);
-  YOSO_CHECK(x.is_cuda(), kUnitRowsOnCuda);
 #ifdef YOSO_WITH_CUDA
-  return unit_rows_cuda(x, eps);
-#else
-  require_cpu(x);
-  return {};
+  if (x.is_cuda()) return unit_rows_cuda(x, eps);
 #endif
+  require_cpu(x);
+  YOSO_CHECK(false, kUnitRowsOnCuda);
+  return {};
 }
 
 at::Tensor through_unit_rows(const at::Tensor& grad, const at::Tensor& unit, const at::Tensor& norms, double eps) {
   yoso::validate_through_unit_rows(grad, unit, norms);
-  YOSO_CHECK(unit.is_cuda(), kUnitRowsOnCuda);
 #ifdef YOSO_WITH_CUDA
-  return through_unit_rows_cuda(grad, unit, norms, eps);
-#else
-  require_cpu(unit);
-  return {};
+  if (unit.is_cuda()) return through_unit_rows_cuda(grad, unit, norms, eps);
 #endif
+  require_cpu(unit);
+  YOSO_CHECK(false, kUnitRowsOnCuda);
+  return {};
 }
 
 }  // namespace

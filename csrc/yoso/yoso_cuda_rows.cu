@@ -12,23 +12,24 @@
 namespace yoso {
 namespace {
 
-// A team's side (block y: 0 queries, 1 keys) and its row there; past the side's rows, the whole team returns (its
-// shuffles name its own lanes alone).
+// This thread's team, its side (block y: 0 queries, 1 keys) and its row there; past the side's rows, the whole
+// team returns (its shuffles name its own lanes alone).
+template <int D>
 struct SideRow {
+  Team<D> team;
   UnitRows side;
   int64_t row;
 };
 template <int D>
-YOSO_DEVICE SideRow side_row(const UnitRows& queries, const UnitRows& keys) {
-  return {blockIdx.y == 0 ? queries : keys, team_index<D>()};
+YOSO_DEVICE SideRow<D> side_row(const UnitRows& queries, const UnitRows& keys) {
+  return {Team<D>::of_thread(), blockIdx.y == 0 ? queries : keys, team_index<D>()};
 }
 
 // A team per row of each side: its norm, and x / max(‖x‖, eps) as the side wants it.
 template <int D>
 YOSO_GLOBAL void unit_rows_kernel(UnitRows queries, UnitRows keys, int width, float eps) {
   using T = Team<D>;
-  const T team = T::of_thread();
-  const auto [side, row] = side_row<D>(queries, keys);
+  const auto [team, side, row] = side_row<D>(queries, keys);
   if (row >= side.rows) return;
   float x[T::kSlots];
   team.read(side.x + row * width, width, x);
@@ -48,8 +49,7 @@ YOSO_GLOBAL void unit_rows_kernel(UnitRows queries, UnitRows keys, int width, fl
 template <int D>
 YOSO_GLOBAL void through_unit_rows_kernel(UnitRows queries, UnitRows keys, int width, float eps) {
   using T = Team<D>;
-  const T team = T::of_thread();
-  const auto [side, row] = side_row<D>(queries, keys);
+  const auto [team, side, row] = side_row<D>(queries, keys);
   if (row >= side.rows) return;
   float g[T::kSlots], y[T::kSlots];
   team.read(side.incoming + row * width, width, g);

@@ -25,10 +25,10 @@ from functools import lru_cache
 from typing import List, Tuple
 
 from lra.benchmarks.yoso_cost import kernels as yoso
-from lra.benchmarks.yoso_cost.hashing import fast_hash
 from lra.benchmarks.yoso_cost.call import Call
 from lra.benchmarks.yoso_cost.gpu import (H100, WARP, Kernel, Machine, l2_resident, memory_latency, streaming,
                                           structural)
+from lra.benchmarks.yoso_cost.hashing import fast_hash
 
 # Host cost of an op in PyTorch ops (1: an ATen op from Python). Read from the calibration trace's
 # profiler columns (docs/gpu/2026-11-27b/trace.md, CPU total per call over aten::mul's 32.6 µs;
@@ -221,14 +221,15 @@ def backward_ops(c: Call, atomic: bool, machine: Machine = H100) -> List[Op]:
     deterministic = not atomic
     floats, codes = c.B * c.n * c.dv, c.pairs * c.n * 4
     share = (BACKWARD_NODE + EXACT_BACKWARD_OP) / 5  # the operator's own host time, spread over its 5 parts
-    # The kernels normalize q and k themselves (yoso_cuda_rows.cu); the measured kernels took PyTorch's passes.
+    # The kernels normalize q, k and the output themselves (yoso_cuda_rows.cu); the measured kernels took
+    # PyTorch's passes (the output's in an autograd.Function).
     normalized_by_torch = c.measured_kernels
     ops = [Op("loss gradient: ones, square's backward", 4, (filled("ones", 4, machine),
                                                             elementwise("pow", floats * 8, machine),
                                                             elementwise("×2", floats * 8, machine),
                                                             elementwise("× grad", floats * 12, machine, loads=2)),
               phase="backward"),
-           _through_unit_rows(c, "output", c.dv, machine, FUNCTION) if c.measured_kernels else
+           _through_unit_rows(c, "output", c.dv, machine, FUNCTION) if normalized_by_torch else
            Op("output: gradient through the unit rows (custom op)", CUSTOM_OP + 1,
               raw=(yoso.unit_rows(c, True, machine, output=True),), phase="backward")]
     if normalized_by_torch:
