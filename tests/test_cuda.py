@@ -127,3 +127,32 @@ def test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwi
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5 * max(1.0, want.abs().max().item()))
     if deterministic:
         assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+@pytest.mark.parametrize("n, tau", [(8200, 14), (16400, 15)])
+def test_the_counting_sort_past_48_kb_gives_the_cpu_kernels_results(n, tau):
+    """From τ = 14 a pair's counters outgrow the 48 KB every block has: the counting sort opts into more where
+    the GPU allows (an H100: 227 KB, τ ≤ 15), else torch's sort takes over. Either way the sorted path's
+    cumulation and default backward equal the CPU kernels' on the same codes."""
+    import torch.nn.functional as F
+
+    from attention_zoo import _yoso_ops as ops
+
+    batch, d, m = 2, 32, 4
+    g = torch.Generator().manual_seed(tau)
+    q, k = (F.normalize(torch.randn(batch, n, d, generator=g), dim=-1) for _ in range(2))
+    v, grad = torch.randn(batch, n, d, generator=g), torch.randn(batch, n, d, generator=g)
+    codes_q, codes_k = (torch.randint(0, 2**tau, (batch, m, n), generator=g, dtype=torch.int32) for _ in range(2))
+    mask, ones = torch.ones(batch, n), torch.ones(batch, 1, 1, n)
+
+    def call(*tensors):
+        cq, ck, q_, k_, v_, g_, mask_, ones_ = tensors
+        return (ops.cumulation(cq, ck, ones_, mask_[:, None, None], v_, tau, "kernel"),
+                *ops.exact_weight_backward(cq, ck, q_, k_, v_, mask_, g_, tau, "kernel"))
+
+    tensors = (codes_q, codes_k, q, k, v, grad, mask, ones)
+    on_cpu = call(*tensors)
+    with deterministic_algorithms(True):
+        on_gpu = call(*(t.cuda() for t in tensors))
+    for got, want in zip(on_gpu, on_cpu):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5 * max(1.0, want.abs().max().item()))

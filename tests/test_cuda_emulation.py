@@ -128,7 +128,7 @@ def test_emulated_kernels_equal_the_pytorch_path_and_the_cpu_kernels(name, shape
         launched = [launch.kernel.split("<")[0] for launch in backward.launches]
         # Both sides sorted by the counting sort (run starts with it), or by the device's sort, then the run starts
         # of the keys (looked up by code where 2^τ ≤ 2n), and of the queries where deterministic
-        sorts = (["counting_sort_kernel"] * 2 if counting_sort_fits(tau) else
+        sorts = (["counting_sort_kernel"] * 2 if counting_sort_fits(tau, n) else
                  ["run_starts_kernel"] * (2**tau <= 2 * n) * (2 if deterministic else 1))
         assert launched[:len(sorts)] == sorts
         launched = launched[len(sorts):]
@@ -386,7 +386,8 @@ SORTS = [  # rows, n, τ, how many distinct codes the tokens take (None: any of 
     (1, 1030, 11, None),  # the reference setup's τ, n past 1,024
     (2, 77, 13, None),  # the most codes a block's counters hold: runs starts not made (2^τ > 2n)
     (1, 4100, 12, 40),  # 2^τ ≤ 2n: run starts made with the sort
-    (1, 8200, 14, None),  # past the counting sort's 2^13 codes: the device's sort, then launch_run_starts
+    (1, 8200, 14, None),  # past 48 KB of counters, 2^τ ≤ 2n: the counting sort in the shared memory opted into
+    (1, 4100, 14, None),  # past 48 KB, 2^τ > 2n: the device's sort, then launch_run_starts
 ]
 
 
@@ -394,7 +395,8 @@ SORTS = [  # rows, n, τ, how many distinct codes the tokens take (None: any of 
 def test_emulated_counting_sort_is_a_stable_sort_with_its_run_starts(name):
     """Each pair's codes sorted as numpy's stable argsort sorts them, bit for bit (ties in token order, in
     any block and thread order), with each code's first sorted position (or -1) where 2^τ ≤ 2n: by one
-    launch of the counting sort up to τ = 13, by the device's sort and the run-starts kernel above."""
+    launch of the counting sort up to τ = 13 and, with 2^τ ≤ 2n, in an H100's opted-in shared memory up to
+    τ = 15; by the device's sort and the run-starts kernel above."""
     rng = np.random.default_rng(7)
     for rows, n, tau, distinct in SORTS:
         if name == "tsan" and n > 2000:
@@ -414,7 +416,29 @@ def test_emulated_counting_sort_is_a_stable_sort_with_its_run_starts(name):
             np.testing.assert_array_equal(result.outputs["starts"].reshape(rows, 2**tau), starts)
         else:
             assert result.outputs["starts"].size == 0
-        assert result.kernels() == (["counting_sort_kernel"] if counting_sort_fits(tau) else ["run_starts_kernel"])
+        assert result.kernels() == (["counting_sort_kernel"] if counting_sort_fits(tau, n) else
+                                    ["run_starts_kernel"] * (2**tau <= 2 * n))
+
+
+def test_the_counting_sort_past_48_kb_takes_the_shared_memory_the_device_lets_a_block_opt_into():
+    """A pair's 2^14 counters (64 KB and the scan's totals) fit an H100's block (227 KB opted into) but not a
+    2080 Ti's (64 KB): the same codes sorted by the counting sort on one and the device's sort on the other,
+    bit for bit equal; at τ = 15 the H100's counting sort takes 128 KB. The launch passes the emulation's
+    check of its dynamic shared memory only after cudaFuncSetAttribute opted into it."""
+    rng = np.random.default_rng(15)
+    for n, tau, most_shared_bytes, kernels in [(8200, 14, 227 * 1024, ["counting_sort_kernel"]),
+                                               (8200, 14, 64 * 1024, ["run_starts_kernel"]),
+                                               (16400, 15, 227 * 1024, ["counting_sort_kernel"])]:
+        codes = rng.integers(0, 2**tau, size=(1, n), dtype=np.int32)
+        result = emulation.run("plain", "sort", {"codes": codes}, {"rows": 1, "n": n, "tau": tau, "with_starts": 1,
+                                                                   "most_shared_bytes": most_shared_bytes, "seed": tau})
+        order = np.argsort(codes, axis=1, kind="stable")
+        np.testing.assert_array_equal(result.outputs["order"].reshape(1, n), order)
+        starts = np.full(2**tau, -1)
+        present, first = np.unique(codes[0][order[0]], return_index=True)
+        starts[present] = first
+        np.testing.assert_array_equal(result.outputs["starts"], starts)
+        assert result.kernels() == kernels, (n, tau, most_shared_bytes)
 
 
 @pytest.mark.parametrize("name", [variant("tsan")])

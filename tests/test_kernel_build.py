@@ -193,16 +193,26 @@ def test_the_cuda_extension_compiles_against_another_torchs_headers(tmp_path):
         assert result.returncode == 0, f"{name}: {result.stderr[-3000:]}"
 
 
-def test_the_cuda_kernels_read_no_property_of_the_device():
+def test_the_cuda_kernels_read_no_property_of_the_device_that_could_change_their_bits():
     """Chunks once followed the L2 size, so an H100 and an H200 summed in different orders. Whatever
     the kernels and their host logic decide comes from the arguments (attention.workspace_mb included),
-    never from the device: the same bits on every GPU."""
+    never from the device: the same bits on every GPU. The one property read, the shared memory a block may
+    opt into, only chooses between two sorts whose outputs are the same bits (the counting sort or torch's:
+    test_cuda_emulation's and test_cuda's wide-sort tests), and only there."""
     import re
 
+    reads = {}
     for name in [*_yoso_build.CUDA_SOURCES, *_yoso_build.HEADERS]:
         text = (_yoso_build.SOURCE_DIR / name).read_text()
-        assert not re.search(r"cudaDeviceGetAttribute|cudaGetDeviceProperties|cudaDevAttr|getDeviceProperties|"
-                             r"multiProcessorCount|l2CacheSize", text), name
+        reads[name] = re.findall(r"cudaDeviceGetAttribute|cudaGetDeviceProperties|cudaDevAttr\w*|getDeviceProperties|"
+                                 r"multiProcessorCount|l2CacheSize|most_shared_bytes\(\)", text)
+    assert {name: found for name, found in reads.items() if found} == {
+        "yoso_cuda.cpp": ["most_shared_bytes()", "cudaDeviceGetAttribute", "cudaDevAttrMaxSharedMemoryPerBlockOptin"],
+        "yoso_cuda_host.h": ["most_shared_bytes()"],
+        "yoso_cuda_host.cpp": ["most_shared_bytes()"]}
+    host = (_yoso_build.SOURCE_DIR / "yoso_cuda_host.cpp").read_text()
+    sorting = host[host.index("SortedCodes sorted_by_code("):]
+    assert "most_shared_bytes()" in sorting[:sorting.index("\n}\n")]  # read inside sorted_by_code alone
 
 
 @needs_kernels

@@ -221,12 +221,19 @@ def test_the_models_counts_match_every_emulated_kernel_on_both_paths(bf16):
             assert loaded == pytest.approx(model.loaded, rel=0.01), kernel
             assert stored == pytest.approx(model.stored, rel=1e-9), kernel
             assert result.atomics(kernel) == pytest.approx(model.added, rel=1e-9), kernel
-    # Past the counting sort's codes (τ = 14), the run starts after the device's sort: a pair of 8,200 tokens
+    # Past the counting sort's counters on a device whose blocks opt into 64 KB (τ = 14), the run starts after
+    # the device's sort: a pair of 8,200 tokens
     wide = torch.randint(0, 2**14, (1, 1, 8200), generator=g, dtype=torch.int32)
     sorted_wide = emulation.run("plain", "sort", {"codes": wide.numpy()}, {"rows": 1, "n": 8200, "tau": 14,
-                                                                          "with_starts": 1})
+                                                                          "with_starts": 1,
+                                                                          "most_shared_bytes": 64 * 1024})
     model = kernels.run_starts(measured(Call(1, 8200, d, d, 1, 14), wide.numpy(), wide.numpy()), 1)[1]
     assert sorted_wide.traffic("run_starts_kernel") == (model.loaded, pytest.approx(model.stored, rel=1e-9))
+    # … and on an H100, whose blocks opt into 227 KB, by the counting sort
+    counted_wide = emulation.run("plain", "sort", {"codes": wide.numpy()}, {"rows": 1, "n": 8200, "tau": 14,
+                                                                           "with_starts": 1})
+    model = kernels.counting_sort(measured(Call(1, 8200, d, d, 1, 14), wide.numpy(), wide.numpy()), 1, 1)
+    assert counted_wide.traffic("counting_sort_kernel") == (model.loaded, pytest.approx(model.stored, rel=1e-9))
 
 
 def test_the_docs_hold_the_models_projection_tables_as_it_prints_them_today():

@@ -1,8 +1,8 @@
 // Torch-side wrappers of the YOSO CUDA kernels: outputs from torch's caching allocator, then the host
 // logic of yoso_cuda_host.cpp with torch as its device (workspace from the caching allocator, each pair's
-// codes sorted with torch's stable sort where the kernels' counting sort cannot (tau > 13), the heavy
-// buckets numbered with torch's cumsum, the current stream,
-// every launch's own error read, cleared and raised as that launch's, an earlier one's raised before). Nothing here waits for the device. The
+// codes sorted with torch's stable sort where the kernels' counting sort does not (sorted_by_code), the
+// heavy buckets numbered with torch's cumsum, the current stream, every launch's own error read, cleared and
+// raised as that launch's, an earlier one's raised before). Nothing here waits for the device. The
 // cumulation and the default backward are deterministic (one writer per output, bitwise repeatable) when
 // torch's deterministic algorithms are on (torch.use_deterministic_algorithms; the trainer's
 // trainer.deterministic, default true), and otherwise atomic (the YOSO authors' design, faster). Compiled
@@ -17,6 +17,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -61,6 +62,11 @@ class TorchDevice final : public yoso::Device {
     return keep_.back().data_ptr<int32_t>();
   }
   cudaStream_t stream() override { return c10::cuda::getCurrentCUDAStream(); }
+  int64_t most_shared_bytes() override {
+    int bytes = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, c10::cuda::current_device()));
+    return bytes;
+  }
   // ``status``: a launch's own error, already cleared by YOSO_LAUNCH (yoso_simt.h).
   void check(cudaError_t status, const char* what) override {
     TORCH_CHECK(status == cudaSuccess,  // one finished string: no stream (yoso_checks.h says why)

@@ -13,6 +13,18 @@ namespace yoso {
 
 constexpr int kWarp = 32;
 
+// Lets `kernel` launch with `bytes` of dynamic shared memory, opted into past the kTableBytes every kernel may
+// use (up to the device's largest block: the host checks first). A refusal is returned cleared, as a launch's
+// error is (YOSO_LAUNCH).
+template <typename Kernel>
+cudaError_t allow_shared_bytes(Kernel kernel, int64_t bytes) {
+  if (bytes <= kTableBytes) return cudaSuccess;
+  const cudaError_t status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (status != cudaSuccess) cudaGetLastError();
+  return status;
+}
+
 // The first position of a sorted run [0, count) whose value is not below `value`.
 YOSO_DEVICE int lower_bound(const int32_t* sorted, int count, int32_t value) {
   int low = 0, high = count;

@@ -29,6 +29,9 @@ class Device {
   // The inclusive prefix sum of `count` int32 values.
   virtual const int32_t* inclusive_scan(const int32_t* values, int64_t count) = 0;
   virtual cudaStream_t stream() = 0;
+  // The most dynamic shared memory a block of this device may opt into: only to choose how codes are sorted
+  // (sorted_by_code), never what the kernels compute.
+  virtual int64_t most_shared_bytes() = 0;
   // A launcher's status: anything but success ends the call with an error naming `what`.
   virtual void check(cudaError_t status, const char* what) = 0;
   [[noreturn]] virtual void fail(const std::string& message) = 0;
@@ -39,8 +42,9 @@ int narrow(Device& device, int64_t value, const char* name);
 
 // Each of `rows` pairs' n codes sorted stably, with their run starts by code where `with_starts` and there are
 // no more than 2n codes (for lookups by one load; else null: binary searches): by the counting sort where its
-// counts fit a block's shared memory (one launch, the starts with it), else by the device's sort and
-// launch_run_starts. The failure of a launch names `what`.
+// counters fit 48 KB of shared memory, or, with no more than 2n codes, the most a block of this device may
+// opt into (one launch, the starts with it); else by the device's sort and launch_run_starts: the same
+// outputs either way. The failure of a launch names `what`.
 struct SortedCodes {
   const int32_t *sorted = nullptr, *order = nullptr, *starts = nullptr;
 };

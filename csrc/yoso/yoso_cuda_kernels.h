@@ -138,10 +138,11 @@ cudaError_t launch_through_unit_rows(const UnitRows& queries, const UnitRows& ke
                                      cudaStream_t stream);
 
 // Each of `rows` rows of n codes sorted stably (sorted codes and token order, [rows, n] each; bitwise what a
-// stable sort gives), by a counting sort in shared memory, a block a row: where counting_sort_fits(tau), that
-// is 2^tau counters within kTableBytes (tau <= 13). starts (or null): [rows, 2^tau], every entry written, as
-// launch_run_starts writes it.
-bool counting_sort_fits(int tau);
+// stable sort gives), by a counting sort in shared memory, a block a row: its 2^tau counters take
+// counting_sort_bytes(tau), within kTableBytes up to tau = 13, past them opted into (cudaFuncSetAttribute; the
+// host checks the device's largest block: an H100's 227 KB holds tau = 15). starts (or null): [rows, 2^tau],
+// every entry written, as launch_run_starts writes it.
+int64_t counting_sort_bytes(int tau);
 cudaError_t launch_counting_sort(const int32_t* codes, int64_t rows, int n, int tau, int32_t* sorted, int32_t* order,
                                  int32_t* starts, cudaStream_t stream);
 

@@ -1,7 +1,8 @@
 // Each pair's codes sorted stably by a counting sort, one block a pair (yoso_cuda_kernels.h): the codes
-// counted in shared memory, the counts scanned into each code's first position (the pair's run starts,
-// written on the way), then every token placed in token order. One launch instead of torch's sort, its
-// int64-to-int32 copy, the starts' fill and launch_run_starts; the same output, bit for bit, as a stable sort.
+// counted in shared memory (2^tau counters; from tau = 14, past 48 KB, the block opts into more), the counts
+// scanned into each code's first position (the pair's run starts, written on the way), then every token
+// placed in token order. One launch instead of torch's sort, its int64-to-int32 copy, the starts' fill and
+// launch_run_starts; the same output, bit for bit, as a stable sort.
 #include "yoso_cuda_common.h"
 #include "yoso_cuda_kernels.h"
 
@@ -87,16 +88,17 @@ YOSO_GLOBAL void counting_sort_kernel(const int32_t* codes, int n, int tau, int3
 
 }  // namespace
 
-bool counting_sort_fits(int tau) {
-  return tau >= 0 && tau <= 30 && ((int64_t(1) << tau) + kSortWarps) * int64_t(sizeof(int)) <= kTableBytes;
-}
+int64_t counting_sort_bytes(int tau) { return ((int64_t(1) << tau) + kSortWarps) * int64_t(sizeof(int)); }
 
 cudaError_t launch_counting_sort(const int32_t* codes, int64_t rows, int n, int tau, int32_t* sorted, int32_t* order,
                                  int32_t* starts, cudaStream_t stream) {
-  if (!counting_sort_fits(tau) || rows > 2147483647) return cudaErrorInvalidValue;  // the host checks first
+  if (tau < 0 || tau > 30 || rows > 2147483647) return cudaErrorInvalidValue;  // the host checks first
   if (rows * n == 0) return cudaSuccess;
-  return YOSO_LAUNCH(counting_sort_kernel, dim3(static_cast<unsigned>(rows)), dim3(kSortThreads),
-                     ((int64_t(1) << tau) + kSortWarps) * sizeof(int), stream, codes, n, tau, sorted, order, starts);
+  const int64_t bytes = counting_sort_bytes(tau);
+  const cudaError_t allowed = allow_shared_bytes(counting_sort_kernel, bytes);
+  if (allowed != cudaSuccess) return allowed;
+  return YOSO_LAUNCH(counting_sort_kernel, dim3(static_cast<unsigned>(rows)), dim3(kSortThreads), bytes, stream, codes,
+                     n, tau, sorted, order, starts);
 }
 
 }  // namespace yoso

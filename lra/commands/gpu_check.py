@@ -79,8 +79,9 @@ def _tool(name: str) -> str:
 # these ran a Flex path (it came later): its compile time is a projection.
 COMPILE_SUBSET = ("yoso",)  # the CUDA-test step's cold Inductor compiles (softmax, lsh: `pytest -m cuda`)
 CUDA_PATHS = "test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwise"  # 6 cases
+WIDE_SORTS = "test_the_counting_sort_past_48_kb_gives_the_cpu_kernels_results"  # 2 cases, τ = 14 and 15
 FLEX_TEST = "test_flex_patterns.py::test_flex_cuda_outputs_and_gradients_equal_eager[longformer-False-333]"
-PYTEST_START_S, AMP_STEP_S, KERNEL_TESTS_S, CUDA_PATHS_S, COMPILE_S = 15, 1.0, 12, 8, 25
+PYTEST_START_S, AMP_STEP_S, KERNEL_TESTS_S, CUDA_PATHS_S, WIDE_SORTS_S, COMPILE_S = 15, 1.0, 12, 8, 4, 25
 FLEX_COMPILE_S = 35  # projected, not measured: one pattern's forward and backward compiled cold
 PROFILE_BACKEND_S = 8  # one process per backend: 4-12 s each on an H200 (start-up, CUDA init, 5 lengths)
 SWEEP_ROUND_S = 18  # ~10 s start-up (a 3,200-example generated set), 100 steps, two evaluations
@@ -99,7 +100,7 @@ def limits(backends: int, jobs_per_gpu: Optional[int], flex: int = 0) -> dict:
     eager = backends - flex
     amp = 2 * eager
     rounds = -(-eager // (jobs_per_gpu or 1))
-    pytest_s = (PYTEST_START_S + amp * AMP_STEP_S + KERNEL_TESTS_S + CUDA_PATHS_S
+    pytest_s = (PYTEST_START_S + amp * AMP_STEP_S + KERNEL_TESTS_S + CUDA_PATHS_S + WIDE_SORTS_S
                 + (len(COMPILE_SUBSET) + 1) * COMPILE_S + FLEX_COMPILE_S)
     left_out = f"the {flex} backends with a Flex path" if flex else "no backend with a Flex path"
     return {
@@ -111,7 +112,8 @@ def limits(backends: int, jobs_per_gpu: Optional[int], flex: int = 0) -> dict:
                              f"on CUDA each would compile its pattern cold) and the kernel tests "
                              f"~{KERNEL_TESTS_S} s; the CUDA paths' 6 cases (sorted and atomic, three τ, n = 300) "
                              f"~{CUDA_PATHS_S} s (the bf16-rows test's 4 cases and the kernel tests' output-normalization "
-                             f"case, added since, ~3 s more as projected); "
+                             f"case, added since, ~3 s more as projected); the counting sort past 48 KB against "
+                             f"the CPU kernels, 2 cases at n = 8,200 and 16,400, ~{WIDE_SORTS_S} s projected; "
                              f"{len(COMPILE_SUBSET) + 1} cold Inductor compiles, "
                              f"{', '.join(COMPILE_SUBSET)} and YOSO's CUDA-graph capture (measured 9.9 s and 16.2 s "
                              f"on an H100, 2026-11-27: <= {COMPILE_S} s each; the whole step, then with 38 AMP "
@@ -165,7 +167,8 @@ def cuda_tests(tests: Path, quick: bool) -> List[str]:
     compiled = [f"{cuda}::test_every_backend_compiles_with_inductor_on_cuda_and_matches_eager[{name}]"
                 for name in COMPILE_SUBSET]
     # The kernels' correctness first, the cold compiles last: a step cut at its limit keeps what matters most.
-    return [str(tests / "test_yoso_kernels.py"), f"{cuda}::{CUDA_PATHS}", str(tests / "test_yoso_bf16_rows.py"), *amp,
+    return [str(tests / "test_yoso_kernels.py"), f"{cuda}::{CUDA_PATHS}", f"{cuda}::{WIDE_SORTS}",
+            str(tests / "test_yoso_bf16_rows.py"), *amp,
             f"{cuda}::test_sampling_backends_replay_under_cuda_graphs[yoso]", *compiled, str(tests / FLEX_TEST)]
 
 

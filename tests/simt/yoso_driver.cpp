@@ -83,6 +83,7 @@ Request read_request(const std::string& folder) {
 // memory, never a value the kernels use as a sentinel), sorts are stable, scans inclusive.
 class CpuDevice final : public yoso::Device {
  public:
+  explicit CpuDevice(int64_t most_shared_bytes) : most_shared_bytes_(most_shared_bytes) {}
   float* floats(int64_t count) override {
     float_bytes += 4 * count;
     return reinterpret_cast<float*>(garbage(count));
@@ -107,6 +108,7 @@ class CpuDevice final : public yoso::Device {
     return out;
   }
   cudaStream_t stream() override { return nullptr; }
+  int64_t most_shared_bytes() override { return most_shared_bytes_; }
   void check(cudaError_t status, const char* what) override {
     if (status != cudaSuccess) fail(std::string("yoso: CUDA ") + what + " failed: " + cudaGetErrorString(status));
   }
@@ -119,6 +121,7 @@ class CpuDevice final : public yoso::Device {
     return blocks_.back().data();
   }
   std::list<std::vector<int32_t>> blocks_;
+  int64_t most_shared_bytes_;
 };
 
 // A kernel that does nothing, to probe the emulation's checks of a launch configuration.
@@ -164,7 +167,7 @@ int main(int argc, char** argv) {
   auto option = [&](const char* name, int64_t otherwise) { return r.ints.count(name) ? r.ints.at(name) : otherwise; };
   simt::set_seed(static_cast<uint64_t>(option("seed", 0)));
   const bool deterministic = option("deterministic", 1) != 0;
-  CpuDevice device;
+  CpuDevice device(option("most_shared_bytes", 227 * 1024));  // an H100's largest block, as the runtime allows
   std::map<std::string, std::vector<float>> outputs_f32;
   std::map<std::string, std::vector<int32_t>> outputs_i32;
   try {

@@ -5,8 +5,9 @@ yoso_cuda_kernels.cu, yoso_cuda_heavy.cu, yoso_cuda_gradients.cu, yoso_cuda_sort
 registers from ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c, the counting sort since):
 
 - sorting: each pair's codes by a counting sort in one block, the run starts with it, where its 2^τ
-  counters fit a block's shared memory (τ ≤ 13); above, and in the kernels the committed H100
-  measurements ran, torch's sort (:mod:`.ops`) and a run-starts kernel;
+  counters fit 48 KB of shared memory (τ ≤ 13), or, with no more codes than twice the pair's tokens, a
+  block's largest opt-in (τ ≤ 15 on an H100); else, and in the kernels the committed H100 measurements
+  ran, torch's sort (:mod:`.ops`) and a run-starts kernel;
 - hashing (:mod:`.hashing`): a token's padded vector held by P/S lanes, the transform's stages in
   registers and warp shuffles, positions by shifts and masks;
 - chunks of a fixed budget (attention.workspace_mb, not the L2's): the same on every GPU; a chunk's
@@ -323,15 +324,18 @@ def unit_rows(c: Call, through: bool, machine: Machine = H100, output: bool = Fa
 SORT_THREADS = 128  # yoso_cuda_sort.cu's kSortThreads
 
 
-def counting_sort_fits(tau: int) -> bool:
-    """As yoso_cuda_sort.cu's counting_sort_fits: a pair's 2^τ counters (and the scan's warp totals) within
-    a block's TABLE_BYTES of shared memory (τ ≤ 13)."""
-    return (2**tau + SORT_THREADS // WARP) * 4 <= TABLE_BYTES
+def counting_sort_fits(tau: int, n: int, machine: Machine = H100) -> bool:
+    """As yoso_cuda_host.cpp's choice of the counting sort for a pair of n codes: its 2^τ counters (and the
+    scan's warp totals) within a block's TABLE_BYTES of shared memory (τ ≤ 13), or, where 2^τ ≤ 2n, opted into
+    up to the machine's largest block (τ ≤ 15 on an H100). Past 2n codes a pair's counters outweigh its tokens
+    and torch's radix sort is the faster (the model: 16 × 2,048 × 32 at τ = 14, 0.62 ms a call against 0.50)."""
+    counters = (2**tau + SORT_THREADS // WARP) * 4
+    return counters <= TABLE_BYTES or (2**tau <= 2 * n and counters <= machine.shared_bytes_per_block)
 
 
-def counted(c: Call) -> bool:
+def counted(c: Call, machine: Machine = H100) -> bool:
     """Whether the call's codes are sorted by the counting sort (else by torch's sort, then run_starts)."""
-    return not c.measured_kernels and counting_sort_fits(c.bits)
+    return not c.measured_kernels and counting_sort_fits(c.bits, c.n, machine)
 
 
 def counting_sort(c: Call, sides: int, starts_sides: int, machine: Machine = H100) -> Kernel:

@@ -167,7 +167,7 @@ def sorted_codes(c: Call, sides: int, starts_sides: int, deterministic: bool,
     """yoso_cuda_host.cpp's sorted_by_code for ``sides`` sides, the run starts of ``starts_sides`` of them:
     (host ops, ATen's kernels, the operator's own). The counting sort: one launch a side. Else torch's sort
     (its outputs filled first under deterministic algorithms), then the run starts."""
-    if yoso.counted(c):
+    if yoso.counted(c, machine):
         return 0.0, (), (yoso.counting_sort(c, sides, starts_sides, machine),)
     codes = c.pairs * c.n * 4
     fills = _empties("sort outputs", [codes, 2 * codes, codes] * sides, deterministic, machine)
