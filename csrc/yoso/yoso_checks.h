@@ -2,7 +2,8 @@
 // before any kernel runs, so a wrong shape, type or device is a Python exception, not garbage.
 #pragma once
 
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 
 #include <array>
 #include <initializer_list>

@@ -9,7 +9,10 @@
 // The cumulation walks each (batch, hash) pair's buckets (yoso_buckets.h): no table is indexed by
 // code, so memory is O(n) per thread at any tau, and every sum has one fixed order.
 #include <ATen/Parallel.h>
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/utils/pybind.h>  // pybind11 and its at::Tensor casters: not torch/extension.h, 3x the parse
 
 #include <algorithm>
 #include <cstring>

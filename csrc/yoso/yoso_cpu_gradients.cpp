@@ -18,7 +18,9 @@
 //     rho(a_s . o_o) o_o. Its weight is not bilinear, so every colliding pair is enumerated.
 // Each output row is written by one task in a fixed order: the results are bitwise repeatable.
 #include <ATen/Parallel.h>
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 
 #include <cmath>
 #include <cstring>
