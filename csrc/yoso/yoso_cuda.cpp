@@ -29,6 +29,12 @@
 
 namespace {
 
+// An output every element of which a kernel writes: not at::empty, which fills new memory with NaNs whenever
+// deterministic algorithms are on (torch.utils.deterministic.fill_uninitialized_memory: a launch each).
+at::Tensor unfilled(at::IntArrayRef sizes, const at::TensorOptions& options) {
+  return at::Tensor(at::detail::empty_cuda(sizes, options));
+}
+
 class TorchDevice final : public yoso::Device {
  public:
   // An error some earlier CUDA operation left pending is raised here, as that operation's, before a YOSO
@@ -44,7 +50,7 @@ class TorchDevice final : public yoso::Device {
   float* floats(int64_t count) override { return static_cast<float*>(raw(count * sizeof(float))); }
   int32_t* ints(int64_t count) override { return static_cast<int32_t*>(raw(count * sizeof(int32_t))); }
   void zero(float* data, int64_t count) override {
-    C10_CUDA_CHECK(cudaMemsetAsync(data, 0, count * sizeof(float), stream()));
+    if (count > 0) C10_CUDA_CHECK(cudaMemsetAsync(data, 0, count * sizeof(float), stream()));
   }
   void minus_ones(int32_t* data, int64_t count) override {
     C10_CUDA_CHECK(cudaMemsetAsync(data, 0xFF, count * sizeof(int32_t), stream()));  // every byte 0xFF: -1
@@ -58,7 +64,8 @@ class TorchDevice final : public yoso::Device {
   }
   const int32_t* inclusive_scan(const int32_t* values, int64_t count) override {
     const auto flat = at::from_blob(const_cast<int32_t*>(values), {count}, options_.dtype(at::kInt));
-    keep_.push_back(at::cumsum(flat, 0, at::kInt));
+    keep_.push_back(unfilled({count}, options_.dtype(at::kInt)));  // at::cumsum's own output would be filled first
+    at::cumsum_out(keep_.back(), flat, 0, at::kInt);
     return keep_.back().data_ptr<int32_t>();
   }
   cudaStream_t stream() override { return c10::cuda::getCurrentCUDAStream(); }
@@ -89,14 +96,9 @@ bool deterministic() { return at::globalContext().deterministicAlgorithms(); }
 // A float32 or bfloat16 row matrix (yoso_checks.h allows both) as the kernels read it.
 yoso::Rows rows_of(const at::Tensor& t) { return {t.data_ptr(), t.scalar_type() == at::kBFloat16}; }
 
-// An output every element of which a kernel writes: not at::empty, which fills new memory with NaNs whenever
-// deterministic algorithms are on (torch.utils.deterministic.fill_uninitialized_memory: a launch each).
-at::Tensor unfilled(at::IntArrayRef sizes, const at::TensorOptions& options) {
-  return at::Tensor(at::detail::empty_cuda(sizes, options));
-}
 
-// The float32 gradient of rows like t (float32 whatever t's row dtype), zeroed.
-at::Tensor float_zeros_like(const at::Tensor& t) { return at::zeros(t.sizes(), t.options().dtype(at::kFloat)); }
+// The float32 gradient of rows like t (float32 whatever t's row dtype), unfilled: exact_backward writes it all.
+at::Tensor float_unfilled_like(const at::Tensor& t) { return unfilled(t.sizes(), t.options().dtype(at::kFloat)); }
 
 }  // namespace
 
@@ -128,7 +130,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> exact_weight_backward_cuda(
     double eps, bool bf16_units) {
   const c10::cuda::CUDAGuard guard(q.device());
   TorchDevice device(q);
-  auto grad_q = float_zeros_like(q), grad_k = float_zeros_like(k), grad_v = float_zeros_like(v);
+  auto grad_q = float_unfilled_like(q), grad_k = float_unfilled_like(k), grad_v = float_unfilled_like(v);
   yoso::exact_backward(device, codes_q.data_ptr<int32_t>(), codes_k.data_ptr<int32_t>(), rows_of(q), rows_of(k),
                        rows_of(v), key_weight.data_ptr<float>(), rows_of(grad),
                        grad_q.data_ptr<float>(), grad_k.data_ptr<float>(), grad_v.data_ptr<float>(), q.size(0),

@@ -145,10 +145,14 @@ YOSO_GLOBAL void key_gradients_kernel(Backward a, Heavy heavy, float scale, floa
   const int64_t token = team_index<D>();
   if (token >= a.B * a.nk) return;
   const float w = load(a.key_weight + token);
-  if (w == 0.0f) return;  // a padded key: no gradient (the rows stay 0)
+  float v[T::kSlots], sum_k[T::kSlots] = {}, sum_v[T::kSlots] = {};
+  if (w == 0.0f) {  // a padded key: no gradient, its rows written 0 (the outputs come unfilled)
+    team.write(a.grad_k + token * a.d, a.d, sum_k);
+    team.write(a.grad_v + token * a.dv, a.dv, sum_v);
+    return;
+  }
   const int64_t b = token / a.nk;
   const int j = static_cast<int>(token - b * a.nk);
-  float v[T::kSlots], sum_k[T::kSlots] = {}, sum_v[T::kSlots] = {};
   team.read(a.v, token, a.dv, v);
   const OtherSide queries{a.sorted_q, a.order_q, nullptr, a.nq};
   for_each_bucket(team, b, a.m, a.tau, a.codes_k, a.nk, j, a.starts_q, queries, heavy.table_of_q,

@@ -114,9 +114,14 @@ void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes
              grad_k, grad_v,
              B, narrow(device, m, "num_hashes"), narrow(device, nq, "queries"), narrow(device, nk, "keys"),
              static_cast<int>(d), static_cast<int>(dv), narrow(device, tau, "hash_code_len")};
-  // dv = 0: every pair's weight g·v is 0 and ∇V has no columns; all gradients stay 0 (nor is there a head dim
-  // to divide by: heavy_side_minimum needs dv + 2d > 0).
-  if (B * m == 0 || nq == 0 || nk == 0 || dv == 0) return;
+  // dv = 0: every pair's weight g·v is 0 and ∇V has no columns; all gradients are 0 (nor is there a head dim
+  // to divide by: heavy_side_minimum needs dv + 2d > 0). The deterministic kernels write every row; the atomic
+  // ones add into zeroed rows.
+  const bool empty = B * m == 0 || nq == 0 || nk == 0 || dv == 0;
+  if (empty || !deterministic) {
+    device.zero(grad_q, B * nq * d), device.zero(grad_k, B * nk * d), device.zero(grad_v, B * nk * dv);
+  }
+  if (empty) return;
   UnitRows unit_q{}, unit_k{};
   if (normalization.on) {
     if (q.bf16 || k.bf16) device.fail("yoso: the rows to normalize must be float32");

@@ -1,7 +1,8 @@
 // The host side of the YOSO CUDA kernels, without torch: argument checks, sorting, the workspace and the
 // sequence of launches of each operation. yoso_cuda.cpp calls it with torch's allocator, sort, scan and
 // stream; the CPU emulation's driver (tests/simt/yoso_driver.cpp) with a stand-in for each, so this logic
-// is tested wherever the suite runs. Outputs are allocated, and zeroed, by the caller.
+// is tested wherever the suite runs. Outputs are allocated, and zeroed, by the caller, but exact_backward's:
+// it writes or zeroes every element of those itself.
 #pragma once
 
 #include <stdint.h>
@@ -73,7 +74,7 @@ struct Normalization {
   bool bf16 = false;
 };
 
-// grad_q, grad_k [B, n, d], grad_v [B, nk, dv] (zeroed) of the default backward, in one pass: heavy
+// grad_q, grad_k [B, n, d], grad_v [B, nk, dv] (unfilled: every element written) of the default backward, in one pass: heavy
 // buckets found, counted and numbered on the device, tables for at most workspace_bytes of them.
 void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes_k, Rows q, Rows k, Rows v,
                     const float* key_weight, Rows grad, float* grad_q, float* grad_k,

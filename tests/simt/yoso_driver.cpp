@@ -89,7 +89,9 @@ class CpuDevice final : public yoso::Device {
     return reinterpret_cast<float*>(garbage(count));
   }
   int32_t* ints(int64_t count) override { return garbage(count); }
-  void zero(float* data, int64_t count) override { std::memset(data, 0, count * sizeof(float)); }
+  void zero(float* data, int64_t count) override {
+    if (count > 0) std::memset(data, 0, count * sizeof(float));
+  }
   void minus_ones(int32_t* data, int64_t count) override { std::fill(data, data + count, -1); }
   std::pair<const int32_t*, const int32_t*> sort_rows(const int32_t* codes, int64_t rows, int64_t n) override {
     int32_t *sorted = garbage(rows * n), *order = garbage(rows * n);
@@ -184,9 +186,10 @@ int main(int argc, char** argv) {
                        I("nq"), I("nk"), I("dv"), I("tau"), I("workspace_bytes"), deterministic);
     } else if (r.op == "exact_backward") {
       auto &grad_q = outputs_f32["grad_q"], &grad_k = outputs_f32["grad_k"], &grad_v = outputs_f32["grad_v"];
-      grad_q.assign(I("B") * I("nq") * I("d"), 0.0f);
-      grad_k.assign(I("B") * I("nk") * I("d"), 0.0f);
-      grad_v.assign(I("B") * I("nk") * I("dv"), 0.0f);
+      const float unfilled = std::nanf("");  // as torch hands them over: the host logic writes or zeroes them all
+      grad_q.assign(I("B") * I("nq") * I("d"), unfilled);
+      grad_k.assign(I("B") * I("nk") * I("d"), unfilled);
+      grad_v.assign(I("B") * I("nk") * I("dv"), unfilled);
       yoso::exact_backward(device, r.i32["codes_q"].data(), r.i32["codes_k"].data(), r.rows("q"), r.rows("k"),
                            r.rows("v"), r.f32["key_weight"].data(), r.rows("grad"),
                            grad_q.data(), grad_k.data(), grad_v.data(), I("B"), I("m"), I("nq"), I("nk"), I("d"),

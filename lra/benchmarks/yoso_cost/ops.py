@@ -10,9 +10,10 @@ unit rows, the exact-weight kernels, the gradients back through the unit rows) a
 accumulated into q, k, v. A kernel that a YOSO operator launches itself (not through an ATen op) is
 ``raw``: the profiler books it to the operator (``Self CUDA``), ATen's to their own ops.
 
-Under torch's deterministic algorithms every tensor ATen allocates uninitialised inside the operators (the
-sorts' outputs, the scan; the codes in the measured kernels) is filled first
-(torch.utils.deterministic.fill_uninitialized_memory); the kernels' own outputs (codes, unit rows) are not.
+Under torch's deterministic algorithms every tensor ATen allocates uninitialised inside the operators (torch's
+sorts' outputs; in the measured kernels the codes and the scan) is filled first
+(torch.utils.deterministic.fill_uninitialized_memory); the kernels' own outputs (codes, unit rows, the scan,
+the deterministic backward's gradients) are not.
 An op's kernels are queued when its host work ends; an operator's own host time (its Python between its
 ATen ops, which the profiler gives in total, not where it falls) is spread evenly over the ops it encloses.
 """
@@ -235,16 +236,21 @@ def backward_ops(c: Call, atomic: bool, machine: Machine = H100) -> List[Op]:
     if normalized_by_torch:
         ops += [_unit_rows(c, "q", c.d, machine, "backward", share), _unit_rows(c, "k", c.d, machine, "backward", share)]
     sides = (("q", c.d), ("k", c.d), ("v", c.dv))
-    grads = tuple(filled(f"∇{x} zeroed", c.B * c.n * dim * 4, machine) for x, dim in sides)
+    # The gradients: zeroed by at::zeros in the measured kernels; now unfilled, the deterministic kernels writing
+    # every row, the atomic ones adding into rows the host logic zeroes (cudaMemsetAsync, launched from C++).
+    zeroed = tuple(filled(f"∇{x} zeroed", c.B * c.n * dim * 4, machine) for x, dim in sides)
+    grads = zeroed if c.measured_kernels else ()
     sort_host, sorts, sort_raw = sorted_codes(c, 2, 1 if atomic else 2, deterministic, machine)
     sorts = (*_bf16_casts(c, ("v", "∇Y"), machine), *sorts)
     raw: List[Kernel] = [*sort_raw] if normalized_by_torch else [yoso.unit_rows(c, False, machine), *sort_raw]
-    host = 3 + sort_host + (share if normalized_by_torch else 5 * share) + 2 * c.bf16_rows  # (5: the whole operator)
+    if atomic and not c.measured_kernels:
+        raw = [*zeroed, *raw]
+    host = 3 * c.measured_kernels + sort_host + (share if normalized_by_torch else 5 * share) + 2 * c.bf16_rows
     if yoso.heavy_capacity(c) > 0:
         raw += [yoso.find_heavy(c, machine), yoso.number_heavy(c, machine),
                 yoso.heavy_grid(c, "heavy tables (none with uniform codes)", machine)]
         sorts += (streaming("heavy runs counted (torch.cumsum)", c.pairs * c.n * 8, machine, launches=2),
-                  *_empties("scan", [codes], deterministic, machine))
+                  *_empties("scan", [codes], deterministic and c.measured_kernels, machine))
         host += 1
     if atomic:
         raw.append(yoso.scatter_pairs(c, machine))
