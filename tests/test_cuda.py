@@ -130,10 +130,11 @@ def test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwi
 
 
 @pytest.mark.parametrize("n, tau", [(8200, 14), (16400, 15)])
-def test_the_counting_sort_past_48_kb_gives_the_cpu_kernels_results(n, tau):
+@pytest.mark.parametrize("deterministic", [True, False], ids=["sorted", "atomic"])
+def test_the_counting_sort_past_48_kb_gives_the_cpu_kernels_results(n, tau, deterministic):
     """From τ = 14 a pair's counters outgrow the 48 KB every block has: the counting sort opts into more where
-    the GPU allows (an H100: 227 KB, τ ≤ 15), else torch's sort takes over. Either way the sorted path's
-    cumulation and default backward equal the CPU kernels' on the same codes."""
+    the GPU allows (an H100: 227 KB, τ ≤ 15), else torch's sort takes over (the profiler tells which ran).
+    Either way the cumulation and the default backward equal the CPU kernels' on the same codes."""
     import torch.nn.functional as F
 
     from attention_zoo import _yoso_ops as ops
@@ -152,7 +153,12 @@ def test_the_counting_sort_past_48_kb_gives_the_cpu_kernels_results(n, tau):
 
     tensors = (codes_q, codes_k, q, k, v, grad, mask, ones)
     on_cpu = call(*tensors)
-    with deterministic_algorithms(True):
+    with deterministic_algorithms(deterministic), torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
         on_gpu = call(*(t.cuda() for t in tensors))
+        torch.cuda.synchronize()
     for got, want in zip(on_gpu, on_cpu):
         torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5 * max(1.0, want.abs().max().item()))
+    opted_in = torch.cuda.get_device_properties(0).shared_memory_per_block_optin >= (2**tau + 4) * 4
+    counted = any("counting_sort_kernel" in event.name for event in profile.events())
+    assert counted == opted_in, (counted, opted_in)

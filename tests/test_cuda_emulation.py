@@ -426,18 +426,18 @@ def test_the_counting_sort_past_48_kb_takes_the_shared_memory_the_device_lets_a_
     bit for bit equal; at τ = 15 the H100's counting sort takes 128 KB. The launch passes the emulation's
     check of its dynamic shared memory only after cudaFuncSetAttribute opted into it."""
     rng = np.random.default_rng(15)
-    for n, tau, most_shared_bytes, kernels in [(8200, 14, 227 * 1024, ["counting_sort_kernel"]),
-                                               (8200, 14, 64 * 1024, ["run_starts_kernel"]),
-                                               (16400, 15, 227 * 1024, ["counting_sort_kernel"])]:
-        codes = rng.integers(0, 2**tau, size=(1, n), dtype=np.int32)
-        result = emulation.run("plain", "sort", {"codes": codes}, {"rows": 1, "n": n, "tau": tau, "with_starts": 1,
+    for rows, n, tau, most_shared_bytes, kernels in [(2, 8200, 14, 227 * 1024, ["counting_sort_kernel"]),
+                                                     (1, 8200, 14, 64 * 1024, ["run_starts_kernel"]),
+                                                     (1, 16400, 15, 227 * 1024, ["counting_sort_kernel"])]:
+        codes = rng.integers(0, 2**tau, size=(rows, n), dtype=np.int32)
+        result = emulation.run("plain", "sort", {"codes": codes}, {"rows": rows, "n": n, "tau": tau, "with_starts": 1,
                                                                    "most_shared_bytes": most_shared_bytes, "seed": tau})
         order = np.argsort(codes, axis=1, kind="stable")
-        np.testing.assert_array_equal(result.outputs["order"].reshape(1, n), order)
-        starts = np.full(2**tau, -1)
-        present, first = np.unique(codes[0][order[0]], return_index=True)
-        starts[present] = first
-        np.testing.assert_array_equal(result.outputs["starts"], starts)
+        np.testing.assert_array_equal(result.outputs["order"].reshape(rows, n), order)
+        np.testing.assert_array_equal(result.outputs["sorted"].reshape(rows, n), np.take_along_axis(codes, order, 1))
+        for row, starts in enumerate(result.outputs["starts"].reshape(rows, 2**tau)):
+            present, first = np.unique(codes[row][order[row]], return_index=True)
+            assert (starts[present] == first).all() and (np.delete(starts, present) == -1).all()
         assert result.kernels() == kernels, (n, tau, most_shared_bytes)
 
 

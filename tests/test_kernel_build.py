@@ -204,8 +204,9 @@ def test_the_cuda_kernels_read_no_property_of_the_device_that_could_change_their
     reads = {}
     for name in [*_yoso_build.CUDA_SOURCES, *_yoso_build.HEADERS]:
         text = (_yoso_build.SOURCE_DIR / name).read_text()
-        reads[name] = re.findall(r"cudaDeviceGetAttribute|cudaGetDeviceProperties|cudaDevAttr\w*|getDeviceProperties|"
-                                 r"multiProcessorCount|l2CacheSize|most_shared_bytes\(\)", text)
+        reads[name] = re.findall(r"cudaDeviceGetAttribute|DeviceProperties|cudaDevAttr\w*|multiProcessorCount|"
+                                 r"l2CacheSize|sharedMemPerBlock\w*|cudaOccupancy\w*|cudaFuncGetAttributes|"
+                                 r"most_shared_bytes\(\)", text)
     assert {name: found for name, found in reads.items() if found} == {
         "yoso_cuda.cpp": ["most_shared_bytes()", "cudaDeviceGetAttribute", "cudaDevAttrMaxSharedMemoryPerBlockOptin"],
         "yoso_cuda_host.h": ["most_shared_bytes()"],

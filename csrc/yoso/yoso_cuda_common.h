@@ -13,14 +13,15 @@ namespace yoso {
 
 constexpr int kWarp = 32;
 
-// Lets `kernel` launch with `bytes` of dynamic shared memory, opted into past the kTableBytes every kernel may
-// use (up to the device's largest block: the host checks first). A refusal is returned cleared, as a launch's
-// error is (YOSO_LAUNCH).
+// Lets `kernel` launch with `bytes` of dynamic shared memory: past the kTableBytes every kernel may use, the
+// kernel is opted into `most`, the device's largest block (always that, so that no call lowers another's).
+// A refusal is returned cleared, as a launch's error is (YOSO_LAUNCH).
 template <typename Kernel>
-cudaError_t allow_shared_bytes(Kernel kernel, int64_t bytes) {
+cudaError_t allow_shared_bytes(Kernel kernel, int64_t bytes, int64_t most) {
   if (bytes <= kTableBytes) return cudaSuccess;
+  if (bytes > most || most > 2147483647) return cudaErrorInvalidValue;  // the host checks first
   const cudaError_t status =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(most));
   if (status != cudaSuccess) cudaGetLastError();
   return status;
 }

@@ -42,9 +42,11 @@ SortedCodes sorted_by_code(Device& device, const int32_t* codes, int64_t rows, i
   // Past 48 KB of counters only where they do not outnumber the tokens twice over: else torch's radix sort
   // is the faster (docs/benchmarks.md, Sorting).
   const int64_t counters = counting_sort_bytes(tau);
-  if (counters <= kTableBytes || (indexed_by_code(tau, n) && counters <= device.most_shared_bytes())) {
+  const int64_t most = counters <= kTableBytes ? kTableBytes : device.most_shared_bytes();
+  if (counters <= kTableBytes || (indexed_by_code(tau, n) && counters <= most)) {
     int32_t *sorted = device.ints(rows * n), *order = device.ints(rows * n);
-    device.check(launch_counting_sort(codes, rows, static_cast<int>(n), tau, sorted, order, starts, device.stream()),
+    device.check(launch_counting_sort(codes, rows, static_cast<int>(n), tau, sorted, order, starts, most,
+                                      device.stream()),
                  what);
     return {sorted, order, starts};
   }

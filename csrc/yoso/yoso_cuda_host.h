@@ -25,7 +25,7 @@ class Device {
   virtual void zero(float* data, int64_t count) = 0;
   virtual void minus_ones(int32_t* data, int64_t count) = 0;
   // Each of `rows` rows of n codes sorted stably: (sorted codes, token order), [rows, n] int32 each (where the
-  // kernels' counting sort cannot: sorted_by_code).
+  // kernels' counting sort does not: sorted_by_code).
   virtual std::pair<const int32_t*, const int32_t*> sort_rows(const int32_t* codes, int64_t rows, int64_t n) = 0;
   // The inclusive prefix sum of `count` int32 values.
   virtual const int32_t* inclusive_scan(const int32_t* values, int64_t count) = 0;

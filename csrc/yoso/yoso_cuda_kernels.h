@@ -139,12 +139,12 @@ cudaError_t launch_through_unit_rows(const UnitRows& queries, const UnitRows& ke
 
 // Each of `rows` rows of n codes sorted stably (sorted codes and token order, [rows, n] each; bitwise what a
 // stable sort gives), by a counting sort in shared memory, a block a row: its 2^tau counters take
-// counting_sort_bytes(tau), within kTableBytes up to tau = 13, past them opted into (cudaFuncSetAttribute; the
-// host checks the device's largest block: an H100's 227 KB holds tau = 15). starts (or null): [rows, 2^tau],
-// every entry written, as launch_run_starts writes it.
+// counting_sort_bytes(tau), within kTableBytes up to tau = 13, past them opted into (cudaFuncSetAttribute) up to
+// most_shared_bytes, the device's largest block (an H100's 227 KB holds tau = 15). starts (or null):
+// [rows, 2^tau], every entry written, as launch_run_starts writes it.
 int64_t counting_sort_bytes(int tau);
 cudaError_t launch_counting_sort(const int32_t* codes, int64_t rows, int n, int tau, int32_t* sorted, int32_t* order,
-                                 int32_t* starts, cudaStream_t stream);
+                                 int32_t* starts, int64_t most_shared_bytes, cudaStream_t stream);
 
 // starts [rows, 2^tau] (filled with -1 by the caller): starts[row][code] = the first position of code's run in
 // sorted [rows, n]. One load then finds a token's bucket instead of a binary search's log2 n dependent ones.

@@ -91,11 +91,11 @@ YOSO_GLOBAL void counting_sort_kernel(const int32_t* codes, int n, int tau, int3
 int64_t counting_sort_bytes(int tau) { return ((int64_t(1) << tau) + kSortWarps) * int64_t(sizeof(int)); }
 
 cudaError_t launch_counting_sort(const int32_t* codes, int64_t rows, int n, int tau, int32_t* sorted, int32_t* order,
-                                 int32_t* starts, cudaStream_t stream) {
+                                 int32_t* starts, int64_t most_shared_bytes, cudaStream_t stream) {
   if (tau < 0 || tau > 30 || rows > 2147483647) return cudaErrorInvalidValue;  // the host checks first
   if (rows * n == 0) return cudaSuccess;
   const int64_t bytes = counting_sort_bytes(tau);
-  const cudaError_t allowed = allow_shared_bytes(counting_sort_kernel, bytes);
+  const cudaError_t allowed = allow_shared_bytes(counting_sort_kernel, bytes, most_shared_bytes);
   if (allowed != cudaSuccess) return allowed;
   return YOSO_LAUNCH(counting_sort_kernel, dim3(static_cast<unsigned>(rows)), dim3(kSortThreads), bytes, stream, codes,
                      n, tau, sorted, order, starts);

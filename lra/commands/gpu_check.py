@@ -78,10 +78,10 @@ def _tool(name: str) -> str:
 # compile 9.9 s, its CUDA-graph capture 16.2 s, each AMP step <= 0.6 s), profile 133 s, sweep 73 s. None of
 # these ran a Flex path (it came later): its compile time is a projection.
 COMPILE_SUBSET = ("yoso",)  # the CUDA-test step's cold Inductor compiles (softmax, lsh: `pytest -m cuda`)
-CUDA_PATHS = "test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwise"  # 6 cases
-WIDE_SORTS = "test_the_counting_sort_past_48_kb_gives_the_cpu_kernels_results"  # 2 cases, τ = 14 and 15
+CUDA_PATHS = "test_yoso_cuda_paths_equal_the_pytorch_path_and_the_sorted_one_repeats_bitwise"  # 8 cases
+WIDE_SORTS = "test_the_counting_sort_past_48_kb_gives_the_cpu_kernels_results"  # 4: τ 14, 15 × both paths
 FLEX_TEST = "test_flex_patterns.py::test_flex_cuda_outputs_and_gradients_equal_eager[longformer-False-333]"
-PYTEST_START_S, AMP_STEP_S, KERNEL_TESTS_S, CUDA_PATHS_S, WIDE_SORTS_S, COMPILE_S = 15, 1.0, 12, 8, 4, 25
+PYTEST_START_S, AMP_STEP_S, KERNEL_TESTS_S, CUDA_PATHS_S, WIDE_SORTS_S, COMPILE_S = 15, 1.0, 12, 8, 6, 25
 FLEX_COMPILE_S = 35  # projected, not measured: one pattern's forward and backward compiled cold
 PROFILE_BACKEND_S = 8  # one process per backend: 4-12 s each on an H200 (start-up, CUDA init, 5 lengths)
 SWEEP_ROUND_S = 18  # ~10 s start-up (a 3,200-example generated set), 100 steps, two evaluations
@@ -110,10 +110,11 @@ def limits(backends: int, jobs_per_gpu: Optional[int], flex: int = 0) -> dict:
         "pytest": (pytest_s, f"start-up and CUDA init ~{PYTEST_START_S} s; {amp} AMP steps ({eager} backends x "
                              f"fp16/bf16, ~{AMP_STEP_S:.0f} s each; {left_out} are left out, as under autocast "
                              f"on CUDA each would compile its pattern cold) and the kernel tests "
-                             f"~{KERNEL_TESTS_S} s; the CUDA paths' 6 cases (sorted and atomic, three τ, n = 300) "
+                             f"~{KERNEL_TESTS_S} s; the CUDA paths' 8 cases (sorted and atomic, four τ, n = 300) "
                              f"~{CUDA_PATHS_S} s (the bf16-rows test's 4 cases and the kernel tests' output-normalization "
                              f"case, added since, ~3 s more as projected); the counting sort past 48 KB against "
-                             f"the CPU kernels, 2 cases at n = 8,200 and 16,400, ~{WIDE_SORTS_S} s projected; "
+                             f"the CPU kernels, 4 cases (n = 8,200 and 16,400, both paths), ~{WIDE_SORTS_S} s "
+                             f"projected; "
                              f"{len(COMPILE_SUBSET) + 1} cold Inductor compiles, "
                              f"{', '.join(COMPILE_SUBSET)} and YOSO's CUDA-graph capture (measured 9.9 s and 16.2 s "
                              f"on an H100, 2026-11-27: <= {COMPILE_S} s each; the whole step, then with 38 AMP "
@@ -156,7 +157,8 @@ def limits(backends: int, jobs_per_gpu: Optional[int], flex: int = 0) -> dict:
 def cuda_tests(tests: Path, quick: bool) -> List[str]:
     """The node ids of the CUDA-test step: the AMP steps of every backend without a Flex path, the kernel
     tests, both CUDA cumulation paths of YOSO against the PyTorch path (the sorted one, the trainer's
-    default, bitwise repeatable), the CUDA-graph replay of YOSO, a small Inductor subset and one Flex
+    default, bitwise repeatable), the counting sort past 48 KB of counters against the CPU kernels, the
+    CUDA-graph replay of YOSO, a small Inductor subset and one Flex
     pattern against its eager path (each cold compile costs tens of seconds; the full set is ``pytest -m cuda``)."""
     if quick:
         return [str(tests / "test_cuda.py"), str(tests / "test_yoso_kernels.py")]

@@ -92,33 +92,33 @@ class Machine:
         return self.sms * 4 * self.clock_hz
 
 
-# RTX 2080 Ti (TU102), the YOSO paper's GPU: NVIDIA's datasheet (68 SMs, 1,545 MHz boost,
-# 616 GB/s, 5.5 MB L2, 13.4 TFLOP/s FP32) and the Turing tuning guide (1,024 threads, 16 blocks,
-# 64 K registers and 64 KB shared memory per SM, all of it a block's to opt into). Latencies: Jia et al. 2019, Table 3.1, measured on
-# the T4 (TU104, the same Turing SM): L1 hit 32 cycles, L2 hit ~188, shared memory 19 (no conflict).
-# L2 bandwidth: the T4's measured 1,270 GB/s (their Table 3.4; 4 MB of L2 behind 8 memory controllers,
-# 1,590 MHz) scaled to the TU102's 5.5 MB behind 11 at 1,545 MHz: ≈ 1.7 TB/s. DRAM latency (not
-# published for Turing) and the 85 % a streaming kernel sustains are estimates (the T4 copy benchmark
-# reached 68.8 % of its GDDR6 bandwidth, the V100 83.3 %). Launches: PyTorch 1.x eager, ~5 µs each.
+# RTX 2080 Ti (TU102), the YOSO paper's GPU: NVIDIA's datasheet (68 SMs, 1,545 MHz boost, 616 GB/s, 5.5 MB L2,
+# 13.4 TFLOP/s FP32) and the Turing tuning guide (1,024 threads, 16 blocks, 64 K registers and 64 KB shared
+# memory per SM, all of it a block's to opt into). Latencies: Jia et al. 2019, Table 3.1, measured on the T4
+# (TU104, the same Turing SM): L1 hit 32 cycles, L2 hit ~188, shared memory 19 (no conflict). L2 bandwidth: the
+# T4's measured 1,270 GB/s (their Table 3.4; 4 MB of L2 behind 8 memory controllers, 1,590 MHz) scaled to the
+# TU102's 5.5 MB behind 11 at 1,545 MHz: ≈ 1.7 TB/s. DRAM latency (not published for Turing) and the 85 % a
+# streaming kernel sustains are estimates (the T4 copy benchmark reached 68.8 % of its GDDR6 bandwidth, the V100
+# 83.3 %). Launches: PyTorch 1.x eager, ~5 µs each.
 RTX_2080_TI = Machine("RTX 2080 Ti", sms=68, clock_hz=1.545e9, dram_bytes_per_s=616e9, l2_bytes=5632 * 1024,
                       l2_bytes_per_s=1270e9 * 11 / 8 * 1545 / 1590, fp32_flops=13.4e12, max_threads_per_sm=1024,
                       max_blocks_per_sm=16, registers_per_sm=65536, shared_bytes_per_sm=64 * 1024,
-                      shared_bytes_per_block=64 * 1024, l1_latency=32,
-                      l2_latency=188, dram_latency=500, shared_latency=19, launch_s=5e-6, compute_capability=75)
+                      shared_bytes_per_block=64 * 1024, l1_latency=32, l2_latency=188, dram_latency=500,
+                      shared_latency=19, launch_s=5e-6, compute_capability=75)
 
-# H100 SXM5 (GH100): NVIDIA's datasheet and Hopper tuning guide (132 SMs, 1,980 MHz at the 67 TFLOP/s
-# FP32 rate, 3.35 TB/s HBM3, 50 MB L2, 2,048 threads, 32 blocks, 64 K registers and 228 KB shared
-# memory per SM, 227 KB of it a block's to opt into). Latencies and bandwidths: Luo et al. 2024 (arXiv:2402.13499), Tables IV and V,
-# measured on the H800 PCIe (the same GH100 SM and 50 MB L2): L1 40.7, shared memory 29.0, L2 263.0,
-# global memory 478.8 cycles; L2 3,942.4 bytes a clock (here at 1,980 MHz: 7.8 TB/s); global
-# memory 1,861.5 of 2,039 GB/s (91 %). Fitted on the calibration trace (.fit): a launch's 3.64 µs on the
-# device (a grid's dispatch and drain: the profiler's time of a kernel that does nearly nothing), the
-# issue, latency and L2-atomic factors and a shared atomic round's cycles (the host's side: .host).
+# H100 SXM5 (GH100): NVIDIA's datasheet and Hopper tuning guide (132 SMs, 1,980 MHz at the 67 TFLOP/s FP32 rate,
+# 3.35 TB/s HBM3, 50 MB L2, 2,048 threads, 32 blocks, 64 K registers and 228 KB shared memory per SM, 227 KB of
+# it a block's to opt into). Latencies and bandwidths: Luo et al. 2024 (arXiv:2402.13499), Tables IV and V,
+# measured on the H800 PCIe (the same GH100 SM and 50 MB L2): L1 40.7, shared memory 29.0, L2 263.0, global
+# memory 478.8 cycles; L2 3,942.4 bytes a clock (here at 1,980 MHz: 7.8 TB/s); global memory 1,861.5 of 2,039
+# GB/s (91 %). Fitted on the calibration trace (.fit): a launch's 3.64 µs on the device (a grid's dispatch and
+# drain: the profiler's time of a kernel that does nearly nothing), the issue, latency and L2-atomic factors and
+# a shared atomic round's cycles (the host's side: .host).
 H100 = Machine("H100 SXM5", sms=132, clock_hz=1.98e9, dram_bytes_per_s=3.35e12, l2_bytes=50 * 2**20,
                l2_bytes_per_s=3942.4 * 1.98e9, fp32_flops=67e12, max_threads_per_sm=2048, max_blocks_per_sm=32,
-               registers_per_sm=65536, shared_bytes_per_sm=228 * 1024,
-               shared_bytes_per_block=227 * 1024, l1_latency=41, l2_latency=263,
-               dram_latency=479, shared_latency=29, launch_s=3.64e-6, compute_capability=90,
+               registers_per_sm=65536, shared_bytes_per_sm=228 * 1024, shared_bytes_per_block=227 * 1024,
+               l1_latency=41, l2_latency=263, dram_latency=479, shared_latency=29, launch_s=3.64e-6,
+               compute_capability=90,
                dram_efficiency=0.91, issue_factor=1.56, latency_factor=2.32, atomic_sector_cost=7.39,
                shared_atomic_cycles=17.6)
 
