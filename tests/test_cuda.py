@@ -162,3 +162,12 @@ def test_the_counting_sort_past_48_kb_gives_the_cpu_kernels_results(n, tau, dete
     opted_in = torch.cuda.get_device_properties(0).shared_memory_per_block_optin >= (2**tau + 4) * 4
     counted = any("counting_sort_kernel" in event.name for event in profile.events())
     assert counted == opted_in, (counted, opted_in)
+    if deterministic:  # the opt-in (cudaFuncSetAttribute) inside a CUDA graph's capture, replayed: the same bits
+        on_device = tuple(t.cuda() for t in tensors)
+        graph = torch.cuda.CUDAGraph()
+        with deterministic_algorithms(True):
+            with torch.cuda.graph(graph):
+                captured = call(*on_device)
+            graph.replay()
+        torch.cuda.synchronize()
+        assert all(torch.equal(a, b) for a, b in zip(captured, on_gpu))
