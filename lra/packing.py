@@ -125,12 +125,15 @@ class Pack:
                         thread.start()
             except KeyboardInterrupt as exc:
                 self.stop(signals.as_interrupted(exc).signal_number)
-            for thread in threads:
-                while thread.is_alive():
-                    try:
-                        thread.join()
-                    except KeyboardInterrupt as exc:  # the jobs stop at their next turn (stop, the hook above)
-                        self.stop(signals.as_interrupted(exc).signal_number)
+            # Until every job has ended (its record written): not Thread.join, which a signal's exception raised
+            # inside it leaves reporting a running thread as stopped (Python 3.11).
+            while True:
+                try:
+                    with self._turn:
+                        self._turn.wait_for(lambda: not self._live)
+                    break
+                except KeyboardInterrupt as exc:  # the jobs stop at their next turn (stop, the hook above)
+                    self.stop(signals.as_interrupted(exc).signal_number)
         if self._generator is not None:
             self._generator.graphsafe_set_state(original)
         base.restore()

@@ -159,3 +159,38 @@ def test_a_packed_sweep_on_cuda_equals_the_runs_alone(tmp_path, data_dir, captur
     sweep(tmp_path, data_dir, "alone", *on_cuda)
     sweep(tmp_path, data_dir, "packed", *on_cuda, "hydra/launcher=packed", "hydra.launcher.runs_per_process=2")
     assert_equal_runs(tmp_path / "packed", tmp_path / "alone", jobs=(0, 1))
+
+
+
+def test_a_signal_while_the_pack_waits_is_raised_only_after_every_job_has_written_its_record():
+    """The signal reaches the main thread while it waits for the jobs; a job goes on to record it after that.
+    The pack raises only once the job has ended (Python 3.11's Thread.join, interrupted by the signal's
+    exception, reported the running job's thread as stopped, so the pack raised while the job was still
+    writing, and its record stayed `running`). In a fresh interpreter whose main thread keeps the GIL as long as
+    it does not block (the job would otherwise win the race by chance)."""
+    import subprocess
+    import sys
+
+    code = """
+import os, signal, sys, threading
+from lra import packing, signals
+stopped, recorded = threading.Event(), []
+stop = packing.Pack.stop
+def stop_then_tell(self, number):
+    stop(self, number)
+    stopped.set()
+packing.Pack.stop = stop_then_tell
+def job():
+    os.kill(os.getpid(), signal.SIGTERM)  # to the main thread, waiting in Pack.run
+    stopped.wait()
+    recorded.append("interrupted")  # the job's own record of the signal
+sys.setswitchinterval(1.0)
+try:
+    with signals.interruptible():
+        packing.Pack([job]).run()
+except signals.Interrupted as raised:
+    written = list(recorded)  # before anything here blocks (a print lets the job run)
+    print(raised.signal_name, written)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "SIGTERM ['interrupted']", result.stdout + result.stderr
