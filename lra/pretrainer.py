@@ -27,6 +27,7 @@ class Pretrainer(Trainer):
     stage_name = "pretraining "
     lr_setting = "pretrain.lr"
     resumes_field = "pretrain_resumed_at_steps"
+    steps_field = "pretrain_steps"
 
     def __init__(self, cfg, run: RunDirectory | Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),
                  record=None, attention=None):

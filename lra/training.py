@@ -154,6 +154,7 @@ class Trainer:
     stage_name = ""  # the progress line's prefix
     lr_setting = "trainer.lr"  # the setting of this stage's learning rate, named when the loss diverges
     resumes_field = "resumed_at_steps"  # the record's list of the steps this stage was resumed at
+    steps_field = "steps"  # the record's last step of this stage
 
     @property
     def run_dir(self) -> Path:
@@ -193,6 +194,11 @@ class Trainer:
         lists too."""
         found = self.folder.training_checkpoint(self.checkpoint_dir)
         if found is None:
+            recorded = self.folder.read_record().get(self.steps_field) if continuing else None
+            if isinstance(recorded, int) and recorded > self.cfg.trainer.checkpoint_every:  # one was saved since
+                raise UserError(f"cannot resume {self.folder.path}: its record reached step {recorded}, but its "
+                                f"checkpoint {self.checkpoint_dir / checkpoint.LAST} is missing; put it back, or "
+                                f"{checkpoint.KEPT}")
             self.record.confirm()
             if continuing:
                 self.state.resumed_at_steps.append(0)
