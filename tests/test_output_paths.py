@@ -179,6 +179,18 @@ def test_an_empty_hydra_output_folder_is_refused_rather_than_the_working_folder_
     assert list(tmp_path.iterdir()) == [], "nothing was written into the working folder"
 
 
+@pytest.mark.parametrize("key", ["resume", "data_dir"])
+def test_an_empty_resume_or_data_dir_is_refused_rather_than_a_fresh_run_or_the_working_folder(tmp_path, data_dir,
+                                                                                                   key):
+    """resume= empty (an unset shell variable) trained a new run; data_dir= empty made the working folder the
+    data root, generating ListOps into it."""
+    for value in ("", "''"):
+        line = one_error_line(run_command(["lra-train", "trainer=smoke", f"{key}={value}"], tmp_path, data_dir,
+                                          check=False))
+        assert line == f"error: {key} is empty (an unset shell variable?); give {key} a folder, or leave it out"
+    assert list(tmp_path.iterdir()) == [], "nothing was written into the working folder"
+
+
 def test_a_sweep_folder_holding_another_sweep_stops_the_sweep_and_its_own_command_keeps_what_finished(tmp_path, data_dir):
     """A different command with hydra.sweep.dir of an earlier sweep ended with exit 0 and that sweep's table,
     its jobs refused without a record; the same command again keeps the finished jobs as they are."""

@@ -350,8 +350,9 @@ def _data_dir(argv: list) -> str:
 
 def main() -> None:
     """Console entry: Hydra errors become one line (set HYDRA_FULL_ERROR=1 for a traceback)."""
-    from lra.io import check_hydra_output_overrides  # Hydra makes hydra.run.dir before run(): checked first
+    from lra.io import check_folders_given, check_hydra_output_overrides  # before Hydra makes hydra.run.dir
 
+    config_errors.at_the_edge(check_folders_given)(sys.argv[1:], ("resume", "data_dir"))
     data = Path(_data_dir(sys.argv[1:]))  # the data folder itself, and each task's folder in it (its caches)
     within = [(data / path.stem, f"the {path.stem} data folder") for path in sorted((CONF_DIR / "task").glob("*.yaml"))]
     config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], reads=[data], within=within)
