@@ -218,13 +218,24 @@ def test_the_preset_is_the_one_the_records_name_and_records_of_two_presets_are_r
                                  "pass --cost-preset NAME")
 
 
-def test_an_invalid_gpu_time_is_left_out_with_a_note(tmp_path, capsys):
-    write_run(tmp_path / "a", "Softmax", "listops", 0, preset=None, wall_time_seconds=10.0, gpu_seconds=-3,
+@pytest.mark.parametrize("gpu_seconds, why", [(-3, "gpu_seconds is -3, below 0"),
+                                               (0, "gpu_seconds is 0 for a run that trained 10 steps")])
+def test_an_invalid_gpu_time_is_left_out_with_a_note(tmp_path, capsys, gpu_seconds, why):
+    """A negative GPU time, or none at all for a run that trained (which would cost its row nothing)."""
+    write_run(tmp_path / "a", "Softmax", "listops", 0, preset=None, wall_time_seconds=10.0, gpu_seconds=gpu_seconds,
               device=f"cuda ({H100})", gpu_name=H100)
     table_main([str(tmp_path), "--cost"])
     out, err = capsys.readouterr()
     assert "| Softmax | listops | 0 | completed | NVIDIA H100 80GB HBM3 | 10 | — | unknown | — |" in out
-    assert f"note: {tmp_path / 'a' / 'metrics.json'}: gpu_seconds is -3, below 0; left out of the table" in err
+    assert f"note: {tmp_path / 'a' / 'metrics.json'}: {why}; left out of the table" in err
+
+
+def test_a_wall_time_of_0_for_a_run_that_trained_is_left_out_of_the_table_with_a_note(tmp_path, capsys):
+    write_run(tmp_path / "a", "Softmax", "listops", 0, preset=None, wall_time_seconds=0)
+    table_main([str(tmp_path), "--metric", "wall_time_seconds"])
+    out, err = capsys.readouterr()
+    assert f"note: {tmp_path / 'a' / 'metrics.json'}: wall_time_seconds is 0 for a run that trained 10 steps; left " \
+           f"out of the table" in err and "| Softmax   | invalid (1) |" in out, out + err
 
 
 @pytest.mark.parametrize("argv, line", [

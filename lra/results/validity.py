@@ -58,12 +58,25 @@ def unplaceable(record: dict) -> Optional[str]:
     return None
 
 
+TIMES = ("wall_time_seconds", "gpu_seconds")  # a run's times: above 0 once it has trained a step
+
+
+def problem_in(record: dict, field: str) -> Optional[str]:
+    """What is wrong with the record's ``field``, its other fields considered: :func:`problem`, or a time of 0
+    for a run that trained steps (no step takes no time: a 0 would cost a table's row nothing)."""
+    value, steps = record.get(field), record.get("steps")
+    why = problem(field, value)
+    if why is None and field in TIMES and value == 0 and problem("steps", steps) is None and (steps or 0) > 0:
+        why = f"{field} is 0 for a run that trained {steps} steps"
+    return why
+
+
 def screen(record: dict, fields: Iterable[str], warn: Callable[[str], None], where: str) -> None:
     """Set each field of ``fields`` whose value is invalid to None in ``record`` and name it in
     ``record[INVALID]``, with a ``warn`` line naming ``where`` (the record's file)."""
     found = record.setdefault(INVALID, {})
     for field in dict.fromkeys(fields):
-        why = problem(field, record.get(field))
+        why = problem_in(record, field)
         if why is not None:
             found[field] = why
             record[field] = None
