@@ -270,7 +270,14 @@ def test_a_failed_resume_leaves_the_record_and_a_completed_run_is_not_resumed(tm
     assert failed.returncode == 1 and "cannot resume from" in lines[-1] and "left as it was" in lines[-1]
     assert (run / "metrics.json").read_bytes() == before, "a failed resume must not rewrite the record"
     last.write_bytes(good)
-    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    changed = run_command(["lra-train", f"resume={run}", "trainer.max_steps=24"], tmp_path, data_dir, check=False)
+    line = changed.stderr.strip().splitlines()[-1]
+    assert changed.returncode == 2 and line == (
+        f"error: {run} resumes with the config it saved, which trainer.max_steps=24 would change midway; resume it as "
+        f"it is with: lra-train resume={run}, or train a new run: lra-train "
+        f"{' '.join(o for o in RESUMABLE if 'max_steps' not in o)} trainer.max_steps=24"), changed.stderr
+    assert (run / "metrics.json").read_bytes() == before, "a refused resume must not rewrite the record"
+    run_command(["lra-train", f"resume={run}", "trainer=smoke"], tmp_path, data_dir)  # its own override: no change
     completed = (run / "metrics.json").read_bytes()
     assert read_json(run / "metrics.json")["status"] == "completed"
     again = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)

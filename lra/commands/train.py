@@ -155,19 +155,22 @@ def _start_resume(folder: RunDirectory, hydra_cfg) -> Optional[DictConfig]:
     folder.claim(fresh=False)
     cfg = folder.load_resolved(saved_run_config)
     others = [o for o in hydra_cfg.overrides.task if not o.startswith("resume=")]
+    saved = folder.saved_overrides()
+    replaced = {o.split("=")[0] for o in others}
+    new_run = shlex.join(["lra-train", *[o for o in saved if o.split("=")[0] not in replaced], *others])
     if folder.completed():
         if others:
             # Extending is refused: trainer.max_steps shapes the learning-rate schedule from step 0, so
             # a longer run is a new run, not this one continued.
-            replaced = {o.split("=")[0] for o in others}
-            kept = [o for o in folder.saved_overrides() if o.split("=")[0] not in replaced]
-            command = shlex.join(["lra-train", *kept, *others])
             raise ConfigError(f"{folder.path} completed at step {folder.read_record().get('steps')}; a completed run is "
                               f"never changed or extended (trainer.max_steps sets the learning-rate schedule from "
-                              f"step 0): train a new run instead: {command}")
+                              f"step 0): train a new run instead: {new_run}")
         return None
-    if others:
-        log.warning("resuming with the run's saved config; ignoring overrides: %s", " ".join(others))
+    changes = [o for o in others if o not in saved]  # the run's own overrides again change nothing
+    if changes:
+        raise ConfigError(f"{folder.path} resumes with the config it saved, which {shlex.join(changes)} would change "
+                          f"midway; resume it as it is with: lra-train resume={shlex.quote(str(folder.path))}, or "
+                          f"train a new run: {new_run}")
     with open_dict(cfg):
         cfg.resume = str(folder.path)
     validate(cfg)
