@@ -206,6 +206,9 @@ def check_hydra_output_overrides(argv: Sequence[str], reads: Iterable[Path | str
                             f"give {key} a folder, or leave it out")
         if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
             path = check_output_folder(value.strip("'\""), key, reads).resolve()
+            if key == "hydra.sweep.dir" and any((path / name).exists() for name in ("metrics.json", ".hydra")):
+                raise UserError(f"hydra.sweep.dir: {path} is a run's folder (its metrics.json or .hydra); a sweep's "
+                                f"jobs never write into a run: give hydra.sweep.dir a new folder")
             for folder, what in within:
                 folder = Path(os.path.abspath(Path(folder).expanduser())).resolve()
                 if path == folder or folder in path.parents:

@@ -77,6 +77,17 @@ class RunDirectory:
         """Whether a run has been started here (its record, saved config, checkpoints or history)."""
         return (self.path / METRICS).exists() or self._trained_here()
 
+    def others_inside(self) -> Optional[str]:
+        """What other runs this folder holds (a sweep's multirun.yaml, or run folders in it), or None: a new run
+        written here would lie among them, and a table read them as one."""
+        if (self.path / "multirun.yaml").is_file():
+            return "a sweep (multirun.yaml)"
+        try:
+            inside = sorted(child.name for child in self.path.iterdir() if (child / METRICS).is_file())
+        except OSError:  # not there yet, or not a folder: claim's own checks say so
+            return None
+        return f"runs ({', '.join(inside[:3])}{', …' if len(inside) > 3 else ''})" if inside else None
+
     def _trained_here(self) -> bool:
         """Whether a run went past its start here (its saved config, checkpoints or history): a record alone
         is a refused sweep job's."""
@@ -132,6 +143,10 @@ class RunDirectory:
             return
         if fresh and self.holds_run():  # refused before even the lock file is made
             raise self._occupied()
+        others = self.others_inside() if fresh else None
+        if others is not None:
+            raise FolderHoldsRun(f"{self.path} holds {others}; a new run never writes among other runs: train into a "
+                                 f"new folder (leave hydra.run.dir unset, or choose another)")
         self.path.mkdir(parents=True, exist_ok=True)
         handle = open(self.path / LOCK, "a+")
         try:

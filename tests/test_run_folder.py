@@ -53,6 +53,34 @@ def test_a_fresh_run_refuses_a_folder_holding_only_a_failed_run_or_a_checkpoint(
     assert sorted(p.name for p in run.rglob("*")) == ["checkpoints", "last.pt"]
 
 
+@pytest.mark.parametrize("inside, what", [({"multirun.yaml": "{}"}, "a sweep (multirun.yaml)"),
+                                          ({"ok1/metrics.json": "{}", "ok2/metrics.json": "{}"}, "runs (ok1, ok2)")],
+                         ids=["a sweep", "run folders"])
+def test_a_fresh_run_refuses_a_folder_holding_a_sweep_or_other_runs(tmp_path, data_dir, inside, what):
+    """A run written at a sweep's root (or among run folders) lay among other runs, and a table read it as one
+    of them."""
+    folder = tmp_path / "results"
+    for name, text in inside.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    before = snapshot(folder)
+    result = run_command(["lra-train", *SHORT, f"hydra.run.dir={folder}"], tmp_path, data_dir, check=False)
+    assert result.returncode == 2 and last_line(result) == (
+        f"error: {folder} holds {what}; a new run never writes among other runs: train into a new folder (leave "
+        "hydra.run.dir unset, or choose another)"), result.stderr
+    assert snapshot(folder) == before
+
+
+def test_a_sweep_into_a_run_folder_is_refused(completed, data_dir):
+    root, run = completed
+    before = snapshot(run)
+    result = run_command(["lra-train", "-m", *SHORT, "seed=2,3", f"hydra.sweep.dir={run}"], root, data_dir, check=False)
+    assert result.returncode == 1 and last_line(result) == (
+        f"error: hydra.sweep.dir: {run} is a run's folder (its metrics.json or .hydra); a sweep's jobs never write "
+        "into a run: give hydra.sweep.dir a new folder"), result.stderr
+    assert snapshot(run) == before
+
+
 def test_a_fresh_run_may_use_an_empty_folder(tmp_path, data_dir):
     (tmp_path / "mine").mkdir()
     run_command(["lra-train", *SHORT, f"hydra.run.dir={tmp_path / 'mine'}"], tmp_path, data_dir)
