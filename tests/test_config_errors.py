@@ -126,6 +126,12 @@ def test_every_preset_and_default_is_valid():
     # a mistyped option was argparse's usage (8 lines) and "lra-train: error: ..."
     (["--cfgg", "job"], "unrecognized arguments: --cfgg job; `lra-train --help` lists its options and --hydra-help Hydra's"),
     (["--cfg", "jb"], "argument --cfg/-c: invalid choice: 'jb' (choose from 'job', 'hydra', 'all'); `lra-train --help`"),
+    # a value of the wrong type was OmegaConf's sentence alone, no fix named
+    (["trainer.max_steps=abc"], "invalid value for trainer.max_steps: Value 'abc' of type 'str' could not be converted "
+                                "to Integer; pass trainer.max_steps=<a whole number>"),
+    (["seed=null"], "invalid value for seed: field 'seed' is not Optional; pass seed=<a value: it takes no null or "
+                    "empty one>"),
+    (["trainer.deterministic=maybe"], "pass trainer.deterministic=<true or false>"),
 ])
 def test_lra_train_refuses_bad_input_with_one_line_and_no_record(tmp_path, data_dir, args, expected):
     if "cuda" in " ".join(args):

@@ -45,7 +45,7 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
                     f"{', '.join(keys)}")
         if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):
             first_line = str(cause).splitlines()[0]
-            return f"invalid value for {cause.full_key}: {first_line}"
+            return f"invalid value for {cause.full_key}: {first_line}; pass {cause.full_key}=<{_wanted(first_line)}>"
         if isinstance(cause, OverrideParseException):
             override = getattr(cause, "override", None)
             text = f" {override!r}" if override else ""
@@ -66,6 +66,16 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
     if isinstance(exc, ConfigCompositionException):
         return " ".join(line.strip() for line in str(exc).splitlines()[:2])
     return None
+
+
+def _wanted(message: str) -> str:
+    """What OmegaConf's type check (``... could not be converted to Integer``, ``field 'seed' is not Optional``)
+    asked for, in words."""
+    for word, wanted in (("Integer", "a whole number"), ("Float", "a number"), ("bool", "true or false"),
+                         ("not Optional", "a value: it takes no null or empty one")):
+        if word in message:
+            return wanted
+    return "a value of its type"
 
 
 def _run_mode_line(cause: BaseException) -> Optional[str]:
