@@ -292,7 +292,8 @@ def test_auto_source_lists_several_candidates_narrows_by_path_and_generates_only
     chosen = load_task_data(task_config("task=listops", f"task.path={second}"), data, announce=lambda m: None)
     assert chosen.source == "lra_release" and chosen.raw_folder == str(second)
     with pytest.raises(UserError, match="no prepared retrieval data in .*sources: lra_release.*prepare it once with: "
-                                        "lra-prepare retrieval --source lra_release --data-dir "):
+                                        "lra-prepare retrieval --source lra_release --path /path/to/lra_release "
+                                        "--data-dir "):  # the release's folder named: the command runs as given
         load_task_data(task_config("task=retrieval"), data, announce=lambda m: None)
     generated = load_task_data(task_config("task=listops", *SMALL_LISTOPS), tmp_path / "empty", announce=lambda m: None)
     assert generated.source == "generate"

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from lra.config import typed_task
 from lra.data import byte_text, image, listops, pathfinder, pathfinder_generator, pathfinder_writer, retrieval
 from lra.data.cache import MANIFEST, CacheBuilder, TokenSplit, load_cache, settings_fingerprint
-from lra.data.sources import AUTO, SOURCES
+from lra.data.sources import AUTO, PATH_OF, SOURCES
 from lra.errors import UserError
 from lra.io import atomic_write_json, check_output_folder
 
@@ -190,6 +190,8 @@ def prepare_command(task, data_dir: Path) -> str:
     parts = ["lra-prepare", task.name, "--source", task.source]
     if task.path:
         parts += ["--path", str(Path(task.path).expanduser().resolve())]
+    elif task.source in PATH_OF:  # where the user's copy of the files is: theirs to fill in
+        parts += ["--path", PATH_OF[task.source]]
     parts += ["--data-dir", str(data_dir)]
     if getattr(task, "document_bytes", None) is not None:
         parts.append(f"task.document_bytes={task.document_bytes}")

@@ -8,3 +8,6 @@ SOURCES = {  # the concrete sources of each task; the first is lra-prepare's def
     "image": ("tfds", "cifar_python"),
     "pathfinder": ("generate", "lra_release"),
 }
+# The sources read from files the user has (lra-prepare --path; task.path): the folder each wants.
+PATH_OF = {"lra_release": "/path/to/lra_release", "aclimdb": "/path/to/aclImdb",
+           "cifar_python": "/path/to/cifar-10-batches-py"}
