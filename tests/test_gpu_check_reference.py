@@ -90,8 +90,12 @@ def test_reference_slice_options_are_checked_before_anything_runs(tmp_path, caps
     assert "--rows 'softmax,,yoso_32' has an empty item" in refused("--reference", "--rows", "softmax,,yoso_32")
     assert "--rows lists softmax more than once" in refused("--reference", "--rows", "softmax,yoso_32,softmax")
     assert "--seeds lists 0 more than once" in refused("--reference", "--seeds", "0,1,0")
-    for limit in ("nan", "inf", "-inf", "0", "-5", "1e999"):
-        assert "it must be a finite number of seconds > 0" in refused("--reference", f"--limit-s={limit}"), limit
+    for limit in ("nan", "inf", "-inf", "0", "-5", "1e999", "1e-9", "0.5"):
+        assert "it must be a finite number of seconds ≥ 1 (no run starts in less)" in refused(
+            "--reference", f"--limit-s={limit}"), limit
+    (tmp_path / "a-file").write_text("")  # --out checked under --plan as in the real run
+    status, printed, line = check_in_process(capsys, "--reference", "--plan", "--out", str(tmp_path / "a-file"))
+    assert status != 0 and printed == "" and line.startswith("error: --out: "), (status, line)
     assert "--quick makes the check's own steps small" in refused("--reference", "--quick")
     status, printed, _ = check_in_process(capsys, "--reference", "--rows", "yoso_e", "--seeds", "2", "--limit-s",
                                           "540", "--plan")

@@ -335,8 +335,8 @@ def checked_slice(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if args.runs_per_process is not None and not (args.runs_per_process == "auto" or (
             args.runs_per_process.isdigit() and int(args.runs_per_process) >= 1)):
         parser.error(f"--runs-per-process {args.runs_per_process}: it must be a whole number >= 1 or auto")
-    if args.limit_s is not None and not (math.isfinite(args.limit_s) and args.limit_s > 0):
-        parser.error(f"--limit-s {args.limit_s:g}: it must be a finite number of seconds > 0")
+    if args.limit_s is not None and not (math.isfinite(args.limit_s) and args.limit_s >= 1):
+        parser.error(f"--limit-s {args.limit_s:g}: it must be a finite number of seconds ≥ 1 (no run starts in less)")
     chosen = [name for name, value in (("--rows", args.rows), ("--seeds", args.seeds), ("--limit-s", args.limit_s),
                                        ("--runs-per-process", args.runs_per_process),
                                        ("--sweep-dir", args.sweep_dir), ("overrides", args.overrides or None))
@@ -379,7 +379,9 @@ def main(argv=None) -> int:
     sweep_dir = args.sweep_dir.resolve() if args.sweep_dir else None
     make_steps = (lambda scratch: reference_plan(planned, scratch, limit_s, sweep_dir, jobs)) if planned else (
         lambda scratch: plan(args.device, args.quick, args.jobs_per_gpu, scratch))
-    if args.plan:
+    if args.plan:  # the checks the real run makes first, so that a plan that passes runs
+        if args.out is not None:
+            check_output_folder(args.out, "--out")
         if sweep_dir is not None:
             check_sweep_dir(sweep_dir, planned, args.out)
         print(describe(make_steps(Path(tempfile.gettempdir()) / "lra-gpu-check-<scratch>")))
