@@ -192,11 +192,12 @@ def check_folders_given(argv: Sequence[str], keys: Iterable[str]) -> None:
 
 
 def check_hydra_output_overrides(argv: Sequence[str], reads: Iterable[Path | str] = (),
-                                 within: Iterable[tuple] = ()) -> None:
+                                 within: Iterable[tuple] = (), runs: bool = False) -> None:
     """``hydra.run.dir=`` and ``hydra.sweep.dir=`` on a command line: Hydra makes those folders before
     the command's own code runs, so they are checked here first (values with ``${…}`` are Hydra's to
     resolve and are left to it). ``within``: (folder, what it is) pairs the output folder may be neither
-    of nor inside (lra-train's task data folders: a run's files would lie among the caches it reads)."""
+    of nor inside (lra-train's task data folders: a run's files would lie among the caches it reads).
+    ``runs`` (lra-train): a sweep's folder may not be a run's."""
     within = list(within)
     for argument in argv:
         key, _, value = argument.partition("=")
@@ -206,7 +207,7 @@ def check_hydra_output_overrides(argv: Sequence[str], reads: Iterable[Path | str
                             f"give {key} a folder, or leave it out")
         if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
             path = check_output_folder(value.strip("'\""), key, reads).resolve()
-            if key == "hydra.sweep.dir" and any((path / name).exists() for name in ("metrics.json", ".hydra")):
+            if runs and key == "hydra.sweep.dir" and any((path / name).exists() for name in ("metrics.json", ".hydra")):
                 raise UserError(f"hydra.sweep.dir: {path} is a run's folder (its metrics.json or .hydra); a sweep's "
                                 f"jobs never write into a run: give hydra.sweep.dir a new folder")
             for folder, what in within:

@@ -197,8 +197,8 @@ class Trainer:
             recorded = self.folder.read_record().get(self.steps_field) if continuing else None
             if isinstance(recorded, int) and recorded > self.cfg.trainer.checkpoint_every:  # one was saved since
                 raise UserError(f"cannot resume {self.folder.path}: its record reached step {recorded}, but its "
-                                f"checkpoint {self.checkpoint_dir / checkpoint.LAST} is missing; put it back, or "
-                                f"{checkpoint.KEPT}")
+                                f"checkpoint {self.checkpoint_dir / checkpoint.LAST} is missing; put it back, or start "
+                                f"a new run with the same overrides (its metrics.json is left as it was)")
             self.record.confirm()
             if continuing:
                 self.state.resumed_at_steps.append(0)

@@ -161,7 +161,6 @@ def test_a_packed_sweep_on_cuda_equals_the_runs_alone(tmp_path, data_dir, captur
     assert_equal_runs(tmp_path / "packed", tmp_path / "alone", jobs=(0, 1))
 
 
-
 def test_a_signal_while_the_pack_waits_is_raised_only_after_every_job_has_written_its_record():
     """The signal reaches the main thread while it waits for the jobs; a job goes on to record it after that.
     The pack raises only once the job has ended (Python 3.11's Thread.join, interrupted by the signal's

@@ -305,6 +305,9 @@ def test_a_failed_resume_leaves_the_record_and_a_completed_run_is_not_resumed(tm
         f"it is with: lra-train resume={run}, or train a new run: lra-train "
         f"{' '.join(o for o in RESUMABLE if 'max_steps' not in o)} trainer.max_steps=24"), changed.stderr
     assert (run / "metrics.json").read_bytes() == before, "a refused resume must not rewrite the record"
+    dry = run_command(["lra-train", f"resume={run}", "trainer.max_steps=24", "--cfg", "job"], tmp_path, data_dir,
+                      check=False)
+    assert (dry.returncode, dry.stderr.strip().splitlines()[-1]) == (2, line), "the dry run refuses as the run does"
     run_command(["lra-train", f"resume={run}", "trainer=smoke"], tmp_path, data_dir)  # its own override: no change
     completed = (run / "metrics.json").read_bytes()
     assert read_json(run / "metrics.json")["status"] == "completed"

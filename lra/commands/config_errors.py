@@ -69,11 +69,15 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
 
 
 def _wanted(message: str) -> str:
-    """What OmegaConf's type check (``... could not be converted to Integer``, ``field 'seed' is not Optional``)
-    asked for, in words."""
-    for word, wanted in (("Integer", "a whole number"), ("Float", "a number"), ("bool", "true or false"),
-                         ("not Optional", "a value: it takes no null or empty one")):
-        if word in message:
+    """What OmegaConf's type check asked for, in words, from the clause that ends its message (the value the user
+    typed comes before it)."""
+    import re
+
+    for pattern, wanted in ((r"converted to Integer$", "a whole number"), (r"converted to Float$", "a number"),
+                            (r"is not a valid bool \(type \w+\)$", "true or false"),
+                            (r"is not Optional$", "a value: it takes no null or empty one"),
+                            (r"expected one of \[[^]]*\]$", "one of those")):
+        if re.search(pattern, message):
             return wanted
     return "a value of its type"
 

@@ -154,28 +154,45 @@ def _start_resume(folder: RunDirectory, hydra_cfg) -> Optional[DictConfig]:
     changed or extended)."""
     folder.claim(fresh=False)
     cfg = folder.load_resolved(saved_run_config)
-    others = [o for o in hydra_cfg.overrides.task if not o.startswith("resume=")]
-    saved = folder.saved_overrides()
-    replaced = {o.split("=")[0] for o in others}
-    new_run = shlex.join(["lra-train", *[o for o in saved if o.split("=")[0] not in replaced], *others])
+    refuse_changes_on_resume(folder, list(hydra_cfg.overrides.task))
     if folder.completed():
-        if others:
-            # Extending is refused: trainer.max_steps shapes the learning-rate schedule from step 0, so
-            # a longer run is a new run, not this one continued.
-            raise ConfigError(f"{folder.path} completed at step {folder.read_record().get('steps')}; a completed run is "
-                              f"never changed or extended (trainer.max_steps sets the learning-rate schedule from "
-                              f"step 0): train a new run instead: {new_run}")
         return None
-    changes = [o for o in others if o not in saved]  # the run's own overrides again change nothing
-    if changes:
-        raise ConfigError(f"{folder.path} resumes with the config it saved, which {shlex.join(changes)} would change "
-                          f"midway; resume it as it is with: lra-train resume={shlex.quote(str(folder.path))}, or "
-                          f"train a new run: {new_run}")
     with open_dict(cfg):
         cfg.resume = str(folder.path)
     validate(cfg)
     folder.attach_log()
     return cfg
+
+
+def refuse_changes_on_resume(folder: RunDirectory, overrides: list) -> None:
+    """A resume continues the run as it was configured: overrides that would change it (a completed run: extend
+    it) are one ConfigError line naming the new run's command; the run's own overrides again change nothing
+    (compared as Hydra parses them: seed=01 is seed=1)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+
+    def meaning(override: str) -> tuple:
+        parsed = parser.parse_override(override)
+        value = parsed.value()  # Hydra keeps 01 a string; the config's int field reads it as 1
+        return parsed.key_or_group, int(value) if isinstance(value, str) and value.strip().isdigit() else value
+
+    others = [o for o in overrides if meaning(o)[0] != "resume"]
+    saved = folder.saved_overrides()
+    changes = [o for o in others if meaning(o) not in [meaning(s) for s in saved]]
+    if not changes:
+        return
+    replaced = {meaning(o)[0] for o in others}
+    new_run = shlex.join(["lra-train", *[o for o in saved if meaning(o)[0] not in replaced], *others])
+    if folder.completed():
+        # Extending is refused: trainer.max_steps shapes the learning-rate schedule from step 0, so a longer run
+        # is a new run, not this one continued.
+        raise ConfigError(f"{folder.path} completed at step {folder.read_record().get('steps')}; a completed run is "
+                          f"never changed or extended (trainer.max_steps sets the learning-rate schedule from step "
+                          f"0): train a new run instead: {new_run}")
+    raise ConfigError(f"{folder.path} resumes with the config it saved, which {shlex.join(changes)} would change "
+                      f"midway; resume it as it is with: lra-train resume={shlex.quote(str(folder.path))}, or train a "
+                      f"new run: {new_run}")
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -341,7 +358,9 @@ def _validate_dry_run(overrides: list) -> None:
             _if_resume(cfg.resume, None)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        cfg = RunDirectory(cfg.resume).load_resolved(saved_run_config)
+        folder = RunDirectory(cfg.resume)
+        cfg = folder.load_resolved(saved_run_config)
+        refuse_changes_on_resume(folder, overrides)
     validate(cfg)
 
 
@@ -358,7 +377,7 @@ def main() -> None:
     config_errors.at_the_edge(check_folders_given)(sys.argv[1:], ("resume", "data_dir"))
     data = Path(_data_dir(sys.argv[1:]))  # the data folder itself, and each task's folder in it (its caches)
     within = [(data / path.stem, f"the {path.stem} data folder") for path in sorted((CONF_DIR / "task").glob("*.yaml"))]
-    config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], reads=[data], within=within)
+    config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], reads=[data], within=within, runs=True)
     config_errors.run_app(run, _valid_keys, check_shown=_validate_dry_run)
     from lra.results.callback import ENDED_SWEEPS
 
