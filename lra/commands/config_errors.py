@@ -1,143 +1,13 @@
-"""Turn Hydra / OmegaConf composition errors into one line that names the fix."""
+"""A command's edge: every failure one line that names the fix (disk, path, memory, configuration through
+:mod:`lra.commands.composition_errors`), a bug's line with its traceback's file, the exit status."""
 
 from __future__ import annotations
 
-import difflib
 import errno
 import os
-from typing import Iterable, List, Optional
+from typing import Optional
 
-from hydra.errors import (ConfigCompositionException, MissingConfigException, OverrideParseException,
-                          SearchPathException)
-from omegaconf.errors import ConfigAttributeError, ConfigKeyError, InterpolationResolutionError, ValidationError
-
-
-def _closest(word: str, choices: Iterable[str]) -> str:
-    match = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean '{match[0]}'?)" if match else ""
-
-
-def _causes(exc: BaseException) -> List[BaseException]:
-    chain = []
-    while exc is not None and exc not in chain:
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__
-    return chain
-
-
-def explain(exc: BaseException, valid_keys) -> Optional[str]:
-    """A one-line explanation, or None if ``exc`` is not a configuration error.
-
-    ``valid_keys(path)`` lists the keys of the config node at a dotted path (for suggestions).
-    """
-    for cause in _causes(exc):
-        if isinstance(cause, MissingConfigException) and cause.options is not None:
-            group, _, choice = (cause.missing_cfg_file or "").rpartition("/")
-            if group:
-                options = sorted(o for o in cause.options if not o.startswith("_"))
-                return (f"unknown choice '{choice}' for {group}{_closest(choice, options)}; "
-                        f"valid: {', '.join(options)} (e.g. {group}={options[0]})")
-        if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and getattr(cause, "full_key", None):
-            parent, _, key = str(cause.full_key).rpartition(".")
-            keys = valid_keys(parent)
-            where = f"under {parent}" if parent else "at the top level"
-            return (f"unknown key '{cause.full_key}'{_closest(key, keys)}; valid keys {where}: "
-                    f"{', '.join(keys)}")
-        if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):
-            first_line = str(cause).splitlines()[0]
-            return f"invalid value for {cause.full_key}: {first_line}; pass {cause.full_key}=<{_wanted(first_line)}>"
-        if isinstance(cause, OverrideParseException):
-            override = getattr(cause, "override", None)
-            text = f" {override!r}" if override else ""
-            return (f"cannot parse the override{text}: {str(cause).splitlines()[0]}; a value with spaces, letters "
-                    "beyond ASCII or any of ( ) [ ] { } , : = ' \" must be quoted for Hydra as well as for the shell, "
-                    "e.g. \"task.path='/data/my files (copy)'\"")
-        if isinstance(cause, InterpolationResolutionError):
-            # "ValueError raised while resolving interpolation: <the resolver's message>"
-            return str(cause).splitlines()[0].split("resolving interpolation: ", 1)[-1]
-        if isinstance(cause, SearchPathException):
-            return f"{str(cause).splitlines()[0]}; pass an existing folder to --config-dir, or leave it out"
-        mode = _run_mode_line(cause)
-        if mode is not None:
-            return mode
-    group = _group_choice_line(exc)
-    if group is not None:
-        return group
-    if isinstance(exc, ConfigCompositionException):
-        return " ".join(line.strip() for line in str(exc).splitlines()[:2])
-    return None
-
-
-def _wanted(message: str) -> str:
-    """What OmegaConf's type check asked for, in words, from the clause that ends its message (the value the user
-    typed comes before it)."""
-    import re
-
-    for pattern, wanted in ((r"converted to Integer$", "a whole number"), (r"converted to Float$", "a number"),
-                            (r"is not a valid bool \(type \w+\)$", "true or false"),
-                            (r"is not Optional$", "a value: it takes no null or empty one"),
-                            (r"expected one of \[[^]]*\]$", "one of those")):
-        if re.search(pattern, message):
-            return wanted
-    return "a value of its type"
-
-
-def _run_mode_line(cause: BaseException) -> Optional[str]:
-    """Several values for a key without ``-m`` (which only a sweep trains), ``-m`` with ``--cfg``, or ``+`` on a
-    group the config has: Hydra's message is a numbered list (cut to its first item on one line), a ValueError
-    read as a bug, or the defaults list's syntax."""
-    import re
-
-    text = str(cause)
-    if isinstance(cause, ValueError) and text.startswith("Only one of --run, --multirun, --cfg"):
-        return ("-m (--multirun), --cfg, --info, --run and --shell-completion each choose what the command does: give "
-                "one of them; --cfg prints the config of one job, so leave out -m and give each swept key one value")
-    several = re.match(r"(?:Ambiguous value for argument|Sweep parameters) '([^'=]+)=(.*)'", text)
-    if isinstance(cause, ConfigCompositionException) and several:
-        key, value = several.groups()
-        alternatives = "" if text.startswith("Sweep") else (f"; for one value that is a list write {key}=[{value}], "
-                                                            f"for a string quote it: {key}='{value}'")
-        return f"{key}={value} gives several values, which only a sweep trains: add -m to train each{alternatives}"
-    added = re.match(r"Multiple values for (\S+)\. To override a value use 'override \S+: (.*)'", text)
-    if isinstance(cause, ConfigCompositionException) and added:  # Hydra names the defaults list's syntax
-        group, choice = added.groups()
-        return (f"+{group}={choice} adds a config group the config has already: choose it with {group}={choice} "
-                "(without +)")
-    return None
-
-
-def _group_choice_line(exc: BaseException) -> Optional[str]:
-    """A config group given no choice or several on the command line (``task=null``, ``task=[listops,text]``):
-    Hydra fails deep in composing the defaults, naming neither the override nor the fix."""
-    import sys
-
-    text = "\n".join(str(cause) for cause in _causes(exc))
-    overrides = [(a.split("=", 1)[0].lstrip("+~"), a.split("=", 1)[1].strip()) for a in sys.argv[1:]
-                 if "=" in a and not a.startswith("-")]
-    groups = [(key, value) for key, value in overrides if "." not in key]  # a group's choice: key=option
-    if "Config group override must be a string or a list" in text:
-        for key, value in groups:
-            if value.lower() in ("null", "none", ""):
-                return (f"{key}={value}: a config group takes one of its choices, not null; pass {key}=<choice> "
-                        "(--help lists them), or leave it at its default")
-    if "Merge error" in text and "is not a subclass of" in text:
-        for key, value in groups:
-            if value.startswith("[") and value.endswith("]"):
-                return (f"{key}={value}: a config group takes one choice, not a list; to train each of them, sweep "
-                        f"them: -m {key}={value[1:-1]}")
-    return None
-
-
-def schema_keys(schema):
-    """``valid_keys`` for an app whose config is the dataclass ``schema``: the keys at a dotted path."""
-    from omegaconf import DictConfig, OmegaConf
-
-    def valid_keys(path: str) -> list:
-        node = OmegaConf.structured(schema)
-        node = OmegaConf.select(node, path) if path else node
-        return sorted(node.keys()) if isinstance(node, DictConfig) else []
-
-    return valid_keys
+from lra.commands.composition_errors import causes, explain
 
 
 def log_to_file(message: str, level: str = "ERROR") -> None:
@@ -164,7 +34,7 @@ DISK_ERRORS = {  # errno → the fix, for errors of the file system a command wr
 def os_error_line(exc: BaseException) -> Optional[str]:
     """One line for a full disk, a read-only or forbidden folder or a name too long (anywhere in
     ``exc``'s causes), or None for any other error."""
-    for cause in _causes(exc):
+    for cause in causes(exc):
         if isinstance(cause, OSError) and cause.errno in DISK_ERRORS:
             name = str(cause.filename) if cause.filename else ""
             where = f" ({name if len(name) <= 160 else name[:70] + ' … ' + name[-70:]})" if name else ""
@@ -177,7 +47,7 @@ def path_kind_line(exc: BaseException) -> Optional[str]:
     ``exc``'s causes: e.g. ``LRA_DATA_DIR/<task>`` or ``LRA_KERNEL_CACHE`` being a file; None otherwise."""
     from pathlib import Path
 
-    for cause in _causes(exc):
+    for cause in causes(exc):
         loop = (isinstance(cause, RuntimeError) and str(cause).startswith("Symlink loop from ")) or (
             isinstance(cause, OSError) and cause.errno == errno.ELOOP)  # pathlib's resolve(): 3.11 / 3.13
         if loop:
@@ -208,7 +78,7 @@ def _memory_line(exc: BaseException) -> Optional[str]:
 
     torch = sys.modules.get("torch")
     out_of_memory = (MemoryError,) + ((torch.OutOfMemoryError,) if torch is not None else ())
-    for cause in _causes(exc):
+    for cause in causes(exc):
         cpu_allocator = isinstance(cause, RuntimeError) and "can't allocate memory" in str(cause)
         if isinstance(cause, out_of_memory) or cpu_allocator:
             detail = str(cause).strip().splitlines()[0][:200] if str(cause).strip() else type(cause).__name__
@@ -238,7 +108,7 @@ def failure(exc: BaseException) -> Optional[tuple]:
     if isinstance(exc, UserError):
         return str(exc), exc.exit_code
     kernels = sys.modules.get("attention_zoo._yoso_build")  # loaded by whoever could have raised its error
-    for cause in _causes(exc):
+    for cause in causes(exc):
         if kernels is not None and isinstance(cause, kernels.KernelUnavailable):
             return str(cause), 1
         if isinstance(cause, UserError) and cause is exc.__cause__:  # raised through a library (Hydra's instantiate)

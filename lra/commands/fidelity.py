@@ -10,6 +10,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from lra.commands import config_errors
+from lra.commands.composition_errors import schema_keys
 from lra.config import FIDELITY_CONF_DIR, register_configs, register_resolvers
 from lra.io import check_hydra_output_overrides
 
@@ -95,7 +96,7 @@ def main() -> None:
 
     checkpoints = [a.partition("=")[2] for a in sys.argv[1:] if a.partition("=")[0].lstrip("+") == "checkpoint"]
     config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], _reads(checkpoints[-1] if checkpoints else None))
-    config_errors.run_app(run, config_errors.schema_keys(FidelityConfig))
+    config_errors.run_app(run, schema_keys(FidelityConfig))
 
 
 if __name__ == "__main__":

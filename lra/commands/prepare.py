@@ -30,7 +30,7 @@ def main(argv=None) -> None:
 
     from hydra import compose, initialize_config_dir
 
-    from lra.commands import config_errors
+    from lra.commands import composition_errors
     from lra.config import CONF_DIR, register_configs, register_resolvers
     from lra.data.prepare import describe, load_task_data
     from lra.validation import check_group, unknown_keys
@@ -50,7 +50,7 @@ def main(argv=None) -> None:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
     except Exception as exc:
-        message = config_errors.explain(exc, lambda path: _valid_keys(args.task, path))
+        message = composition_errors.explain(exc, lambda path: _valid_keys(args.task, path))
         if message is None:
             raise
         raise ConfigError(message) from None

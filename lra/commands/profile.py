@@ -12,6 +12,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from lra.commands import config_errors
+from lra.commands.composition_errors import schema_keys
 from lra.config import PROFILE_CONF_DIR, register_configs, register_resolvers
 from lra.io import atomic_write_text, check_hydra_output_overrides, check_output_folder
 from lra.profiling import measure
@@ -132,7 +133,7 @@ def main() -> None:
     from lra.tool_configs import ProfileConfig
 
     config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:])
-    config_errors.run_app(run, config_errors.schema_keys(ProfileConfig))
+    config_errors.run_app(run, schema_keys(ProfileConfig))
 
 
 if __name__ == "__main__":

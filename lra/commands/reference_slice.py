@@ -177,7 +177,7 @@ def _compose(overrides: List[str], hydra_node: bool = False):
 
 def _explained(action: Callable, job: List[str]):
     """``action()``, a Hydra or OmegaConf error turned into lra-train's line for it (ConfigError)."""
-    from lra.commands.config_errors import explain
+    from lra.commands.composition_errors import explain
 
     try:
         return action()
