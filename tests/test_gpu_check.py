@@ -204,3 +204,21 @@ def test_a_step_stopped_has_its_grace_then_is_killed_and_learns_why(tmp_path):
     step = gpu_check.Step("deaf", [sys.executable, "-c", deaf], limit_s=1, output="deaf.log", grace_s=2)
     gpu_check.run_step(step, tmp_path)
     assert step.status == "timed out after 1 s" and 3 <= step.seconds < 30
+
+
+def test_a_passed_sweep_step_whose_table_counts_a_failed_run_fails_with_the_table_quoted(tmp_path):
+    """Hydra's multirun ends well when a job fails: the step is failed from the table, the table's last lines
+    its note (the quoting raised NameError once, ending lra-gpu-check before its summary)."""
+    import json
+
+    run = tmp_path / "scratch" / "sweep" / "0"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"task": "listops", "attention": "softmax", "label": "Softmax",
+                                                  "seed": 0, "status": "failed", "error": "RuntimeError: boom"}))
+    out = tmp_path / "out"
+    out.mkdir()
+    step = gpu_steps.Step("sweep", ["true"], 10, status="passed")
+    gpu_check.collect([step], out, tmp_path / "scratch")
+    assert step.status.startswith("failed ("), step.status
+    assert step.notes and step.notes[-1] == gpu_steps.tail_of(out / "sweep.md") != ""
+

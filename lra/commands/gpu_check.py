@@ -54,7 +54,7 @@ from typing import List, Optional
 import attention_zoo
 from lra import signals
 from lra.commands.config_errors import at_the_edge
-from lra.commands.gpu_steps import Step, run_step
+from lra.commands.gpu_steps import Step, run_step, tail_of
 from lra.commands.reference_slice import Slice, check_sweep_dir, listed, pack_records, table3_rows, TABLE3_ROWS
 from lra.io import check_output_folder
 from lra.records import REPO_ROOT, git_commit
@@ -264,7 +264,7 @@ def collect(steps: List[Step], out: Path, scratch: Path, reference_dir: Optional
             step = next(s for s in steps if s.name in ("sweep", "reference ListOps"))
             if step.status == "passed" and (not counts or "completed" not in counts[-1] or "failed" in counts[-1]):
                 step.status = f"failed ({counts[-1] if counts else 'no runs'})"
-                step.notes.append(_tail(out / target))
+                step.notes.append(tail_of(out / target))
 
 
 def stopped_slice_note(step: Step, sweep_dir: Optional[Path]) -> str:

@@ -72,7 +72,7 @@ def run_step(step: Step, out: Path) -> None:
     finally:
         os.unlink(note)
         if step.status != "passed":
-            step.notes.append(_tail(target))
+            step.notes.append(tail_of(target))
         if not step.output:
             target.unlink()
 
@@ -130,6 +130,7 @@ def _group_alive(group: int) -> bool:
     return False
 
 
-def _tail(path: Path, lines: int = 15) -> str:
+def tail_of(path: Path, lines: int = 15) -> str:
+    """The last ``lines`` lines of a step's file (summary.md quotes them), or nothing when it is not there."""
     text = path.read_text(errors="replace").strip().splitlines() if path.is_file() else []
     return "\n".join(text[-lines:])
