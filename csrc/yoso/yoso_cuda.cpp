@@ -71,7 +71,8 @@ class TorchDevice final : public yoso::Device {
   cudaStream_t stream() override { return c10::cuda::getCurrentCUDAStream(); }
   int64_t most_shared_bytes() override {
     int bytes = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, c10::cuda::current_device()));
+    C10_CUDA_CHECK(
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, c10::cuda::current_device()));
     return bytes;
   }
   // ``status``: a launch's own error, already cleared by YOSO_LAUNCH (yoso_simt.h).
@@ -95,7 +96,6 @@ bool deterministic() { return at::globalContext().deterministicAlgorithms(); }
 
 // A float32 or bfloat16 row matrix (yoso_checks.h allows both) as the kernels read it.
 yoso::Rows rows_of(const at::Tensor& t) { return {t.data_ptr(), t.scalar_type() == at::kBFloat16}; }
-
 
 // The float32 gradient of rows like t (float32 whatever t's row dtype), unfilled: exact_backward writes it all.
 at::Tensor float_unfilled_like(const at::Tensor& t) { return unfilled(t.sizes(), t.options().dtype(at::kFloat)); }

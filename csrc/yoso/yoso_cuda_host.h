@@ -74,8 +74,8 @@ struct Normalization {
   bool bf16 = false;
 };
 
-// grad_q, grad_k [B, n, d], grad_v [B, nk, dv] (unfilled: every element written) of the default backward, in one pass: heavy
-// buckets found, counted and numbered on the device, tables for at most workspace_bytes of them.
+// grad_q, grad_k [B, n, d], grad_v [B, nk, dv] (unfilled: every element written) of the default backward, in
+// one pass: heavy buckets found, counted and numbered on the device, tables for at most workspace_bytes of them.
 void exact_backward(Device& device, const int32_t* codes_q, const int32_t* codes_k, Rows q, Rows k, Rows v,
                     const float* key_weight, Rows grad, float* grad_q, float* grad_k,
                     float* grad_v, int64_t B, int64_t m, int64_t nq, int64_t nk, int64_t d, int64_t dv, int64_t tau,

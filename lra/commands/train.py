@@ -177,13 +177,13 @@ def refuse_changes_on_resume(folder: RunDirectory, overrides: list) -> None:
         value = parsed.value()  # Hydra keeps 01 a string; the config's int field reads it as 1
         return parsed.key_or_group, int(value) if isinstance(value, str) and value.strip().isdigit() else value
 
-    others = [o for o in overrides if meaning(o)[0] != "resume"]
-    saved = folder.saved_overrides()
-    changes = [o for o in others if meaning(o) not in [meaning(s) for s in saved]]
+    given = {o: meaning(o) for o in overrides if meaning(o)[0] != "resume"}
+    saved = {o: meaning(o) for o in folder.saved_overrides()}
+    changes = [o for o, said in given.items() if said not in saved.values()]
     if not changes:
         return
-    replaced = {meaning(o)[0] for o in others}
-    new_run = shlex.join(["lra-train", *[o for o in saved if meaning(o)[0] not in replaced], *others])
+    replaced = {key for key, _ in given.values()}
+    new_run = shlex.join(["lra-train", *[o for o, (key, _) in saved.items() if key not in replaced], *given])
     if folder.completed():
         # Extending is refused: trainer.max_steps shapes the learning-rate schedule from step 0, so a longer run
         # is a new run, not this one continued.

@@ -1,9 +1,9 @@
 """Which numbers of a run record a table may use: an accuracy is a finite percentage in [0, 100], a
-throughput, a memory peak or a time a finite number ≥ 0 (a time above 0 once the run has trained a step), a
-step count a whole one, the steps a run was resumed at a list of them. A value that is none of these (``Infinity``, ``NaN``, −3, 250, a string) is
-left out of every statistic, and the table says so: the cell counts it (``1 invalid``), a note under the
-table and a ``note:`` line on standard error name the run and the value. A table never averages it into
-``inf ± nan``."""
+throughput, a memory peak or a time a finite number ≥ 0 (a time above 0 once the run has trained a step),
+a step count a whole one, the steps a run was resumed at a list of them. A value that is none of these
+(``Infinity``, ``NaN``, −3, 250, a string) is left out of every statistic, and the table says so: the cell
+counts it (``1 invalid``), a note under the table and a ``note:`` line on standard error name the run and
+the value. A table never averages it into ``inf ± nan``."""
 
 from __future__ import annotations
 

@@ -47,7 +47,6 @@ namespace {
 constexpr int kSlots = 2;                           // blocks running at once
 constexpr size_t kStackBytes = 64 * 1024;           // per fiber (a guard page below: an overflow faults)
 constexpr int64_t kDefaultSharedLimit = 48 * 1024;  // without cudaFuncSetAttribute
-constexpr int64_t kOptInSharedLimit = 227 * 1024;   // an H100's largest opt-in
 constexpr uint32_t kSharedPattern = 0x7FA5A5A5u;    // a NaN as a float; as an int neither 0 nor -1 nor negative
 constexpr int kMaxWords = 128;
 

@@ -11,6 +11,8 @@
 
 namespace simt {
 
+constexpr int64_t kOptInSharedLimit = 227 * 1024;  // an H100's largest opt-in: what cudaFuncSetAttribute allows
+
 struct LaunchRecord {
   std::string kernel;
   dim3 grid, block;

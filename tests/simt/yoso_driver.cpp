@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
   auto option = [&](const char* name, int64_t otherwise) { return r.ints.count(name) ? r.ints.at(name) : otherwise; };
   simt::set_seed(static_cast<uint64_t>(option("seed", 0)));
   const bool deterministic = option("deterministic", 1) != 0;
-  CpuDevice device(option("most_shared_bytes", 227 * 1024));  // an H100's largest block, as the runtime allows
+  CpuDevice device(option("most_shared_bytes", simt::kOptInSharedLimit));
   std::map<std::string, std::vector<float>> outputs_f32;
   std::map<std::string, std::vector<int32_t>> outputs_i32;
   try {
