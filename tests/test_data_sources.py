@@ -14,6 +14,7 @@ from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from helpers import AAN_LINE, KNOWN_REVIEW, write_aan, write_aclimdb, write_cifar_python, write_pathfinder
 from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.data import listops, pathfinder_generator as generator, pathfinder_writer as writer
+from lra.data.pathfinder_canvas import seed_kernel
 from lra.data.image import tf_grayscale
 from lra.data.prepare import load_task_data
 from lra.errors import UserError
@@ -191,7 +192,7 @@ def test_pathfinder_dilation_keeps_the_original_border_rule():
     assert out[0, 1] == 0.7 and out[1, 2] == 0.0
     assert np.isneginf(out[3]).all() and np.isneginf(out[:, 3]).all()
     g = generator.geometry_for(32, "contour_length_14")
-    feasible = [d for d in range(-180, 180) if generator.seed_kernel(2, 0.5, 1, 2, 32, math.radians(d)) is not None]
+    feasible = [d for d in range(-180, 180) if seed_kernel(2, 0.5, 1, 2, 32, math.radians(d)) is not None]
     assert 0 < len(feasible) < 360 and g.num_distractors == 5
 
 

@@ -177,7 +177,7 @@ def test_lra_fidelity_smoke_on_a_trained_checkpoint(tmp_path, data_dir):
                          tmp_path, data_dir)
     assert "run has no best.pt (it has not validated yet): measuring last.pt" in latest.stderr + latest.stdout
     said = "(last.pt: the run has no best.pt yet)"
-    assert f"captured from run, last.pt: the run has no best.pt yet" in (tmp_path / "out3" / "fidelity.md").read_text()
+    assert "captured from run, last.pt: the run has no best.pt yet" in (tmp_path / "out3" / "fidelity.md").read_text()
     inputs = set(pd.read_csv(tmp_path / "out3" / "fidelity_oracles.csv")["input"])
     assert inputs == {"random", f"listops layer 0 {said}", f"listops layer 1 {said}"}, inputs
 

@@ -17,7 +17,8 @@ from omegaconf import OmegaConf
 from conftest import SMALL_LISTOPS, read_json, run_command
 from helpers import compose_config, write_aan, write_aclimdb, write_cifar_python
 from lra.config import CONF_DIR
-from lra.results.table import PAPER_NAMES, REFERENCES
+from lra.results.reference import REFERENCES
+from lra.results.rows import PAPER_NAMES
 from lra.validation import attention_spec, validate
 from lra_cited import DEVIATIONS, ENCODER, REFERENCE, ROW_TASKS, ROWS, SETUPS, TABLE_ROWS, TABLE_TASKS, expected
 

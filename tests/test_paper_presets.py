@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 from conftest import SMALL_LISTOPS, read_json, run_command
 from helpers import compose_config
 from lra.config import CONF_DIR
-from lra.results.table import PAPER_NAMES, REFERENCES
+from lra.results.reference import REFERENCES
+from lra.results.rows import PAPER_NAMES
 from lra.validation import attention_spec
 
 PAPERS = {"yoso_table3": "yoso"}

@@ -18,7 +18,7 @@ from PIL import Image
 from conftest import SMALL_LISTOPS, run_command
 from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.data import listops
-from lra.data.cache import MANIFEST, MANIFEST_DIGEST, manifest_digest, settings_fingerprint
+from lra.data.cache import MANIFEST, MANIFEST_DIGEST, manifest_digest
 from lra.data.prepare import load_task_data
 from lra.errors import UserError
 

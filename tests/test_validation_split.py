@@ -16,7 +16,8 @@ from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.data.cache import TokenSplit
 from lra.data.prepare import load_task_data
 from lra.errors import UserError
-from lra.results.table import collect, validation_notes
+from lra.results.listing import validation_notes
+from lra.results.table import collect
 
 register_configs()
 register_resolvers()

@@ -416,7 +416,7 @@ def main(argv=None) -> int:
                 pack_records(sweep_dir or scratch / "reference", out / "reference-records.tar.gz")
             (out / "summary.md").write_text(summary(steps, args.device, args.quick, time.perf_counter() - started))
             interrupted.advice = f"the steps that finished are summarized in {out / 'summary.md'}" + (
-                f"; continue the slice with the same command" if sweep_dir is not None else "")
+                "; continue the slice with the same command" if sweep_dir is not None else "")
             raise interrupted from None
     (out / "summary.md").write_text(summary(steps, args.device, args.quick, time.perf_counter() - started))
     print(f"[lra-gpu-check] wrote {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}")

@@ -17,11 +17,11 @@ import pandas as pd
 
 from lra.commands.config_errors import at_the_edge
 from lra.errors import UserError
-from lra.io import atomic_write_text, check_output_file
+from lra.io import atomic_write_text, check_output_file, kind
 from lra.records import HISTORY, METRICS
 from lra.results import chart, cost, validity
 from lra.results.formats import note, to_latex, visible
-from lra.results.reading import kind, read_records, record_files
+from lra.results.reading import read_records, record_files
 from lra.results.reference import REFERENCES, load_reference
 from lra.results.listing import page
 from lra.results.table import collect_wandb, comparison, deduplicate, numbers, side_by_side

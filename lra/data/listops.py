@@ -250,11 +250,11 @@ def read_tsv_rows(path: Path) -> Iterator[Tuple[int, str, int]]:
     a :class:`UserError` naming the file and line."""
 
     def decoded(handle):
-        for number, raw in enumerate(handle, start=1):
+        for line, raw in enumerate(handle, start=1):
             try:
                 yield raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise UserError(f"{path}:{number}: not UTF-8 text ({exc.reason}); the file is damaged or not a "
+                raise UserError(f"{path}:{line}: not UTF-8 text ({exc.reason}); the file is damaged or not a "
                                 "ListOps TSV") from None
 
     with open(path, "rb") as handle:

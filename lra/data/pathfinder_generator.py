@@ -47,7 +47,6 @@ import numpy as np
 
 from lra.data import pathfinder_drawing as draw
 from lra.data.pathfinder_canvas import Canvas, Paddle, Seed, Tables, tables
-from lra.data.pathfinder_canvas import seed_kernel  # noqa: F401 (the orientations a snake starts in; tests read it)
 from lra.data.pathfinder_stream import SeededStream
 
 DIFFICULTIES = {"baseline": 6, "contour_length_9": 9, "contour_length_14": 14}

@@ -25,7 +25,7 @@ from lra.errors import ConfigError
 from lra.results import validity
 from lra.results.cost_preset import Cell, preset_cells, preset_of, presets, run_tokens
 from lra.results.formats import markdown_cell
-from lra.results.table import LABEL_ORDER, MISSING, TASK_ORDER
+from lra.results.rows import LABEL_ORDER, MISSING, TASK_ORDER
 
 # H100-seconds per second of a GPU, by the name CUDA gives it (a record's gpu_name). Only the reference GPU
 # itself: another is converted once a measurement of the same runs on both gives its factor.

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator, List
 
 from lra.faults import fault_point
 from lra.io import MAX_READ_BYTES as MAX_BYTES
-from lra.io import KINDS, Unreadable, byte_size, kind, os_reason, read_bytes  # noqa: F401 (the readers' names)
+from lra.io import Unreadable, os_reason, read_bytes
 from lra.records import METRICS
 from lra.results import validity
 

@@ -18,13 +18,11 @@ from typing import Iterable, List, Optional
 import pandas as pd
 
 from lra.results import efficiency, setups, validity
-from lra.results.listing import (failures, page, run_list, status_counts,  # noqa: F401 (lra-table's names)
-                                 unfinished, validation_notes)
+from lra.results.listing import page
 from lra.results.paper_setup import NOT_PAPER, PAPER, PRESETS, UNCHECKED, PaperSetups
 from lra.results.reading import modified, read_records, record_files
-from lra.results.reference import REFERENCES  # noqa: F401 (the presets' tests read the table names here)
-from lra.results.rows import (FAILED, FINISHED, LABEL_ORDER, MISSING, PAPER_NAMES,  # noqa: F401 (their names)
-                              STATUS_RANK, TASK_ORDER, base_label, label_key)
+from lra.results.rows import (FAILED, FINISHED, MISSING, PAPER_NAMES, STATUS_RANK, TASK_ORDER, base_label,
+                              label_key)
 from lra.results.validity import AVERAGE
 
 

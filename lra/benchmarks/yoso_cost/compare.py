@@ -16,7 +16,6 @@ from typing import Callable, List, Sequence
 
 from lra.benchmarks.yoso_cost import host, measured
 from lra.benchmarks.yoso_cost import ops as torch_ops
-from lra.benchmarks.yoso_cost.call import Call
 from lra.benchmarks.yoso_cost.gpu import H100, Kernel, Machine, seconds
 
 # The model's kernel per profiler kernel (measured.KERNELS' names).
