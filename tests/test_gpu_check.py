@@ -222,3 +222,48 @@ def test_a_passed_sweep_step_whose_table_counts_a_failed_run_fails_with_the_tabl
     assert step.status.startswith("failed ("), step.status
     assert step.notes and step.notes[-1] == gpu_steps.tail_of(out / "sweep.md") != ""
 
+
+
+def test_steps_runs_the_kernel_build_and_the_steps_named_alone_in_the_plans_order(tmp_path):
+    """--steps kernels,tests (a short device window): the build, then the CUDA tests and the kernel benchmark,
+    nothing else; the summary lists what ran; --plan prints the same steps and their total."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    def step(name, output):
+        script = f"open({str(marks / output)!r}, 'w').write('x')"
+        return f"gpu_check.Step({name!r}, [sys.executable, '-c', {script!r}], 30, {output!r})"
+
+    every = [step(name, f"{key}.md") for key, name in (("build", "kernel build"), *gpu_check.STEP_NAMES.items())]
+    driver = ("import sys\n"
+              "from lra.commands import gpu_check\n"
+              f"gpu_check.plan = lambda *a, **k: [{', '.join(every)}]\n"
+              "sys.exit(gpu_check.main(['--device', 'cpu', '--steps', 'kernels,tests', '--out', sys.argv[1]]))\n")
+    done = subprocess.run([sys.executable, "-c", driver, str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert sorted(path.name for path in marks.iterdir()) == ["build.md", "kernels.md", "tests.md"]
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    ran = [line.split("|")[1].strip() for line in summary.splitlines() if line.startswith("| ") and "passed" in line]
+    assert ran == ["kernel build", "CUDA tests", "kernel benchmark"]
+    printed = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--plan", "--steps", "kernels,tests"],
+                             capture_output=True, text=True, check=True).stdout
+    planned = gpu_check.picked(gpu_check.plan("cuda", quick=False, jobs_per_gpu=None, scratch=tmp_path), ["kernels", "tests"])
+    assert [line.split(":")[0] for line in printed.splitlines() if not line.startswith(" ")][:-1] == [
+        "kernel build", "CUDA tests", "kernel benchmark"] == [s.name for s in planned]
+    assert printed.splitlines()[-1].startswith(f"in all: {sum(s.limit_s for s in planned):.0f} s at most")
+
+
+def test_steps_that_name_no_step_or_one_twice_or_come_with_the_reference_slice_are_one_line():
+    def refused(*argv):
+        done = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--plan", *argv], capture_output=True,
+                              text=True)
+        assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+        return done.stderr.strip().splitlines()[-1]
+
+    assert refused("--steps", "kernel") == ("lra-gpu-check: error: --steps kernel: not a step; the steps after the "
+                                            "kernel build are tests, kernels, kernels-bert, profile, sweep")
+    assert refused("--steps", "").endswith("is empty (an unset shell variable?); name at least one, or leave --steps "
+                                            "out (default: tests,kernels,kernels-bert,profile,sweep)")
+    assert refused("--steps", "tests,tests").endswith("--steps lists tests more than once; a step runs once: list each once")
+    assert refused("--steps", "sweep", "--reference").endswith("--reference runs the reference slice alone: give one")
+    assert refused("--device", "cpu", "--quick", "--steps", "kernels-bert").endswith("--quick has no BERT-shape benchmark")

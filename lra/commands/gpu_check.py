@@ -2,6 +2,7 @@
 
     lra-gpu-check [--out DIR] [--jobs-per-gpu 4]          # on a GPU machine, <= 9 minutes
     lra-gpu-check --plan                                   # the steps, their commands and time limits; runs nothing
+    lra-gpu-check --steps tests,kernels                    # the build and those steps alone (a short device window)
     lra-gpu-check --device cpu --quick                     # the same pipeline, small, on CPU (the test suite runs it)
     lra-gpu-check --reference [--runs-per-process auto]    # the long part: every backend's reference ListOps run
     lra-gpu-check --reference --rows softmax,yoso_32 --seeds 0,1 --limit-s 520   # a slice that fits one device command
@@ -61,6 +62,9 @@ from lra.records import REPO_ROOT, git_commit
 
 OUTPUTS = ("summary.md", "build.log", "pytest.log", "kernels.md", "kernels_bert.md", "profile.csv", "profile.png",
            "sweep.md", "reference.md", "reference-records.tar.gz")
+# --steps' names for the steps after the kernel build, which always runs first (every other step loads the kernels).
+STEP_NAMES = {"tests": "CUDA tests", "kernels": "kernel benchmark", "kernels-bert": "kernel benchmark, BERT-base attention shape",
+              "profile": "profile", "sweep": "sweep"}
 REFERENCE_GRACE_S = 30  # a reference slice's: its runs record `interrupted` (seconds on a GPU), kept for a resume
 
 
@@ -222,6 +226,12 @@ def plan(device: str, quick: bool, jobs_per_gpu: Optional[int], scratch: Path) -
     ]
 
 
+def picked(steps: List[Step], names: Optional[List[str]]) -> List[Step]:
+    """The kernel build and the steps ``names`` (--steps) picks among ``steps``, in the plan's order; all when None."""
+    wanted = None if names is None else {"kernel build", *(STEP_NAMES[name] for name in names)}
+    return [step for step in steps if wanted is None or step.name in wanted]
+
+
 def describe(steps: List[Step]) -> str:
     """``--plan``: each step's limit, why, and its command; the total."""
     lines = []
@@ -306,6 +316,8 @@ def options() -> argparse.ArgumentParser:
                                      epilog="Writes into --out: " + ", ".join(OUTPUTS) + " (those of the steps run).")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--quick", action="store_true", help="small sizes (the test suite's CPU run)")
+    parser.add_argument("--steps", default=None, help="the steps to run after the kernel build, comma-separated: "
+                        f"{', '.join(STEP_NAMES)} (default all); not with --reference")
     parser.add_argument("--reference", action="store_true", help="run only the long part: every backend's reference ListOps run")
     parser.add_argument("--jobs-per-gpu", type=int, default=None, help="run the sweep (with --reference: the slice) as "
                         "that many processes sharing the GPU, instead of packed in one process (the default)")
@@ -328,6 +340,13 @@ def options() -> argparse.ArgumentParser:
     return parser
 
 
+def step_refused(name: str, quick: bool) -> Optional[str]:
+    """Why --steps cannot run ``name``, or None."""
+    if name not in STEP_NAMES:
+        return f"not a step; the steps after the kernel build are {', '.join(STEP_NAMES)}"
+    return "--quick has no BERT-shape benchmark" if quick and name == "kernels-bert" else None
+
+
 def checked_slice(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optional[Slice]:
     """The options' own rules (argparse's line and exit 2), then, for --reference, the slice they choose."""
     if args.jobs_per_gpu is not None and args.jobs_per_gpu < 1:
@@ -341,6 +360,11 @@ def checked_slice(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                                        ("--runs-per-process", args.runs_per_process),
                                        ("--sweep-dir", args.sweep_dir), ("overrides", args.overrides or None))
               if value is not None]
+    if args.steps is not None:
+        if args.reference:
+            parser.error("--steps picks the check's own steps; --reference runs the reference slice alone: give one")
+        listed("--steps", args.steps, list(STEP_NAMES), lambda name: step_refused(name, args.quick), parser.error,
+               twice="a step runs once: list each once")
     if not args.reference:
         if chosen:
             parser.error(f"{', '.join(chosen)}: only for the --reference runs; add --reference")
@@ -364,6 +388,7 @@ def main(argv=None) -> int:
     parser = options()
     args = parser.parse_args(argv)
     planned = checked_slice(parser, args)
+    step_names = None if args.steps is None else [name.strip() for name in args.steps.split(",")]
     if args.device == "cuda" and not args.plan:
         import torch
 
@@ -378,7 +403,7 @@ def main(argv=None) -> int:
     limit_s = args.limit_s if args.limit_s is not None else 24 * 3600
     sweep_dir = args.sweep_dir.resolve() if args.sweep_dir else None
     make_steps = (lambda scratch: reference_plan(planned, scratch, limit_s, sweep_dir, jobs)) if planned else (
-        lambda scratch: plan(args.device, args.quick, args.jobs_per_gpu, scratch))
+        lambda scratch: picked(plan(args.device, args.quick, args.jobs_per_gpu, scratch), step_names))
     if args.plan:  # the checks the real run makes first, so that a plan that passes runs
         if args.out is not None:
             check_output_folder(args.out, "--out")

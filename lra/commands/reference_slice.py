@@ -44,10 +44,11 @@ def table3_rows() -> List[str]:
 
 
 def listed(option: str, value: Optional[str], default: List[str], check: Callable[[str], Optional[str]],
-           fail: Callable[[str], None]) -> List[str]:
+           fail: Callable[[str], None],
+           twice: str = "each would be trained again into a folder of its own: list each once") -> List[str]:
     """The comma-separated ``value`` of ``option`` as a list (``default`` when not given): an empty
-    value (an unset shell variable), an empty item, an item ``check`` refuses or a repeated one is
-    ``fail(line)``."""
+    value (an unset shell variable), an empty item, an item ``check`` refuses or a repeated one (``twice``:
+    what repeating it would do) is ``fail(line)``."""
     if value is None:
         return default
     items = [item.strip() for item in value.split(",")]
@@ -62,8 +63,7 @@ def listed(option: str, value: Optional[str], default: List[str], check: Callabl
             fail(f"{option} {item}: {why}")
     repeated = sorted({item for item in items if items.count(item) > 1})
     if repeated:
-        fail(f"{option} lists {', '.join(repeated)} more than once; each would be trained again into a folder of "
-             "its own: list each once")
+        fail(f"{option} lists {', '.join(repeated)} more than once; {twice}")
     return items
 
 
