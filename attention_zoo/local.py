@@ -14,7 +14,7 @@ divides n) with zero q, k, v and reshapes [P] to [b, G = P / b]: position t = a�
 group g, so a query attends to the b positions t' ≡ t (mod G), strided by G, not to its neighbours
 (causal: slot a' ≤ a). Its padding mask is reshaped the other way, [G, b] (``padding_mask.reshape(
 bs·num_blocks, block_size)``), so the pair (a, a') of group g is allowed when positions g·b + a and
-g·b + a' are real, and is otherwise biased by −1e10; the padded positions count as real (``jnp.pad``
+g·b + a' are real, and otherwise scores −1e10 (the LRA code's float32 s − 1e10); the padded positions count as real (``jnp.pad``
 of the boolean mask with −1e9 pads True). Both quirks are reproduced as they are.
 """
 
@@ -34,7 +34,9 @@ from attention_zoo.registry import Attention, register
 
 
 GROUPINGS = ("contiguous", "strided")
-# the LRA code's bias on a masked pair (local_attention.py: lax.select(mask > 0, 0, -1e10))
+# The LRA code's score of a masked pair: it adds lax.select(mask > 0, 0, -1e10) to float32 scores, and in float32
+# s − 1e10 is −1e10 for any |s| < 512, so a masked pair's score is replaced, not shifted (a row with every pair
+# masked is a uniform average in any dtype; float64 addition would keep s and softmax the raw scores).
 LRA_MASK_BIAS = -1e10
 
 
@@ -87,7 +89,7 @@ class LocalAttention(Attention):
 
     @classmethod
     def flex_exact_on_every_row(cls, options: LocalOptions) -> bool:
-        """Strided: its Flex path adds the eager path's −1e10 bias over the same padded groups."""
+        """Strided: its Flex path gives a masked pair the eager path's −1e10 score over the same padded groups."""
         return options.grouping == "strided"
 
     def attended_keys(self, q, k, mask: Optional[torch.Tensor]):
@@ -146,8 +148,8 @@ class LocalAttention(Attention):
         padded, _ = self._strided_geometry(n)
         grouped = self._grouped
         scores = grouped(scaled(q)) @ grouped(k).transpose(-1, -2)  # [B, H, G, b, b]
-        bias = torch.where(self._strided_allowed(mask, n), 0.0, LRA_MASK_BIAS).to(scores.dtype)
-        weights = torch.softmax(scores + bias[:, None], dim=-1)
+        masked = torch.where(self._strided_allowed(mask, n)[:, None], scores, LRA_MASK_BIAS)
+        weights = torch.softmax(masked, dim=-1)
         if self.training and self.options.dropout:
             weights = F.dropout(weights, self.options.dropout)
         out = (weights @ grouped(v)).transpose(2, 3).reshape(batch, heads, padded, v.shape[-1])
@@ -167,7 +169,7 @@ class LocalAttention(Attention):
 
     def _flex_strided(self, q, k, v, mask):
         """The strided grouping as contiguous blocks of the permuted sequence (slot a of group g at g·b + a),
-        its mask quirk as an additive −1e10 bias: in permuted coordinates the pair (r, r') is allowed when
+        its mask quirk as a −1e10 score: in permuted coordinates the pair (r, r') is allowed when
         the positions r and r' of the padded mask are real, which is the LRA code's reshape."""
         batch, heads, n, _ = q.shape
         size = self.options.block_size
@@ -183,7 +185,7 @@ class LocalAttention(Attention):
             allowed = real[b, query] & real[b, key]
             if causal:
                 allowed = allowed & (key <= query)
-            return score + torch.where(allowed, 0.0, LRA_MASK_BIAS).to(score.dtype)
+            return torch.where(allowed, score, torch.full_like(score, LRA_MASK_BIAS))
 
         tables = _flex.block_tables(self.flex_pattern(n), q.device)
         out = _flex.attend(permuted(scaled(q)), permuted(k), permuted(v), tables, None, score_mod=lra_bias)

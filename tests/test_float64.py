@@ -28,6 +28,7 @@ VARIANTS = [
     ("bigbird", {"block_size": 8}),
     ("synthesizer", {"mode": "dense+factorized_random"}),
     ("learned_hash", {"local_heads": 1}),
+    ("local", {"grouping": "strided", "block_size": 8}),
     ("performer", {"kernel_scale": "d", "padded_keys": "zero_vectors"}),
     ("nystrom", {"num_landmarks": 7, "landmarks": "padded_segments", "pinv_init": "batch"}),
     ("sinkhorn", {"block_size": 8}),

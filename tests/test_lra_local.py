@@ -26,12 +26,14 @@ def lra_local_attention(q, k, v, mask, block_size, causal=False):
     pair = pair.reshape(bs, blocks, block_size, block_size)
     if causal:
         pair = pair * np.tril(np.ones((block_size, block_size)))
-    bias = np.where(pair > 0, 0.0, -1e10)
+    bias = np.where(pair > 0, 0.0, -1e10).astype(np.float32)
     # attention over axis 1 (the slot a), batch dims (bs, G, heads)
     qt = np.transpose(block_q, (0, 2, 3, 1, 4)) / np.sqrt(depth)  # [bs, G, h, b, d]
     kt = np.transpose(block_k, (0, 2, 3, 1, 4))
     vt = np.transpose(block_v, (0, 2, 3, 1, 4))
-    logits = qt @ np.swapaxes(kt, -1, -2) + bias[:, :, None]
+    scores = qt @ np.swapaxes(kt, -1, -2)
+    # The LRA code adds the bias in float32: a masked pair's logit is then −1e10 exactly (its score lost).
+    logits = np.where(bias[:, :, None] < 0, (scores.astype(np.float32) + bias[:, :, None]).astype(np.float64), scores)
     logits = logits - logits.max(-1, keepdims=True)
     weights = np.exp(logits)
     weights /= weights.sum(-1, keepdims=True)
