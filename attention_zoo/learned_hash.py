@@ -4,11 +4,19 @@
 Per head, hash scorers read stop-gradient q and k: H_Q(q) = q · ((1 − c) W + c W_Q) and H_K(k) =
 k · ((1 − c) W + c W_K), a kernel W shared by both sides mixed with one of each side's own
 (c = ``own_kernel_share``, the authors' ``cluster_score`` 0.1), no bias. Membership: each bucket b
-takes the k = ⌊⌊n / B⌋ · √2⌋ queries (and keys) with the highest softmax-over-buckets probability
-softmax(H(x))_b, so a token that scores high everywhere joins where it is relatively best; padded
-tokens are chosen last. Attention then runs within each bucket on LayerNorm'd q and k (no scale or
+takes the k queries (and keys) with the highest softmax-over-buckets probability softmax(H(x))_b,
+so a token that scores high everywhere joins where it is relatively best; padded tokens are chosen
+last. k is the authors' ⌊(P // B) · √2⌋ on the length P their module pads the sequence to,
+max(⌈n / L⌉ · L, B · L) with L the local block size (``local_block_size``, default ⌈n / B⌉): so
+⌊⌈n / B⌉ · √2⌋ by default (at most n). Attention then runs within each bucket on LayerNorm'd q and k (no scale or
 bias, ε = 1e-6), scaled by 1/√d, and a query's results from several buckets are merged by their
 log-sum-exp weights; a query no bucket selects gets zeros.
+
+``local_heads`` > 0 makes the first heads local, the authors' LHA/local hybrid (``mixed_attention.py``):
+``local_pattern=blocks`` (default) is their ``local_attention.py``, the padded sequence cut into blocks
+of L and each query attending the real keys of its own block, the one before and the one after,
+cyclically (the first block's "before" is the last), a masked key scoring −1e10 as their float32 bias
+leaves it; ``sliding`` (ours) is a Longformer window of ``local_window`` instead.
 
 The scorers learn only from ``aux_loss`` = ``aux_loss_weight`` · (KL(ψ_Q ‖ softmax H_Q) +
 KL(ψ_K ‖ softmax H_K)), averaged over real tokens and heads, where the attention utility (paper
@@ -31,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_zoo._common import NEG_INF, gather_rows, at_least_float32, no_tokens
+from attention_zoo.local import LRA_MASK_BIAS
 from attention_zoo.longformer import LongformerAttention, LongformerOptions
 from attention_zoo.options import InvalidOption, choice, number, whole
 from attention_zoo.performer import orthogonal_gaussian_features
@@ -38,6 +47,7 @@ from attention_zoo.registry import Attention, register
 
 MEMBERSHIPS = ("softmax", "raw")  # rank by softmax over buckets (the authors') or by the raw score
 FEATURE_DRAWS = ("step", "fixed")  # fresh features every training step (the authors') or drawn once
+LOCAL_PATTERNS = ("blocks", "sliding")  # the authors' own/previous/next blocks, or a sliding window (ours)
 LAYER_NORM_EPS = 1e-6  # the authors' length_normalized
 
 
@@ -51,13 +61,16 @@ class LearnedHashOptions:
     aux_loss_weight: float = 1.0
     num_random_features: int = 256  # r of the utility estimate (the authors' nb_features)
     feature_draws: str = "step"  # step (the authors') | fixed
-    local_heads: int = 0  # the first heads use sliding-window attention instead (the authors' LRA pairing)
-    local_window: int = 128
+    local_heads: int = 0  # the first heads attend locally instead (the authors' LHA/local hybrid)
+    local_pattern: str = "blocks"  # blocks (the authors' local_attention.py) | sliding (a Longformer window)
+    local_block_size: int = 0  # L of the blocks and of the authors' padding; 0: ⌈n / num_buckets⌉ (theirs)
+    local_window: int = 128  # the sliding pattern's window
 
     def __post_init__(self):
         whole(self, 1, "num_buckets", "num_random_features")
         whole(self, 2, "local_window")
-        whole(self, 0, "hidden_dim", "local_heads")
+        whole(self, 0, "hidden_dim", "local_heads", "local_block_size")
+        choice(self, "local_pattern", LOCAL_PATTERNS)
         number(self, "own_kernel_share", 0.0, 1.0)
         number(self, "aux_loss_weight", 0.0)
         choice(self, "membership", MEMBERSHIPS)
@@ -95,6 +108,42 @@ class BucketScorers(nn.Module):
 
     def forward(self, q, k):
         return self._score(q, self.query), self._score(k, self.key)
+
+
+def padded_length(n: int, buckets: int, block: int) -> tuple:
+    """(L, P): the authors' local block size (``block``, or ⌈n / buckets⌉ for 0) and the length their module
+    pads n to, max(⌈n / L⌉ · L, buckets · L) (mixed_attention.py: extra_len)."""
+    block = block or -(-n // buckets)
+    return block, max(-(-n // block) * block, buckets * block)
+
+
+def block_local_attention(q, k, v, mask, block: int, padded: int):
+    """The authors' local heads (local_attention.py, non-causal), [B, H, n, d] → [B, H, n, dv]: q, k, v zero-padded
+    to ``padded`` and cut into blocks of ``block``; a query attends the 3·block slots of its own block, the one
+    before and the one after (cyclically, as listed there, so a block seen twice counts twice), a padded key's
+    score −1e10, softmax over the slots."""
+    batch, heads, n, d = q.shape
+    blocks = padded // block
+
+    def cut(x):
+        return F.pad(x, (0, 0, 0, padded - n)).view(batch, heads, blocks, block, x.shape[-1])
+
+    def around(x):  # [.., blocks, block, ..] → [.., blocks, 3·block, ..]: own, previous, next
+        return torch.cat([x, x.roll(1, dims=2), x.roll(-1, dims=2)], dim=3)
+
+    real = around(F.pad(mask, (0, padded - n)).view(batch, 1, blocks, block))  # [B, 1, blocks, 3·block]
+    scores = (cut(q) * d ** -0.5) @ around(cut(k)).transpose(-1, -2)  # [B, H, blocks, block, 3·block]
+    scores = torch.where(real[:, :, :, None, :], scores, LRA_MASK_BIAS)
+    out = torch.softmax(scores, dim=-1) @ around(cut(v))
+    return out.reshape(batch, heads, padded, v.shape[-1])[:, :, :n]
+
+
+def block_local_keys(n: int, block: int, padded: int, mask) -> torch.Tensor:
+    """Dense [B, 1, n, n] bool: the keys a block-local head attends (its own, previous and next block)."""
+    position = torch.arange(n, device=mask.device) // block
+    apart = (position[None, :] - position[:, None]) % (padded // block)
+    near = (apart == 0) | (apart == 1) | (apart == padded // block - 1)
+    return near[None, None] & mask[:, None, None, :]
 
 
 def one_hot_members(index: torch.Tensor, n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -148,15 +197,25 @@ class LearnedHashAttention(Attention):
         self.register_buffer("features", orthogonal_gaussian_features(options.num_random_features, head_dim))
         self.local = (LongformerAttention(options.local_heads, head_dim, max_seq_len,
                                           LongformerOptions(window_size=options.local_window, num_global_tokens=0))
-                      if options.local_heads else None)
+                      if options.local_heads and options.local_pattern == "sliding" else None)
 
     @classmethod
     def label(cls, options: LearnedHashOptions) -> str:
         return "LHA"
 
+    def padded_length(self, n: int) -> tuple:
+        """(L, P): the local block size and the length the authors' module pads n to."""
+        return padded_length(n, self.options.num_buckets, self.options.local_block_size)
+
     def bucket_size(self, n: int) -> int:
-        """The authors' ⌊⌊n / B⌋ · √2⌋ (at least 1, at most n)."""
-        return max(1, min(n, int((n // self.options.num_buckets) * math.sqrt(2))))
+        """The authors' ⌊(P // B) · √2⌋ on their padded length P (at least 1, at most n)."""
+        return max(1, min(n, int((self.padded_length(n)[1] // self.options.num_buckets) * math.sqrt(2))))
+
+    @at_least_float32
+    def _local(self, q, k, v, mask):
+        if self.local is not None:
+            return self.local(q, k, v, mask)
+        return block_local_attention(q, k, v, mask, *self.padded_length(q.shape[2]))
 
     def _normalised(self, q, k):
         if not self.options.normalize_qk:
@@ -186,10 +245,14 @@ class LearnedHashAttention(Attention):
     def attended_keys(self, q, k, mask):
         """Dense [B, H, n, n] bool: keys sharing a bucket with each query, or the window of a local
         head (for analysis at small n)."""
-        split = self.options.local_heads
-        local = self.local.attended_keys(q[:, :split], k[:, :split], mask) if self.local else None
+        split, n = self.options.local_heads, q.shape[2]
+        if not split:
+            local = None
+        elif self.local is not None:
+            local = self.local.attended_keys(q[:, :split], k[:, :split], mask)
+        else:
+            local = block_local_keys(n, *self.padded_length(n), mask).expand(q.shape[0], split, -1, -1)
         _, _, query_index, key_index = self.memberships(q[:, split:].float(), k[:, split:].float(), mask)
-        n = q.shape[2]
         in_q, in_k = one_hot_members(query_index, n), one_hot_members(key_index, n)
         hashed = (in_q.transpose(-1, -2) @ in_k > 0) & mask[:, None, None, :]
         return hashed if local is None else torch.cat([local, hashed], dim=1)
@@ -210,10 +273,10 @@ class LearnedHashAttention(Attention):
         if q.shape[2] == 0:  # no token: no bucket, and the utility loss (a mean over real tokens) is 0
             self.aux_loss = q.new_zeros((), dtype=torch.float32) if torch.is_grad_enabled() else None
             return no_tokens(q, k, v)
-        if self.local is None:
-            return self._hashed(q, k, v, mask)
         split = self.options.local_heads
-        local = self.local(q[:, :split], k[:, :split], v[:, :split], mask)
+        if not split:
+            return self._hashed(q, k, v, mask)
+        local = self._local(q[:, :split], k[:, :split], v[:, :split], mask)
         hashed = self._hashed(q[:, split:], k[:, split:], v[:, split:], mask) if split < q.shape[1] else local[:, :0]
         return torch.cat([local, hashed], dim=1)
 

@@ -48,11 +48,22 @@ def assert_real_rows_close(out, expected, mask, **tolerance):
 
 # --- the authors' rule, re-implemented independently in NumPy (lha_attention.py, mixed_attention.py) ---
 
-def authors_members(score: np.ndarray, mask: np.ndarray, buckets: int) -> np.ndarray:
+def authors_padded_length(n: int, buckets: int, local_block_size: int = 0) -> int:
+    """mixed_attention.py: chunk_len = (n − 1) // buckets + 1 is the local block size unless one is given; the
+    input is padded by extra_len = max(what makes n a multiple of the block, buckets · block − n)."""
+    block = local_block_size or (n - 1) // buckets + 1
+    extra = max(block - ((n - 1) % block + 1), buckets * block - n)
+    return n + extra
+
+
+def authors_members(score: np.ndarray, mask: np.ndarray, buckets: int, local_block_size: int = 0) -> np.ndarray:
     """score [B, H, n, buckets] → members [B, H, buckets, k]: softmax over buckets, padded tokens
-    pushed down by 1e10, the top ⌊⌊n / B⌋ · √2⌋ tokens of each bucket."""
+    pushed down by 1e10, the top int((P // buckets) · 2 ** 0.5) tokens of each bucket (lha_attention.py on
+    the padded length P; the positions past n are padding, ranked after every real token: not needed
+    while k ≤ n)."""
     n = score.shape[2]
-    chunk = int((n // buckets) * 2 ** 0.5)
+    chunk = int((authors_padded_length(n, buckets, local_block_size) // buckets) * 2 ** 0.5)
+    assert chunk <= n
     exp = np.exp(score - score.max(-1, keepdims=True))
     prob = np.swapaxes(exp / exp.sum(-1, keepdims=True), -1, -2)  # [B, H, buckets, n]
     prob = prob + np.where(mask[:, None, None, :], 0.0, -1e10)
@@ -140,15 +151,18 @@ def test_padded_tokens_get_no_utility_and_change_no_real_target():
     assert torch.isfinite(target_q).all() and torch.isfinite(target_k).all()
 
 
-@pytest.mark.parametrize("n, buckets", [(50, 4), (64, 8), (77, 5)])
-def test_buckets_follow_the_authors_rule(n, buckets):
+@pytest.mark.parametrize("n, buckets, block, size", [(50, 4, 0, 18), (64, 8, 0, 11), (77, 5, 0, 22), (37, 4, 16, 22),
+                                                    (37, 4, 5, 14)])
+def test_buckets_follow_the_authors_rule(n, buckets, block, size):
+    """The bucket size on the authors' padded length: 18 at n = 50, B = 4 (⌊⌈50/4⌉·√2⌋; ⌊⌊50/4⌋·√2⌋ is 16,
+    ⌊√2·50/4⌋ 17); with a local block size of 16, n = 37 pads to 4 · 16 = 64 (⌊16·√2⌋ = 22), of 5 to 40."""
     q, k, _ = qkv(n=n, d=16, scale=2.0)
     mask = padded(n, cut=13)
-    attn = build(n, d=16, num_buckets=buckets)
+    attn = build(n, d=16, num_buckets=buckets, local_block_size=block)
     score_q, score_k, query_index, key_index = attn.memberships(q, k, mask)
-    assert query_index.shape[-1] == int((n // buckets) * 2 ** 0.5)  # 16 at n = 50, B = 4 (⌊√2·n/B⌋ is 17)
+    assert query_index.shape[-1] == size
     for score, index in ((score_q, query_index), (score_k, key_index)):
-        expected = authors_members(score.detach().double().numpy(), mask.numpy(), buckets)
+        expected = authors_members(score.detach().double().numpy(), mask.numpy(), buckets, block)
         assert np.array_equal(np.sort(index.numpy(), -1), np.sort(expected, -1))
 
 
@@ -227,7 +241,7 @@ def test_buckets_are_balanced_top_k_and_match_the_attended_key_sets():
     mask = torch.ones(2, n, dtype=torch.bool)
     attn = build(n, num_buckets=8)
     _, _, query_index, key_index = attn.memberships(q, k, mask)
-    assert query_index.shape[-1] == key_index.shape[-1] == int(2**0.5 * (n // 8))  # sqrt(2) enlargement
+    assert query_index.shape[-1] == key_index.shape[-1] == int(2**0.5 * (n // 8))  # sqrt(2) enlargement (8 | n)
     keys = attn.attended_keys(q, k, mask)
     # Within-bucket softmax merged by log-sum-exp = softmax over the union of the query's buckets,
     # when no key is shared by two of those buckets; check on queries for which that holds.
@@ -278,11 +292,11 @@ def test_features_are_redrawn_every_training_step_from_the_seeded_generator():
     assert torch.equal(fixed.utility_features(q.device), fixed.features)
 
 
-def test_local_heads_are_sliding_window_attention():
+def test_sliding_local_heads_are_sliding_window_attention():
     n = 30
     q, k, v = qkv(n=n)
     mask = padded(n)
-    attn = build(n, num_buckets=1, local_heads=1, local_window=8)
+    attn = build(n, num_buckets=1, local_heads=1, local_pattern="sliding", local_window=8)
     out = attn(q, k, v, mask)
     torch.manual_seed(0)
     local = attention_zoo.build("longformer", num_heads=1, head_dim=16, max_seq_len=n, window_size=8,
@@ -304,3 +318,54 @@ def test_invalid_options_are_refused(options, field):
 def test_layer_norm_reference_matches_torch():
     x = torch.randn(3, 5, 16, dtype=torch.float64)
     torch.testing.assert_close(layer_norm64(x), F.layer_norm(x, (16,), eps=1e-6))
+
+
+def authors_local_attention(query, key, value, padding_mask, block_size):
+    """local_attention.py of the authors (non-causal, no relative positions), in float64 numpy as written there:
+    query, key, value [bs, length, heads, d] already padded to a multiple of block_size, padding_mask [bs, length]
+    bool; the −1e10 bias added in float32, as their dtype=jnp.float32 call adds it."""
+    bs, length, heads, d = query.shape
+    n_blocks = length // block_size
+    query = query.reshape(bs, n_blocks, block_size, heads, d) * d ** -0.5
+
+    def break_into_memory_blocks(x):
+        x = x.reshape(x.shape[0], n_blocks, block_size, x.shape[-2], x.shape[-1])
+        before = np.concatenate([x[:, -1:], x[:, :-1]], axis=1)
+        after = np.concatenate([x[:, 1:], x[:, :1]], axis=1)
+        return np.concatenate([x, before, after], axis=2)
+
+    key, value = break_into_memory_blocks(key), break_into_memory_blocks(value)
+    scores = np.einsum("bknhd,bkmhd->bknhm", query, key)
+    bias = np.where(padding_mask, 0.0, -1e10).astype(np.float32).reshape(bs, -1, 1, 1)
+    bias = break_into_memory_blocks(bias).reshape(bs, n_blocks, 1, 1, -1)
+    scores = np.where(bias < 0, (scores.astype(np.float32) + bias).astype(np.float64), scores)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    return np.einsum("bknhm,bkmhd->bknhd", weights, value).reshape(bs, length, heads, d)
+
+
+@pytest.mark.parametrize("n, buckets, block", [(30, 4, 0), (37, 4, 5), (10, 2, 0), (23, 1, 7)])
+def test_block_local_heads_are_the_authors_local_attention(n, buckets, block):
+    """The default local heads against the authors' local_attention.py, ported: on their padded length, blocks
+    of ⌈n/B⌉ (30, 4: 8 blocks of 8 → 32), a given block size (37, 4, 5: 40), two blocks, so the other one is
+    both before and after and counts twice (10, 2), one block seen three times (23, 1, 7: 28 = 4 blocks)."""
+    q, k, v = (x.double() for x in qkv(n=n, heads=3))
+    mask = padded(n, cut=9)
+    mask[0, 3] = False  # a padded token inside
+    attn = build(n, heads=3, num_buckets=buckets, local_heads=2, local_block_size=block).double()
+    out = attn(q, k, v, mask)
+    length = authors_padded_length(n, buckets, block)
+    size = block or (n - 1) // buckets + 1
+
+    def padded_rows(x):  # [B, H, n, d] → [bs, length, heads, d], zeros past n
+        return np.pad(x.transpose(1, 2).numpy(), [(0, 0), (0, length - n), (0, 0), (0, 0)])
+
+    theirs = authors_local_attention(padded_rows(q[:, :2]), padded_rows(k[:, :2]), padded_rows(v[:, :2]),
+                                     np.pad(mask.numpy(), [(0, 0), (0, length - n)]), size)[:, :n]
+    rows = mask.numpy()
+    np.testing.assert_allclose(out[:, :2].transpose(1, 2).detach().numpy()[rows], theirs[rows], rtol=1e-10, atol=1e-12)
+    keys = attn.attended_keys(q.float(), k.float(), mask)[:, :2]
+    blocks = length // size
+    for i in range(n):
+        near = [j for j in range(n) if (j // size - i // size) % blocks in (0, 1, blocks - 1)]
+        assert keys[0, 0, i].nonzero().flatten().tolist() == [j for j in near if mask[0, j]]
