@@ -2,6 +2,7 @@
 process, the original tokenisation, and the TSV → cache → ids round trip."""
 
 import collections
+import hashlib
 import math
 
 import numpy as np
@@ -130,9 +131,32 @@ def test_known_line_tokenises_to_its_ids():
 
 
 def test_string_form_nests_binary_pairs():
-    # [MAX 2 9 ] with three children written as the spec's example shape.
-    tree = ((("[MAX", 2), 9), "]")
-    assert listops.to_string(tree) == "( ( ( [MAX 2 ) 9 ) ] )"
+    # [MAX 2 9 ] written as the spec's example shape, and one operator inside another
+    assert listops.to_string(["[MAX", "2", "9"]) == "( ( ( [MAX 2 ) 9 ) ] )"
+    tree = ["[MAX", "2", "9", ["[SM", "1", "0"]]
+    assert listops.to_string(tree) == "( ( ( ( [MAX 2 ) 9 ) ( ( ( [SM 1 ) 0 ) ] ) ) ] )"
+    assert listops.value_of(tree) == listops.evaluate_tokens(listops.tokenize(listops.to_string(tree))) == 9
+
+
+# Digests of generated examples (split, source and label of each, in order) as the generator drew them before
+# its draws were inlined: a faster generator must draw the same examples from the same seeds.
+DRAWN = [(dict(seed=0, num_train=400, num_val=50, num_test=50),
+          "4ac8d15b65fb0d8fe3efb23f897c23059d9b755ccd6f6b82dcd6e4092ee02da9"),
+         (dict(seed=3, num_train=300, num_val=30, num_test=30, min_length=20, max_length=200, max_depth=6, max_args=5,
+               operator_probability=0.4), "e2e2366dcdfa04aa9c688932a12aae2cfbd87a322c1a9bb058c063365d131464"),
+         (dict(seed=1, num_train=200, num_val=20, num_test=20, min_length=10, max_length=120, max_args=2),
+          "c1b4928d75e467dfa6f9d7866fce5e86fbe36bd1d218bafc06a3e1a42813faea"),
+         (dict(seed=7, num_train=200, num_val=0, num_test=20, min_length=0, max_length=40, max_depth=3, max_args=16,
+               operator_probability=1.0), "c6ac07a6079eb497d46983d21d35772e88f41f9616760b7ff65392dc96272bad")]
+
+
+@pytest.mark.parametrize("settings, digest", DRAWN, ids=["reference", "shallow", "binary", "all-operators"])
+def test_the_generator_draws_the_examples_it_always_drew(settings, digest):
+    drawn = hashlib.sha256()
+    for split, source, label in listops.generate(listops.GeneratorSettings(**settings)):
+        assert label == listops.evaluate_tokens(listops.tokenize(source))
+        drawn.update(f"{split}\t{source}\t{label}\n".encode())
+    assert drawn.hexdigest() == digest
 
 
 def decode(ids):

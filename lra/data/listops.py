@@ -19,7 +19,7 @@ import statistics
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -42,7 +42,8 @@ PAD_ID, OOV_ID = 0, 1
 VOCABULARY: Tuple[str, ...] = ("<pad>", "<oov>", *map(str, range(10)), *OPERATORS, "X")
 TOKEN_TO_ID = {token: i for i, token in enumerate(VOCABULARY)}
 
-Tree = Union[int, str, tuple]
+DIGITS = tuple(map(str, range(10)))
+Tree = Union[str, list]  # a leaf digit, or [operator, child, …]
 
 
 @dataclass
@@ -74,34 +75,78 @@ class GeneratorSettings:
         return asdict(self)
 
 
-def _sample_tree(rng: random.Random, depth: int, s: GeneratorSettings) -> Tuple[Tree, int]:
-    """One draw of the recursive process; returns (nested binary-pair tree, token length).
+def tree_sampler(rng: random.Random, s: GeneratorSettings) -> Callable[[], Tuple[Optional[Tree], int]]:
+    """One draw of the recursive process per call: (tree, token length), the tree an operator node
+    ``[op, child, …]`` or a leaf digit (a one-character string).
 
-    A draw stops as soon as its length reaches ``max_length`` (it will be rejected anyway) and
-    returns ``None`` as its tree. Each draw is independent, so stopping early changes which random
-    numbers later draws use but not the distribution of the trees that are kept.
+    A draw stops as soon as its length reaches ``max_length`` (it will be rejected anyway) and returns
+    ``None`` as its tree. Each draw is independent, so stopping early changes which random numbers later
+    draws use but not the distribution of the trees that are kept. The draws are ``random.Random``'s
+    (``random()``; ``randint`` and ``choice`` as their rejection sampling on ``getrandbits`` computes them,
+    inlined: the same numbers from the same seed, a third of the time).
     """
-    if depth < s.max_depth and rng.random() < s.operator_probability:
-        num_args = rng.randint(2, s.max_args)
-        children, length = [], 2
-        for _ in range(num_args):
-            child, child_length = _sample_tree(rng, depth + 1, s)
-            length += child_length
-            if child is None or length >= s.max_length:
-                return None, length
-            children.append(child)
-        tree: Tree = (rng.choice(OPERATORS), children[0])
-        for child in children[1:]:
-            tree = (tree, child)
-        return (tree, END), length
-    return rng.randint(0, 9), 1
+    chance, getrandbits = rng.random, rng.getrandbits
+    max_depth, max_length, probability = s.max_depth, s.max_length, s.operator_probability
+    arities = s.max_args - 1  # randint(2, max_args): 2 + a draw below max_args − 1
+    arity_bits, operator_bits, digit_bits = arities.bit_length(), len(OPERATORS).bit_length(), 10 .bit_length()
+
+    def digit() -> str:
+        drawn = getrandbits(digit_bits)
+        while drawn >= 10:
+            drawn = getrandbits(digit_bits)
+        return DIGITS[drawn]
+
+    def operator_node(depth: int) -> Tuple[Optional[Tree], int]:
+        """The node at ``depth`` once its draw made it an operator: its children, then its operator."""
+        arity = getrandbits(arity_bits)
+        while arity >= arities:
+            arity = getrandbits(arity_bits)
+        node: list = [None]
+        length, below, branches = 2, depth + 1, depth + 1 < max_depth
+        for _ in range(arity + 2):
+            if branches and chance() < probability:
+                child, child_length = operator_node(below)
+                length += child_length
+                if child is None or length >= max_length:
+                    return None, length
+            else:  # a leaf: digit() without the call
+                drawn = getrandbits(digit_bits)
+                while drawn >= 10:
+                    drawn = getrandbits(digit_bits)
+                child, length = DIGITS[drawn], length + 1
+                if length >= max_length:
+                    return None, length
+            node.append(child)
+        operator = getrandbits(operator_bits)
+        while operator >= len(OPERATORS):
+            operator = getrandbits(operator_bits)
+        node[0] = OPERATORS[operator]
+        return node, length
+
+    def draw() -> Tuple[Optional[Tree], int]:
+        return operator_node(1) if 1 < max_depth and chance() < probability else (digit(), 1)
+
+    return draw
 
 
 def to_string(tree: Tree) -> str:
-    """The official string form: every pair written ``( left right )``."""
-    if isinstance(tree, tuple):
-        return f"( {to_string(tree[0])} {to_string(tree[1])} )"
-    return str(tree)
+    """The official string form: an operator over children c1 … ck nested as binary pairs, each pair written
+    ``( left right )``: ``[MAX 2 9 ]`` is ``( ( ( [MAX 2 ) 9 ) ] )``."""
+    if not isinstance(tree, list):
+        return tree
+    parts = ["( " * len(tree), tree[0]]
+    for child in tree[1:]:
+        parts += [" ", child if child.__class__ is str else to_string(child), " )"]
+    parts.append(" ] )")
+    return "".join(parts)
+
+
+def value_of(tree: Tree) -> int:
+    """The value of a tree (the label), as :func:`evaluate_tokens` computes it from its tokens."""
+    if not isinstance(tree, list):
+        return int(tree)
+    return apply_operator(tree[0], [DIGITS.index(child) if child.__class__ is str else value_of(child)
+                                    for child in tree[1:]])
 
 
 def tokenize(source: str) -> List[str]:
@@ -142,7 +187,7 @@ def apply_operator(op: str, args: Sequence[int]) -> int:
 
 def generate(settings: GeneratorSettings) -> Iterator[Tuple[str, str, int]]:
     """Yield (split, source string, label) for ``num_train + num_val + num_test`` distinct trees."""
-    rng = random.Random(settings.seed)
+    draw = tree_sampler(random.Random(settings.seed), settings)
     seen: set = set()
     for split, count in settings.sizes().items():
         produced, stalled = 0, 0
@@ -154,7 +199,7 @@ def generate(settings: GeneratorSettings) -> Iterator[Tuple[str, str, int]]:
                     f"{settings.min_length} < length < {settings.max_length} in {STALL_LIMIT:,} draws in a row, but "
                     f"{sum(settings.sizes().values()):,} are asked for; widen task.generator.min_length/max_length "
                     "or ask for fewer examples")
-            tree, length = _sample_tree(rng, 1, settings)
+            tree, length = draw()
             if tree is None or not settings.min_length < length < settings.max_length:
                 continue
             source = to_string(tree)
@@ -163,7 +208,7 @@ def generate(settings: GeneratorSettings) -> Iterator[Tuple[str, str, int]]:
             stalled = 0
             seen.add(source)
             produced += 1
-            yield split, source, evaluate_tokens(tokenize(source))
+            yield split, source, value_of(tree)
 
 
 def write_tsv_files(settings: GeneratorSettings, folder: Path, progress=None) -> None:
