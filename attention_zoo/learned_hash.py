@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_zoo._common import NEG_INF, gather_rows, at_least_float32, no_tokens
-from attention_zoo.local import LRA_MASK_BIAS
+from attention_zoo.local import lra_masked
 from attention_zoo.longformer import LongformerAttention, LongformerOptions
 from attention_zoo.options import InvalidOption, choice, number, whole
 from attention_zoo.performer import orthogonal_gaussian_features
@@ -65,12 +65,17 @@ class LearnedHashOptions:
     local_pattern: str = "blocks"  # blocks (the authors' local_attention.py) | sliding (a Longformer window)
     local_block_size: int = 0  # L of the blocks and of the authors' padding; 0: ⌈n / num_buckets⌉ (theirs)
     local_window: int = 128  # the sliding pattern's window
+    dropout: float = 0.0  # on the attention probabilities in training, hashed and block-local heads (the authors')
 
     def __post_init__(self):
         whole(self, 1, "num_buckets", "num_random_features")
         whole(self, 2, "local_window")
         whole(self, 0, "hidden_dim", "local_heads", "local_block_size")
         choice(self, "local_pattern", LOCAL_PATTERNS)
+        number(self, "dropout", 0.0, 1.0, high_open=True)
+        if self.dropout and self.local_heads and self.local_pattern == "sliding":
+            raise InvalidOption("dropout", self.dropout, "0 with local_pattern=sliding, whose window has no attention "
+                                "dropout (or local_pattern=blocks, the authors')")
         number(self, "own_kernel_share", 0.0, 1.0)
         number(self, "aux_loss_weight", 0.0)
         choice(self, "membership", MEMBERSHIPS)
@@ -117,25 +122,28 @@ def padded_length(n: int, buckets: int, block: int) -> tuple:
     return block, max(-(-n // block) * block, buckets * block)
 
 
-def block_local_attention(q, k, v, mask, block: int, padded: int):
+def block_local_attention(q, k, v, mask, block: int, padded: int, dropout: float = 0.0):
     """The authors' local heads (local_attention.py, non-causal), [B, H, n, d] → [B, H, n, dv]: q, k, v zero-padded
     to ``padded`` and cut into blocks of ``block``; a query attends the 3·block slots of its own block, the one
-    before and the one after (cyclically, as listed there, so a block seen twice counts twice), a padded key's
-    score −1e10, softmax over the slots."""
+    before and the one after (cyclically, as listed there, so a block seen twice counts twice; a single block
+    thrice), a padded key's score −1e10, softmax over the slots, then ``dropout`` on the probabilities. Only the
+    query blocks holding positions below n are computed (the others' rows are cut off anyway)."""
     batch, heads, n, d = q.shape
-    blocks = padded // block
+    blocks, used = padded // block, -(-n // block)
 
     def cut(x):
-        return F.pad(x, (0, 0, 0, padded - n)).view(batch, heads, blocks, block, x.shape[-1])
+        return F.pad(x, (0, 0, 0, padded - n)).view(x.shape[0], x.shape[1], blocks, block, x.shape[-1])
 
-    def around(x):  # [.., blocks, block, ..] → [.., blocks, 3·block, ..]: own, previous, next
-        return torch.cat([x, x.roll(1, dims=2), x.roll(-1, dims=2)], dim=3)
+    def around(x):  # [.., blocks, block, ..] → [.., used, 3·block, ..]: own, previous, next
+        return torch.cat([x[:, :, :used], x.roll(1, dims=2)[:, :, :used], x.roll(-1, dims=2)[:, :, :used]], dim=3)
 
-    real = around(F.pad(mask, (0, padded - n)).view(batch, 1, blocks, block))  # [B, 1, blocks, 3·block]
-    scores = (cut(q) * d ** -0.5) @ around(cut(k)).transpose(-1, -2)  # [B, H, blocks, block, 3·block]
-    scores = torch.where(real[:, :, :, None, :], scores, LRA_MASK_BIAS)
-    out = torch.softmax(scores, dim=-1) @ around(cut(v))
-    return out.reshape(batch, heads, padded, v.shape[-1])[:, :, :n]
+    real = around(F.pad(mask, (0, padded - n)).view(batch, 1, blocks, block, 1))[..., 0]  # [B, 1, used, 3·block]
+    scores = (cut(q)[:, :, :used] * d ** -0.5) @ around(cut(k)).transpose(-1, -2)  # [B, H, used, block, 3·block]
+    weights = torch.softmax(lra_masked(scores, real[:, :, :, None, :]), dim=-1)
+    if dropout:
+        weights = F.dropout(weights, dropout)
+    out = weights @ around(cut(v))
+    return out.reshape(batch, heads, used * block, v.shape[-1])[:, :, :n]
 
 
 def block_local_keys(n: int, block: int, padded: int, mask) -> torch.Tensor:
@@ -215,7 +223,8 @@ class LearnedHashAttention(Attention):
     def _local(self, q, k, v, mask):
         if self.local is not None:
             return self.local(q, k, v, mask)
-        return block_local_attention(q, k, v, mask, *self.padded_length(q.shape[2]))
+        return block_local_attention(q, k, v, mask, *self.padded_length(q.shape[2]),
+                                     dropout=self.options.dropout if self.training else 0.0)
 
     def _normalised(self, q, k):
         if not self.options.normalize_qk:
@@ -292,7 +301,10 @@ class LearnedHashAttention(Attention):
         key_real = mask[:, None, :].expand(batch, heads, n).gather(2, flat_k).view(batch, heads, buckets, 1, size)
         scores = (bq @ bk.transpose(-1, -2) / math.sqrt(d)).masked_fill(~key_real, NEG_INF)
         lse = scores.logsumexp(dim=-1).flatten(2)  # [B, H, buckets * size]
-        out = (torch.softmax(scores, dim=-1) @ bv).flatten(2, 3)
+        weights = torch.softmax(scores, dim=-1)
+        if self.training and self.options.dropout:  # after the log-sum-exp: the merge weighs undropped buckets
+            weights = F.dropout(weights, self.options.dropout)
+        out = (weights @ bv).flatten(2, 3)
 
         # Merge every (bucket, slot) result into its query with log-sum-exp weights.
         top = lse.new_full((batch, heads, n), float("-inf")).scatter_reduce(2, flat_q, lse, "amax")

@@ -14,8 +14,9 @@ divides n) with zero q, k, v and reshapes [P] to [b, G = P / b]: position t = a�
 group g, so a query attends to the b positions t' ≡ t (mod G), strided by G, not to its neighbours
 (causal: slot a' ≤ a). Its padding mask is reshaped the other way, [G, b] (``padding_mask.reshape(
 bs·num_blocks, block_size)``), so the pair (a, a') of group g is allowed when positions g·b + a and
-g·b + a' are real, and otherwise scores −1e10 (the LRA code's float32 s − 1e10); the padded positions count as real (``jnp.pad``
-of the boolean mask with −1e9 pads True). Both quirks are reproduced as they are.
+g·b + a' are real, and otherwise scores the LRA code's float32 s − 1e10 (−1e10 for |s| < 512); the
+padded positions count as real (``jnp.pad`` of the boolean mask with −1e9 pads True). Both quirks are
+reproduced as they are.
 """
 
 from __future__ import annotations
@@ -34,10 +35,16 @@ from attention_zoo.registry import Attention, register
 
 
 GROUPINGS = ("contiguous", "strided")
-# The LRA code's score of a masked pair: it adds lax.select(mask > 0, 0, -1e10) to float32 scores, and in float32
-# s − 1e10 is −1e10 for any |s| < 512, so a masked pair's score is replaced, not shifted (a row with every pair
-# masked is a uniform average in any dtype; float64 addition would keep s and softmax the raw scores).
+# The LRA code's bias on a masked pair: it adds lax.select(mask > 0, 0, -1e10) to float32 scores, and in float32
+# s − 1e10 is −1e10 for any |s| < 512. A masked pair's score is that float32 sum in any dtype (a row with every
+# pair masked is then a uniform average in float64 too; a float64 addition would keep s).
 LRA_MASK_BIAS = -1e10
+
+
+def lra_masked(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """``scores`` where ``allowed``, else the score plus −1e10 as the LRA code's float32 addition leaves it, in
+    any dtype: −1e10 exactly for |s| < 512."""
+    return torch.where(allowed, scores, (scores.float() + LRA_MASK_BIAS).to(scores.dtype))
 
 
 @dataclass
@@ -148,8 +155,8 @@ class LocalAttention(Attention):
         padded, _ = self._strided_geometry(n)
         grouped = self._grouped
         scores = grouped(scaled(q)) @ grouped(k).transpose(-1, -2)  # [B, H, G, b, b]
-        masked = torch.where(self._strided_allowed(mask, n)[:, None], scores, LRA_MASK_BIAS)
-        weights = torch.softmax(masked, dim=-1)
+        allowed = self._strided_allowed(mask, n)[:, None]
+        weights = torch.softmax(lra_masked(scores, allowed), dim=-1)
         if self.training and self.options.dropout:
             weights = F.dropout(weights, self.options.dropout)
         out = (weights @ grouped(v)).transpose(2, 3).reshape(batch, heads, padded, v.shape[-1])
@@ -185,7 +192,7 @@ class LocalAttention(Attention):
             allowed = real[b, query] & real[b, key]
             if causal:
                 allowed = allowed & (key <= query)
-            return torch.where(allowed, score, torch.full_like(score, LRA_MASK_BIAS))
+            return lra_masked(score, allowed)
 
         tables = _flex.block_tables(self.flex_pattern(n), q.device)
         out = _flex.attend(permuted(scaled(q)), permuted(k), permuted(v), tables, None, score_mod=lra_bias)

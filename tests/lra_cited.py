@@ -201,9 +201,12 @@ per_task("performer", "listops", **cite(f"{LRA}/listops/configs/performer_base.p
                                         attention__feature_epsilon=1e-6, attention__redraw_interval=1))
 per_task("sinkhorn", "listops", **cite(f"{LRA}/listops/train.py passes no classifier_pool: "
                                        "SinkhornTransformerEncoder's default MEAN", model__pooling="mean_unmasked"))
+LHA_CODE = "Edward-Sun/Learning-to-Hash-Attention (36f9ee3) lha_transformer.py"
 for task, local in (("listops", 4), ("text", 2), ("retrieval", 2), ("image", 4)):
-    ROW_TASKS[("lha_table3/lha", task)] = {"attention.local_heads": (local, f"{LHA_A5}: variant (d), LHA heads beside "
-                                                                            "local ones; half of each (ours)")}
+    rate, source = ATTENTION_DROPOUT[task]
+    ROW_TASKS[("lha_table3/lha", task)] = {
+        "attention.local_heads": (local, f"{LHA_A5}: variant (d), LHA heads beside local ones; half of each (ours)"),
+        "attention.dropout": (rate, f"{LHA_CODE}: attention_dropout_rate on both kinds of head, as {source}")}
 
 # What the cited code does that our backends cannot express: each row's entry in docs/attention.md
 # ("Paper presets and the configurations they cite") must name it.

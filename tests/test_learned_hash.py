@@ -344,11 +344,13 @@ def authors_local_attention(query, key, value, padding_mask, block_size):
     return np.einsum("bknhm,bkmhd->bknhd", weights, value).reshape(bs, length, heads, d)
 
 
-@pytest.mark.parametrize("n, buckets, block", [(30, 4, 0), (37, 4, 5), (10, 2, 0), (23, 1, 7)])
+@pytest.mark.parametrize("n, buckets, block", [(30, 4, 0), (37, 4, 5), (10, 2, 0), (23, 1, 7), (9, 1, 12), (33, 32, 0)])
 def test_block_local_heads_are_the_authors_local_attention(n, buckets, block):
     """The default local heads against the authors' local_attention.py, ported: on their padded length, blocks
     of ⌈n/B⌉ (30, 4: 8 blocks of 8 → 32), a given block size (37, 4, 5: 40), two blocks, so the other one is
-    both before and after and counts twice (10, 2), one block seen three times (23, 1, 7: 28 = 4 blocks)."""
+    both before and after and counts twice (10, 2), four blocks with one bucket (23, 1, 7: 28), a single
+    block, listed three times (9, 1, 12), and 32 blocks of 2 of which the last 15 hold only padding (33, 32:
+    block 0's "before" is one of them)."""
     q, k, v = (x.double() for x in qkv(n=n, heads=3))
     mask = padded(n, cut=9)
     mask[0, 3] = False  # a padded token inside
@@ -369,3 +371,25 @@ def test_block_local_heads_are_the_authors_local_attention(n, buckets, block):
     for i in range(n):
         near = [j for j in range(n) if (j // size - i // size) % blocks in (0, 1, blocks - 1)]
         assert keys[0, 0, i].nonzero().flatten().tolist() == [j for j in near if mask[0, j]]
+
+
+def test_attention_dropout_is_unbiased_and_only_in_training():
+    """dropout on the hashed and block-local heads' probabilities: none in evaluation; in training each call
+    drops (it differs from evaluation) and the mean over draws is the evaluation output (inverted dropout, and
+    the bucket merge is linear in the buckets' outputs)."""
+    n = 24
+    q, k, v = (x.double() for x in qkv(n=n))
+    mask = padded(n, cut=5)
+    attn = build(n, num_buckets=3, local_heads=1, dropout=0.3).double()
+    expected = attn.eval()(q, k, v, mask)
+    attn.train()
+    torch.manual_seed(0)
+    draws = torch.stack([attn(q, k, v, mask).detach() for _ in range(400)])
+    rows = mask[:, None, :, None].expand_as(expected)
+    for head in (0, 1):  # the local head, the hashed one
+        drawn, exact = draws[:, :, head][:, rows[:, head]], expected[:, head][rows[:, head]]
+        assert (drawn[0] - exact).abs().max() > 0.01
+        spread = drawn.std(0) / math.sqrt(len(draws))
+        assert ((drawn.mean(0) - exact).abs() <= 5 * spread + 1e-9).all()
+    with pytest.raises(attention_zoo.options.InvalidOption, match="local_pattern=sliding"):
+        attention_zoo.make_options("learned_hash", local_heads=1, local_pattern="sliding", dropout=0.1)

@@ -42,11 +42,14 @@ def lra_local_attention(q, k, v, mask, block_size, causal=False):
     return y[:, :n]
 
 
-@pytest.mark.parametrize("n, block_size, causal", [(103, 10, False), (100, 10, False), (37, 8, True), (5, 8, False)])
-def test_strided_local_equals_the_lra_codes_local_attention(n, block_size, causal):
+@pytest.mark.parametrize("n, block_size, causal, scale", [(103, 10, False, 1), (100, 10, False, 1), (37, 8, True, 1),
+                                                        (5, 8, False, 1), (37, 8, False, 40)])
+def test_strided_local_equals_the_lra_codes_local_attention(n, block_size, causal, scale):
+    """Scale 40: scores in the thousands, where the LRA code's float32 s − 1e10 keeps multiples of 1,024 of s."""
     torch.manual_seed(0)
     heads, depth = 2, 4
     q, k, v = (torch.randn(2, heads, n, depth, dtype=torch.float64) for _ in range(3))
+    q, k = q * scale, k * scale
     mask = torch.ones(2, n, dtype=torch.bool)
     mask[1, n * 2 // 3:] = False  # padding at the end, as a shorter document
     mask[0, 1] = False  # a token id 0 inside (the nonzero_ids quirk)
