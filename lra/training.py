@@ -206,6 +206,7 @@ class Trainer:
             return False
         path, payload = found
         checkpoint.check_config(path, payload, self.folder.config_sha256)
+        self.check_same_data(self.folder.read_record())
         try:
             self.model.load_state_dict(payload["model"])
             self.optimizer.load_state_dict(payload["optimizer"])
@@ -224,6 +225,19 @@ class Trainer:
         self.record.update(**{self.resumes_field: self.state.resumed_at_steps})
         self.announce(f"resumed from {path} at step {self.state.step}")
         return True
+
+    def check_same_data(self, record: dict) -> None:
+        """A resume trains on the data its record says the run trained on (the cache's fingerprint: its files
+        and settings), or is refused: the raw files were changed and prepared again, or another folder's."""
+        recorded = record.get("data_fingerprint")
+        if not isinstance(recorded, str) or recorded == self.data.fingerprint:
+            return
+        was = record.get("data_raw_folder") or record.get("data_source") or "its data"
+        now = self.data.raw_folder or self.data.source
+        raise UserError(f"cannot resume {self.folder.path}: it trained on other data (fingerprint {recorded}, from "
+                        f"{was}) than it would now ({self.data.fingerprint}, from {now}, in {self.data.cache_dir}); "
+                        "put the data it trained on back (prepared from the same files), or start a new run with the "
+                        "same overrides (its metrics.json and checkpoints are left as they were)")
 
     # ---------------------------------------------------------------- steps
     def _to_device(self, arrays):

@@ -177,9 +177,10 @@ class CacheBuilder:
     ...     builder.commit(settings)
     """
 
-    def __init__(self, cache_dir: Path, num_classes: Optional[int] = None):
+    def __init__(self, cache_dir: Path, num_classes: Optional[int] = None, replace: bool = False):
         self.cache_dir = Path(cache_dir)
         self.num_classes = num_classes  # labels must lie in 0 … num_classes − 1 (None: unchecked)
+        self.replace = replace  # a rebuild: the cache in place (if any) is swapped out at the commit, not before
         self.writers: Dict[str, SplitWriter] = {}
         self.extra: dict = {}
 
@@ -237,6 +238,9 @@ class CacheBuilder:
         atomic_write_text(self.staging / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
         if self.cache_dir.exists() and not (self.cache_dir / MANIFEST).is_file():
             shutil.rmtree(self.cache_dir)  # a leftover without a manifest is not a cache
+        if self.replace and self.cache_dir.exists():
+            self._swap_in()
+            return manifest
         try:
             os.replace(self.staging, self.cache_dir)
         except OSError:
@@ -245,6 +249,19 @@ class CacheBuilder:
             # Another job (same settings) finished first: keep its cache, which readers may hold open.
             return json.loads((self.cache_dir / MANIFEST).read_text())
         return manifest
+
+
+    def _swap_in(self) -> None:
+        """The staged cache in place of the one there, which is kept until then (a failed or interrupted
+        rebuild leaves it as it was): two renames with signals held off between them, then the old one
+        removed (readers holding its arrays open keep them)."""
+        from lra import signals
+
+        retired = self.cache_dir.parent / f".{self.cache_dir.name}.{os.getpid()}.replaced"
+        with signals.deferred():
+            os.replace(self.cache_dir, retired)
+            os.replace(self.staging, self.cache_dir)
+        shutil.rmtree(retired, ignore_errors=True)
 
 
 def load_cache(cache_dir: Path, rebuild_command: str, settings: Optional[dict] = None,

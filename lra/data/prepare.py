@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Optional, Tuple
@@ -93,14 +92,13 @@ def load_task_data(
         if not rebuild and recorded != raw_folder:
             announce(f"the cache was built from {recorded}; rebuilding it from {raw_folder}")
             rebuild = True
-    if rebuild and cache_dir.exists():
-        shutil.rmtree(cache_dir)
-    if not (cache_dir / MANIFEST).is_file():
+    if rebuild or not (cache_dir / MANIFEST).is_file():
         if not (prepare or conversion.automatic):
             raise UserError(f"no prepared {task.name} data ({task.source}) in {data_dir}; prepare it once with: {command}")
         _writable(cache_dir.parent)
-        announce(f"preparing {task.name} ({task.source}) into {cache_dir}")
-        with CacheBuilder(cache_dir, num_classes=task.num_classes) as builder:
+        announce(f"preparing {task.name} ({task.source}) into {cache_dir}"
+                 + (" (the cache there is kept until the new one is complete)" if (cache_dir / MANIFEST).is_file() else ""))
+        with CacheBuilder(cache_dir, num_classes=task.num_classes, replace=rebuild) as builder:
             builder.extra["raw_folder"] = raw_folder or conversion.locate()
             conversion.build(builder, announce)
             builder.commit(cache_settings(task, conversion))
@@ -108,6 +106,8 @@ def load_task_data(
                     else f"{command} --force")
     expected = json.loads(json.dumps(cache_settings(task, conversion)))  # as its manifest records them
     splits, manifest = load_cache(cache_dir, rebuild_command=rebuild_with, settings=expected, splits=SPLITS)
+    _check_raw_folder(task, conversion, manifest, cache_dir, command)
+    _check_labels(task, splits, cache_dir)
     data = PreparedData(splits, manifest, cache_dir)
     if task.validation == "heldout":
         data.splits, data.validation = heldout(data.splits, task.heldout_size, task.heldout_seed, task.name)
@@ -117,6 +117,27 @@ def load_task_data(
     subsets = {"train": train_subset, "val": eval_subset, "test": eval_subset}
     data.splits = {name: split.subset(subsets[name]) for name, split in data.splits.items()}
     return data
+
+
+def _check_raw_folder(task, conversion: Conversion, manifest: dict, cache_dir: Path, command: str) -> None:
+    """An explicit ``task.path`` is served only a cache prepared from that folder (a cache's folder name is
+    the fingerprint of its settings, which for the user's own files do not include where they are)."""
+    if not task.path or task.source == "generate" or "raw_folder" not in manifest:
+        return
+    folder = conversion.locate()
+    if folder is not None and manifest["raw_folder"] != folder:
+        raise UserError(f"the {task.name} cache {cache_dir} was prepared from "
+                        f"{manifest['raw_folder']}, not task.path={folder}; prepare it from there with: {command}")
+
+
+def _check_labels(task, splits: Dict[str, TokenSplit], cache_dir: Path) -> None:
+    """The cache's labels fit the task's ``num_classes`` (the cache was checked against the value it was
+    built with, which a run may set otherwise)."""
+    highest = max((int(split.labels.max()) for split in splits.values() if len(split)), default=-1)
+    if highest >= task.num_classes:
+        raise UserError(f"the prepared {task.name} data ({cache_dir}) has labels up to {highest}, but "
+                        f"task.num_classes={task.num_classes}; set task.num_classes={highest + 1} (the task's own) "
+                        "or leave it out")
 
 
 def heldout(splits: Dict[str, TokenSplit], size: int, seed: int, task: str):

@@ -1,0 +1,133 @@
+"""A prepared cache is only ever replaced by a complete one: ``lra-prepare --force``, or preparing again from
+another raw folder, builds the new cache beside the old one and swaps it in at the end, so a rebuild that
+fails on bad input or is killed leaves the cache that was there as it was. A run only ever trains on the data
+it is told: a resume whose data changed since it trained, an explicit ``task.path`` other than the cache's
+raw folder, and labels the task's ``num_classes`` cannot hold are each refused in one line."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+
+import pytest
+
+from conftest import read_json, run_command
+from helpers import write_aan
+from lra.data import listops
+
+
+def digest(folder):
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def last_line(result):
+    return result.stderr.strip().splitlines()[-1]
+
+
+def prepared_retrieval(tmp_path, name="good"):
+    """(data dir, the cache folder, its files' digests) after lra-prepare retrieval from ``tmp_path/name``."""
+    write_aan(tmp_path / name)
+    data = tmp_path / "data"
+    run_command(["lra-prepare", "retrieval", "--path", str(tmp_path / name), "--data-dir", str(data)], tmp_path, data)
+    (cache,) = (data / "retrieval" / "cache").iterdir()
+    return data, cache, digest(cache)
+
+
+def damaged_copy(tmp_path, name="bad"):
+    shutil.copytree(tmp_path / "good", tmp_path / name)
+    with open(tmp_path / name / "lra_release" / "tsv_data" / "new_aan_pairs.train.tsv", "a") as handle:
+        handle.write("1.0\tid\tid\tone field short\n")
+    return tmp_path / name
+
+
+@pytest.mark.parametrize("how", ["force", "other_folder", "killed"])
+def test_a_rebuild_that_fails_or_is_killed_leaves_the_cache_that_was_there(tmp_path, how):
+    data, cache, before = prepared_retrieval(tmp_path)
+    if how == "force":  # the same folder, damaged since, rebuilt on request
+        damaged = damaged_copy(tmp_path, "good-damaged")
+        shutil.rmtree(tmp_path / "good")
+        damaged.rename(tmp_path / "good")
+        args, env = ["--path", str(tmp_path / "good"), "--force"], None
+    elif how == "other_folder":  # preparing from another folder rebuilds the cache from it
+        args, env = ["--path", str(damaged_copy(tmp_path))], None
+    else:  # killed while it writes the new cache's examples
+        args, env = ["--path", str(tmp_path / "good"), "--force"], {"LRA_FAULT": "cache_example:5:SIGKILL"}
+    result = run_command(["lra-prepare", "retrieval", *args, "--data-dir", str(data)], tmp_path, data,
+                         env_extra=env, check=False)
+    assert result.returncode in ((-9, 137) if how == "killed" else (1,)), (result.returncode, result.stderr)
+    if how != "killed":
+        assert "expected" in last_line(result) or "field" in last_line(result), result.stderr
+    assert digest(cache) == before, "the cache that was there is kept whole"
+    if how != "other_folder":
+        shutil.rmtree(tmp_path / "good")
+        write_aan(tmp_path / "good")
+    trained = run_command(["lra-train", "task=retrieval", "trainer=smoke", "trainer.max_steps=2", "model.num_layers=1",
+                           f"data_dir={data}", "hydra.run.dir=run"], tmp_path, data, check=False)
+    assert trained.returncode == 0, trained.stderr
+    assert read_json(tmp_path / "run" / "metrics.json")["data_cache"] == str(cache)
+
+
+def test_a_forced_rebuild_replaces_the_cache_in_place(tmp_path):
+    data, cache, before = prepared_retrieval(tmp_path)
+    result = run_command(["lra-prepare", "retrieval", "--path", str(tmp_path / "good"), "--data-dir", str(data),
+                          "--force"], tmp_path, data)
+    assert "the cache there is kept until the new one is complete" in result.stdout + result.stderr
+    assert digest(cache).keys() == before.keys()
+    assert sorted(p.name for p in cache.parent.iterdir()) == [cache.name], "no staging or retired folder stays"
+
+
+def test_an_explicit_task_path_is_not_served_another_folders_cache(tmp_path):
+    data, cache, _ = prepared_retrieval(tmp_path)
+    shutil.copytree(tmp_path / "good", tmp_path / "other")
+    result = run_command(["lra-train", "task=retrieval", "task.source=lra_release", f"task.path={tmp_path / 'other'}",
+                          "trainer=smoke", "trainer.max_steps=2", f"data_dir={data}", "hydra.run.dir=run"],
+                         tmp_path, data, check=False)
+    line = last_line(result)
+    assert result.returncode == 1 and "was prepared from" in line and str(tmp_path / "good") in line, result.stderr
+    assert f"lra-prepare retrieval --source lra_release --path {tmp_path / 'other'}" in line, line
+    record = read_json(tmp_path / "run" / "metrics.json")
+    assert record["status"] == "failed" and not record.get("steps")
+
+
+def release(folder, seed=4, flip=False):
+    """A small ListOps release in ``folder`` (its labels shifted by one with ``flip``)."""
+    target = folder / "lra_release" / "listops-1000"
+    listops.write_tsv_files(listops.GeneratorSettings(seed=seed, num_train=96, num_val=24, num_test=24, min_length=20,
+                                                      max_length=200), target)
+    if flip:
+        path = target / "basic_train.tsv"
+        header, *rows = path.read_text().splitlines()
+        path.write_text("\n".join([header, *(f"{r.split(chr(9))[0]}\t{(int(r.split(chr(9))[1]) + 1) % 10}"
+                                             for r in rows)]) + "\n")
+    return folder
+
+
+def test_a_resume_whose_data_changed_since_it_trained_is_refused(tmp_path):
+    data = tmp_path / "data"
+    run = ["task.source=lra_release", f"task.path={release(tmp_path / 'raw')}", "task.max_length=256",
+           "trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=2", "trainer.checkpoint_every=2",
+           "hydra.run.dir=run"]
+    killed = run_command(["lra-train", *run], tmp_path, data, env_extra={"LRA_FAULT": "step:4:SIGTERM"}, check=False)
+    assert killed.returncode == 143, killed.stderr
+    before = read_json(tmp_path / "run" / "metrics.json")
+    release(tmp_path / "raw", flip=True)  # the same files, other labels
+    result = run_command(["lra-train", f"resume={tmp_path / 'run'}"], tmp_path, data, check=False)
+    line = last_line(result)
+    assert result.returncode == 1 and "it trained on other data (fingerprint " in line, result.stderr
+    assert before["data_fingerprint"] in line and "start a new run" in line, line
+    assert read_json(tmp_path / "run" / "metrics.json") == before
+
+
+def test_labels_that_num_classes_cannot_hold_are_one_line_naming_it(tmp_path):
+    """The cache was prepared for the task's 10 classes; a run that sets fewer is refused before training (it
+    ended in cross_entropy's IndexError, a 'bug in the harness' line)."""
+    data, raw = tmp_path / "data", release(tmp_path / "raw")
+    common = ["task.source=lra_release", f"task.path={raw}", "task.max_length=256", "trainer=smoke",
+              "trainer.max_steps=2"]
+    run_command(["lra-train", *common, "hydra.run.dir=first"], tmp_path, data)
+    result = run_command(["lra-train", *common, "task.num_classes=5", "hydra.run.dir=run"], tmp_path, data,
+                         check=False)
+    line = last_line(result)
+    assert result.returncode == 1 and "task.num_classes=5" in line and "labels up to 9" in line, result.stderr
+    assert "bug" not in line
