@@ -70,3 +70,28 @@ def test_lra_gpu_check_quick_on_cpu_runs_every_step_and_writes_its_flat_folder(t
     assert "Softmax" in sweep and "YOSO-32" in sweep and "tokens/s" in sweep and "runs: 2 completed" in sweep, sweep
     assert "skipped" in (out / "pytest.log").read_text() or "deselected" in (out / "pytest.log").read_text()
     assert "wrote" in result.stdout
+
+
+def test_lra_prepare_takes_any_folder_name_and_lra_trains_printed_command_runs_as_printed(tmp_path):
+    """--path and --data-dir are folder names, not Hydra overrides: parentheses, a comma, a quote and ${...}
+    (a folder copied as 'lra_release (1)') are taken as they are, and the lra-prepare command lra-train prints
+    for a missing cache runs as printed."""
+    import shlex
+
+    from helpers import write_aan
+
+    raw, data = tmp_path / "lra_release (1), x", tmp_path / "data (copy)"
+    write_aan(raw)
+    missing = run_command(["lra-train", "task=retrieval", "task.source=lra_release", f"task.path='{raw}'",
+                           "trainer=smoke", "trainer.max_steps=2", "hydra.run.dir=run"], tmp_path, data, check=False)
+    line = missing.stderr.strip().splitlines()[-1]
+    assert missing.returncode == 1 and "prepare it once with: lra-prepare retrieval" in line, missing.stderr
+    prepared = run_command(shlex.split(line.split("prepare it once with: ", 1)[1]), tmp_path, data, check=False)
+    assert prepared.returncode == 0 and '"counts": {"test": 6, "train": 6, "val": 6}' in prepared.stdout, prepared.stderr
+    odd = tmp_path / "it's ${HOME}"
+    write_aan(odd)
+    again = run_command(["lra-prepare", "retrieval", "--path", str(odd), "--data-dir", str(tmp_path / "d,2")], tmp_path,
+                        data, check=False)
+    assert again.returncode == 0, again.stderr
+    (cache,) = (tmp_path / "d,2" / "retrieval" / "cache").iterdir()
+    assert read_json(cache / "manifest.json")["raw_folder"] == str(odd / "lra_release" / "tsv_data")

@@ -29,6 +29,7 @@ def main(argv=None) -> None:
     args = parser.parse_intermixed_args(argv)  # overrides may come before or after the options
 
     from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
 
     from lra.commands import composition_errors
     from lra.config import CONF_DIR, register_configs, register_resolvers
@@ -44,8 +45,8 @@ def main(argv=None) -> None:
         spelled = [o.split("=", 1)[1] for o in args.overrides if o.split("=", 1)[0].lstrip("+") == key]
         if given is not None and any(value != given for value in spelled):
             parser.error(f"--{option.replace('_', '-')} {given} contradicts {key}={spelled[-1]}; give one of them")
-        if given is not None:
-            overrides.append(f"{key}={given}")
+    if args.source is not None:
+        overrides.append(f"task.source={args.source}")
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name="config", overrides=overrides)
@@ -54,6 +55,10 @@ def main(argv=None) -> None:
         if message is None:
             raise
         raise ConfigError(message) from None
+    for option, key in (("path", "task.path"), ("data_dir", "data_dir")):
+        given = getattr(args, option)
+        if given is not None:  # set on the composed config, not parsed as an override: a path may hold ( ) , ' $ …
+            OmegaConf.update(cfg, key, given.replace("${", "\\${"), merge=False)
     unknown_keys(cfg.task, "task.")
     check_group(cfg.task, "task")  # the task's rules, as lra-train checks them, before anything is written
     data = load_task_data(cfg.task, cfg.data_dir, prepare=True, rebuild=args.force)
@@ -63,6 +68,7 @@ def main(argv=None) -> None:
 def _valid_keys(task: str, path: str) -> list:
     """Keys of the task's default config at a dotted path, for suggestions in error messages."""
     from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import DictConfig, OmegaConf
 
