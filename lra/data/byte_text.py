@@ -8,6 +8,7 @@ them. As in the original, the test split doubles as the validation split.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
@@ -38,17 +39,44 @@ def find_aclimdb(path: Optional[str]) -> Path:
 
 
 def aclimdb_files(root: Path, split: str) -> List[Tuple[Path, int]]:
-    """(review file, label) for ``split`` (train | test): negatives then positives, files in name order."""
-    return [(file, label) for name, label in IMDB_LABELS.items() for file in sorted((root / split / name).glob("*.txt"))]
+    """(review file, label) for ``split`` (train | test): negatives then positives, files in name order.
+    Each class folder must exist, be listable and hold a review: a missing class is refused, never
+    dropped (the rest would train with one label)."""
+    return [(file, label) for name, label in IMDB_LABELS.items() for file in _class_reviews(root / split / name)]
+
+
+def _class_reviews(folder: Path) -> List[Path]:
+    """The ``*.txt`` files of one class folder in name order; a folder that is missing, cannot be
+    listed or holds no review raises naming it."""
+    try:
+        with os.scandir(folder) as entries:
+            reviews = sorted(Path(entry.path) for entry in entries if entry.name.endswith(".txt"))
+    except (FileNotFoundError, NotADirectoryError):
+        raise UserError(f"{folder} is missing: the aclImdb download is incomplete; re-extract aclImdb_v1.tar.gz "
+                        "there") from None
+    except OSError as exc:
+        raise UserError(f"cannot list {folder} ({exc.strerror}): make it readable, or re-extract "
+                        "aclImdb_v1.tar.gz there") from None
+    if not reviews:
+        raise UserError(f"no reviews (*.txt) in {folder}: the aclImdb download is incomplete or damaged; "
+                        "re-extract aclImdb_v1.tar.gz there")
+    return reviews
 
 
 def read_aclimdb(files: List[Tuple[Path, int]]) -> Iterator[Tuple[bytes, int]]:
-    """(review bytes, label) per file of :func:`aclimdb_files`, stripped as tfds' ``imdb_reviews``."""
+    """(review bytes, label) per file of :func:`aclimdb_files`, stripped as tfds' ``imdb_reviews``. A file
+    with no review text raises naming it: no official review is empty."""
     for file, label in files:
         try:
-            yield file.read_bytes().strip(), label
+            raw = file.read_bytes()
         except OSError as exc:
             raise UserError(f"cannot read {file}: {exc.strerror}") from None
+        review = raw.strip()
+        if not review:
+            found = "is empty (0 bytes)" if not raw else f"holds only whitespace ({len(raw)} bytes)"
+            raise UserError(f"{file} {found}, but no aclImdb review is: the download is damaged; re-extract "
+                            "aclImdb_v1.tar.gz there")
+        yield review, label
 
 
 def read_tfds(name: str, split: str, data_dir: Optional[str], fields: Tuple[str, str], record: Optional[dict] = None):

@@ -10,6 +10,7 @@ the MD5 of the split's name followed by the key (:func:`tfds_order`), so ``train
 from __future__ import annotations
 
 import hashlib
+import math
 import pickle
 from pathlib import Path
 from typing import Iterator, Optional, Tuple
@@ -21,6 +22,7 @@ from lra.errors import UserError
 TRAIN_BATCHES = [f"data_batch_{i}" for i in range(1, 6)]
 TEST_BATCH = "test_batch"
 TRAIN_FRACTION = 0.9
+CLASSES = 10
 GRAY_WEIGHTS = tuple(np.float32(w) for w in (0.2989, 0.5870, 0.1140))  # tf.image.rgb_to_grayscale's
 
 
@@ -50,19 +52,51 @@ def find_cifar_python(path: Optional[str]) -> Path:
 
 
 def read_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
-    """(RGB uint8 [N, 32, 32, 3], labels int64 [N]) of one CIFAR-10 python pickle."""
+    """(RGB uint8 [N, 32, 32, 3], labels int64 [N]) of one CIFAR-10 python pickle. Pixels must be the
+    official uint8 and labels whole numbers 0 … 9: a cast would change them without a word."""
     try:
         with open(path, "rb") as handle:
             batch = pickle.load(handle, encoding="bytes")
-        data, labels = batch[b"data"], batch[b"labels"]
-        images = np.asarray(data, dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-        labels = np.asarray(labels, dtype=np.int64)
+        data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
     except Exception as exc:
         raise UserError(f"{path} is not a readable CIFAR-10 python batch ({type(exc).__name__}: {exc}); "
                         "re-extract cifar-10-python.tar.gz") from None
-    if len(images) != len(labels):
-        raise UserError(f"{path}: {len(images)} images but {len(labels)} labels")
-    return images, labels
+    if data.dtype != np.uint8:
+        raise UserError(f"{path}: the pixels are {data.dtype}, but CIFAR-10's are uint8 (0 … 255) and converting "
+                        "would change them; re-extract cifar-10-python.tar.gz")
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+        raise UserError(f"{path}: the pixel array has shape {data.shape}, expected (images, 3072); "
+                        "re-extract cifar-10-python.tar.gz")
+    if len(data) != len(labels):
+        raise UserError(f"{path}: {len(data)} images but {len(labels)} labels")
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), _class_labels(path, labels)
+
+
+def _class_labels(path: Path, labels: np.ndarray) -> np.ndarray:
+    """``labels`` as int64 when every one is a whole number 0 … 9 (3.0 counts); else the first other
+    one raises naming the file and its index."""
+    if labels.ndim != 1:
+        raise UserError(f"{path}: the labels have shape {labels.shape}, expected one per image; "
+                        "re-extract cifar-10-python.tar.gz")
+    if labels.dtype.kind in "iu":
+        bad = (labels < 0) | (labels >= CLASSES)
+    elif labels.dtype.kind == "f":
+        whole = np.isfinite(labels) & (labels == np.floor(labels))
+        bad = ~whole | (labels < 0) | (labels >= CLASSES)
+    else:  # objects (e.g. None among numbers), text, booleans: judged one by one
+        bad = np.array([not _is_class(value) for value in labels.tolist()], dtype=bool)
+    if bad.any():
+        index = int(np.argmax(bad))
+        raise UserError(f"{path}: label {index}: the label is {labels.tolist()[index]!r}, but this task's labels are "
+                        f"0 … {CLASSES - 1} (whole numbers); the batch is damaged: re-extract cifar-10-python.tar.gz")
+    return labels.astype(np.int64)
+
+
+def _is_class(value) -> bool:
+    """Whether a Python value is a whole number 0 … 9 (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) and float(value).is_integer() and 0 <= value < CLASSES
 
 
 def tfds_order(split_name: str, count: int) -> np.ndarray:

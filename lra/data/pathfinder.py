@@ -4,13 +4,17 @@ the generator in :mod:`lra.data.pathfinder_writer` also writes.
 ``metadata/<k>.npy`` is plain text despite its name: per image a line ``imgs/<k> sample_<i>.png <i>
 <label> ...``. The split is a seeded 80/10/10 permutation of all metadata lines (files in numeric
 order, lines in file order); zero-byte images (present in the release) are skipped and counted.
+Refused, each in one line naming it: a metadata file not named ``<k>.npy``, a line naming an image that
+another line names (it would leak between splits), and an image other than 8-bit greyscale (mode L).
 """
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -38,21 +42,30 @@ def find_release(path: Optional[str], resolution: int, difficulty: str) -> Path:
     for candidate in candidates:
         if (candidate / "metadata").is_dir() and (candidate / "imgs").is_dir():
             return candidate
-    raise UserError(f"no {folder}/{{metadata,imgs}} under {root} (looked in ., {folder}/, pathfinder{resolution}/{folder}/, "
-                    f"lra_release/pathfinder{resolution}/{folder}/); point --path at the extracted LRA release")
+    raise UserError(f"no {folder}/{{metadata,imgs}} under {root} (looked in ., {folder}/, "
+                    f"pathfinder{resolution}/{folder}/, lra_release/pathfinder{resolution}/{folder}/); point --path at "
+                    "the extracted LRA release")
 
 
-def _numeric_order(path: Path):
-    return (0, int(path.stem), "") if path.stem.isdigit() else (1, 0, path.stem)
+def metadata_files(root: Path) -> List[Path]:
+    """``root/metadata/<k>.npy`` in numeric order; any other ``*.npy`` there (a stray copy, say) raises
+    naming it, as the release names its metadata files by folder number only."""
+    files = sorted((root / "metadata").glob("*.npy"))
+    if not files:
+        raise UserError(f"{root / 'metadata'} holds no metadata files (<k>.npy)")
+    for file in files:
+        if not re.fullmatch(r"[0-9]+", file.stem):
+            raise UserError(f"{file} is not a release metadata file (the release names them <k>.npy, k = 0, 1, …); "
+                            f"move it out of {root / 'metadata'}")
+    return sorted(files, key=lambda file: int(file.stem))
 
 
 def read_metadata(root: Path) -> List[Entry]:
-    """Every image named by ``root/metadata/*.npy``, in order; a malformed line raises naming it."""
-    files = sorted((root / "metadata").glob("*.npy"), key=_numeric_order)
-    if not files:
-        raise UserError(f"{root / 'metadata'} holds no metadata files (<k>.npy)")
-    entries = []
-    for file in files:
+    """Every image named by ``root/metadata/*.npy``, in order; a malformed line, or one naming an image
+    that an earlier line names (it would be in two splits), raises naming it."""
+    entries: List[Entry] = []
+    named: Dict[str, str] = {}
+    for file in metadata_files(root):
         for number, line in enumerate(file.read_text(errors="replace").splitlines(), start=1):
             fields = line.split()
             if not fields:
@@ -60,7 +73,12 @@ def read_metadata(root: Path) -> List[Entry]:
             where = f"{file}:{number}"
             if len(fields) < 4 or fields[3] not in ("0", "1"):
                 raise UserError(f"{where}: expected 'imgs/<k> <file> <index> <label 0|1> ...', found {line[:80]!r}")
-            entries.append(Entry(root / fields[0] / fields[1], int(fields[3]), where))
+            image = root / fields[0] / fields[1]
+            first = named.setdefault(os.path.normpath(image), where)
+            if first != where:
+                raise UserError(f"{where} names {image}, which {first} names already: each image is in the release "
+                                "once; remove the duplicate metadata line or file (a copy?)")
+            entries.append(Entry(image, int(fields[3]), where))
     return entries
 
 
@@ -75,18 +93,24 @@ def assign_splits(count: int, seed: int) -> np.ndarray:
 
 
 def read_pixels(entry: Entry, resolution: int) -> Optional[np.ndarray]:
-    """The image's pixels, row-major uint8 [resolution²]; None for a zero-byte (empty) file."""
+    """The image's pixels, row-major uint8 [resolution²]; None for a zero-byte (empty) file. Only 8-bit
+    greyscale (mode L), the release's, is read: any other mode raises naming it (a conversion would
+    clip 16-bit values or mix colours without a word)."""
     from PIL import Image
 
     try:
         if entry.image.stat().st_size == 0:
             return None
         with Image.open(entry.image) as image:
-            pixels = np.asarray(image.convert("L") if image.mode != "L" else image, dtype=np.uint8)
+            mode = image.mode
+            pixels = np.asarray(image, dtype=np.uint8) if mode == "L" else None
     except FileNotFoundError:
         raise UserError(f"{entry.source}: the image {entry.image} does not exist") from None
     except Exception as exc:
         raise UserError(f"{entry.source}: cannot read {entry.image} ({type(exc).__name__}: {exc})") from None
+    if pixels is None:
+        raise UserError(f"{entry.source}: {entry.image} is a mode {mode} image, but the release's are 8-bit "
+                        "greyscale (mode L); re-extract the release")
     if pixels.shape != (resolution, resolution):
         raise UserError(f"{entry.source}: {entry.image} is {pixels.shape[1]}x{pixels.shape[0]}, expected "
                         f"{resolution}x{resolution} (task.resolution={resolution})")

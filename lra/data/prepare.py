@@ -312,10 +312,7 @@ def _text(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
             writer = builder.split(split, num_documents=1, dtype=np.uint16)
             if task.source == "aclimdb":
                 root = byte_text.find_aclimdb(task.path)
-                files = byte_text.aclimdb_files(root, split)
-                if not files:
-                    raise UserError(f"no reviews (*.txt) in {root / split}/neg or /pos; extract the whole "
-                                    "aclImdb_v1.tar.gz there")
+                files = byte_text.aclimdb_files(root, split)  # each class folder holds reviews, or it raises
                 rows, total = byte_text.read_aclimdb(files), len(files)
             else:
                 source = byte_text.read_tfds("imdb_reviews", split, task.path, ("text", "label"), builder.extra)
