@@ -7,6 +7,7 @@ raw folder, and labels the task's ``num_classes`` cannot hold are each refused i
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 
 import pytest
@@ -131,3 +132,55 @@ def test_labels_that_num_classes_cannot_hold_are_one_line_naming_it(tmp_path):
     line = last_line(result)
     assert result.returncode == 1 and "task.num_classes=5" in line and "labels up to 9" in line, result.stderr
     assert "bug" not in line
+
+
+def test_changed_user_files_are_prepared_again_or_refused_never_served_stale(tmp_path):
+    """aclImdb grown by four reviews after it was prepared: lra-train refuses the stale cache naming lra-prepare
+    --force; lra-prepare as before rebuilds it (it said nothing and kept the old counts); touched files that are
+    the same bytes are not a change."""
+    from helpers import write_aclimdb
+
+    write_aclimdb(tmp_path / "imdb")
+    data = tmp_path / "data"
+    prepare = ["lra-prepare", "text", "--source", "aclimdb", "--path", str(tmp_path / "imdb"), "--data-dir", str(data)]
+    first = run_command(prepare, tmp_path, data)
+    reviews = sorted((tmp_path / "imdb").rglob("*.txt"))
+    for review in reviews[:3]:
+        review.touch()
+    train = ["lra-train", "task=text", "trainer=smoke", "trainer.max_steps=2", f"data_dir={data}"]
+    run_command([*train, "hydra.run.dir=touched"], tmp_path, data)
+    for i in range(4):
+        (reviews[0].parent / f"{1000 + i}_9.txt").write_text(f"a new review {i}")
+    refused = run_command([*train, "hydra.run.dir=stale"], tmp_path, data, check=False)
+    line = last_line(refused)
+    assert refused.returncode == 1 and "differ from those" in line and line.endswith("--force"), refused.stderr
+    again = run_command(prepare, tmp_path, data)
+    assert "rebuilding it" in again.stdout + again.stderr
+    assert json.loads(again.stdout.strip().splitlines()[-1])["counts"] != json.loads(
+        first.stdout.strip().splitlines()[-1])["counts"]
+    run_command([*train, "hydra.run.dir=fresh"], tmp_path, data)
+
+
+def test_listops_from_the_release_survives_a_touch_and_a_deleted_release_and_follows_a_change(tmp_path):
+    """The release's cache is named by its folder, not its files' times: a touched file trains on the same data
+    (task.source=auto generated ListOps instead), a deleted release trains on its cache, changed labels
+    rebuild it with one line."""
+    data, raw = tmp_path / "data", release(tmp_path / "raw")
+    common = ["task.max_length=256", "trainer=smoke", "trainer.max_steps=2"]
+    run_command(["lra-train", "task.source=lra_release", f"task.path={raw}", *common, "hydra.run.dir=a"],
+                           tmp_path, data)
+    fingerprint = read_json(tmp_path / "a" / "metrics.json")["data_fingerprint"]
+    (raw / "lra_release" / "listops-1000" / "basic_test.tsv").touch()
+    run_command(["lra-train", *common, "hydra.run.dir=b"], tmp_path, data)
+    record = read_json(tmp_path / "b" / "metrics.json")
+    assert record["data_source"] == "lra_release" and record["data_fingerprint"] == fingerprint
+    moved = tmp_path / "raw-moved"
+    raw.rename(moved)
+    run_command(["lra-train", *common, "hydra.run.dir=c"], tmp_path, data)
+    assert read_json(tmp_path / "c" / "metrics.json")["data_fingerprint"] == fingerprint
+    moved.rename(raw)
+    release(raw, flip=True)
+    changed = run_command(["lra-train", "task.source=lra_release", f"task.path={raw}", *common, "hydra.run.dir=d"],
+                          tmp_path, data)
+    assert "differ from those the cache was prepared from" in changed.stdout + changed.stderr
+    assert read_json(tmp_path / "d" / "metrics.json")["data_fingerprint"] != fingerprint

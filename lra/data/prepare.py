@@ -14,13 +14,14 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 from tqdm import tqdm
 
 from lra.config import typed_task
-from lra.data import byte_text, image, listops, pathfinder, pathfinder_generator, pathfinder_writer, retrieval
+from lra.data import (byte_text, image, listops, pathfinder, pathfinder_generator, pathfinder_writer, raw_files,
+                      retrieval)
 from lra.data.cache import MANIFEST, CacheBuilder, TokenSplit, load_cache, settings_fingerprint
 from lra.data.sources import AUTO, PATH_OF, SOURCES
 from lra.errors import UserError
@@ -57,6 +58,7 @@ class Conversion:
     build: Callable[[CacheBuilder, Callable[[str], None]], None]
     automatic: bool  # lra-train may build it (no download, no user files beyond small ones)
     locate: Callable[[], Optional[str]] = lambda: None  # the raw folder, recorded in the manifest
+    raw_files: Optional[Callable[[], List[Path]]] = None  # the user's files it reads (lra.data.raw_files)
 
 
 def load_task_data(
@@ -92,14 +94,18 @@ def load_task_data(
         if not rebuild and recorded != raw_folder:
             announce(f"the cache was built from {recorded}; rebuilding it from {raw_folder}")
             rebuild = True
+    if not rebuild and conversion.raw_files is not None and (cache_dir / MANIFEST).is_file():
+        rebuild = _stale(task, conversion, cache_dir, command, announce, prepare or conversion.automatic)
     if rebuild or not (cache_dir / MANIFEST).is_file():
         if not (prepare or conversion.automatic):
             raise UserError(f"no prepared {task.name} data ({task.source}) in {data_dir}; prepare it once with: {command}")
         _writable(cache_dir.parent)
-        announce(f"preparing {task.name} ({task.source}) into {cache_dir}"
-                 + (" (the cache there is kept until the new one is complete)" if (cache_dir / MANIFEST).is_file() else ""))
+        kept = " (the cache there is kept until the new one is complete)" if (cache_dir / MANIFEST).is_file() else ""
+        announce(f"preparing {task.name} ({task.source}) into {cache_dir}{kept}")
         with CacheBuilder(cache_dir, num_classes=task.num_classes, replace=rebuild) as builder:
             builder.extra["raw_folder"] = raw_folder or conversion.locate()
+            if conversion.raw_files is not None:  # before the build: a change while it reads shows next time
+                builder.extra[raw_files.RAW_FILES] = raw_files.signature(conversion.raw_files)
             conversion.build(builder, announce)
             builder.commit(cache_settings(task, conversion))
     rebuild_with = (f"rm -r {shlex.quote(str(cache_dir))} and run the same command again" if conversion.automatic
@@ -117,6 +123,30 @@ def load_task_data(
     subsets = {"train": train_subset, "val": eval_subset, "test": eval_subset}
     data.splits = {name: split.subset(subsets[name]) for name, split in data.splits.items()}
     return data
+
+
+def _stale(task, conversion: Conversion, cache_dir: Path, command: str, announce, rebuild_allowed: bool) -> bool:
+    """Whether the cache must be rebuilt because the raw files it was prepared from changed since; where
+    the harness may not rebuild it (the user's large files), one line naming the command that does."""
+    try:
+        recorded = json.loads((cache_dir / MANIFEST).read_text()).get(raw_files.RAW_FILES)
+    except (OSError, ValueError, AttributeError):
+        return False  # a damaged manifest: loading the cache says so
+    try:
+        folder = conversion.locate()
+        if json.loads((cache_dir / MANIFEST).read_text()).get("raw_folder") != folder:
+            return False  # prepared from another folder: lra-prepare rebuilds it, lra-train refuses it (below)
+    except UserError:
+        return False  # the raw folder is gone: the cache stands on its own digests
+    changed = raw_files.change(conversion.raw_files, recorded)
+    if changed is None:
+        return False
+    if not rebuild_allowed:
+        raise UserError(f"the raw {task.name} files in {folder} differ from those {cache_dir} was prepared from "
+                        f"({changed}); prepare it again with: {command} --force")
+    announce(f"the raw {task.name} files in {folder} differ from those the cache was prepared from ({changed}); "
+             "rebuilding it")
+    return True
 
 
 def _check_raw_folder(task, conversion: Conversion, manifest: dict, cache_dir: Path, command: str) -> None:
@@ -246,13 +276,14 @@ def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
         raw_dir = data_dir / "listops" / "generated" / settings_fingerprint(generator.as_dict())
         identity = {"generator": generator.as_dict()}
     else:
-        raw_dir = _find_listops_release(task.path)
-        files = {s: raw_dir / f"basic_{s}.tsv" for s in SPLITS}
-        identity = {"folder": str(raw_dir), "files": {s: [f.stat().st_size, f.stat().st_mtime_ns] for s, f in files.items()}}
+        raw_dir = _find_listops_release(task.path, strict=False)
+        identity = {"folder": str(raw_dir)}
 
     def build(builder: CacheBuilder, announce) -> None:
         if task.source == "generate":
             _generated_listops(generator, raw_dir, announce)
+        else:
+            _find_listops_release(task.path)  # its files are there, or one line says where it looked
         for split in SPLITS:
             writer = builder.split(split, num_documents=1, dtype=np.uint8)
             path = raw_dir / f"basic_{split}.tsv"
@@ -265,7 +296,8 @@ def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
         "vocabulary": list(listops.VOCABULARY),
     }
     released = task.source == "lra_release"
-    return Conversion(settings, build, automatic=True, locate=lambda: str(raw_dir) if released else None)
+    return Conversion(settings, build, automatic=True, locate=lambda: str(raw_dir) if released else None,
+                      raw_files=(lambda: [raw_dir / f"basic_{s}.tsv" for s in SPLITS]) if released else None)
 
 
 def _generated_listops(settings, raw_dir: Path, announce) -> None:
@@ -286,14 +318,18 @@ def _generated_listops(settings, raw_dir: Path, announce) -> None:
         listops.write_generated(settings, raw_dir, progress=bar)
 
 
-def _find_listops_release(path: Optional[str]) -> Path:
-    """Accept the release root at either nesting level, or the ``listops-1000`` folder itself."""
+def _find_listops_release(path: Optional[str], strict: bool = True) -> Path:
+    """Accept the release root at either nesting level, or the ``listops-1000`` folder itself; with
+    ``strict`` off, a folder without the files is taken as it is (the cache prepared from it, which the files
+    may have left since, is still found by its name)."""
     if not path:
         raise UserError("task.source=lra_release needs the release folder: add task.path=/path/to/lra_release")
     root = Path(path).expanduser().resolve()
     for candidate in (root, root / "listops-1000", root / "lra_release" / "listops-1000"):
         if all((candidate / f"basic_{s}.tsv").is_file() for s in SPLITS):
             return candidate
+    if not strict:
+        return root
     raise UserError(
         f"no basic_{{train,val,test}}.tsv under {root} (looked in ., listops-1000/, lra_release/listops-1000/); "
         "point task.path at the extracted LRA release"
@@ -323,7 +359,12 @@ def _text(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
     def locate() -> Optional[str]:
         return str(byte_text.find_aclimdb(task.path)) if task.source == "aclimdb" else _resolved(task.path)
 
-    return Conversion(settings, build, automatic=False, locate=locate)
+    def reviews() -> List[Path]:
+        root = byte_text.find_aclimdb(task.path)
+        return [file for split in ("train", "test") for file, _ in byte_text.aclimdb_files(root, split)]
+
+    return Conversion(settings, build, automatic=False, locate=locate,
+                      raw_files=reviews if task.source == "aclimdb" else None)
 
 
 # ----------------------------------------------------------------------------- Retrieval
@@ -339,7 +380,8 @@ def _retrieval(task, data_dir, train_subset, eval_subset, announce) -> Conversio
             for text1, text2, label in _progress(retrieval.read_pairs(path), retrieval.count_lines(path), f"encoding {split}"):
                 writer.add([byte_text.encode_bytes(text1, limit), byte_text.encode_bytes(text2, limit)], label)
 
-    return Conversion(settings, build, automatic=False, locate=lambda: str(retrieval.find_release(task.path)))
+    return Conversion(settings, build, automatic=False, locate=lambda: str(retrieval.find_release(task.path)),
+                      raw_files=lambda: [retrieval.find_release(task.path) / name for name in retrieval.FILES.values()])
 
 
 # ----------------------------------------------------------------------------- Image
@@ -356,7 +398,11 @@ def _image(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
     def locate() -> Optional[str]:
         return str(image.find_cifar_python(task.path)) if task.source == "cifar_python" else _resolved(task.path)
 
-    return Conversion(settings, build, automatic=False, locate=locate)
+    def batches() -> List[Path]:
+        return [image.find_cifar_python(task.path) / name for name in [*image.TRAIN_BATCHES, image.TEST_BATCH]]
+
+    return Conversion(settings, build, automatic=False, locate=locate,
+                      raw_files=batches if task.source == "cifar_python" else None)
 
 
 def _image_rows(task, record: dict) -> Iterable[Tuple[str, np.ndarray, int]]:
@@ -416,7 +462,12 @@ def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversi
     def locate() -> Path:
         return root if root is not None else pathfinder.find_release(task.path, task.resolution, task.difficulty)
 
-    return Conversion(settings, build, automatic=task.source == "generate", locate=lambda: str(locate()))
+    def release_files() -> List[Path]:  # the metadata files and every image they name
+        folder = locate()
+        return [*pathfinder.metadata_files(folder), *(entry.image for entry in pathfinder.read_metadata(folder))]
+
+    return Conversion(settings, build, automatic=task.source == "generate", locate=lambda: str(locate()),
+                      raw_files=release_files if task.source == "lra_release" else None)
 
 
 def _generated_pathfinder(geometry, settings, identity: dict, root: Path, announce) -> None:

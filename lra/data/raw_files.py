@@ -1,0 +1,76 @@
+"""What a cache was prepared from, recorded so that a later change to the user's raw files is noticed.
+
+A cache built from the user's files (the LRA release, aclImdb, the CIFAR-10 pickles, Pathfinder release
+images) records two digests of them in its manifest (``raw_files``), both over the files' paths below the
+folder they share (a folder moved or copied keeps them): of every file's size and modification time, cheap
+to check each time the cache is loaded, and of their bytes. The files are taken to be unchanged when the
+first matches or, when it does not (the files were copied or touched), the second does; otherwise the
+cache is stale: rebuilt where the harness builds it on its own (ListOps from the release), refused with
+the command that rebuilds it elsewhere. Raw files that are gone or unreadable are not judged: a user may
+delete them once prepared, and the cache is checked against its own digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence
+
+from lra.errors import UserError
+
+RAW_FILES = "raw_files"  # the manifest's field
+
+
+def _names(files: Sequence[Path]) -> List[str]:
+    """The files' paths below the folder they share: the same files moved or copied elsewhere keep them."""
+    if not files:
+        return []
+    common = os.path.commonpath([str(file) for file in files]) if len(files) > 1 else str(files[0].parent)
+    return [os.path.relpath(file, common) for file in files]
+
+
+def _stat_digest(files: Sequence[Path]) -> str:
+    digest = hashlib.sha256()
+    for name, file in zip(_names(files), files):
+        status = file.stat()
+        digest.update(f"{name}\0{status.st_size}\0{status.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def _content_digest(files: Sequence[Path]) -> str:
+    digest = hashlib.sha256()
+    for name, file in zip(_names(files), files):
+        digest.update(f"{name}\0".encode())
+        with open(file, "rb") as handle:
+            while chunk := handle.read(1 << 22):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def signature(list_files: Callable[[], List[Path]]) -> Optional[dict]:
+    """The manifest's record of the files ``list_files`` names: their count and the two digests; None where
+    they cannot be listed or read (the build that reads them says what is wrong)."""
+    try:
+        files = list_files()
+        return {"count": len(files), "stat": _stat_digest(files), "content": _content_digest(files)}
+    except (UserError, OSError):
+        return None
+
+
+def change(list_files: Callable[[], List[Path]], recorded: Optional[dict]) -> Optional[str]:
+    """How the raw files differ from ``recorded`` (a manifest's :data:`RAW_FILES`), or None: unchanged,
+    nothing recorded, or the files cannot be listed or read now."""
+    if not isinstance(recorded, dict):
+        return None
+    try:
+        files = list_files()
+        if len(files) == recorded.get("count") and _stat_digest(files) == recorded.get("stat"):
+            return None
+        if len(files) != recorded.get("count"):
+            return f"now {len(files):,} files where the cache was prepared from {recorded.get('count')!r}"
+        if _content_digest(files) == recorded.get("content"):
+            return None
+    except (UserError, OSError):
+        return None
+    return "their contents changed since the cache was prepared from them"
