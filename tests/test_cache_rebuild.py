@@ -184,3 +184,23 @@ def test_listops_from_the_release_survives_a_touch_and_a_deleted_release_and_fol
                           tmp_path, data)
     assert "differ from those the cache was prepared from" in changed.stdout + changed.stderr
     assert read_json(tmp_path / "d" / "metrics.json")["data_fingerprint"] != fingerprint
+
+
+def lowercased_mins(source):
+    return source.replace("[MAX", "[MIN").replace("[MED", "[MIN").replace("[SM", "[MIN").lower()
+
+
+@pytest.mark.parametrize("damage, said", [(lowercased_mins, "'[min' is not a ListOps token"),
+                                          (lambda s: "", "the expression has no token"),
+                                          (lambda s: "hello world", "'hello' is not a ListOps token")])
+def test_a_release_row_outside_listops_vocabulary_is_refused_naming_its_line(tmp_path, damage, said):
+    raw = release(tmp_path / "raw")
+    path = raw / "lra_release" / "listops-1000" / "basic_val.tsv"
+    header, first, *rows = path.read_text().splitlines()
+    source, label = first.split("\t")
+    path.write_text("\n".join([header, f"{damage(source)}\t{label}", *rows]) + "\n")
+    data = tmp_path / "data"
+    result = run_command(["lra-prepare", "listops", "--source", "lra_release", "--path", str(raw), "--data-dir",
+                          str(data)], tmp_path, data, check=False)
+    assert result.returncode == 1 and last_line(result).startswith(f"error: {path}:2: ") and said in last_line(result)
+    assert not any((data / "listops" / "cache").glob("*/manifest.json"))

@@ -158,6 +158,20 @@ def encode(source: str) -> np.ndarray:
     return np.fromiter((TOKEN_TO_ID.get(t, OOV_ID) for t in tokenize(source)), dtype=np.uint8)
 
 
+def release_ids(source: str, where: str) -> np.ndarray:
+    """The ids of one expression of a user's file; one with no token, or a token outside the vocabulary (the
+    official files have neither: a lowercased or otherwise altered file would train on <oov> alone), raises
+    naming ``where``."""
+    ids = encode(source)
+    if not len(ids):
+        raise UserError(f"{where}: the expression has no token; the file is damaged or not a ListOps TSV")
+    if (ids == OOV_ID).any():
+        unknown = next(token for token in tokenize(source) if token not in TOKEN_TO_ID)
+        raise UserError(f"{where}: {unknown[:40]!r} is not a ListOps token (digits 0-9, [MIN [MAX [MED [SM ] and "
+                        "parentheses); the file is damaged or not a ListOps TSV")
+    return ids
+
+
 def evaluate_tokens(tokens: Sequence[str]) -> int:
     """The value of a tokenised expression (``[OP a b … X``), computed with a stack."""
     stack: List[list] = [[]]

@@ -288,7 +288,7 @@ def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
             writer = builder.split(split, num_documents=1, dtype=np.uint8)
             path = raw_dir / f"basic_{split}.tsv"
             for line, source, label in _progress(listops.read_tsv_rows(path), None, f"tokenising {split}"):
-                writer.add([listops.encode(source)], label, where=lambda: f"{path}:{line}")
+                writer.add([listops.release_ids(source, f"{path}:{line}")], label, where=lambda: f"{path}:{line}")
 
     settings = {
         "raw": identity,
