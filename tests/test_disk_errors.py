@@ -203,3 +203,23 @@ def test_lra_prepare_on_a_really_full_disk_is_one_line_and_leaves_no_staging_fol
                           str(disk)], tmp_path, data_dir, check=False)
     assert "No space left on device" in one_error_line(result)
     assert [p for p in disk.rglob("*") if p.name.startswith(".")] == [] and not list(disk.rglob("manifest.json"))
+
+
+def test_a_refused_read_names_the_read_fix_and_a_refused_write_the_write_fix(tmp_path, monkeypatch):
+    """EACCES on a file the user may not read (an input: a TSV, a pickle, a cache array) asks to make it readable,
+    not to 'write to a folder you may write to'; on one that is readable (a write was refused), the write fix."""
+    import errno
+    import os
+
+    from lra.commands import config_errors
+
+    locked, open_ = tmp_path / "basic_train.tsv", tmp_path / "record.json"
+    locked.write_text("x")
+    open_.write_text("x")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if str(path) == str(locked) else real_access(path, mode))
+    read = config_errors.os_error_line(PermissionError(errno.EACCES, "Permission denied", str(locked)))
+    write = config_errors.os_error_line(PermissionError(errno.EACCES, "Permission denied", str(open_)))
+    assert read == (f"Permission denied ({locked}): make it readable for this user (or give a copy you may read); "
+                    "nothing finished was changed")
+    assert "write to a folder you may write to" in write

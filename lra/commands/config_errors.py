@@ -38,8 +38,19 @@ def os_error_line(exc: BaseException) -> Optional[str]:
         if isinstance(cause, OSError) and cause.errno in DISK_ERRORS:
             name = str(cause.filename) if cause.filename else ""
             where = f" ({name if len(name) <= 160 else name[:70] + ' … ' + name[-70:]})" if name else ""
-            return f"{os.strerror(cause.errno)}{where}: {DISK_ERRORS[cause.errno]}; nothing finished was changed"
+            fix = DISK_ERRORS[cause.errno]
+            if cause.errno in (errno.EACCES, errno.EPERM) and name and _unreadable(name):
+                fix = "make it readable for this user (or give a copy you may read)"
+            return f"{os.strerror(cause.errno)}{where}: {fix}; nothing finished was changed"
     return None
+
+
+def _unreadable(name: str) -> bool:
+    """Whether ``name`` is a file or folder there that this user may not read (a refused read, not a write)."""
+    try:
+        return os.path.exists(name) and not os.access(name, os.R_OK | (os.X_OK if os.path.isdir(name) else 0))
+    except OSError:
+        return False
 
 
 def path_kind_line(exc: BaseException) -> Optional[str]:
