@@ -26,7 +26,7 @@ from lra.faults import fault_point
 from lra.io import atomic_write_text, naming, readable_by_group, remove_stale
 
 MANIFEST = "manifest.json"
-MANIFEST_DIGEST = "manifest_sha256"  # the SHA-256 of the manifest's other fields (caches built before it lack it)
+MANIFEST_DIGEST = "manifest_sha256"  # the SHA-256 of the manifest's other fields, required
 FORMAT_VERSION = 1
 
 
@@ -321,7 +321,9 @@ def _manifest_problem(manifest, settings: Optional[dict]) -> Optional[str]:
         return "lacks its files, documents or counts"
     if manifest.get("format_version") != FORMAT_VERSION:
         return f"has format version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}"
-    if MANIFEST_DIGEST in manifest and manifest[MANIFEST_DIGEST] != manifest_digest(manifest):
+    if MANIFEST_DIGEST not in manifest:  # an edit could drop it to pass (the aliases, say); no cache comes without
+        return f"has no {MANIFEST_DIGEST} (removed, or written before caches recorded one)"
+    if manifest[MANIFEST_DIGEST] != manifest_digest(manifest):
         return "was changed after the cache was built (its fields do not match their digest)"
     recomputed = settings_fingerprint({"files": manifest["files"], "settings": manifest.get("settings")})
     if manifest.get("fingerprint") != recomputed:
