@@ -204,3 +204,17 @@ def test_a_release_row_outside_listops_vocabulary_is_refused_naming_its_line(tmp
                           str(data)], tmp_path, data, check=False)
     assert result.returncode == 1 and last_line(result).startswith(f"error: {path}:2: ") and said in last_line(result)
     assert not any((data / "listops" / "cache").glob("*/manifest.json"))
+
+
+def test_a_stray_quote_in_a_listops_release_is_refused_at_its_own_line(tmp_path):
+    """The files hold no quoting: a '"' is a character of its row (it was read as the start of a quoted field
+    running to the end of the file, and the error named the last line)."""
+    raw = release(tmp_path / "raw")
+    path = raw / "lra_release" / "listops-1000" / "basic_train.tsv"
+    lines = path.read_text().splitlines()
+    lines[3] = '"' + lines[3]
+    path.write_text("\n".join(lines) + "\n")
+    data = tmp_path / "data"
+    result = run_command(["lra-prepare", "listops", "--source", "lra_release", "--path", str(raw), "--data-dir",
+                          str(data)], tmp_path, data, check=False)
+    assert result.returncode == 1 and last_line(result).startswith(f"error: {path}:4: "), result.stderr

@@ -317,7 +317,8 @@ def read_tsv_rows(path: Path) -> Iterator[Tuple[int, str, int]]:
                                 "ListOps TSV") from None
 
     with open(path, "rb") as handle:
-        reader = csv.reader(decoded(handle), delimiter="\t")
+        # ListOps has no quoting: a stray '"' is a character of its row, not a field running on to the end
+        reader = csv.reader(decoded(handle), delimiter="\t", quoting=csv.QUOTE_NONE)
         try:
             header = next(reader, None)
             if header is None:
