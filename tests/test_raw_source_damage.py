@@ -210,3 +210,23 @@ def test_a_pathfinder_metadata_file_not_named_like_the_releases_is_refused(tmp_p
     message = refusal(tmp_path, tmp_path / "release", PATHFINDER)
     assert message == (f"{folder / 'metadata' / stray} is not a release metadata file (the release names them "
                        f"<k>.npy, k = 0, 1, …); move it out of {folder / 'metadata'}")
+
+
+def test_a_cifar_batch_the_user_may_not_read_asks_to_make_it_readable(tmp_path, monkeypatch):
+    """Not 're-extract the archive': the file is there, only unreadable (simulated: the suite runs as root)."""
+    import builtins
+
+    from lra.data import image
+
+    root = write_cifar_python(tmp_path / "cifar")
+    batch = next(root.rglob("data_batch_1"))
+    real_open = builtins.open
+
+    def refusing(file, *args, **kwargs):
+        if str(file) == str(batch):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", refusing)
+    with pytest.raises(UserError, match=r"cannot read .*data_batch_1 \(Permission denied\): make it readable"):
+        image.read_batch(batch)

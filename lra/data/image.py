@@ -58,6 +58,8 @@ def read_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
         with open(path, "rb") as handle:
             batch = pickle.load(handle, encoding="bytes")
         data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
+    except PermissionError as exc:
+        raise UserError(f"cannot read {path} ({exc.strerror}): make it readable for this user") from None
     except Exception as exc:
         raise UserError(f"{path} is not a readable CIFAR-10 python batch ({type(exc).__name__}: {exc}); "
                         "re-extract cifar-10-python.tar.gz") from None
