@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import attention_zoo
 from command_server import shell_signal_handling
 from lra.commands import gpu_check, gpu_steps
@@ -253,12 +255,13 @@ def test_steps_runs_the_kernel_build_and_the_steps_named_alone_in_the_plans_orde
     assert printed.splitlines()[-1].startswith(f"in all: {sum(s.limit_s for s in planned):.0f} s at most")
 
 
-def test_steps_that_name_no_step_or_one_twice_or_come_with_the_reference_slice_are_one_line():
+def test_steps_that_name_no_step_or_one_twice_or_come_with_the_reference_slice_are_one_line(capsys):
     def refused(*argv):
-        done = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--plan", *argv], capture_output=True,
-                              text=True)
-        assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
-        return done.stderr.strip().splitlines()[-1]
+        with pytest.raises(SystemExit) as ended:
+            gpu_check.main(["--plan", *argv])
+        printed = capsys.readouterr()
+        assert ended.value.code == 2 and printed.out == "", printed
+        return printed.err.strip().splitlines()[-1]
 
     assert refused("--steps", "kernel") == ("lra-gpu-check: error: --steps kernel: not a step; the steps after the "
                                             "kernel build are tests, kernels, kernels-bert, profile, sweep")
