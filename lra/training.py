@@ -147,7 +147,8 @@ class Trainer:
             self.run_dir, write=False, task=cfg.task.name, attention=self.attention_name, label=self.label,
             seed=cfg.seed, status="running", git_commit=git_commit())
         self.record.update(device=describe_device(self.device), processes=ranks.world,
-                           data_fingerprint=self.data.fingerprint, data_cache=str(self.data.cache_dir),
+                           data_fingerprint=self.data.fingerprint, data_content=self.data.content,
+                           data_cache=str(self.data.cache_dir),
                            data_source=self.data.source, data_raw_folder=self.data.raw_folder,
                            run_dir=str(self.run_dir), **self.describe_stage())
 
@@ -227,11 +228,13 @@ class Trainer:
         return True
 
     def check_same_data(self, record: dict) -> None:
-        """A resume trains on the data its record says the run trained on (the cache's fingerprint: its files
-        and settings), or is refused: the raw files were changed and prepared again, or another folder's."""
-        recorded = record.get("data_fingerprint")
-        if not isinstance(recorded, str) or recorded == self.data.fingerprint:
+        """A resume trains on the data its record says the run trained on (the digest of the cache's arrays:
+        the same data prepared again under another name passes), or is refused: the raw files were changed
+        and prepared again, or another folder's. A record without the digest (older runs) is not judged."""
+        held = record.get("data_content")
+        if not isinstance(held, str) or held == self.data.content:
             return
+        recorded = record.get("data_fingerprint")
         was = record.get("data_raw_folder") or record.get("data_source") or "its data"
         now = self.data.raw_folder or self.data.source
         raise UserError(f"cannot resume {self.folder.path}: it trained on other data (fingerprint {recorded}, from "

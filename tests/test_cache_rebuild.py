@@ -135,30 +135,32 @@ def test_labels_that_num_classes_cannot_hold_are_one_line_naming_it(tmp_path):
 
 
 def test_changed_user_files_are_prepared_again_or_refused_never_served_stale(tmp_path):
-    """aclImdb grown by four reviews after it was prepared: lra-train refuses the stale cache naming lra-prepare
-    --force; lra-prepare as before rebuilds it (it said nothing and kept the old counts); touched files that are
-    the same bytes are not a change."""
+    """The AAN TSVs given one more row after they were prepared: lra-train refuses the stale cache naming
+    lra-prepare --force (it trained on it); aclImdb grown by four reviews: lra-prepare as before rebuilds it (it
+    kept the old counts without a word), while reviews only touched are no change."""
     from helpers import write_aclimdb
 
+    data, _, _ = prepared_retrieval(tmp_path)
+    train = ["lra-train", "trainer=smoke", "trainer.max_steps=2", f"data_dir={data}"]
+    with open(tmp_path / "good" / "lra_release" / "tsv_data" / "new_aan_pairs.train.tsv", "a") as handle:
+        handle.write("1\tid1\tid2\tone more\tpair\n")
+    refused = run_command([*train, "task=retrieval", "hydra.run.dir=stale"], tmp_path, data, check=False)
+    line = last_line(refused)
+    assert refused.returncode == 1 and "differ from those" in line and line.endswith("--force"), refused.stderr
     write_aclimdb(tmp_path / "imdb")
-    data = tmp_path / "data"
     prepare = ["lra-prepare", "text", "--source", "aclimdb", "--path", str(tmp_path / "imdb"), "--data-dir", str(data)]
     first = run_command(prepare, tmp_path, data)
     reviews = sorted((tmp_path / "imdb").rglob("*.txt"))
     for review in reviews[:3]:
         review.touch()
-    train = ["lra-train", "task=text", "trainer=smoke", "trainer.max_steps=2", f"data_dir={data}"]
-    run_command([*train, "hydra.run.dir=touched"], tmp_path, data)
+    assert "rebuilding" not in (same := run_command(prepare, tmp_path, data)).stdout + same.stderr
     for i in range(4):
         (reviews[0].parent / f"{1000 + i}_9.txt").write_text(f"a new review {i}")
-    refused = run_command([*train, "hydra.run.dir=stale"], tmp_path, data, check=False)
-    line = last_line(refused)
-    assert refused.returncode == 1 and "differ from those" in line and line.endswith("--force"), refused.stderr
     again = run_command(prepare, tmp_path, data)
     assert "rebuilding it" in again.stdout + again.stderr
     assert json.loads(again.stdout.strip().splitlines()[-1])["counts"] != json.loads(
         first.stdout.strip().splitlines()[-1])["counts"]
-    run_command([*train, "hydra.run.dir=fresh"], tmp_path, data)
+    run_command([*train, "task=text", "hydra.run.dir=fresh"], tmp_path, data)
 
 
 def test_listops_from_the_release_survives_a_touch_and_a_deleted_release_and_follows_a_change(tmp_path):
@@ -218,3 +220,43 @@ def test_a_stray_quote_in_a_listops_release_is_refused_at_its_own_line(tmp_path)
     result = run_command(["lra-prepare", "listops", "--source", "lra_release", "--path", str(raw), "--data-dir",
                           str(data)], tmp_path, data, check=False)
     assert result.returncode == 1 and last_line(result).startswith(f"error: {path}:4: "), result.stderr
+
+
+def test_a_cache_retired_by_a_rebuild_killed_between_its_renames_goes_back_in_place(tmp_path):
+    """The swap's window: the old cache renamed aside, the new one not yet in. The next build of that cache puts
+    the retired one back before it sweeps dead processes' temporaries, so a failing rebuild still leaves it."""
+    import numpy as np
+
+    from lra.data.cache import CacheBuilder
+
+    cache = tmp_path / "cache" / "abc"
+    with CacheBuilder(cache, num_classes=2) as builder:
+        builder.split("train").add([np.arange(3, dtype=np.uint8)], 1)
+        builder.commit({"kind": "test"})
+    before = digest(cache)
+    cache.rename(cache.parent / f".{cache.name}.999999999.replaced")  # a dead process's
+    with pytest.raises(RuntimeError, match="bad input"):
+        with CacheBuilder(cache, num_classes=2, replace=True):
+            raise RuntimeError("bad input")
+    assert digest(cache) == before and sorted(p.name for p in cache.parent.iterdir()) == ["abc"]
+
+
+def test_a_release_cache_named_by_the_old_rule_is_still_chosen_by_auto_and_rebuilt_once(tmp_path):
+    """Release caches were named by their files' sizes and times: task.source=auto must still find such a
+    cache (it generated 100,000 examples instead), rebuild it under its folder's name and train on the release."""
+    from lra.data.cache import MANIFEST, MANIFEST_DIGEST, manifest_digest, settings_fingerprint
+
+    data, raw = tmp_path / "data", release(tmp_path / "raw")
+    common = ["task.max_length=256", "trainer=smoke", "trainer.max_steps=2"]
+    run_command(["lra-train", "task.source=lra_release", f"task.path={raw}", *common, "hydra.run.dir=a"], tmp_path, data)
+    (cache,) = (data / "listops" / "cache").iterdir()
+    manifest = json.loads((cache / MANIFEST).read_text())
+    manifest["settings"]["raw"]["files"] = {"train": [1, 2], "val": [3, 4], "test": [5, 6]}  # the old rule's
+    manifest["fingerprint"] = settings_fingerprint({"files": manifest["files"], "settings": manifest["settings"]})
+    manifest.pop(MANIFEST_DIGEST)
+    manifest[MANIFEST_DIGEST] = manifest_digest(manifest)
+    (cache / MANIFEST).write_text(json.dumps(manifest))
+    cache.rename(cache.parent / settings_fingerprint(manifest["settings"]))
+    trained = run_command(["lra-train", *common, "hydra.run.dir=b"], tmp_path, data)
+    assert "generating" not in trained.stdout + trained.stderr
+    assert read_json(tmp_path / "b" / "metrics.json")["data_source"] == "lra_release"

@@ -23,7 +23,7 @@ import numpy as np
 
 from lra.errors import UserError
 from lra.faults import fault_point
-from lra.io import atomic_write_text, naming, readable_by_group, remove_stale
+from lra.io import atomic_write_text, naming, pid_alive, readable_by_group, remove_stale
 
 MANIFEST = "manifest.json"
 MANIFEST_DIGEST = "manifest_sha256"  # the SHA-256 of the manifest's other fields, required
@@ -186,6 +186,7 @@ class CacheBuilder:
 
     def __enter__(self) -> "CacheBuilder":
         self.cache_dir.parent.mkdir(parents=True, exist_ok=True)
+        self._restore_retired()
         remove_stale(self.cache_dir.parent, rf"\.{re.escape(self.cache_dir.name)}\.(?P<pid>\d+)\..*")  # a killed build's
         self.staging = Path(tempfile.mkdtemp(prefix=f".{self.cache_dir.name}.{os.getpid()}.", dir=self.cache_dir.parent))
         readable_by_group(self.staging)  # a shared data directory stays readable by the group
@@ -251,6 +252,17 @@ class CacheBuilder:
         return manifest
 
 
+    def _restore_retired(self) -> None:
+        """A cache a dead process retired for its rebuild but never replaced (killed between the swap's two
+        renames) goes back in place before anything else (the stale-temporary sweep below would delete it)."""
+        if self.cache_dir.exists():
+            return
+        for retired in self.cache_dir.parent.glob(f".{self.cache_dir.name}.*.replaced"):
+            match = re.fullmatch(rf"\.{re.escape(self.cache_dir.name)}\.(\d+)\.replaced", retired.name)
+            if match and not pid_alive(int(match.group(1))) and (retired / MANIFEST).is_file():
+                os.replace(retired, self.cache_dir)
+                return
+
     def _swap_in(self) -> None:
         """The staged cache in place of the one there, which is kept until then (a failed or interrupted
         rebuild leaves it as it was): two renames with signals held off between them, then the old one
@@ -260,7 +272,11 @@ class CacheBuilder:
         retired = self.cache_dir.parent / f".{self.cache_dir.name}.{os.getpid()}.replaced"
         with signals.deferred():
             os.replace(self.cache_dir, retired)
-            os.replace(self.staging, self.cache_dir)
+            try:
+                os.replace(self.staging, self.cache_dir)
+            except OSError:
+                os.replace(retired, self.cache_dir)  # the old cache back in place, then the error
+                raise
         shutil.rmtree(retired, ignore_errors=True)
 
 

@@ -42,6 +42,12 @@ class PreparedData:
         return self.manifest["fingerprint"]
 
     @property
+    def content(self) -> str:
+        """A digest of what the cache holds (its arrays' SHA-256s and aliases), not of how it was named or
+        built: the same data prepared under other settings strings keeps it."""
+        return settings_fingerprint({"files": self.manifest["files"], "aliases": self.manifest.get("aliases", {})})
+
+    @property
     def source(self) -> str:
         return self.manifest["settings"]["source"]
 
@@ -59,6 +65,7 @@ class Conversion:
     automatic: bool  # lra-train may build it (no download, no user files beyond small ones)
     locate: Callable[[], Optional[str]] = lambda: None  # the raw folder, recorded in the manifest
     raw_files: Optional[Callable[[], List[Path]]] = None  # the user's files it reads (lra.data.raw_files)
+    checked_by_train: bool = True  # lra-train checks them too (a few files); else lra-prepare alone (thousands)
 
 
 def load_task_data(
@@ -94,8 +101,10 @@ def load_task_data(
         if not rebuild and recorded != raw_folder:
             announce(f"the cache was built from {recorded}; rebuilding it from {raw_folder}")
             rebuild = True
-    if not rebuild and conversion.raw_files is not None and (cache_dir / MANIFEST).is_file():
-        rebuild = _stale(task, conversion, cache_dir, command, announce, prepare or conversion.automatic)
+    if (not rebuild and conversion.raw_files is not None and (prepare or conversion.checked_by_train)
+            and (cache_dir / MANIFEST).is_file()):
+        rebuild = raw_files.stale(task.name, conversion.raw_files, conversion.locate, cache_dir, command, announce,
+                                  rebuild_allowed=prepare or conversion.automatic)
     if rebuild or not (cache_dir / MANIFEST).is_file():
         if not (prepare or conversion.automatic):
             raise UserError(f"no prepared {task.name} data ({task.source}) in {data_dir}; prepare it once with: {command}")
@@ -108,8 +117,8 @@ def load_task_data(
                 builder.extra[raw_files.RAW_FILES] = raw_files.signature(conversion.raw_files)
             conversion.build(builder, announce)
             builder.commit(cache_settings(task, conversion))
-    rebuild_with = (f"rm -r {shlex.quote(str(cache_dir))} and run the same command again" if conversion.automatic
-                    else f"{command} --force")
+    rebuild_with = (f"rm -r {shlex.quote(str(cache_dir))} and run the same command again" if task.source == "generate"
+                    else f"{command} --force")  # a release's by its source: under auto, a removed cache is generated
     expected = json.loads(json.dumps(cache_settings(task, conversion)))  # as its manifest records them
     splits, manifest = load_cache(cache_dir, rebuild_command=rebuild_with, settings=expected, splits=SPLITS)
     _check_raw_folder(task, conversion, manifest, cache_dir, command)
@@ -125,35 +134,11 @@ def load_task_data(
     return data
 
 
-def _stale(task, conversion: Conversion, cache_dir: Path, command: str, announce, rebuild_allowed: bool) -> bool:
-    """Whether the cache must be rebuilt because the raw files it was prepared from changed since; where
-    the harness may not rebuild it (the user's large files), one line naming the command that does."""
-    try:
-        recorded = json.loads((cache_dir / MANIFEST).read_text()).get(raw_files.RAW_FILES)
-    except (OSError, ValueError, AttributeError):
-        return False  # a damaged manifest: loading the cache says so
-    try:
-        folder = conversion.locate()
-        if json.loads((cache_dir / MANIFEST).read_text()).get("raw_folder") != folder:
-            return False  # prepared from another folder: lra-prepare rebuilds it, lra-train refuses it (below)
-    except UserError:
-        return False  # the raw folder is gone: the cache stands on its own digests
-    changed = raw_files.change(conversion.raw_files, recorded)
-    if changed is None:
-        return False
-    if not rebuild_allowed:
-        raise UserError(f"the raw {task.name} files in {folder} differ from those {cache_dir} was prepared from "
-                        f"({changed}); prepare it again with: {command} --force")
-    announce(f"the raw {task.name} files in {folder} differ from those the cache was prepared from ({changed}); "
-             "rebuilding it")
-    return True
-
-
 def _check_raw_folder(task, conversion: Conversion, manifest: dict, cache_dir: Path, command: str) -> None:
     """An explicit ``task.path`` is served only a cache prepared from that folder (a cache's folder name is
     the fingerprint of its settings, which for the user's own files do not include where they are)."""
-    if not task.path or task.source == "generate" or "raw_folder" not in manifest:
-        return
+    if not task.path or task.source == "generate" or manifest.get("raw_folder") is None:
+        return  # (None: tensorflow-datasets' own folder, which it reads itself)
     folder = conversion.locate()
     if folder is not None and manifest["raw_folder"] != folder:
         raise UserError(f"the {task.name} cache {cache_dir} was prepared from "
@@ -217,8 +202,10 @@ def resolve_auto_source(task, data_dir: Path, announce: Callable[[str], None]):
                 continue  # built from another folder than task.path
         except UserError:
             continue  # its raw folder is gone (an explicit task.source says so) or task.path is not of this source
-        if _cache_dir(candidate, conversion, data_dir) == manifest_file.parent:
-            candidates.append(candidate)
+        named_now = _cache_dir(candidate, conversion, data_dir) == manifest_file.parent
+        if (named_now or _same_but_raw(manifest["settings"], cache_settings(candidate, conversion))) and not any(
+                (c.source, c.path) == (candidate.source, candidate.path) for c in candidates):
+            candidates.append(candidate)  # a cache named by an older rule for its raw files: rebuilt once, below
     if len(candidates) == 1:
         chosen = candidates[0]
         announce(f"task.source=auto: the prepared {chosen.source} data"
@@ -234,6 +221,13 @@ def resolve_auto_source(task, data_dir: Path, announce: Callable[[str], None]):
     raise UserError(f"no prepared {task.name} data" + (f" from {_resolved(task.path)}" if task.path else "")
                     + f" in {data_dir} (sources: {', '.join(SOURCES[task.name])}; see lra-prepare --help); "
                     f"prepare it once with: {prepare_command(default, data_dir)}")
+
+
+def _same_but_raw(recorded: dict, settings: dict) -> bool:
+    """Whether a cache's recorded settings are ``settings`` but for how its raw files were identified (a
+    release cache of ListOps named by its files' sizes and times before it was named by its folder)."""
+    strip = lambda given: {key: value for key, value in given.items() if key != "raw"}  # noqa: E731
+    return isinstance(recorded, dict) and strip(recorded) == strip(settings)
 
 
 def prepare_command(task, data_dir: Path) -> str:
@@ -364,7 +358,7 @@ def _text(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
         return [file for split in ("train", "test") for file, _ in byte_text.aclimdb_files(root, split)]
 
     return Conversion(settings, build, automatic=False, locate=locate,
-                      raw_files=reviews if task.source == "aclimdb" else None)
+                      raw_files=reviews if task.source == "aclimdb" else None, checked_by_train=False)
 
 
 # ----------------------------------------------------------------------------- Retrieval
@@ -467,7 +461,7 @@ def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversi
         return [*pathfinder.metadata_files(folder), *(entry.image for entry in pathfinder.read_metadata(folder))]
 
     return Conversion(settings, build, automatic=task.source == "generate", locate=lambda: str(locate()),
-                      raw_files=release_files if task.source == "lra_release" else None)
+                      raw_files=release_files if task.source == "lra_release" else None, checked_by_train=False)
 
 
 def _generated_pathfinder(geometry, settings, identity: dict, root: Path, announce) -> None:

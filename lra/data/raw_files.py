@@ -2,21 +2,25 @@
 
 A cache built from the user's files (the LRA release, aclImdb, the CIFAR-10 pickles, Pathfinder release
 images) records two digests of them in its manifest (``raw_files``), both over the files' paths below the
-folder they share (a folder moved or copied keeps them): of every file's size and modification time, cheap
-to check each time the cache is loaded, and of their bytes. The files are taken to be unchanged when the
-first matches or, when it does not (the files were copied or touched), the second does; otherwise the
-cache is stale: rebuilt where the harness builds it on its own (ListOps from the release), refused with
-the command that rebuilds it elsewhere. Raw files that are gone or unreadable are not judged: a user may
-delete them once prepared, and the cache is checked against its own digests.
+folder they share (a folder moved or copied keeps them): of every file's size and modification time, and
+of their bytes. The files are taken to be unchanged when the first matches or, when it does not (the files
+were copied or touched), the second does; otherwise the cache is stale: lra-prepare rebuilds it, and
+lra-train, which checks the sources of a few files (ListOps' and Retrieval's TSVs, the CIFAR pickles; not
+aclImdb's 100,000 reviews or Pathfinder's 200,000 images, whose listing alone costs seconds a start),
+rebuilds ListOps' release cache itself and refuses the others with the command that rebuilds them. Raw
+files that are gone or unreadable are not judged: a user may delete them once prepared, and the cache is
+checked against its own digests.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
+from lra.data.cache import MANIFEST
 from lra.errors import UserError
 
 RAW_FILES = "raw_files"  # the manifest's field
@@ -74,3 +78,30 @@ def change(list_files: Callable[[], List[Path]], recorded: Optional[dict]) -> Op
     except (UserError, OSError):
         return None
     return "their contents changed since the cache was prepared from them"
+
+
+def stale(task: str, list_files: Callable[[], List[Path]], locate: Callable[[], Optional[str]], cache_dir: Path,
+          command: str, announce: Callable[[str], None], rebuild_allowed: bool) -> bool:
+    """Whether the cache in ``cache_dir`` must be rebuilt because the raw files it was prepared from changed
+    since; where the harness may not rebuild it (``rebuild_allowed`` off: lra-train over the user's large
+    files), one line naming ``command`` --force instead."""
+    try:
+        manifest = json.loads((cache_dir / MANIFEST).read_text())
+        recorded, prepared_from = manifest.get(RAW_FILES), manifest.get("raw_folder")
+    except (OSError, ValueError, AttributeError):
+        return False  # a damaged manifest: loading the cache says so
+    try:
+        folder = locate()
+    except UserError:
+        return False  # the raw folder is gone: the cache stands on its own digests
+    if prepared_from != folder:
+        return False  # prepared from another folder: lra-prepare rebuilds it, lra-train refuses it
+    changed = change(list_files, recorded)
+    if changed is None:
+        return False
+    if not rebuild_allowed:
+        raise UserError(f"the raw {task} files in {folder} differ from those {cache_dir} was prepared from "
+                        f"({changed}); prepare it again with: {command} --force")
+    announce(f"the raw {task} files in {folder} differ from those the cache was prepared from ({changed}); "
+             "rebuilding it")
+    return True
