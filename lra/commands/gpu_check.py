@@ -347,6 +347,16 @@ def step_refused(name: str, quick: bool) -> Optional[str]:
     return "--quick has no BERT-shape benchmark" if quick and name == "kernels-bert" else None
 
 
+def checked_steps(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optional[List[str]]:
+    """--steps' names (None: every step), or argparse's line and exit 2."""
+    if args.steps is None:
+        return None
+    if args.reference:
+        parser.error("--steps picks the check's own steps; --reference runs the reference slice alone: give one")
+    return listed("--steps", args.steps, list(STEP_NAMES), lambda name: step_refused(name, args.quick), parser.error,
+                  twice="a step runs once: list each once")
+
+
 def checked_slice(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Optional[Slice]:
     """The options' own rules (argparse's line and exit 2), then, for --reference, the slice they choose."""
     if args.jobs_per_gpu is not None and args.jobs_per_gpu < 1:
@@ -360,11 +370,6 @@ def checked_slice(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                                        ("--runs-per-process", args.runs_per_process),
                                        ("--sweep-dir", args.sweep_dir), ("overrides", args.overrides or None))
               if value is not None]
-    if args.steps is not None:
-        if args.reference:
-            parser.error("--steps picks the check's own steps; --reference runs the reference slice alone: give one")
-        listed("--steps", args.steps, list(STEP_NAMES), lambda name: step_refused(name, args.quick), parser.error,
-               twice="a step runs once: list each once")
     if not args.reference:
         if chosen:
             parser.error(f"{', '.join(chosen)}: only for the --reference runs; add --reference")
@@ -387,8 +392,8 @@ def checked_slice(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def main(argv=None) -> int:
     parser = options()
     args = parser.parse_args(argv)
+    step_names = checked_steps(parser, args)
     planned = checked_slice(parser, args)
-    step_names = None if args.steps is None else [name.strip() for name in args.steps.split(",")]
     if args.device == "cuda" and not args.plan:
         import torch
 

@@ -145,7 +145,7 @@ def value_of(tree: Tree) -> int:
     """The value of a tree (the label), as :func:`evaluate_tokens` computes it from its tokens."""
     if not isinstance(tree, list):
         return int(tree)
-    return apply_operator(tree[0], [DIGITS.index(child) if child.__class__ is str else value_of(child)
+    return apply_operator(tree[0], [int(child) if child.__class__ is str else value_of(child)
                                     for child in tree[1:]])
 
 

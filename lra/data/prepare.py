@@ -90,21 +90,18 @@ def load_task_data(
     conversion = CONVERSIONS[task.name](task, data_dir, train_subset, eval_subset, announce)
     cache_dir = _cache_dir(task, conversion, data_dir)
     command = prepare_command(task, data_dir)
-    raw_folder = None
-    if prepare and (cache_dir / MANIFEST).is_file() and not rebuild:
-        try:
-            recorded = json.loads((cache_dir / MANIFEST).read_text())["raw_folder"]
-        except (OSError, ValueError, KeyError, TypeError):
+    raw_folder, existing = None, _existing_manifest(cache_dir)  # None: no cache; {}: an unreadable manifest
+    if prepare and existing is not None and not rebuild:
+        if "raw_folder" not in existing:
             announce(f"the cache {cache_dir} is damaged (unreadable {MANIFEST}); rebuilding it")
-            recorded, rebuild = None, True
-        raw_folder = conversion.locate()
-        if not rebuild and recorded != raw_folder:
-            announce(f"the cache was built from {recorded}; rebuilding it from {raw_folder}")
             rebuild = True
-    if (not rebuild and conversion.raw_files is not None and (prepare or conversion.checked_by_train)
-            and (cache_dir / MANIFEST).is_file()):
-        rebuild = raw_files.stale(task.name, conversion.raw_files, conversion.locate, cache_dir, command, announce,
-                                  rebuild_allowed=prepare or conversion.automatic)
+        raw_folder = conversion.locate()
+        if not rebuild and existing["raw_folder"] != raw_folder:
+            announce(f"the cache was built from {existing['raw_folder']}; rebuilding it from {raw_folder}")
+            rebuild = True
+    if not rebuild and existing and conversion.raw_files is not None and (prepare or conversion.checked_by_train):
+        rebuild = raw_files.stale(task.name, conversion.raw_files, conversion.locate, cache_dir, existing, command,
+                                  announce, rebuild_allowed=prepare or conversion.automatic)
     if rebuild or not (cache_dir / MANIFEST).is_file():
         if not (prepare or conversion.automatic):
             raise UserError(f"no prepared {task.name} data ({task.source}) in {data_dir}; prepare it once with: {command}")
@@ -132,6 +129,18 @@ def load_task_data(
     subsets = {"train": train_subset, "val": eval_subset, "test": eval_subset}
     data.splits = {name: split.subset(subsets[name]) for name, split in data.splits.items()}
     return data
+
+
+def _existing_manifest(cache_dir: Path) -> Optional[dict]:
+    """The manifest of the cache in ``cache_dir`` as a dict: None when there is none, {} when it is unreadable
+    or not an object (loading the cache then says how, or a rebuild replaces it)."""
+    if not (cache_dir / MANIFEST).is_file():
+        return None
+    try:
+        manifest = json.loads((cache_dir / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
 
 
 def _check_raw_folder(task, conversion: Conversion, manifest: dict, cache_dir: Path, command: str) -> None:

@@ -15,12 +15,10 @@ checked against its own digests.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-from lra.data.cache import MANIFEST
 from lra.errors import UserError
 
 RAW_FILES = "raw_files"  # the manifest's field
@@ -81,15 +79,11 @@ def change(list_files: Callable[[], List[Path]], recorded: Optional[dict]) -> Op
 
 
 def stale(task: str, list_files: Callable[[], List[Path]], locate: Callable[[], Optional[str]], cache_dir: Path,
-          command: str, announce: Callable[[str], None], rebuild_allowed: bool) -> bool:
-    """Whether the cache in ``cache_dir`` must be rebuilt because the raw files it was prepared from changed
-    since; where the harness may not rebuild it (``rebuild_allowed`` off: lra-train over the user's large
-    files), one line naming ``command`` --force instead."""
-    try:
-        manifest = json.loads((cache_dir / MANIFEST).read_text())
-        recorded, prepared_from = manifest.get(RAW_FILES), manifest.get("raw_folder")
-    except (OSError, ValueError, AttributeError):
-        return False  # a damaged manifest: loading the cache says so
+          manifest: dict, command: str, announce: Callable[[str], None], rebuild_allowed: bool) -> bool:
+    """Whether the cache in ``cache_dir`` (its ``manifest``) must be rebuilt because the raw files it was
+    prepared from changed since; where the harness may not rebuild it (``rebuild_allowed`` off: lra-train over
+    the user's large files), one line naming ``command`` --force instead."""
+    recorded, prepared_from = manifest.get(RAW_FILES), manifest.get("raw_folder")
     try:
         folder = locate()
     except UserError:
