@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from attention_zoo import _yoso_ops as ops
 from attention_zoo.yoso import draw, hash_codes
-from lra.benchmarks.yoso_cost.kernels import counting_sort_fits, instance_lanes, table_rows
+from lra.benchmarks.yoso_cost.kernels import counting_sort_fits, table_rows, token_lanes
 from simt import emulation
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
@@ -138,7 +138,8 @@ def test_emulated_kernels_equal_the_pytorch_path_and_the_cpu_kernels(name, shape
         gradients = [k for k in launched if "heavy" not in k or k == "heavy_apply_kernel"]
         assert gradients == (["query_gradients_kernel", "key_gradients_kernel"] if deterministic else
                              ["scatter_pairs_kernel"] + ["heavy_apply_kernel"] * heavy_possible)
-        lanes = d // 4 if d == dv and d in (16, 32, 64, 128) else 32  # the templated team, else the generic one
+        # the templated team (8 coordinates a lane deterministic, 4 atomic), else the generic one
+        lanes = token_lanes(d, dv) if deterministic else d // 4 if d == dv and d in (16, 32, 64, 128) else 32
         first = next(launch for launch in backward.launches if launch.kernel.split("<")[0] == gradients[0])
         assert first.grid[0] == math.ceil(batch * n * (1 if deterministic else m) * lanes / 128)
         assert (backward.atomics("scatter_pairs_kernel") > 0) == (not deterministic)
@@ -236,11 +237,11 @@ def walked_backward_equals_pytorch(codes_q, codes_k, q, k, v, mask, grad, tau, s
 @pytest.mark.parametrize("d", [16, 32, 64, 128, 24])
 def test_emulated_backward_walks_runs_longer_than_a_team_in_chunks(d):
     """τ = 1 and no room for heavy tables: every bucket is walked pair by pair, its runs of ~50 tokens read a
-    team's width of positions at a time (4, 8, 16 and 32 lanes, templated and generic), some chunks holding
+    team's width of positions at a time (2, 4, 8, 16 and 32 lanes, templated and generic), some chunks holding
     padded keys (weight 0) and the run's end; a chunk too few or a position read twice changes the sums."""
     batch, n, m, tau = 2, 100, 3, 1
     q, k, v, grad, mask, draws, codes_q, codes_k = problem(batch, n, d, d, m, tau)
-    lanes = instance_lanes(d, d)
+    lanes = token_lanes(d, d)
     runs = torch.stack([torch.bincount(c, minlength=2) for c in codes_k.reshape(-1, n)])
     assert runs.max() > 1 + lanes and (mask == 0).any()  # a walk past the first chunk, padded keys in runs
     walked_backward_equals_pytorch(codes_q, codes_k, q, k, v, mask, grad, tau, seed_of("chunks", d))
@@ -252,7 +253,7 @@ def test_emulated_backward_walks_runs_ending_at_every_place_in_a_chunk(d):
     after the bucket's first token, the next chunk empty), L + 2, 2L + 1 and 3 keys, the last one of L + 1 ending
     at n, under two hashes in two orders, 30 % padded keys, some queries in no bucket; equal to the PyTorch path
     on both gradient kernels (a query's run of keys, a key's run of queries)."""
-    lanes = instance_lanes(d, d)
+    lanes = token_lanes(d, d)
     lengths = [1, 2, lanes, lanes + 1, lanes + 2, 2 * lanes + 1, 3, lanes + 1]
     n, batch, m, tau = sum(lengths), 2, 2, 5
     g = torch.Generator().manual_seed(d)

@@ -93,10 +93,11 @@ def test_projections_grow_with_n_and_the_two_paths_are_within_a_tenth_at_the_lis
         assert rows[-1]["atomic"] / rows[-1]["SDPA"] < 0.5 * rows[0]["atomic"] / rows[0]["SDPA"]
     # The sorted forward's team kernels against the atomic forward's L2 atomics, the atomic backward's
     # parallelism over hashes against the sorted one's chains, whose first pairs come with their buckets and whose
-    # further pairs are read a chunk at a time: at the default τ the sorted call (the trainer's default) is the
-    # faster, by a fifth to two fifths (docs/benchmarks.md: "the faster at the fitted constants")
+    # further pairs are read a chunk at a time, a token's rows 8 coordinates a lane: at the default τ the sorted
+    # call (the trainer's default) is the faster, by two fifths to a half (docs/benchmarks.md: "the faster at the
+    # fitted constants")
     listops = {design: sum(report.yoso_seconds(report.LISTOPS, design).values()) for design in report.DESIGNS}
-    assert 0.6 < listops["sorted"] / listops["atomic"] < 0.8
+    assert 0.5 < listops["sorted"] / listops["atomic"] < 0.6
 
 
 def test_the_atomic_backward_updates_a_rows_sectors_once_with_float4_atomics_and_per_slot_without():

@@ -74,14 +74,17 @@ YOSO_DEVICE float element(const Rows& rows, int64_t index) {
 }
 
 // One token's vectors split over a team of consecutive lanes. D > 0 (16, 32, 64, 128; the head dim and
-// the value dim both D): D/4 lanes, lane `rank` holding coordinates 4·rank … 4·rank + 3 (one float4
-// load or store a row, rows 16-byte aligned). D = 0 (any dims up to kMaxHeadDim): 32 lanes, lane `rank`
-// holding coordinates rank, rank + 32, … below the row's width. Every vector lives in registers.
-template <int D>
+// the value dim both D): D/C lanes, lane `rank` holding coordinates C·rank … C·rank + C − 1 (C/4 float4
+// loads or stores a row, rows 16-byte aligned; C = 8 halves the lanes a token takes for twice the registers
+// a lane, so that an SM holds more tokens where registers bound it). D = 0 (any dims up to kMaxHeadDim): 32
+// lanes, lane `rank` holding coordinates rank, rank + 32, … below the row's width. Every vector lives in
+// registers.
+template <int D, int C = 4>
 struct Team {
-  static constexpr int kLanes = D == 0 ? kWarp : D / 4;
-  static constexpr int kSlots = D == 0 ? kMaxHeadDim / kWarp : 4;
-  static_assert(D == 0 || D == 16 || D == 32 || D == 64 || D == 128, "teams of 4, 8, 16 or 32 lanes");
+  static constexpr int kLanes = D == 0 ? kWarp : D / C;
+  static constexpr int kSlots = D == 0 ? kMaxHeadDim / kWarp : C;
+  static_assert(D == 0 || D == 16 || D == 32 || D == 64 || D == 128, "teams of 2 to 32 lanes");
+  static_assert(C == 4 || C == 8, "4 or 8 coordinates a lane");
 
   int rank;       // this lane's place in the team
   unsigned mask;  // the team's lanes in the warp
@@ -91,13 +94,16 @@ struct Team {
     const unsigned first = lane & ~unsigned(kLanes - 1);
     return {static_cast<int>(lane - first), (kLanes == kWarp ? 0xffffffffu : ((1u << kLanes) - 1u)) << first};
   }
-  YOSO_DEVICE int coordinate(int s) const { return D == 0 ? s * kWarp + rank : rank * 4 + s; }
+  YOSO_DEVICE int coordinate(int s) const { return D == 0 ? s * kWarp + rank : rank * C + s; }
 
   // This lane's coordinates of row[0, width) (0 past the width).
   YOSO_DEVICE void read(const float* row, int width, float (&x)[kSlots]) const {
     if constexpr (D > 0) {
-      const float4 packed = load(reinterpret_cast<const float4*>(row) + rank);
-      x[0] = packed.x, x[1] = packed.y, x[2] = packed.z, x[3] = packed.w;
+#pragma unroll
+      for (int f = 0; f < C / 4; ++f) {
+        const float4 packed = load(reinterpret_cast<const float4*>(row) + rank * (C / 4) + f);
+        x[4 * f] = packed.x, x[4 * f + 1] = packed.y, x[4 * f + 2] = packed.z, x[4 * f + 3] = packed.w;
+      }
     } else {
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) x[s] = coordinate(s) < width ? load(row + coordinate(s)) : 0.0f;
@@ -109,9 +115,13 @@ struct Team {
     if (!rows.bf16) {
       read(static_cast<const float*>(rows.data) + row * width, width, x);
     } else if constexpr (D > 0) {
-      const uint2 packed = load(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(rows.data) + row * width) + rank);
-      x[0] = widened(packed.x & 0xffffu), x[1] = __uint_as_float(packed.x & 0xffff0000u);
-      x[2] = widened(packed.y & 0xffffu), x[3] = __uint_as_float(packed.y & 0xffff0000u);
+      const uint2* at = reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(rows.data) + row * width);
+#pragma unroll
+      for (int f = 0; f < C / 4; ++f) {
+        const uint2 packed = load(at + rank * (C / 4) + f);
+        x[4 * f] = widened(packed.x & 0xffffu), x[4 * f + 1] = __uint_as_float(packed.x & 0xffff0000u);
+        x[4 * f + 2] = widened(packed.y & 0xffffu), x[4 * f + 3] = __uint_as_float(packed.y & 0xffff0000u);
+      }
     } else {
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) x[s] = coordinate(s) < width ? element(rows, row * width + coordinate(s)) : 0.0f;
@@ -120,7 +130,10 @@ struct Team {
   // row[coordinate] = x for this lane's coordinates below the width.
   YOSO_DEVICE void write(float* row, int width, const float (&x)[kSlots]) const {
     if constexpr (D > 0) {
-      store(reinterpret_cast<float4*>(row) + rank, float4{x[0], x[1], x[2], x[3]});
+#pragma unroll
+      for (int f = 0; f < C / 4; ++f) {
+        store(reinterpret_cast<float4*>(row) + rank * (C / 4) + f, float4{x[4 * f], x[4 * f + 1], x[4 * f + 2], x[4 * f + 3]});
+      }
     } else {
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) {
@@ -131,8 +144,12 @@ struct Team {
   // row[coordinate] = x rounded to bfloat16 (four to an 8-byte store, D > 0), below the width.
   YOSO_DEVICE void write_bf16(uint16_t* row, int width, const float (&x)[kSlots]) const {
     if constexpr (D > 0) {
-      store(reinterpret_cast<uint2*>(row) + rank, uint2{rounded_bf16(x[0]) | rounded_bf16(x[1]) << 16,
-                                                        rounded_bf16(x[2]) | rounded_bf16(x[3]) << 16});
+#pragma unroll
+      for (int f = 0; f < C / 4; ++f) {
+        store(reinterpret_cast<uint2*>(row) + rank * (C / 4) + f,
+              uint2{rounded_bf16(x[4 * f]) | rounded_bf16(x[4 * f + 1]) << 16,
+                    rounded_bf16(x[4 * f + 2]) | rounded_bf16(x[4 * f + 3]) << 16});
+      }
     } else {
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) {
@@ -143,7 +160,11 @@ struct Team {
   // row[coordinate] += x, atomically (other teams add to the same rows).
   YOSO_DEVICE void add(float* row, int width, const float (&x)[kSlots]) const {
     if constexpr (D > 0) {
-      atomic_add4(reinterpret_cast<float4*>(row) + rank, float4{x[0], x[1], x[2], x[3]});
+#pragma unroll
+      for (int f = 0; f < C / 4; ++f) {
+        atomic_add4(reinterpret_cast<float4*>(row) + rank * (C / 4) + f,
+                    float4{x[4 * f], x[4 * f + 1], x[4 * f + 2], x[4 * f + 3]});
+      }
     } else {
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) {
@@ -201,9 +222,9 @@ inline int instance(int d, int dv, std::initializer_list<const void*> rows) {
 
 // Teams in blocks of kTeamThreads threads: the team of this thread (x counts teams), and the blocks for `teams`.
 constexpr int kTeamThreads = 128;
-template <int D>
+template <int D, int C = 4>
 YOSO_DEVICE int64_t team_index() {
-  return (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / Team<D>::kLanes;
+  return (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / Team<D, C>::kLanes;
 }
 inline unsigned blocks_for(int64_t teams, int lanes) {
   return static_cast<unsigned>((teams * lanes + kTeamThreads - 1) / kTeamThreads);

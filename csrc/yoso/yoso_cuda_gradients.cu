@@ -38,13 +38,13 @@ struct OtherSide {
 // visit(pair, bucket) for each of a token's hashes in order whose bucket holds tokens of the other side. The
 // buckets are found kLanes hashes at a time, a lane each (code, run start; then the run's table, first token
 // and next code; then that token's weight), so that a team has that many chains of dependent loads in flight
-// instead of one, then handed to every lane of the team in turn: a light run's first pair costs the team
-// only its rows.
-template <int D, typename Visit>
-YOSO_DEVICE void for_each_bucket(const Team<D>& team, int64_t b, int m, int tau, const int32_t* codes, int n_own,
-                                 int own, const int32_t* starts, const OtherSide& other, const int32_t* tables,
-                                 Visit visit) {
-  constexpr int L = Team<D>::kLanes;
+// instead of one, then handed to every lane of the team in turn in four shuffles (the run start or the table
+// in one word, the token and whether the run goes on past it in another): a light run's first pair costs the
+// team only its rows.
+template <typename T, typename Visit>
+YOSO_DEVICE void for_each_bucket(const T& team, int64_t b, int m, int tau, const int32_t* codes, int n_own, int own,
+                                 const int32_t* starts, const OtherSide& other, const int32_t* tables, Visit visit) {
+  constexpr int L = T::kLanes;
   for (int group = 0; group < m; group += L) {
     Bucket mine;
     if (group + team.rank < m) {
@@ -58,14 +58,24 @@ YOSO_DEVICE void for_each_bucket(const Team<D>& team, int64_t b, int m, int tau,
         mine.weight = other.weight_of(b, mine.token);
       }
     }
+    const int32_t where = mine.table >= 0 ? -2 - mine.table : mine.first;  // -1: no run; -2 - t: heavy table t
+    const uint32_t token_more = static_cast<uint32_t>(mine.token) ^ (static_cast<uint32_t>(mine.more) << 31);
     const int count = m - group < L ? m - group : L;
     for (int u = 0; u < count; ++u) {
+      const int32_t found = __shfl_sync(team.mask, where, u, L);
+      const int32_t code = __shfl_sync(team.mask, mine.code, u, L);
+      const uint32_t packed = __shfl_sync(team.mask, token_more, u, L);
+      const float weight = __shfl_sync(team.mask, mine.weight, u, L);
+      if (found == -1) continue;
       Bucket bucket;
-      bucket.first = __shfl_sync(team.mask, mine.first, u, L);
-      bucket.code = __shfl_sync(team.mask, mine.code, u, L), bucket.table = __shfl_sync(team.mask, mine.table, u, L);
-      bucket.token = __shfl_sync(team.mask, mine.token, u, L), bucket.more = __shfl_sync(team.mask, mine.more, u, L);
-      bucket.weight = __shfl_sync(team.mask, mine.weight, u, L);
-      if (bucket.first >= 0) visit(b * m + group + u, bucket);
+      bucket.code = code, bucket.weight = weight;
+      if (found < -1) {
+        bucket.first = 0, bucket.table = -2 - found;
+      } else {
+        bucket.first = found;
+        bucket.token = static_cast<int32_t>(packed & 0x7fffffffu), bucket.more = static_cast<int>(packed >> 31);
+      }
+      visit(b * m + group + u, bucket);
     }
   }
 }
@@ -74,10 +84,10 @@ YOSO_DEVICE void for_each_bucket(const Team<D>& team, int64_t b, int m, int tau,
 // the bucket was found with it, the rest kLanes positions at a time, a lane each (its code and token read
 // together, then the token's weight where the code is the bucket's), handed to the team in turn; a chunk
 // whose last lane is still in the run is followed by the next.
-template <int D, typename Step>
-YOSO_DEVICE void for_each_in_run(const Team<D>& team, const Bucket& bucket, int64_t b, int64_t pair,
-                                 const OtherSide& other, Step step) {
-  constexpr int L = Team<D>::kLanes;
+template <typename T, typename Step>
+YOSO_DEVICE void for_each_in_run(const T& team, const Bucket& bucket, int64_t b, int64_t pair, const OtherSide& other,
+                                 Step step) {
+  constexpr int L = T::kLanes;
   step(bucket.token, bucket.weight);
   const int64_t at = pair * other.n;
   for (int from = bucket.first + 1, more = bucket.more; more; from += L) {
@@ -100,14 +110,23 @@ YOSO_DEVICE void for_each_in_run(const Team<D>& team, const Bucket& bucket, int6
   }
 }
 
+// The deterministic gradients' teams hold 8 coordinates a lane: these kernels wait on chains of dependent
+// loads, and their registers bound how many tokens an SM holds at once, which a token on half the lanes raises
+// (ptxas, sm_90, nvcc 13, D = 32: query_gradients capped at 64 registers without a spill, 8 blocks of 32
+// tokens an SM; key_gradients 77, which spills at 72: 6 blocks; with 4 coordinates a lane 64 and 62
+// registers, 8 blocks of 16 tokens).
+constexpr int kTokenCoords = 8;
+constexpr int kQueryGradientBlocks = 8;  // resident blocks a query_gradients launch bounds its registers for
+
 // Deterministic. One team per query i, over every hash in turn (its buckets found kLanes hashes at a time):
 // ∇Q_i = (τ/2m) Σ_h Σ_{j in i's bucket} w_j (g_i·v_j) k_j, a heavy bucket's part as g_i M. One writer per
 // row, one order.
 template <int D>
-YOSO_GLOBAL void query_gradients_kernel(Backward a, Heavy heavy, float scale) {
-  using T = Team<D>;
+YOSO_GLOBAL void YOSO_LAUNCH_BOUNDS(kTeamThreads, kQueryGradientBlocks)
+query_gradients_kernel(Backward a, Heavy heavy, float scale) {
+  using T = Team<D, kTokenCoords>;
   const T team = T::of_thread();
-  const int64_t token = team_index<D>();
+  const int64_t token = team_index<D, kTokenCoords>();
   if (token >= a.B * a.nq) return;
   const int64_t b = token / a.nq;
   const int i = static_cast<int>(token - b * a.nq);
@@ -140,9 +159,9 @@ YOSO_GLOBAL void query_gradients_kernel(Backward a, Heavy heavy, float scale) {
 // Σ_{i in j's bucket} (g_i·v_j) q_i and ∇V_j = (w_j/m) Σ_h Σ_i g_i, a heavy bucket's part as v_j N and Σ g.
 template <int D>
 YOSO_GLOBAL void key_gradients_kernel(Backward a, Heavy heavy, float scale, float inv_m) {
-  using T = Team<D>;
+  using T = Team<D, kTokenCoords>;
   const T team = T::of_thread();
-  const int64_t token = team_index<D>();
+  const int64_t token = team_index<D, kTokenCoords>();
   if (token >= a.B * a.nk) return;
   const float w = load(a.key_weight + token);
   float v[T::kSlots], sum_k[T::kSlots] = {}, sum_v[T::kSlots] = {};
@@ -328,11 +347,12 @@ cudaError_t launch_gradients(const Backward& a, const Heavy& heavy, bool atomic,
   const float scale = static_cast<float>(a.tau) / (2.0f * a.m), inv_m = 1.0f / a.m;
   constexpr int L = Team<D>::kLanes;
   if (!atomic) {
-    const cudaError_t status = YOSO_LAUNCH(query_gradients_kernel<D>, dim3(blocks_for(a.B * a.nq, L)), dim3(kTeamThreads), 0,
-                                           stream, a, heavy, scale);
+    constexpr int lanes = Team<D, kTokenCoords>::kLanes;
+    const cudaError_t status = YOSO_LAUNCH(query_gradients_kernel<D>, dim3(blocks_for(a.B * a.nq, lanes)),
+                                           dim3(kTeamThreads), 0, stream, a, heavy, scale);
     if (status != cudaSuccess) return status;
-    return YOSO_LAUNCH(key_gradients_kernel<D>, dim3(blocks_for(a.B * a.nk, L)), dim3(kTeamThreads), 0, stream, a, heavy,
-                       scale, inv_m);
+    return YOSO_LAUNCH(key_gradients_kernel<D>, dim3(blocks_for(a.B * a.nk, lanes)), dim3(kTeamThreads), 0, stream, a,
+                       heavy, scale, inv_m);
   }
   const cudaError_t status = YOSO_LAUNCH(scatter_pairs_kernel<D>, dim3(blocks_for(a.B * a.m * a.nq, L)), dim3(kTeamThreads),
                                          0, stream, a, heavy, scale, inv_m);

@@ -25,6 +25,8 @@
 #if defined(__CUDACC__)  // the kernels' spelling; a host file (the torch wrappers) needs only the types
 #define YOSO_GLOBAL __global__
 #define YOSO_DEVICE __device__ __forceinline__
+// A kernel's registers capped so that `blocks` blocks of `threads` fit an SM (ptxas must not spill: tested).
+#define YOSO_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
 // Launch and return the launch's own error, cleared (cudaGetLastError), so that the caller reports it as
 // this kernel's and the next, unrelated CUDA call does not raise it again; execution errors surface at the
 // next sync. The torch wrappers clear nothing of others': an error pending before a YOSO op is raised,
@@ -86,6 +88,7 @@ __device__ __forceinline__ void exchange_xor(unsigned mask, float (&values)[COUN
 
 #define YOSO_GLOBAL
 #define YOSO_DEVICE inline
+#define YOSO_LAUNCH_BOUNDS(threads, blocks)
 #define __host__
 #define __device__
 #define __forceinline__ inline

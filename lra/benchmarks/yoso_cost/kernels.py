@@ -23,7 +23,7 @@ registers from ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c, th
 - the backward in one pass (a token finds its bucket by one load from each pair's run starts by code
   where 2^τ ≤ 2n, else by a binary search): heavy runs flagged by a thread per sorted key position,
   numbered by a prefix sum (torch's cumsum), tables only for them; then, deterministic, one launch per
-  gradient over every pair, a team of d/4 lanes per token (its rows in registers, float4 loads)
+  gradient over every pair, a team of d/8 lanes per token (its rows in registers, two float4 loads a row)
   visiting its m hashes, a run's further tokens read a chunk of positions at a time; or, atomic, a team
   per (hash, query) adding each colliding pair's share into ∇K, ∇V and its sum into ∇Q with atomicAdd:
   from sm_90 on one float4 atomic per lane (a 128-byte row, 4 sector updates), before sm_90 four 4-byte
@@ -64,8 +64,25 @@ def instance_lanes(d: int, dv: int) -> int:
 
 
 def team_lanes(c: Call) -> int:
-    """Lanes per token in the gradient kernels: d/4 for the templated head dims, else a warp."""
+    """Lanes per token in the atomic gradient kernel: d/4 for the templated head dims, else a warp."""
     return instance_lanes(c.d, c.dv)
+
+
+TOKEN_COORDS = 8  # yoso_cuda_gradients.cu's kTokenCoords: coordinates a lane of the deterministic gradients' teams
+
+
+def token_lanes(d: int, dv: int) -> int:
+    """Lanes per token in the deterministic gradient kernels (query_gradients, key_gradients): d/8 for the
+    templated head dims (two float4 loads a row), else a warp."""
+    return d // TOKEN_COORDS if d == dv and d in (16, 32, 64, 128) else WARP
+
+
+def token_gradient_registers(c: Call, key: bool) -> int:
+    """ptxas's registers (nvcc 13.0, sm_90, no spill) of query_gradients (capped for 8 blocks of 128 threads an
+    SM: kQueryGradientBlocks) and key_gradients (unbounded) with 8 coordinates a lane."""
+    if not key:
+        return 64
+    return 77 if c.d == c.dv and c.d in (16, 32) else 72
 
 
 def cumulation_plan(c: Call, atomic: bool) -> Tuple[bool, int, int]:
@@ -385,16 +402,17 @@ def _lookup_chain(c: Call, machine: Machine) -> float:
 
 
 def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
-    """Deterministic query_gradients or key_gradients: a team per token over its m hashes, one launch. Its
-    buckets are found L hashes at a time, a lane each: code, run start, then the run's heavy table, first token
-    and next code, then (queries' kernel) that token's key weight, one chain of dependent loads per group of L
-    hashes, then six shuffles a hash; a light run's first pair then costs the team its rows alone; its further
+    """Deterministic query_gradients or key_gradients: a team of :func:`token_lanes` per token over its m
+    hashes, one launch. Its buckets are found L hashes at a time, a lane each: code, run start, then the run's
+    heavy table, first token and next code, then (queries' kernel) that token's key weight, one chain of
+    dependent loads per group of L hashes, then four shuffles a hash; a light run's first pair then costs the
+    team its rows alone; its further
     tokens are read L positions at a time, a lane each (code and token, then the weight: one chain a chunk),
     each then handed over by two shuffles and costing its rows. In the measured kernels every lane found each
     hash's bucket in turn (a chain per hash) and walked the run a pair at a time (order, weight, next code)."""
     b = c.stats
     key = side == "key"
-    lanes = team_lanes(c)
+    lanes = team_lanes(c) if c.measured_kernels else token_lanes(c.d, c.dv)
     teams_per_warp = WARP // lanes
     per_pair, per_hash, pair_chain = _team_costs(c, machine, lanes)
     longest = max_of_poisson(b.per_query, teams_per_warp)
@@ -409,7 +427,7 @@ def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
         per_token_hash = lanes * 4 * (1 + run_loads(c)) + b.hit * 4 * 2 * lanes + b.per_query * (
             lanes * 4 * (2 if key else 3) + c.row_bytes * (c.dv + c.d))
     else:  # a run's further tokens a chunk of `lanes` positions at a time (runs past 1 + lanes: rare, uncounted)
-        lookups, shuffles = math.ceil(c.m / lanes), 6
+        lookups, shuffles = math.ceil(c.m / lanes), 4
         lookup += machine.l2_latency * (1 if key else 2)  # the first token (and next code), then its weight
         first_pair = pair_chain - 3 * machine.l2_latency  # its rows only: the team's dot product on them
         goes_on = 1 - (1 - b.two_or_more) ** teams_per_warp  # a warp with a run to walk on
@@ -420,7 +438,8 @@ def token_gradients(c: Call, side: str, machine: Machine = H100) -> Kernel:
         per_token_hash = 4 * (1 + run_loads(c)) + b.hit * 4 * (3 if key else 4) + b.two_or_more * lanes * 8 + (
             0 if key else (b.per_query - b.hit) * 4) + b.per_query * c.row_bytes * (c.dv + c.d)
     return Kernel(f"{side}_gradients", blocks=math.ceil(c.B * c.n * lanes / GRADIENT_THREADS),
-                  threads=GRADIENT_THREADS, registers=(54 if key else 56) if c.measured_kernels else 64,
+                  threads=GRADIENT_THREADS,
+                  registers=(54 if key else 56) if c.measured_kernels else token_gradient_registers(c, key),
                   instructions=warps * (lookups * per_hash + c.m * (shuffles * 2 + busy * 4 + longest * per_pair)
                                         + 30),
                   dram_bytes=c.B * c.n * (c.row_bytes * (c.d + c.dv) + 4 * own) + c.pairs * c.n * 16,
