@@ -220,6 +220,11 @@ inline int instance(int d, int dv, std::initializer_list<const void*> rows) {
   return d;
 }
 
+// Coordinates a lane in the teams of the kernels that wait on chains of dependent loads (bucket_rows,
+// query_gradients, key_gradients): a token on half the lanes lets an SM hold more tokens at once where its
+// threads or registers bound them (Team's C).
+constexpr int kChainedCoords = 8;
+
 // Teams in blocks of kTeamThreads threads: the team of this thread (x counts teams), and the blocks for `teams`.
 constexpr int kTeamThreads = 128;
 template <int D, int C = 4>

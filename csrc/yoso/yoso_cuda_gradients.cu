@@ -110,12 +110,10 @@ YOSO_DEVICE void for_each_in_run(const T& team, const Bucket& bucket, int64_t b,
   }
 }
 
-// The deterministic gradients' teams hold 8 coordinates a lane: these kernels wait on chains of dependent
-// loads, and their registers bound how many tokens an SM holds at once, which a token on half the lanes raises
-// (ptxas, sm_90, nvcc 13, D = 32: query_gradients capped at 64 registers without a spill, 8 blocks of 32
-// tokens an SM; key_gradients 77, which spills at 72: 6 blocks; with 4 coordinates a lane 64 and 62
-// registers, 8 blocks of 16 tokens).
-constexpr int kTokenCoords = 8;
+// The deterministic gradients' teams hold kChainedCoords coordinates a lane: their registers bound how many
+// tokens an SM holds at once (ptxas, sm_90, nvcc 13, D = 32: query_gradients capped at 64 registers without a
+// spill, 8 blocks of 32 tokens an SM; key_gradients 77, which spills at 72: 6 blocks; with 4 coordinates a lane
+// 64 and 62 registers, 8 blocks of 16 tokens).
 constexpr int kQueryGradientBlocks = 8;  // resident blocks a query_gradients launch bounds its registers for
 
 // Deterministic. One team per query i, over every hash in turn (its buckets found kLanes hashes at a time):
@@ -124,9 +122,9 @@ constexpr int kQueryGradientBlocks = 8;  // resident blocks a query_gradients la
 template <int D>
 YOSO_GLOBAL void YOSO_LAUNCH_BOUNDS(kTeamThreads, kQueryGradientBlocks)
 query_gradients_kernel(Backward a, Heavy heavy, float scale) {
-  using T = Team<D, kTokenCoords>;
+  using T = Team<D, kChainedCoords>;
   const T team = T::of_thread();
-  const int64_t token = team_index<D, kTokenCoords>();
+  const int64_t token = team_index<D, kChainedCoords>();
   if (token >= a.B * a.nq) return;
   const int64_t b = token / a.nq;
   const int i = static_cast<int>(token - b * a.nq);
@@ -159,9 +157,9 @@ query_gradients_kernel(Backward a, Heavy heavy, float scale) {
 // Σ_{i in j's bucket} (g_i·v_j) q_i and ∇V_j = (w_j/m) Σ_h Σ_i g_i, a heavy bucket's part as v_j N and Σ g.
 template <int D>
 YOSO_GLOBAL void key_gradients_kernel(Backward a, Heavy heavy, float scale, float inv_m) {
-  using T = Team<D, kTokenCoords>;
+  using T = Team<D, kChainedCoords>;
   const T team = T::of_thread();
-  const int64_t token = team_index<D, kTokenCoords>();
+  const int64_t token = team_index<D, kChainedCoords>();
   if (token >= a.B * a.nk) return;
   const float w = load(a.key_weight + token);
   float v[T::kSlots], sum_k[T::kSlots] = {}, sum_v[T::kSlots] = {};
@@ -347,7 +345,7 @@ cudaError_t launch_gradients(const Backward& a, const Heavy& heavy, bool atomic,
   const float scale = static_cast<float>(a.tau) / (2.0f * a.m), inv_m = 1.0f / a.m;
   constexpr int L = Team<D>::kLanes;
   if (!atomic) {
-    constexpr int lanes = Team<D, kTokenCoords>::kLanes;
+    constexpr int lanes = Team<D, kChainedCoords>::kLanes;
     const cudaError_t status = YOSO_LAUNCH(query_gradients_kernel<D>, dim3(blocks_for(a.B * a.nq, lanes)),
                                            dim3(kTeamThreads), 0, stream, a, heavy, scale);
     if (status != cudaSuccess) return status;

@@ -14,15 +14,16 @@ YOSO_DEVICE const float* weights_of(const float* weights, int64_t b, int mw, int
   return weights + (b * mw + (mw == 1 ? 0 : h)) * int64_t(p) * n;
 }
 
-// Deterministic. One team (yoso_cuda_common.h) per sorted key position of a pair of the chunk: the first
-// position of a run sums the run's weighted values into its row, [p channels × dv], at that position, in
-// sorted order, each channel's sum in the team's registers.
+// Deterministic. One team (yoso_cuda_common.h; kChainedCoords coordinates a lane: 32 positions a block, whose
+// threads bound the SM) per sorted key position of a pair of the chunk: the first position of a run sums the
+// run's weighted values into its row, [p channels × dv], at that position, in sorted order, each channel's sum
+// in the team's registers.
 template <int D>
 YOSO_GLOBAL void bucket_rows_kernel(Cumulation c, float* rows, int64_t first_pair) {
-  using T = Team<D>;
+  using T = Team<D, kChainedCoords>;
   const T team = T::of_thread();
   const int64_t local = blockIdx.y, pair = first_pair + local, b = pair / c.m, h = pair % c.m;
-  const int64_t position = team_index<D>();
+  const int64_t position = team_index<D, kChainedCoords>();
   if (position >= c.nk) return;
   const int t = static_cast<int>(position);
   const int32_t* sorted = c.sorted_k + pair * c.nk;
@@ -292,8 +293,8 @@ cudaError_t launch_chunk(const Cumulation& c, float* rows, int64_t rows_per_pair
   const cudaError_t status =
       atomic ? YOSO_LAUNCH(scatter_rows_kernel, dim3((c.nk + kRowsPerBlock - 1) / kRowsPerBlock, pairs),
                            dim3(kWarp, kRowsPerBlock), 0, stream, c, rows, rows_per_pair, direct, first)
-             : YOSO_LAUNCH(bucket_rows_kernel<D>, dim3(blocks_for(c.nk, L), pairs), dim3(kTeamThreads), 0, stream, c,
-                           rows, first);
+             : YOSO_LAUNCH(bucket_rows_kernel<D>, dim3(blocks_for(c.nk, Team<D, kChainedCoords>::kLanes), pairs),
+                           dim3(kTeamThreads), 0, stream, c, rows, first);
   if (status != cudaSuccess) return status;
   const int64_t batches = (end - 1) / c.m - first / c.m + 1;
   return YOSO_LAUNCH(gather_rows_kernel<D>, dim3(blocks_for(c.nq, L), static_cast<unsigned>(batches)),

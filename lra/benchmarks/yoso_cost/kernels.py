@@ -12,9 +12,9 @@ registers from ptxas (nvcc 13.0, sm_90, no stack frame; csrc/yoso at a63867c, th
   registers and warp shuffles, positions by shifts and masks;
 - chunks of a fixed budget (attention.workspace_mb, not the L2's): the same on every GPU; a chunk's
   tables may outgrow L2, and then their rows go through DRAM;
-- the sorted cumulation: a team of dv/4 lanes (a warp for other value dims, and in the measured kernels)
-  per sorted key position, a bucket's first position summing its weighted values into its row; a team
-  per query gathering its rows one hash after another;
+- the sorted cumulation: a team of dv/8 lanes (a warp for other value dims, and in the measured kernels)
+  per sorted key position, a bucket's first position summing its weighted values into its row; a team of
+  dv/4 lanes per query gathering its rows one hash after another;
 - the atomic cumulation: rows indexed by code (2^τ ≤ 2n: no sort), cleared per chunk, a warp per
   (key, hash) adds its value row with atomicAdd, the gather reads a query's rows without searching;
   where a pair's table fits shared memory in at most 128 slices of the codes (τ ≤ 15 with one channel;
@@ -68,13 +68,13 @@ def team_lanes(c: Call) -> int:
     return instance_lanes(c.d, c.dv)
 
 
-TOKEN_COORDS = 8  # yoso_cuda_gradients.cu's kTokenCoords: coordinates a lane of the deterministic gradients' teams
+CHAINED_COORDS = 8  # yoso_cuda_common.h's kChainedCoords: coordinates a lane in the chain-bound kernels' teams
 
 
 def token_lanes(d: int, dv: int) -> int:
-    """Lanes per token in the deterministic gradient kernels (query_gradients, key_gradients): d/8 for the
-    templated head dims (two float4 loads a row), else a warp."""
-    return d // TOKEN_COORDS if d == dv and d in (16, 32, 64, 128) else WARP
+    """Lanes per token in the kernels bound by chains of dependent loads (bucket_rows, query_gradients,
+    key_gradients): d/8 for the templated head dims (two float4 loads a row), else a warp."""
+    return d // CHAINED_COORDS if d == dv and d in (16, 32, 64, 128) else WARP
 
 
 def token_gradient_registers(c: Call, key: bool) -> int:
@@ -157,21 +157,21 @@ def table_cumulation(c: Call, machine: Machine = H100) -> Kernel:
 
 
 def row_lanes(c: Call) -> int:
-    """Lanes of the cumulation's team per row (yoso_cuda_kernels.cu): dv/4 for the templated value dims, else a
+    """Lanes of gather_rows' team per query (yoso_cuda_kernels.cu): dv/4 for the templated value dims, else a
     warp; a warp in the measured kernels."""
     return WARP if c.measured_kernels else instance_lanes(c.dv, c.dv)
 
 
 def bucket_rows(c: Call, machine: Machine = H100) -> Kernel:
-    """Deterministic: a team per sorted key position of a chunk's pairs (every lane reads the code and its
-    predecessor); a bucket's first position sums w_j v_j into its row in registers: per key of the run its
-    code (and the one after), order and weight (every lane) and value row (a float4 a lane). Its rows go
+    """Deterministic: a team of :func:`token_lanes` per sorted key position of a chunk's pairs (every lane reads
+    the code and its predecessor); a bucket's first position sums w_j v_j into its row in registers: per key of
+    the run its code (and the one after), order and weight (every lane) and value row (two float4 a lane). Its rows go
     through DRAM where the chunk's tables outgrow L2; the longest run of a block's 128/L teams sets its chain."""
     if c.measured_kernels:
         from lra.benchmarks.yoso_cost import measured_kernels  # they import this module's helpers
 
         return measured_kernels.bucket_rows(c, machine)
-    b, lanes = c.stats, row_lanes(c)
+    b, lanes = c.stats, token_lanes(c.dv, c.dv)
     _, rows, chunk = cumulation_plan(c, False)
     longest = max_of_poisson(b.per_query, GRADIENT_THREADS // lanes)
     written = c.pairs * b.distinct * c.dv * 4
