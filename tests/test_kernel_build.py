@@ -106,17 +106,29 @@ def nvcc_flags(standard: str) -> list:
     return [*COMMON_NVCC_FLAGS, "--compiler-options", "-fPIC", f"-std={standard}", "-O3"]
 
 
-def stack_frames(ptxas_report: str) -> dict:
-    """{kernel (demangled, parameters dropped): bytes of stack frame} from ``nvcc -Xptxas -v``."""
+def stack_frames(ptxas_report: str, architecture: str = "sm_90") -> dict:
+    """{kernel (demangled, parameters dropped): bytes of stack frame} for one architecture, from
+    ``nvcc -Xptxas -v``."""
     import re
 
     frames = {}
     for chunk in ptxas_report.split("Compiling entry function")[1:]:
-        mangled = re.match(r"\s*'(\w+)'", chunk).group(1)
+        mangled, compiled_for = re.match(r"\s*'(\w+)' for '(\w+)'", chunk).groups()
+        if compiled_for != architecture:
+            continue
         name = subprocess.run(["c++filt", mangled], capture_output=True, text=True).stdout.strip() or mangled
         frames[name.replace("yoso::(anonymous namespace)::", "").split("(")[0]] = int(
             re.search(r"(\d+) bytes stack frame", chunk).group(1))
     return frames
+
+
+def docker_architectures() -> list:
+    """sm_XY of each architecture the Docker image builds the kernels for (its TORCH_CUDA_ARCH_LIST)."""
+    import re
+
+    text = (Path(__file__).resolve().parent.parent / "Dockerfile").read_text()
+    listed = re.search(r'TORCH_CUDA_ARCH_LIST="([^"]+)"', text).group(1).split()
+    return ["sm_" + arch.replace("+PTX", "").replace(".", "") for arch in listed]
 
 
 def test_cuda_sources_compile_with_nvcc_and_keep_the_gradients_in_registers(tmp_path):
@@ -137,9 +149,9 @@ def test_cuda_sources_compile_with_nvcc_and_keep_the_gradients_in_registers(tmp_
         assert (tmp_path / f"{name}.o").stat().st_size > 0
         frames.update(stack_frames(report))
     gradients = {k: v for k, v in frames.items() if "gradients_kernel" in k or "pairs_kernel" in k
-                 or "heavy_apply_kernel" in k or "pair_gradient_kernel" in k}
+                 or "heavy_apply_kernel" in k or "pair_gradient_kernel" in k or "rows_kernel" in k}
     for head_dim in (16, 32, 64, 128, 0):  # 0: the generic instance
-        for kernel in ("query_gradients", "key_gradients", "scatter_pairs", "heavy_apply", "pair_gradient"):
+        for kernel in (*CHAINED_KERNELS, "scatter_pairs", "heavy_apply", "pair_gradient", "gather_rows"):
             assert f"void {kernel}_kernel<{head_dim}>" in gradients, sorted(gradients)
     assert set(gradients.values()) == {0}, gradients
     hashes = {k: v for k, v in frames.items() if "fast_hash_kernel" in k}  # 1 … 128 coordinates a lane
@@ -160,6 +172,38 @@ def test_cuda_sources_compile_with_nvcc_and_keep_the_gradients_in_registers(tmp_
                                 "-DTORCH_EXTENSION_NAME=check", *(f"-I{path}" for path in includes),
                                 str(_yoso_build.SOURCE_DIR / source)], capture_output=True, text=True)
         assert check.returncode == 0, f"{source}: {check.stderr[-3000:]}"
+
+
+CHAINED_KERNELS = ("query_gradients", "key_gradients", "bucket_rows")  # a token's rows 8 coordinates a lane
+
+
+def test_the_chained_kernels_keep_their_rows_in_registers_on_every_architecture_the_image_builds(tmp_path):
+    """query_gradients, key_gradients and bucket_rows hold twice the coordinates a lane (kChainedCoords), and
+    query_gradients is capped for 8 blocks an SM on the architectures where ptxas then spills nothing
+    (yoso_simt.h's YOSO_LAUNCH_BOUNDS: the cap spilled on sm_86, sm_89, sm_100 and sm_120): on every
+    architecture of the Docker image's list, no instance of them has a stack frame."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc not installed: the .cu kernels were not compile-checked")
+    others = [arch for arch in docker_architectures() if arch != "sm_90"]  # sm_90: the test above
+    assert len(others) >= 5, others
+    targets = [flag for arch in others for flag in ("-gencode", f"arch=compute_{arch[3:]},code={arch}")]
+    compiles = [subprocess.Popen([nvcc, *nvcc_flags("c++17"), "-c", str(_yoso_build.SOURCE_DIR / name), "-o",
+                                  str(tmp_path / f"{name}.o"), *targets, "-Xptxas", "-v"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for name in ("yoso_cuda_gradients.cu", "yoso_cuda_kernels.cu")]
+    reports = []
+    for compile_job in compiles:
+        _, report = compile_job.communicate()
+        assert compile_job.returncode == 0, report
+        reports.append(report)
+    for arch in others:
+        frames = {}
+        for report in reports:
+            frames.update(stack_frames(report, arch))
+        chained = {f"void {kernel}_kernel<{head_dim}>": frames.get(f"void {kernel}_kernel<{head_dim}>")
+                   for kernel in CHAINED_KERNELS for head_dim in (16, 32, 64, 128, 0)}
+        assert set(chained.values()) == {0}, (arch, chained)
 
 
 def cuda_include(nvcc: str) -> Path:

@@ -74,11 +74,11 @@ YOSO_DEVICE float element(const Rows& rows, int64_t index) {
 }
 
 // One token's vectors split over a team of consecutive lanes. D > 0 (16, 32, 64, 128; the head dim and
-// the value dim both D): D/C lanes, lane `rank` holding coordinates C·rank … C·rank + C − 1 (C/4 float4
-// loads or stores a row, rows 16-byte aligned; C = 8 halves the lanes a token takes for twice the registers
-// a lane, so that an SM holds more tokens where registers bound it). D = 0 (any dims up to kMaxHeadDim): 32
-// lanes, lane `rank` holding coordinates rank, rank + 32, … below the row's width. Every vector lives in
-// registers.
+// the value dim both D): L = D/C lanes, lane `rank` holding the float4s rank, rank + L, … of a row (C/4 of
+// them: each float4 load or store of the team contiguous; rows 16-byte aligned; C = 8 halves the lanes a token
+// takes for twice the registers a lane, so that an SM holds more tokens where its threads or registers bound
+// it). D = 0 (any dims up to kMaxHeadDim): 32 lanes, lane `rank` holding coordinates rank, rank + 32, … below
+// the row's width. Every vector lives in registers.
 template <int D, int C = 4>
 struct Team {
   static constexpr int kLanes = D == 0 ? kWarp : D / C;
@@ -94,14 +94,16 @@ struct Team {
     const unsigned first = lane & ~unsigned(kLanes - 1);
     return {static_cast<int>(lane - first), (kLanes == kWarp ? 0xffffffffu : ((1u << kLanes) - 1u)) << first};
   }
-  YOSO_DEVICE int coordinate(int s) const { return D == 0 ? s * kWarp + rank : rank * C + s; }
+  YOSO_DEVICE int coordinate(int s) const {
+    return D == 0 ? s * kWarp + rank : (s / 4) * (4 * kLanes) + rank * 4 + s % 4;
+  }
 
   // This lane's coordinates of row[0, width) (0 past the width).
   YOSO_DEVICE void read(const float* row, int width, float (&x)[kSlots]) const {
     if constexpr (D > 0) {
 #pragma unroll
       for (int f = 0; f < C / 4; ++f) {
-        const float4 packed = load(reinterpret_cast<const float4*>(row) + rank * (C / 4) + f);
+        const float4 packed = load(reinterpret_cast<const float4*>(row) + rank + kLanes * f);
         x[4 * f] = packed.x, x[4 * f + 1] = packed.y, x[4 * f + 2] = packed.z, x[4 * f + 3] = packed.w;
       }
     } else {
@@ -118,7 +120,7 @@ struct Team {
       const uint2* at = reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(rows.data) + row * width);
 #pragma unroll
       for (int f = 0; f < C / 4; ++f) {
-        const uint2 packed = load(at + rank * (C / 4) + f);
+        const uint2 packed = load(at + rank + kLanes * f);
         x[4 * f] = widened(packed.x & 0xffffu), x[4 * f + 1] = __uint_as_float(packed.x & 0xffff0000u);
         x[4 * f + 2] = widened(packed.y & 0xffffu), x[4 * f + 3] = __uint_as_float(packed.y & 0xffff0000u);
       }
@@ -132,7 +134,7 @@ struct Team {
     if constexpr (D > 0) {
 #pragma unroll
       for (int f = 0; f < C / 4; ++f) {
-        store(reinterpret_cast<float4*>(row) + rank * (C / 4) + f, float4{x[4 * f], x[4 * f + 1], x[4 * f + 2], x[4 * f + 3]});
+        store(reinterpret_cast<float4*>(row) + rank + kLanes * f, float4{x[4 * f], x[4 * f + 1], x[4 * f + 2], x[4 * f + 3]});
       }
     } else {
 #pragma unroll
@@ -146,7 +148,7 @@ struct Team {
     if constexpr (D > 0) {
 #pragma unroll
       for (int f = 0; f < C / 4; ++f) {
-        store(reinterpret_cast<uint2*>(row) + rank * (C / 4) + f,
+        store(reinterpret_cast<uint2*>(row) + rank + kLanes * f,
               uint2{rounded_bf16(x[4 * f]) | rounded_bf16(x[4 * f + 1]) << 16,
                     rounded_bf16(x[4 * f + 2]) | rounded_bf16(x[4 * f + 3]) << 16});
       }
@@ -162,7 +164,7 @@ struct Team {
     if constexpr (D > 0) {
 #pragma unroll
       for (int f = 0; f < C / 4; ++f) {
-        atomic_add4(reinterpret_cast<float4*>(row) + rank * (C / 4) + f,
+        atomic_add4(reinterpret_cast<float4*>(row) + rank + kLanes * f,
                     float4{x[4 * f], x[4 * f + 1], x[4 * f + 2], x[4 * f + 3]});
       }
     } else {

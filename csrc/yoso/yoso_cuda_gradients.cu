@@ -112,8 +112,8 @@ YOSO_DEVICE void for_each_in_run(const T& team, const Bucket& bucket, int64_t b,
 
 // The deterministic gradients' teams hold kChainedCoords coordinates a lane: their registers bound how many
 // tokens an SM holds at once (ptxas, sm_90, nvcc 13, D = 32: query_gradients capped at 64 registers without a
-// spill, 8 blocks of 32 tokens an SM; key_gradients 77, which spills at 72: 6 blocks; with 4 coordinates a lane
-// 64 and 62 registers, 8 blocks of 16 tokens).
+// spill, 8 blocks of 32 tokens an SM; key_gradients 72, which spills under a cap of 64: 7 blocks; with 4
+// coordinates a lane 64 and 62 registers, 8 blocks of 16 tokens).
 constexpr int kQueryGradientBlocks = 8;  // resident blocks a query_gradients launch bounds its registers for
 
 // Deterministic. One team per query i, over every hash in turn (its buckets found kLanes hashes at a time):
