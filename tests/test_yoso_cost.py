@@ -284,6 +284,22 @@ def test_the_rows_fit_only_the_calibration_trace_and_compare_main_s_kernels_only
     assert len(calls) == 2 * 2 * 7  # two sessions, forward and forward + backward, n = 512 … 32,768
 
 
+def test_a_measurement_committed_from_now_on_is_modelled_with_today_s_kernels(tmp_path, monkeypatch):
+    """The committed files ran a94d93d's kernels and are modelled with them; a kernels.md added later is
+    modelled with the kernels main has (here a copy of 2026-11-27b's numbers under a new folder)."""
+    from lra.benchmarks.yoso_cost import compare, host, measured as files
+
+    (tmp_path / "2099-01-01").mkdir()
+    shutil.copy(files.GPU_DOCS / "2026-11-27b" / "kernels.md", tmp_path / "2099-01-01" / "kernels.md")
+    old = {row.what: row.projected() for row in compare.benchmark_rows("2026-11-27b/kernels.md")}
+    monkeypatch.setattr(files, "GPU_DOCS", tmp_path)
+    new = {row.what: row.projected() for row in compare.benchmark_rows("2099-01-01/kernels.md")}
+    assert new.keys() == old.keys()
+    what = "YOSO-32 (CUDA graphs), n = 8,192, forward + backward"
+    assert new[what] == pytest.approx(host.call_seconds(Call(16, 8192, 32, 32, 32), True, True, graphs=True))
+    assert new[what] < 0.8 * old[what]  # today's atomic forward keeps τ = 13's tables in shared memory
+
+
 def test_the_fitted_constants_reproduce_the_calibration_trace_within_ten_percent():
     from lra.benchmarks.yoso_cost import compare, fit
 

@@ -53,7 +53,7 @@ def _named(kernels: Sequence[Kernel], names: Sequence[str], machine: Machine) ->
 
 def trace_rows(source: str) -> List[Row]:
     t = measured.trace(source)
-    call = measured.call_as_measured(t.batch_heads, t.n, t.head_dim, t.head_dim, t.m)
+    call = measured.call_as_measured(source, t.batch_heads, t.n, t.head_dim, t.head_dim, t.m)
     atomic = t.atomic
     fitted = source == measured.CALIBRATION
     role = "fitted" if fitted else "validated"
@@ -106,7 +106,7 @@ def benchmark_rows(source: str) -> List[Row]:
         if cell not in CELLS:
             continue
         atomic, graphs = CELLS[cell]
-        call = measured.call_as_measured(batch_heads, n, d, d, 32)
+        call = measured.call_as_measured(source, batch_heads, n, d, d, 32)
         for training, value, label in ((False, forward, "forward"), (True, both, "forward + backward")):
             rows.append(Row(source, f"{cell}, n = {n:,}, {label}", value,
                             lambda m, h, call=call, atomic=atomic, training=training, graphs=graphs: host.call_seconds(

@@ -29,10 +29,17 @@ FILES = TRACES + BENCHMARKS
 
 
 
-def call_as_measured(B: int, n: int, d: int, dv: int, m: int) -> Call:
-    """A call of the committed measurements, modelled with the kernels they ran (:attr:`Call.measured_kernels`:
-    where today's differ, e.g. n >= 8,192 keeps the global-memory rows they measured)."""
-    return Call(B, n, d, dv, m, measured_kernels=True)
+# The files that ran the kernels of a94d93d and before (:attr:`Call.measured_kernels`). A file added to TRACES or
+# BENCHMARKS later is modelled with today's kernels: it must measure them (csrc/yoso at its commit as on main).
+EARLIER_KERNELS = frozenset({"2026-11-27b/trace.md", "2026-11-27c/trace.md", "2026-11-27b/trace_deterministic.md",
+                             "2026-11-27b/kernels.md", "2026-11-27c/kernels.md", "2026-11-27b/kernels_bert.md"})
+
+
+def call_as_measured(source: str, B: int, n: int, d: int, dv: int, m: int) -> Call:
+    """A call of the committed measurement ``source``, modelled with the kernels it ran: those of a94d93d and
+    before for :data:`EARLIER_KERNELS` (:attr:`Call.measured_kernels`: where today's differ, e.g. n >= 8,192
+    keeps the global-memory rows they measured), else today's."""
+    return Call(B, n, d, dv, m, measured_kernels=source in EARLIER_KERNELS)
 
 
 # A kernel of the profiler's table, by the start of its name, and the model's name for it.
