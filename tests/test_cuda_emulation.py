@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from attention_zoo import _yoso_ops as ops
 from attention_zoo.yoso import draw, hash_codes
-from lra.benchmarks.yoso_cost.kernels import counting_sort_fits, table_rows, token_lanes
+from lra.benchmarks.yoso_cost.kernels import counting_sort_fits, instance_lanes, table_rows, token_lanes
 from simt import emulation
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
@@ -139,7 +139,7 @@ def test_emulated_kernels_equal_the_pytorch_path_and_the_cpu_kernels(name, shape
         assert gradients == (["query_gradients_kernel", "key_gradients_kernel"] if deterministic else
                              ["scatter_pairs_kernel"] + ["heavy_apply_kernel"] * heavy_possible)
         # the templated team (8 coordinates a lane deterministic, 4 atomic), else the generic one
-        lanes = token_lanes(d, dv) if deterministic else d // 4 if d == dv and d in (16, 32, 64, 128) else 32
+        lanes = token_lanes(d, dv) if deterministic else instance_lanes(d, dv)
         first = next(launch for launch in backward.launches if launch.kernel.split("<")[0] == gradients[0])
         assert first.grid[0] == math.ceil(batch * n * (1 if deterministic else m) * lanes / 128)
         assert (backward.atomics("scatter_pairs_kernel") > 0) == (not deterministic)

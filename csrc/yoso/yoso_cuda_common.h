@@ -94,6 +94,10 @@ struct Team {
     const unsigned first = lane & ~unsigned(kLanes - 1);
     return {static_cast<int>(lane - first), (kLanes == kWarp ? 0xffffffffu : ((1u << kLanes) - 1u)) << first};
   }
+  // D > 0: this lane's f-th group of 4 coordinates (slots 4f … 4f + 3) in a row of such groups (float4 or a
+  // bfloat16 uint2). The lane's offset added to the row first, as one pointer the f-th adds a constant to.
+  template <typename Group>
+  YOSO_DEVICE Group* quad(Group* row, int f) const { return row + rank + kLanes * f; }
   YOSO_DEVICE int coordinate(int s) const {
     return D == 0 ? s * kWarp + rank : (s / 4) * (4 * kLanes) + rank * 4 + s % 4;
   }
@@ -103,7 +107,7 @@ struct Team {
     if constexpr (D > 0) {
 #pragma unroll
       for (int f = 0; f < C / 4; ++f) {
-        const float4 packed = load(reinterpret_cast<const float4*>(row) + rank + kLanes * f);
+        const float4 packed = load(quad(reinterpret_cast<const float4*>(row), f));
         x[4 * f] = packed.x, x[4 * f + 1] = packed.y, x[4 * f + 2] = packed.z, x[4 * f + 3] = packed.w;
       }
     } else {
@@ -120,7 +124,7 @@ struct Team {
       const uint2* at = reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(rows.data) + row * width);
 #pragma unroll
       for (int f = 0; f < C / 4; ++f) {
-        const uint2 packed = load(at + rank + kLanes * f);
+        const uint2 packed = load(quad(at, f));
         x[4 * f] = widened(packed.x & 0xffffu), x[4 * f + 1] = __uint_as_float(packed.x & 0xffff0000u);
         x[4 * f + 2] = widened(packed.y & 0xffffu), x[4 * f + 3] = __uint_as_float(packed.y & 0xffff0000u);
       }
@@ -134,7 +138,7 @@ struct Team {
     if constexpr (D > 0) {
 #pragma unroll
       for (int f = 0; f < C / 4; ++f) {
-        store(reinterpret_cast<float4*>(row) + rank + kLanes * f, float4{x[4 * f], x[4 * f + 1], x[4 * f + 2], x[4 * f + 3]});
+        store(quad(reinterpret_cast<float4*>(row), f), float4{x[4 * f], x[4 * f + 1], x[4 * f + 2], x[4 * f + 3]});
       }
     } else {
 #pragma unroll
@@ -148,7 +152,7 @@ struct Team {
     if constexpr (D > 0) {
 #pragma unroll
       for (int f = 0; f < C / 4; ++f) {
-        store(reinterpret_cast<uint2*>(row) + rank + kLanes * f,
+        store(quad(reinterpret_cast<uint2*>(row), f),
               uint2{rounded_bf16(x[4 * f]) | rounded_bf16(x[4 * f + 1]) << 16,
                     rounded_bf16(x[4 * f + 2]) | rounded_bf16(x[4 * f + 3]) << 16});
       }
@@ -164,7 +168,7 @@ struct Team {
     if constexpr (D > 0) {
 #pragma unroll
       for (int f = 0; f < C / 4; ++f) {
-        atomic_add4(reinterpret_cast<float4*>(row) + rank + kLanes * f,
+        atomic_add4(quad(reinterpret_cast<float4*>(row), f),
                     float4{x[4 * f], x[4 * f + 1], x[4 * f + 2], x[4 * f + 3]});
       }
     } else {

@@ -57,10 +57,10 @@ def chunk_batches(c: Call, chunk: int) -> float:
     return min(c.B, chunk / c.m + 1) if chunk < c.pairs else c.B
 
 
-def instance_lanes(d: int, dv: int) -> int:
-    """Lanes of a team (yoso_cuda_common.h's instance, rows aligned): D/4 where d = dv = D, one of the templated
-    dims 16 … 128, else a warp (the generic team)."""
-    return d // 4 if d == dv and d in (16, 32, 64, 128) else WARP
+def instance_lanes(d: int, dv: int, coords: int = 4) -> int:
+    """Lanes of a team of ``coords`` coordinates a lane (yoso_cuda_common.h's Team<D, C> of the instance, rows
+    aligned): D/C where d = dv = D, one of the templated dims 16 … 128, else a warp (the generic team)."""
+    return d // coords if d == dv and d in (16, 32, 64, 128) else WARP
 
 
 def team_lanes(c: Call) -> int:
@@ -74,7 +74,7 @@ CHAINED_COORDS = 8  # yoso_cuda_common.h's kChainedCoords: coordinates a lane in
 def token_lanes(d: int, dv: int) -> int:
     """Lanes per token in the kernels bound by chains of dependent loads (bucket_rows, query_gradients,
     key_gradients): d/8 for the templated head dims (two float4 loads a row), else a warp."""
-    return d // CHAINED_COORDS if d == dv and d in (16, 32, 64, 128) else WARP
+    return instance_lanes(d, dv, CHAINED_COORDS)
 
 
 def token_gradient_registers(key: bool) -> int:
