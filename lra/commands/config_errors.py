@@ -47,10 +47,7 @@ def os_error_line(exc: BaseException) -> Optional[str]:
 
 def _unreadable(name: str) -> bool:
     """Whether ``name`` is a file or folder there that this user may not read (a refused read, not a write)."""
-    try:
-        return os.path.exists(name) and not os.access(name, os.R_OK | (os.X_OK if os.path.isdir(name) else 0))
-    except OSError:
-        return False
+    return os.path.exists(name) and not os.access(name, os.R_OK | (os.X_OK if os.path.isdir(name) else 0))
 
 
 def path_kind_line(exc: BaseException) -> Optional[str]:

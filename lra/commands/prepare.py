@@ -68,7 +68,6 @@ def main(argv=None) -> None:
 def _valid_keys(task: str, path: str) -> list:
     """Keys of the task's default config at a dotted path, for suggestions in error messages."""
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import DictConfig, OmegaConf
 

@@ -30,11 +30,16 @@ MANIFEST_DIGEST = "manifest_sha256"  # the SHA-256 of the manifest's other field
 FORMAT_VERSION = 1
 
 
-def sha256_file(path: Path, chunk_size: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
+def hash_into(digest, path: Path, chunk_size: int = 1 << 22) -> None:
+    """Feed the bytes of ``path`` into ``digest`` (a hashlib object), a chunk at a time."""
     with open(path, "rb") as handle:
         while chunk := handle.read(chunk_size):
             digest.update(chunk)
+
+
+def sha256_file(path: Path, chunk_size: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    hash_into(digest, path, chunk_size)
     return digest.hexdigest()
 
 

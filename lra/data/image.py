@@ -21,6 +21,7 @@ from lra.errors import UserError
 
 TRAIN_BATCHES = [f"data_batch_{i}" for i in range(1, 6)]
 TEST_BATCH = "test_batch"
+BATCHES = (*TRAIN_BATCHES, TEST_BATCH)  # every pickle of the python release
 TRAIN_FRACTION = 0.9
 CLASSES = 10
 GRAY_WEIGHTS = tuple(np.float32(w) for w in (0.2989, 0.5870, 0.1140))  # tf.image.rgb_to_grayscale's
@@ -45,7 +46,7 @@ def find_cifar_python(path: Optional[str]) -> Path:
         raise UserError("image from CIFAR-10 pickles needs their folder: add --path /path/to/cifar-10-batches-py")
     root = Path(path).expanduser().resolve()
     for candidate in (root, root / "cifar-10-batches-py"):
-        if all((candidate / name).is_file() for name in [*TRAIN_BATCHES, TEST_BATCH]):
+        if all((candidate / name).is_file() for name in BATCHES):
             return candidate
     raise UserError(f"no cifar-10-batches-py/{{data_batch_1..5,test_batch}} under {root}; point --path at the "
                     "extracted cifar-10-python.tar.gz")

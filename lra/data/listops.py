@@ -39,10 +39,10 @@ SPLITS = ("train", "val", "test")
 # Fixed vocabulary: 0 padding, 1 out-of-vocabulary, then digits, operators and the closing token
 # (``]`` is written ``X`` by the original tokeniser). 17 ids in all.
 PAD_ID, OOV_ID = 0, 1
-VOCABULARY: Tuple[str, ...] = ("<pad>", "<oov>", *map(str, range(10)), *OPERATORS, "X")
+DIGITS = tuple(map(str, range(10)))
+VOCABULARY: Tuple[str, ...] = ("<pad>", "<oov>", *DIGITS, *OPERATORS, "X")
 TOKEN_TO_ID = {token: i for i, token in enumerate(VOCABULARY)}
 
-DIGITS = tuple(map(str, range(10)))
 Tree = Union[str, list]  # a leaf digit, or [operator, child, …]
 
 

@@ -291,7 +291,7 @@ def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
             writer = builder.split(split, num_documents=1, dtype=np.uint8)
             path = raw_dir / f"basic_{split}.tsv"
             for line, source, label in _progress(listops.read_tsv_rows(path), None, f"tokenising {split}"):
-                writer.add([listops.release_ids(source, f"{path}:{line}")], label, where=lambda: f"{path}:{line}")
+                writer.add([listops.release_ids(source, where := f"{path}:{line}")], label, where=where)
 
     settings = {
         "raw": identity,
@@ -402,7 +402,7 @@ def _image(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
         return str(image.find_cifar_python(task.path)) if task.source == "cifar_python" else _resolved(task.path)
 
     def batches() -> List[Path]:
-        return [image.find_cifar_python(task.path) / name for name in [*image.TRAIN_BATCHES, image.TEST_BATCH]]
+        return [image.find_cifar_python(task.path) / name for name in image.BATCHES]
 
     return Conversion(settings, build, automatic=False, locate=locate,
                       raw_files=batches if task.source == "cifar_python" else None)

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
+from lra.data.cache import hash_into
 from lra.errors import UserError
 
 RAW_FILES = "raw_files"  # the manifest's field
@@ -32,21 +33,19 @@ def _names(files: Sequence[Path]) -> List[str]:
     return [os.path.relpath(file, common) for file in files]
 
 
-def _stat_digest(files: Sequence[Path]) -> str:
+def _stat_digest(files: Sequence[Path], names: Sequence[str]) -> str:
     digest = hashlib.sha256()
-    for name, file in zip(_names(files), files):
+    for name, file in zip(names, files):
         status = file.stat()
         digest.update(f"{name}\0{status.st_size}\0{status.st_mtime_ns}\n".encode())
     return digest.hexdigest()
 
 
-def _content_digest(files: Sequence[Path]) -> str:
+def _content_digest(files: Sequence[Path], names: Sequence[str]) -> str:
     digest = hashlib.sha256()
-    for name, file in zip(_names(files), files):
+    for name, file in zip(names, files):
         digest.update(f"{name}\0".encode())
-        with open(file, "rb") as handle:
-            while chunk := handle.read(1 << 22):
-                digest.update(chunk)
+        hash_into(digest, file)
     return digest.hexdigest()
 
 
@@ -55,7 +54,8 @@ def signature(list_files: Callable[[], List[Path]]) -> Optional[dict]:
     they cannot be listed or read (the build that reads them says what is wrong)."""
     try:
         files = list_files()
-        return {"count": len(files), "stat": _stat_digest(files), "content": _content_digest(files)}
+        names = _names(files)
+        return {"count": len(files), "stat": _stat_digest(files, names), "content": _content_digest(files, names)}
     except (UserError, OSError):
         return None
 
@@ -67,11 +67,10 @@ def change(list_files: Callable[[], List[Path]], recorded: Optional[dict]) -> Op
         return None
     try:
         files = list_files()
-        if len(files) == recorded.get("count") and _stat_digest(files) == recorded.get("stat"):
-            return None
         if len(files) != recorded.get("count"):
             return f"now {len(files):,} files where the cache was prepared from {recorded.get('count')!r}"
-        if _content_digest(files) == recorded.get("content"):
+        names = _names(files)
+        if _stat_digest(files, names) == recorded.get("stat") or _content_digest(files, names) == recorded.get("content"):
             return None
     except (UserError, OSError):
         return None
