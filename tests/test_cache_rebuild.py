@@ -260,3 +260,60 @@ def test_a_release_cache_named_by_the_old_rule_is_still_chosen_by_auto_and_rebui
     trained = run_command(["lra-train", *common, "hydra.run.dir=b"], tmp_path, data)
     assert "generating" not in trained.stdout + trained.stderr
     assert read_json(tmp_path / "b" / "metrics.json")["data_source"] == "lra_release"
+
+
+def test_touched_raw_files_are_read_once_then_known_by_their_times_and_a_changed_byte_still_shows(tmp_path,
+                                                                                                  monkeypatch):
+    """Raw files touched since their cache was prepared: their bytes are compared once and their new sizes and
+    times recorded (the manifest's digest valid), so the next start reads none of them; a byte changed later is
+    still noticed; a manifest edited by hand, or replaced by a rebuild since it was read, is never rewritten."""
+    import os
+
+    from lra.data import cache as cache_module, raw_files
+
+    raw, cache = tmp_path / "raw", tmp_path / "cache"
+    raw.mkdir(), cache.mkdir()
+    files = [raw / f"part{i}.tsv" for i in range(3)]
+    for i, file in enumerate(files):
+        file.write_text(f"row {i}\n")
+    lines = []
+
+    def listing():
+        return list(files)
+
+    def stale(manifest):
+        return raw_files.stale("listops", listing, lambda: str(raw), cache, manifest, "lra-prepare listops",
+                               lines.append, rebuild_allowed=True)
+
+    def on_disk():
+        return json.loads((cache / cache_module.MANIFEST).read_text())
+
+    prepared = {"raw_folder": str(raw), raw_files.RAW_FILES: raw_files.signature(listing), "counts": {"train": 3}}
+    prepared[cache_module.MANIFEST_DIGEST] = cache_module.manifest_digest(prepared)
+    (cache / cache_module.MANIFEST).write_text(json.dumps(prepared))
+    os.utime(files[1], ns=(10**18, 10**18))
+
+    edited = {**prepared, "counts": {"train": 4}}  # its digest no longer matches
+    assert not stale(edited) and on_disk() == prepared
+    rebuilt = {**prepared, "counts": {"train": 5}}  # a rebuild swapped in after ``prepared`` was read
+    rebuilt[cache_module.MANIFEST_DIGEST] = cache_module.manifest_digest(rebuilt)
+    (cache / cache_module.MANIFEST).write_text(json.dumps(rebuilt))
+    assert not stale(prepared) and on_disk() == rebuilt
+    (cache / cache_module.MANIFEST).write_text(json.dumps(prepared))
+    assert not stale(prepared) and not lines
+    refreshed = on_disk()
+    assert refreshed[cache_module.MANIFEST_DIGEST] == cache_module.manifest_digest(refreshed)
+    before, after = prepared[raw_files.RAW_FILES], refreshed[raw_files.RAW_FILES]
+    assert after["stat"] != before["stat"] and {**after, "stat": before["stat"]} == before
+    assert {k: v for k, v in refreshed.items() if k != raw_files.RAW_FILES and k != cache_module.MANIFEST_DIGEST} \
+        == {k: v for k, v in prepared.items() if k != raw_files.RAW_FILES and k != cache_module.MANIFEST_DIGEST}
+
+    def unread(digest, path, *args):
+        raise AssertionError(f"{path} was read again")
+
+    monkeypatch.setattr(raw_files, "hash_into", unread)
+    assert not stale(refreshed) and on_disk() == refreshed
+    monkeypatch.undo()
+    files[0].write_text("row 9\n")
+    os.utime(files[0], ns=(10**18, 10**18))
+    assert stale(refreshed) and "differ from those" in lines[-1]

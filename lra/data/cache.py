@@ -55,6 +55,23 @@ def manifest_digest(manifest: dict) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
+def refresh_manifest(cache_dir: Path, read: dict, fields: dict) -> bool:
+    """Write ``fields`` over those of the manifest in ``cache_dir``, its digest recomputed, in one atomic step,
+    when that manifest is still ``read`` and intact (a cache rebuilt meanwhile, or a manifest edited by hand,
+    is left as it is). False where nothing was written: the cache then stays valid as it was."""
+    if read.get(MANIFEST_DIGEST) != manifest_digest(read):
+        return False
+    try:
+        if json.loads((cache_dir / MANIFEST).read_text()).get(MANIFEST_DIGEST) != read[MANIFEST_DIGEST]:
+            return False
+        manifest = {**read, **fields}
+        manifest[MANIFEST_DIGEST] = manifest_digest(manifest)
+        atomic_write_text(cache_dir / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
+    except (UserError, OSError, ValueError, AttributeError):
+        return False  # a read-only data folder: the next start compares the contents again
+    return True
+
+
 @dataclass
 class TokenSplit:
     """One split: ``documents`` ragged token sequences per example and a label per example."""

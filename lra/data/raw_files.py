@@ -4,7 +4,8 @@ A cache built from the user's files (the LRA release, aclImdb, the CIFAR-10 pick
 images) records two digests of them in its manifest (``raw_files``), both over the files' paths below the
 folder they share (a folder moved or copied keeps them): of every file's size and modification time, and
 of their bytes. The files are taken to be unchanged when the first matches or, when it does not (the files
-were copied or touched), the second does; otherwise the cache is stale: lra-prepare rebuilds it, and
+were copied or touched), the second does, and then the first is recorded anew (the next start reads no
+bytes; a read-only data folder keeps the old one); otherwise the cache is stale: lra-prepare rebuilds it, and
 lra-train, which checks the sources of a few files (ListOps' and Retrieval's TSVs, the CIFAR pickles; not
 aclImdb's 100,000 reviews or Pathfinder's 200,000 images, whose listing alone costs seconds a start),
 rebuilds ListOps' release cache itself and refuses the others with the command that rebuilds them. Raw
@@ -17,9 +18,9 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
-from lra.data.cache import hash_into
+from lra.data.cache import hash_into, refresh_manifest
 from lra.errors import UserError
 
 RAW_FILES = "raw_files"  # the manifest's field
@@ -60,21 +61,25 @@ def signature(list_files: Callable[[], List[Path]]) -> Optional[dict]:
         return None
 
 
-def change(list_files: Callable[[], List[Path]], recorded: Optional[dict]) -> Optional[str]:
-    """How the raw files differ from ``recorded`` (a manifest's :data:`RAW_FILES`), or None: unchanged,
-    nothing recorded, or the files cannot be listed or read now."""
+def change(list_files: Callable[[], List[Path]], recorded: Optional[dict]) -> Tuple[Optional[str], Optional[str]]:
+    """How the raw files differ from ``recorded`` (a manifest's :data:`RAW_FILES`), or None: unchanged, nothing
+    recorded, or the files cannot be listed or read now; and, where only their contents showed them unchanged,
+    their stat digest now (else None)."""
     if not isinstance(recorded, dict):
-        return None
+        return None, None
     try:
         files = list_files()
         if len(files) != recorded.get("count"):
-            return f"now {len(files):,} files where the cache was prepared from {recorded.get('count')!r}"
+            return f"now {len(files):,} files where the cache was prepared from {recorded.get('count')!r}", None
         names = _names(files)
-        if _stat_digest(files, names) == recorded.get("stat") or _content_digest(files, names) == recorded.get("content"):
-            return None
+        stat = _stat_digest(files, names)
+        if stat == recorded.get("stat"):
+            return None, None
+        if _content_digest(files, names) == recorded.get("content"):
+            return None, stat
     except (UserError, OSError):
-        return None
-    return "their contents changed since the cache was prepared from them"
+        return None, None
+    return "their contents changed since the cache was prepared from them", None
 
 
 def stale(task: str, list_files: Callable[[], List[Path]], locate: Callable[[], Optional[str]], cache_dir: Path,
@@ -89,8 +94,10 @@ def stale(task: str, list_files: Callable[[], List[Path]], locate: Callable[[], 
         return False  # the raw folder is gone: the cache stands on its own digests
     if prepared_from != folder:
         return False  # prepared from another folder: lra-prepare rebuilds it, lra-train refuses it
-    changed = change(list_files, recorded)
+    changed, stat_now = change(list_files, recorded)
     if changed is None:
+        if stat_now is not None:
+            refresh_manifest(cache_dir, manifest, {RAW_FILES: {**recorded, "stat": stat_now}})
         return False
     if not rebuild_allowed:
         raise UserError(f"the raw {task} files in {folder} differ from those {cache_dir} was prepared from "
