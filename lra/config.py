@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -406,11 +405,11 @@ def register_configs() -> None:
 
 
 def _if_resume(resume: Optional[str], otherwise: Any) -> Any:
-    if resume and not (Path(resume) / ".hydra" / "resolved.yaml").is_file():
-        raise ValueError(
-            f"resume={resume} is not an lra-train run directory (no .hydra/resolved.yaml); "
-            "pass a run folder such as runs/<date>/<time>"
-        )
+    from lra.run import not_a_run
+
+    problem = not_a_run(resume) if resume else None
+    if problem:
+        raise ValueError(problem)
     return resume if resume else otherwise
 
 

@@ -37,6 +37,14 @@ OVERRIDES = Path(HYDRA_FILES) / "overrides.yaml"
 PACKED = {Path(METRICS): METRICS, RESOLVED: "resolved.yaml", OVERRIDES: "overrides.yaml"}
 
 
+def not_a_run(folder) -> Optional[str]:
+    """The line refusing ``resume=<folder>`` where the folder holds no run's saved config; None where it does."""
+    if (Path(folder) / RESOLVED).is_file():
+        return None
+    return (f"resume={folder} is not an lra-train run directory (no {RESOLVED.as_posix()}); "
+            "pass a run folder such as runs/<date>/<time>")
+
+
 def run_file_candidates(run_dir: Path, name: Path) -> tuple:
     """Where a run folder, or a packed record's folder, holds the run's file ``name`` (a key of :data:`PACKED`)."""
     return run_dir / name, run_dir / PACKED[name]

@@ -21,7 +21,7 @@ from lra.config import CONF_DIR, register_configs, register_resolvers, saved_run
 from lra.errors import ConfigError, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
-from lra.run import FolderTaken, RunDirectory
+from lra.run import FolderTaken, RunDirectory, not_a_run
 from lra.validation import validate
 
 log = logging.getLogger("lra.train")
@@ -151,7 +151,10 @@ def _start_fresh(folder: RunDirectory, cfg: DictConfig, hydra_cfg, multirun: boo
 
 def _start_resume(folder: RunDirectory, hydra_cfg) -> Optional[DictConfig]:
     """Own the folder, then reload the config it recorded; None for a completed run (reported, never
-    changed or extended)."""
+    changed or extended). A folder without a run is refused before anything is written into it."""
+    problem = not_a_run(folder.path)
+    if problem:
+        raise ConfigError(problem)
     folder.claim(fresh=False)
     cfg = folder.load_resolved(saved_run_config)
     refuse_changes_on_resume(folder, list(hydra_cfg.overrides.task))
