@@ -335,7 +335,7 @@ def _find_listops_release(path: Optional[str], strict: bool = True) -> Path:
         return root
     raise UserError(
         f"no basic_{{train,val,test}}.tsv under {root} (looked in ., listops-1000/, lra_release/listops-1000/); "
-        "point task.path at the extracted LRA release"
+        "point task.path (lra-prepare's --path) at the extracted LRA release"
     )
 
 

@@ -24,7 +24,7 @@ def find_release(path: Optional[str]) -> Path:
         if all((candidate / name).is_file() for name in FILES.values()):
             return candidate
     raise UserError(f"no {', '.join(FILES.values())} under {root} (looked in ., tsv_data/, lra_release/tsv_data/); "
-                    "point --path at the extracted LRA release")
+                    "point --path (lra-train's task.path) at the extracted LRA release")
 
 
 def read_pairs(path: Path) -> Iterator[Tuple[bytes, bytes, int]]:
