@@ -84,3 +84,14 @@ def test_a_profile_whose_every_cell_fails_exits_non_zero(tmp_path, data_dir):
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 1 and "every cell failed" in last, result.stderr
     assert (tmp_path / "out" / "profile.md").is_file()
+
+
+@pytest.mark.parametrize("command,override", [("lra-profile", "attention=softmax"), ("lra-fidelity", "task=listops")])
+def test_lra_train_s_config_groups_given_to_a_tool_are_its_unknown_key_line(tmp_path, command, override):
+    """A group of lra-train's config that the tool's config lacks (Hydra: "Could not override … No match in the
+    defaults list"): the tool's unknown-key line with the keys it takes, exit 2, nothing written."""
+    result = run_command([command, override], tmp_path, tmp_path / "data", check=False)
+    key = override.split("=")[0]
+    (line,) = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and line.startswith(f"error: unknown key '{key}'; valid keys at the top level: ")
+    assert "lengths" in line and not list(tmp_path.iterdir())

@@ -62,6 +62,12 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
     if group is not None:
         return group
     if isinstance(exc, ConfigCompositionException):
+        import re
+
+        foreign = re.match(r"Could not override '([^'.]+)'\. No match in the defaults list", str(exc))
+        if foreign:  # a group of another command's config (lra-profile attention=…): a key this config lacks
+            key, keys = foreign.group(1), valid_keys("")
+            return f"unknown key '{key}'{_closest(key, keys)}; valid keys at the top level: {', '.join(keys)}"
         return " ".join(line.strip() for line in str(exc).splitlines()[:2])
     return None
 
