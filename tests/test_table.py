@@ -89,22 +89,6 @@ def test_latex_is_booktabs_and_compiles(tmp_path):
     assert result.returncode == 0 and (tmp_path / "table.pdf").stat().st_size > 0, result.stdout[-2000:]
 
 
-def test_wandb_project_runs_become_table_rows():
-    from types import SimpleNamespace
-
-    from lra.results.table import collect_wandb
-
-    def run(name, seed, accuracy, state="finished"):
-        summary = {"test/accuracy": accuracy} if accuracy is not None else {}
-        return SimpleNamespace(name=name, summary=summary, config={"task": {"name": "listops"}, "seed": seed},
-                               state=state, url=f"https://wandb.ai/x/{name}{seed}")
-
-    api = SimpleNamespace(runs=lambda project: [run("Softmax", 0, 36.0), run("Softmax", 1, 38.0),
-                                                 run("None", 0, None, state="crashed")])
-    table = comparison(collect_wandb("me/lra", api=api))
-    assert table.loc["Softmax", "listops"].startswith("37.00 ± 1.41 (2)") and table.loc["None", "listops"] == "failed"
-
-
 def test_a_multirun_prints_the_table_of_its_own_runs(tmp_path, data_dir):
     result = run_command(["lra-train", "-m", "attention=softmax,none", "seed=0,1", "trainer=smoke",
                           "trainer.max_steps=4", "trainer.eval_every=2", *SMALL_LISTOPS], tmp_path, data_dir)

@@ -19,12 +19,12 @@ from lra.commands.config_errors import at_the_edge
 from lra.errors import UserError
 from lra.io import atomic_write_text, check_output_file, kind
 from lra.records import HISTORY, METRICS
-from lra.results import chart, cost, validity
+from lra.results import chart, cost, validity, wandb_runs
 from lra.results.formats import note, to_latex, visible
 from lra.results.reading import read_records, record_files
 from lra.results.reference import REFERENCES, load_reference
 from lra.results.listing import page
-from lra.results.table import collect_wandb, comparison, deduplicate, numbers, side_by_side
+from lra.results.table import comparison, deduplicate, numbers, side_by_side
 from lra.run import CHECKPOINTS, LOCK, LOG, PRETRAIN, RESOLVED
 
 
@@ -88,16 +88,16 @@ def main(argv=None) -> None:
     if args.cost:  # what the runs cost on a GPU, and a preset × seeds projected (lra/results/cost.py)
         return _emit(parser, args, cost.report(deduplicate(records, warn), args.cost_preset, args.cost_seeds,
                                                args.gpu_share, warn))
-    screened = [*validity.TABLE_FIELDS, *_numeric_metric(records, args.metric, warn)]
-    frames = [pd.DataFrame(deduplicate(records, warn))] if args.directories else []
     if args.wandb:
         try:
-            frames.append(collect_wandb(args.wandb))
+            fetched = wandb_runs.fetch(args.wandb)
         except Exception as exc:  # no key, no network, no such project: the W&B client's reason
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             parser.exit(1, f"error: cannot read the W&B project {args.wandb!r} ({reason}); log in with "
                            "`wandb login` (or set WANDB_API_KEY) and check ENTITY/PROJECT\n")
-    runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        records = [*records, *wandb_runs.records(fetched, records, warn, args.metric)]
+    screened = [*validity.TABLE_FIELDS, *_numeric_metric(records, args.metric, warn)]
+    runs = pd.DataFrame(deduplicate(records, warn))
     for field in (f for f in screened if f in runs):  # numbers or None once screened (None when all were invalid)
         runs[field] = pd.to_numeric(runs[field])
     if not runs.empty:
@@ -152,7 +152,7 @@ def _numeric_metric(records, metric: str, warn) -> list:
     if metric in validity.TABLE_FIELDS or not any(validity.is_number(r.get(metric)) for r in records):
         return []
     for record in records:
-        validity.screen(record, [metric], warn, str(Path(record["run_dir"]) / METRICS))
+        validity.screen(record, [metric], warn, wandb_runs.where(record))
     return [metric]
 
 

@@ -54,31 +54,6 @@ def collect(directories: Iterable[Path], warn=lambda message: None) -> pd.DataFr
     return pd.DataFrame(deduplicate(read_records(record_files(directories, warn), warn), warn))
 
 
-def collect_wandb(project: str, api=None) -> pd.DataFrame:
-    """The same rows from a W&B project (``entity/project``) through the public API: the run's
-    summary holds the final metrics (``test/accuracy`` …), its config the task, seed and setup, its name
-    the label. A run without a test accuracy is failed (W&B state failed/crashed) or unfinished."""
-    if api is None:
-        import wandb
-
-        api = wandb.Api()
-    rows = []
-    for run in api.runs(project):
-        summary, config = dict(run.summary), dict(run.config)
-        task = config.get("task", {})
-        test_accuracy = summary.get("test/accuracy")
-        rows.append({
-            "label": run.name, "task": task.get("name") if isinstance(task, dict) else task,
-            "seed": config.get("seed"), "test_accuracy": test_accuracy,
-            "status": "completed" if test_accuracy is not None else
-            ("failed" if run.state in ("failed", "crashed") else "running"),
-            **{k: summary.get(k) for k in ("best_val_accuracy", "train_tokens_per_second", "peak_memory_mb")},
-            "run_dir": run.url, "config": config if isinstance(task, dict) else None,
-        })
-    setups.describe(rows)
-    return pd.DataFrame(rows)
-
-
 def _stuck(runs: pd.DataFrame) -> pd.Series:
     """Which runs their record calls stuck at chance (lra/chance.py); records without the field are not."""
     if "stuck_at_chance" not in runs:
