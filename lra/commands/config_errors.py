@@ -169,7 +169,7 @@ def bug_line(exc: BaseException) -> str:
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler) and handler.filter(record):  # a packed run's log: its own thread's
             try:
-                with open(handler.baseFilename, "a", encoding="utf-8") as log:
+                with open(handler.baseFilename, "a", encoding="utf-8", errors="surrogateescape") as log:
                     log.write(handler.format(record) + "\n")
                 written.append(handler.baseFilename)
             except OSError:
@@ -178,7 +178,7 @@ def bug_line(exc: BaseException) -> str:
         command = os.path.basename(sys.argv[0]) if os.path.basename(sys.argv[0]).startswith("lra") else "lra"
         try:
             fd, path = tempfile.mkstemp(prefix=f"{command}-traceback-", suffix=".txt")
-            with os.fdopen(fd, "w", encoding="utf-8") as file:
+            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as file:  # argv as typed: any bytes
                 file.write(" ".join([command, *sys.argv[1:]]) + "\n\n" + text)
             written.append(path)
         except OSError:

@@ -21,7 +21,7 @@ from lra.io import atomic_write_text, check_output_file, kind
 from lra.records import HISTORY, METRICS
 from lra.results import chart, cost, validity, wandb_runs
 from lra.results.formats import note, to_latex, visible
-from lra.results.reading import read_records, record_files
+from lra.results.reading import read_records, record_files, shown_path
 from lra.results.reference import REFERENCES, load_reference
 from lra.results.listing import page
 from lra.results.table import comparison, deduplicate, numbers, side_by_side
@@ -31,7 +31,7 @@ from lra.run import CHECKPOINTS, LOCK, LOG, PRETRAIN, RESOLVED
 @at_the_edge
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="lra-table", description=__doc__.split("\n")[0].replace("``", ""))
-    parser.add_argument("directories", nargs="*", type=Path,
+    parser.add_argument("directories", nargs="*",
                         help="run or sweep directories (or metrics.json files); each run counts once; a record that "
                         "is no regular file, is over 16 MiB or nests JSON over 32 levels is skipped with a note")
     parser.add_argument("--wandb", metavar="ENTITY/PROJECT", help="also read the runs of a W&B project")
@@ -68,9 +68,14 @@ def main(argv=None) -> None:
     if args.runs and args.format != "markdown":
         parser.exit(2, f"error: --runs lists the runs in markdown, not {args.format}; drop --format or --runs\n")
     cost.check_arguments(parser, args)
+    if any(not d.strip() for d in args.directories):  # Path("") is ".": an unset variable would table the cwd
+        parser.exit(2, "error: a directory argument is empty (an unset shell variable?); give run or sweep folders, "
+                       "or . for this one\n")
+    args.directories = [Path(d) for d in args.directories]
     missing = [d for d in args.directories if not d.exists() and not d.is_symlink()]  # a link: the reader says why
     if missing:
-        parser.exit(2, f"error: no such directory: {', '.join(map(str, missing))}; pass run or sweep folders under runs/\n")
+        parser.exit(2, f"error: no such directory: {', '.join(map(shown_path, missing))}; pass run or sweep folders "
+                       "under runs/\n")
     if not args.directories and not args.wandb:
         parser.exit(2, "error: give run or sweep directories, or --wandb ENTITY/PROJECT\n")
     reference = load_reference(args.reference) if args.reference else None  # a table it cannot use: one line
@@ -79,7 +84,7 @@ def main(argv=None) -> None:
     _check_outputs(args, files)
     records = read_records(files, warn, args.metric) if args.directories else []
     if args.directories and not records and not args.wandb:
-        where = ", ".join(map(str, args.directories))
+        where = ", ".join(map(shown_path, args.directories))
         if not files:
             parser.exit(2, f"error: no run records (metrics.json) under {where}; pass run or sweep folders (runs/<date>/"
                            "<time>, runs/multirun/<date>/<time>)\n")
@@ -101,7 +106,8 @@ def main(argv=None) -> None:
     for field in (f for f in screened if f in runs):  # numbers or None once screened (None when all were invalid)
         runs[field] = pd.to_numeric(runs[field])
     if not runs.empty:
-        numeric = sorted(c for c in runs.columns if pd.api.types.is_numeric_dtype(runs[c]) and c != "seed")
+        numeric = sorted(c for c in runs.columns if pd.api.types.is_numeric_dtype(runs[c])
+                         and not pd.api.types.is_bool_dtype(runs[c]) and c not in ("seed", "row_rank"))
         if args.metric not in runs.columns:
             parser.exit(2, f"error: no run record has the metric {args.metric!r}; choose --metric from "
                            f"{', '.join(numeric)}\n")
@@ -144,6 +150,7 @@ def _emit(parser, args, text: str) -> None:
 
 # What a run folder holds (lra.run, lra.records): a table written there takes none of these names.
 RUN_FILES = (METRICS, HISTORY, LOG, LOCK, RESOLVED.parts[0], CHECKPOINTS, PRETRAIN)
+SWEEP_RECORD = "multirun.yaml"  # Hydra's record of a sweep, in its folder
 
 
 def _numeric_metric(records, metric: str, warn) -> list:
@@ -170,6 +177,9 @@ def _check_outputs(args, records) -> None:
         if path.name == METRICS:
             raise UserError(f"{option}: {path} is named like a run record (lra-table would read it as one); "
                             f"give {option} another name")
+        if (path.name == SWEEP_RECORD and path.exists()) or RESOLVED.parts[0] in path.parts:
+            raise UserError(f"{option}: {path} is a file Hydra keeps of a sweep or run, which lra-table never "
+                            f"replaces; give {option} another name (table.md beside it, say)")
         run = next((folder for folder in path.parents if (folder / METRICS).is_file()), None)
         if run is not None and path.relative_to(run).parts[0] in RUN_FILES:
             raise UserError(f"{option}: {path} is one of the files of the run in {run}, which lra-table never "

@@ -25,6 +25,10 @@ from lra.results import validity
 
 MAX_DEPTH = 32  # a run record nests two levels ({"invalid_values": {...}}, lists of steps)
 REQUIRED = ("label", "task", "status")  # what a record needs to sit in a table
+# Keys lra-table gives a record as it reads it (where it lies, what is invalid, its setup and row); lra-train
+# writes none of them, so a file's own are an edit, dropped with a note rather than trusted.
+DERIVED = ("run_dir", "source", validity.INVALID, "setup", "setup_config", "setup_assumed", "preset_row", "row",
+           "row_rank")
 
 
 def read_text(path: Path, limit: int = MAX_BYTES) -> str:
@@ -87,8 +91,9 @@ def record_files(paths: Iterable[Path], warn: Callable[[str], None] = lambda mes
 
 
 def _named_records(folder: Path, warn: Callable[[str], None]) -> Iterator[Path]:
-    """The entries called ``metrics.json`` in ``folder`` and the folders below it (links to folders are not
-    followed), without recursion: a sweep nested however deep is listed."""
+    """The entries called ``metrics.json`` in ``folder`` and the folders below it, without recursion: a sweep
+    nested however deep is listed. Links to folders are not followed (a link to ``/`` would list the disk);
+    a link to a run folder is named with a ``warn``, as its run is not in the table unless given."""
     pending = [folder]
     while pending:
         current = pending.pop()
@@ -105,6 +110,17 @@ def _named_records(folder: Path, warn: Callable[[str], None]) -> Iterator[Path]:
                 yield Path(entry.path)
             if entry.is_dir(follow_symlinks=False):
                 pending.append(Path(entry.path))
+            elif entry.is_symlink() and _links_to_run(entry.path):
+                warn(f"not followed: {entry.path}, a link to the run folder {os.path.realpath(entry.path)}; pass that "
+                     "folder too to count its run")
+
+
+def _links_to_run(link: str) -> bool:
+    """Whether ``link`` points at a folder holding a run record (a loop of links or a broken link does not)."""
+    try:
+        return os.path.isdir(link) and os.path.lexists(os.path.join(link, METRICS))
+    except OSError:
+        return False
 
 
 def read_records(paths: Iterable[Path], warn: Callable[[str], None] = lambda message: None,
@@ -114,6 +130,11 @@ def read_records(paths: Iterable[Path], warn: Callable[[str], None] = lambda mes
     ``metric`` too) is left out with one."""
     records = []
     for path in paths:
+        shown = shown_path(path)
+        if shown != str(path):  # pandas, the table's formats and W&B take text; a name that is none is renamed
+            warn(f"skipped {shown}: its path is not UTF-8 text (the bytes shown as \\x..); rename the folder to "
+                 "table its run")
+            continue
         try:
             record = read_json(path)
         except Unreadable as exc:
@@ -127,11 +148,22 @@ def read_records(paths: Iterable[Path], warn: Callable[[str], None] = lambda mes
         if why is not None:
             warn(f"skipped {path}: {why} (the record is damaged or was edited)")
             continue
+        derived = [key for key in DERIVED if key in record]
+        if derived:
+            warn(f"{path}: ignored its {', '.join(derived)} (lra-table derives {'them' if len(derived) > 1 else 'it'}; "
+                 "lra-train writes none: the record was edited)")
+            for key in derived:
+                del record[key]
         record["run_dir"] = str(Path(path).parent)
-        validity.screen(record, (*validity.TABLE_FIELDS, *validity.STEP_FIELDS), warn, str(path))
+        validity.screen(record, (*validity.TABLE_FIELDS, *validity.STEP_FIELDS, *validity.FLAGS), warn, str(path))
         validity.require(record, metric, warn, str(path))
         records.append(record)
     return records
+
+
+def shown_path(path) -> str:
+    """``path`` as text: a byte that is no UTF-8 (a folder named in another encoding) written as ``\\xff``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def modified(record: dict) -> float:

@@ -28,14 +28,17 @@ from lra.results.validity import AVERAGE
 
 def deduplicate(records: List[dict], warn=lambda message: None) -> List[dict]:
     """One record per (backend, setup, task, seed): completed before running before failed, then the
-    latest; each dropped duplicate is named. Each record is given its setup first
+    latest; each dropped duplicate is named. A record without a seed is no repeat of another (a job refused
+    before it had one): each is kept. Each record is given its setup first
     (:func:`lra.results.setups.describe`)."""
     setups.describe(records, warn)
     setups.place(records)
     kept = {}
     for record in records:
         key = (record["label"], record.get("setup"), record["task"], record.get("seed"))
-        previous = kept.get(key)
+        previous = kept.get(key) if key[3] is not None else None
+        if key[3] is None:
+            key = (*key, record["run_dir"])
         if previous is None:
             kept[key] = record
             continue
@@ -167,7 +170,9 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
         _check_setups(summary, reference, configs)
         _deltas(cells, means, summary, reference, tasks, label_of)
         notes.append(_reference_note(summary, reference))
-    best = means.eq(means.max(axis=0), axis=1) & means.notna()
+    direction = validity.better(metric)
+    best = (means.eq(means.max(axis=0) if direction == validity.HIGHER else means.min(axis=0), axis=1)
+            & means.notna() & (direction is not None))
     if efficiency or efficiency_task:
         task = efficiency_task or tasks[0]
         rows = summary[summary["task"] == task].set_index("backend").reindex(labels)
@@ -176,7 +181,7 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
         cells[f"{task} params vs Softmax"] = cost.parameter_cells(rows)
         best[f"{task} tokens/s"], best[f"{task} peak MB"], best[f"{task} params vs Softmax"] = False, False, False
     cells = cells.rename_axis("backend")
-    legend = cell_legend(statistic, exclude_stuck, reference,
+    legend = cell_legend(statistic, exclude_stuck, reference, metric,
                          summary["device"] if efficiency or efficiency_task else None)
     cells.attrs = {"best": best.reindex(columns=cells.columns, fill_value=False), "numbers": summary,
                    "statistic": statistic, "metric": metric, "legend": legend, "notes": [n for n in notes if n],
@@ -234,13 +239,17 @@ def _reference_note(summary: pd.DataFrame, reference: pd.DataFrame) -> str:
         f"the runs of {cells} record no config, so their setup is unknown")
 
 
-def cell_legend(statistic: str, exclude_stuck: bool, reference: Optional[pd.DataFrame], devices) -> str:
+def cell_legend(statistic: str, exclude_stuck: bool, reference: Optional[pd.DataFrame], metric: str, devices) -> str:
     """What a cell of the table says, for under it."""
+    direction = validity.better(metric)
+    bold = ("**bold**: the best of a column" if direction == validity.HIGHER and metric.endswith("accuracy") else
+            f"**bold**: the {'highest' if direction == validity.HIGHER else 'lowest'} {metric} of a column"
+            if direction else f"nothing is bold: a higher or lower {metric} is not better in itself")
     lines = [f"{statistic} ± std over seeds (n): n is the number of seeds in the {statistic}, and a std needs two",
              "k of n at chance: seeds whose record says the run never left chance level, "
              + ("left out of the statistic" if exclude_stuck else "counted in it"),
              "runs that failed, have not finished or hold an invalid value are counted beside n, never in it; "
-             "**bold**: the best of a column; "
+             f"{bold}; "
              "average: over the tasks, for a row with all of them; a row is one setup (its label, and what sets "
              "it apart where the label has several)"]
     if reference is not None:

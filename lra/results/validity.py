@@ -21,6 +21,7 @@ WHOLE = ("num_parameters", "steps")  # counts
 STEP_LISTS = ("resumed_at_steps",)  # the steps a run was resumed at (lra.training)
 # The step counts lra-table --runs lists of a run besides the table's fields: its steps, and the step lists.
 STEP_FIELDS = ("steps", *STEP_LISTS)
+FLAGS = ("stuck_at_chance",)  # yes-or-no fields (lra.chance): true or false
 STATUSES = ("running", "completed", "failed", "interrupted")  # lra.records
 AVERAGE = "average"  # a table's column after the tasks: no task takes its name
 
@@ -29,6 +30,8 @@ def problem(field: str, value) -> Optional[str]:
     """What is wrong with ``value`` as the record's ``field`` (None when nothing, or when it is absent)."""
     if value is None:
         return None
+    if field in FLAGS:
+        return None if isinstance(value, bool) else f"{field} is {value!r}, not true or false"
     if field in STEP_LISTS:
         return None if isinstance(value, list) and not any(problem("steps", step) for step in value) \
             else f"{field} is {value!r}, not a list of steps"
@@ -80,7 +83,7 @@ def screen(record: dict, fields: Iterable[str], warn: Callable[[str], None], whe
         if why is not None:
             found[field] = why
             record[field] = None
-            warn(f"{where}: {why}; left out of the table")
+            warn(f"{where}: {why}; " + ("taken as unknown (not counted)" if field in FLAGS else "left out of the table"))
 
 
 def require(record: dict, field: str, warn: Callable[[str], None], where: str) -> None:
@@ -92,6 +95,19 @@ def require(record: dict, field: str, warn: Callable[[str], None], where: str) -
         record.setdefault(INVALID, {})[field] = why
         record[field] = None
         warn(f"{where}: {why}; left out of the table")
+
+
+HIGHER, LOWER = "higher", "lower"
+
+
+def better(metric: str) -> Optional[str]:
+    """Which way ``metric`` is better: :data:`HIGHER` (an accuracy, a throughput), :data:`LOWER` (a loss, a
+    time, a memory peak), or None (a count such as steps or parameters, whose best no table can name)."""
+    if metric.endswith(("accuracy", "tokens_per_second")):
+        return HIGHER
+    if metric.endswith(("loss", "seconds", "memory_mb")):
+        return LOWER
+    return None
 
 
 def is_number(value) -> bool:
