@@ -245,3 +245,16 @@ def test_side_by_side_pairs_rows_of_the_same_setup(tmp_path):
     assert paired.loc["Softmax", "listops +SPT Δ"] == "+6.00"
     assert paired.loc["Softmax (trainer.max_steps=40)", "listops +SPT"] == "—"
     assert numbers(comparison(collect([tmp_path])))["backend"].tolist().count("Softmax +SPT") == 1
+
+
+def test_a_record_naming_another_task_than_its_config_trained_is_in_no_column(tmp_path, capsys):
+    """An edited record (task text, config listops) was tabled in the text column: now a note, and the run is
+    in no column; a record that agrees with its config counts."""
+    write_run(tmp_path / "agrees", [*QUICKSTART, "attention=softmax"], 0, 18.8)
+    write_run(tmp_path / "edited", [*QUICKSTART, "attention=softmax"], 1, 19.4, task="text")
+    table_main([str(tmp_path), "--format", "json"])
+    out, err = capsys.readouterr()
+    rows = json.loads(out)
+    assert [(row["task"], row["seeds"]) for row in rows] == [("listops", 1)], out
+    assert (f"note: skipped {tmp_path / 'edited'}: its record says task 'text', its config trained 'listops'"
+            in err), err

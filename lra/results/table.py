@@ -30,8 +30,10 @@ def deduplicate(records: List[dict], warn=lambda message: None) -> List[dict]:
     """One record per (backend, setup, task, seed): completed before running before failed, then the
     latest; each dropped duplicate is named. A record without a seed is no repeat of another (a job refused
     before it had one): each is kept. Each record is given its setup first
-    (:func:`lra.results.setups.describe`)."""
+    (:func:`lra.results.setups.describe`), and one whose config trained another task than it names is
+    removed from ``records`` itself, with a note."""
     setups.describe(records, warn)
+    records[:] = [record for record in records if _task_agrees(record, warn)]
     setups.place(records)
     kept = {}
     for record in records:
@@ -49,6 +51,17 @@ def deduplicate(records: List[dict], warn=lambda message: None) -> List[dict]:
         warn(f"dropped {drop['run_dir']}: the same {key[0]} on {key[2]} with seed {key[3]}, {same}, as "
              f"{keep['run_dir']}")
     return list(kept.values())
+
+
+def _task_agrees(record: dict, warn) -> bool:
+    """Whether the task a record names is the one its config trained (an edited record would put the run
+    in another task's column); a note names one that is not."""
+    trained = (record.get("setup_config") or {}).get("task.name")
+    if trained is None or trained == record["task"]:
+        return True
+    warn(f"skipped {record['run_dir']}: its record says task {record['task']!r}, its config trained {trained!r} "
+         "(the record was edited, or the config replaced); the run is in no column")
+    return False
 
 
 def collect(directories: Iterable[Path], warn=lambda message: None) -> pd.DataFrame:
