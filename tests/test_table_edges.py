@@ -143,3 +143,18 @@ def test_runs_without_a_seed_are_never_merged_as_repeats(tmp_path, capsys):
     code, out, err = table([tmp_path], capsys)
     assert code == 0 and cell(out, "Softmax") == "**30.00** (1, 2 failed)", out
     assert "failed runs (2)" in out and "dropped" not in err, err
+
+
+def test_a_folder_that_cannot_be_listed_is_the_reason_given_not_a_missing_record(tmp_path, capsys, monkeypatch):
+    write(tmp_path / "sweep" / "0", record())
+    monkeypatch.setenv("LRA_FAULT", "table_list:1:EACCES")
+    code, out, err = table([tmp_path / "sweep"], capsys)
+    assert code == 1 and out == "" and err.splitlines()[-1] == (
+        f"error: no run record found under {tmp_path / 'sweep'}, where 1 folder could not be listed (the note above "
+        "names it); give this user read access, or pass folders it can read"), err
+
+
+def test_plot_task_without_a_plot_is_refused_not_ignored(tmp_path, capsys):
+    write(tmp_path / "r", record())
+    code, out, err = table([tmp_path, "--plot-task", "listops"], capsys)
+    assert code == 2 and out == "" and "add --plot FILE.png, or leave --plot-task out" in err

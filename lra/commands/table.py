@@ -65,6 +65,9 @@ def main(argv=None) -> None:
         if value is not None and not value.strip():
             parser.exit(2, f"error: {option} is empty (an unset shell variable?); give it a value, or leave {option} "
                            "out\n")
+    if args.plot_task is not None and args.plot is None:
+        parser.exit(2, "error: --plot-task chooses the accuracy of the chart --plot draws; add --plot FILE.png, or "
+                       "leave --plot-task out\n")
     if args.runs and args.format != "markdown":
         parser.exit(2, f"error: --runs lists the runs in markdown, not {args.format}; drop --format or --runs\n")
     cost.check_arguments(parser, args)
@@ -80,11 +83,17 @@ def main(argv=None) -> None:
         parser.exit(2, "error: give run or sweep directories, or --wandb ENTITY/PROJECT\n")
     reference = load_reference(args.reference) if args.reference else None  # a table it cannot use: one line
     warn = note
-    files = record_files(args.directories, warn)
+    unlisted = []
+    files = record_files(args.directories, lambda line: (unlisted.append(line), warn(line)))
     _check_outputs(args, files)
     records = read_records(files, warn, args.metric) if args.directories else []
     if args.directories and not records and not args.wandb:
         where = ", ".join(map(shown_path, args.directories))
+        if not files and unlisted:
+            many = len(unlisted) > 1
+            parser.exit(1, f"error: no run record found under {where}, where {len(unlisted)} folder{'s' * many} could "
+                           f"not be listed (the note{'s' * many} above name{'s' * (not many)} "
+                           f"{'them' if many else 'it'}); give this user read access, or pass folders it can read\n")
         if not files:
             parser.exit(2, f"error: no run records (metrics.json) under {where}; pass run or sweep folders (runs/<date>/"
                            "<time>, runs/multirun/<date>/<time>)\n")
