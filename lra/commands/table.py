@@ -186,13 +186,13 @@ def _check_outputs(args, records) -> None:
         if path.name == METRICS:
             raise UserError(f"{option}: {path} is named like a run record (lra-table would read it as one); "
                             f"give {option} another name")
-        if (path.name == SWEEP_RECORD and path.exists()) or RESOLVED.parts[0] in path.parts:
-            raise UserError(f"{option}: {path} is a file Hydra keeps of a sweep or run, which lra-table never "
-                            f"replaces; give {option} another name (table.md beside it, say)")
         run = next((folder for folder in path.parents if (folder / METRICS).is_file()), None)
         if run is not None and path.relative_to(run).parts[0] in RUN_FILES:
             raise UserError(f"{option}: {path} is one of the files of the run in {run}, which lra-table never "
                             f"replaces; give {option} another name")
+        if (path.name == SWEEP_RECORD and path.exists()) or RESOLVED.parts[0] in path.parts:
+            raise UserError(f"{option}: {path} is a file Hydra keeps of a sweep or run, which lra-table never "
+                            f"replaces; give {option} another name (table.md beside it, say)")
     if len(outputs) == 2 and args.output.resolve() == args.plot.resolve():
         raise UserError(f"--output and --plot are the same file ({args.output}); give them two names")
 
