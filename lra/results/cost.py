@@ -2,14 +2,20 @@
 
 From the records: each run's GPU-seconds (``gpu_seconds``, which :mod:`lra.gpus` measures: wall time
 weighted by the run's share of the GPU) and their H100-seconds; the mean H100-seconds of a run per row ×
-task; then a preset × seeds in H100-hours, each cell **measured** (the mean of its completed runs) or
-**projected** (from the H100-seconds per training token the runs measured, times the cell's training
-tokens), with the total split between the two.
+task, a row being one setup as in the table (:func:`lra.results.setups.name_rows`: runs of one label
+trained differently are separate rows); then a preset × seeds in H100-hours, each cell **measured** (the
+mean of its completed runs of the preset's setup) or **projected** (from the H100-seconds per training
+token the runs measured, times the cell's training tokens), with the total split between the two.
 
 A record from before ``gpu_seconds`` existed (a CUDA run with a wall time) has its GPU-seconds
 **derived**: wall time × processes × a share of the GPU, ``--gpu-share`` or :data:`DEFAULT_GPU_SHARE`.
 A GPU other than the H100 is converted only with a known factor (:data:`H100_FACTORS`); without one its
 runs are listed unconverted and left out of the projection.
+
+The record's numbers this report reads are screened as the table's are (:mod:`lra.results.validity`), and
+further: ``processes`` a whole number ≥ 1, ``train_tokens`` a whole number, ``gpu_seconds`` no more than
+wall time × processes (a share of the GPU above 1 is no measurement). A bad value is a note naming the
+record and the value, and what it would have given is shown as unknown, never guessed.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
+import pandas as pd
+
 from lra.errors import ConfigError
-from lra.results import validity
+from lra.results import setups, validity
 from lra.results.cost_preset import Cell, preset_cells, preset_of, presets, run_tokens
 from lra.results.formats import markdown_cell
-from lra.results.rows import LABEL_ORDER, MISSING, TASK_ORDER
+from lra.results.rows import MISSING, TASK_ORDER, label_key
 
 # H100-seconds per second of a GPU, by the name CUDA gives it (a record's gpu_name). Only the reference GPU
 # itself: another is converted once a measurement of the same runs on both gives its factor.
@@ -36,6 +44,12 @@ H100_FACTORS = {H100: 1.0}
 # ran (docs/gpu/*/records; docs/reference-setup.md). --gpu-share sets another.
 DEFAULT_GPU_SHARE = Fraction(1, 4)
 DEFAULT_SEEDS = 3
+# The smallest --gpu-share: 1,024 runs to a GPU, far beyond any packing; a smaller share is a typo (1e-4 for
+# 1/4) or too small for a float (1e-400 is 0.0).
+SMALLEST_SHARE = Fraction(1, 1024)
+MOST_SEEDS = 1000  # --cost-seeds: a table is run with a few seeds; more than this is a typo
+# gpu_seconds may exceed wall time × processes by a float's rounding (each stretch is summed apart), no more.
+SHARE_ROUNDING = 1e-6
 COST_FIELDS = ("gpu_seconds", "train_tokens")  # the record's numbers this report reads besides the table's
 
 
@@ -81,19 +95,22 @@ def check_arguments(parser: argparse.ArgumentParser, args) -> None:
     if args.cost_seeds is not None and args.cost_seeds < 1:
         parser.exit(2, f"error: --cost-seeds {args.cost_seeds}: a preset's table needs at least 1 seed; give "
                        f"--cost-seeds N with N >= 1\n")
+    if args.cost_seeds is not None and args.cost_seeds > MOST_SEEDS:  # not echoed: it may have hundreds of digits
+        parser.exit(2, f"error: --cost-seeds is above {MOST_SEEDS} (a table is run with a few seeds per cell); give "
+                       f"--cost-seeds N with 1 <= N <= {MOST_SEEDS}\n")
     if args.gpu_share is not None:
         args.gpu_share = parse_share(args.gpu_share, lambda line: parser.exit(2, f"error: {line}\n"))
 
 
 def parse_share(text: str, fail: Callable[[str], None]) -> Fraction:
-    """``1/4`` or ``0.25``: a share of a GPU in (0, 1]."""
+    """``1/4`` or ``0.25``: a share of a GPU in [:data:`SMALLEST_SHARE`, 1]."""
     try:
         share = Fraction(text.strip())
     except (ValueError, ZeroDivisionError):
         share = None
-    if share is None or not 0 < share <= 1:
-        fail(f"--gpu-share {text!r}: give the share of its GPU a run had, a number in (0, 1] such as 1/4 (four "
-             "runs at once) or 1 (alone)")
+    if share is None or not SMALLEST_SHARE <= share <= 1:
+        fail(f"--gpu-share {text!r}: give the share of its GPU a run had, a number from {SMALLEST_SHARE} to 1 such "
+             "as 1/4 (four runs at once) or 1 (alone)")
     return share
 
 
@@ -109,10 +126,16 @@ class RunCost:
     share: Optional[float] = None
     tokens: Optional[int] = None
     preset: Optional[str] = None
+    row: Optional[str] = None  # the table's row (:func:`name_rows`); its label until named
+    row_rank: int = 0  # the row's place among its label's rows (its main setup first)
 
     @property
     def label(self) -> str:
         return self.record["label"]
+
+    @property
+    def row_name(self) -> str:
+        return self.row if self.row is not None else self.label
 
     @property
     def task(self) -> str:
@@ -144,19 +167,23 @@ def run_cost(record: dict, gpu_share: Optional[Fraction], warn: Callable[[str], 
     where = str(Path(record["run_dir"]) / "metrics.json")
     validity.screen(record, COST_FIELDS, warn, where)
     name = gpu_name(record)
+    screen_counts(record, name is not None, warn, where)
+    invalid = record.get(validity.INVALID, {})
     tokens = record.get("train_tokens")
-    if tokens is None:
+    if tokens is None and "train_tokens" not in invalid:  # a record from before train_tokens: from its config
         tokens = run_tokens(Path(record["run_dir"]), record.get("steps"), warn)
     cost = RunCost(record, "cpu", name, tokens=None if tokens is None else int(tokens),
                    preset=preset_of(Path(record["run_dir"]), warn))
     if name is None:
         return cost
-    wall, processes = record.get("wall_time_seconds"), record.get("processes")
-    processes = processes if validity.is_number(processes) and processes >= 1 else 1
-    if record.get("gpu_seconds") is not None:
+    wall = record.get("wall_time_seconds")
+    processes = int(record["processes"]) if record.get("processes") is not None else 1  # absent: one
+    if "processes" in invalid or "gpu_seconds" in invalid:
+        cost.basis = "unknown"
+    elif record.get("gpu_seconds") is not None:
         cost.basis, cost.gpu_seconds = "measured", float(record["gpu_seconds"])
         cost.share = cost.gpu_seconds / (wall * processes) if wall else None
-    elif wall is not None and "gpu_seconds" not in record.get(validity.INVALID, {}):
+    elif wall is not None:
         share = gpu_share if gpu_share is not None else DEFAULT_GPU_SHARE
         cost.basis, cost.share, cost.gpu_seconds = "derived", float(share), wall * processes * float(share)
     else:
@@ -164,13 +191,46 @@ def run_cost(record: dict, gpu_share: Optional[Fraction], warn: Callable[[str], 
     return cost
 
 
+def screen_counts(record: dict, on_gpu: bool, warn: Callable[[str], None], where: str) -> None:
+    """What :func:`lra.results.validity.screen` does not check of the numbers this report reads, after it: a
+    whole ``train_tokens``; on a GPU, ``processes`` a whole number ≥ 1 (absent: one) and ``gpu_seconds`` at
+    most wall time × processes (a share of the GPU above 1). Each bad value is set to None and named in
+    ``record[INVALID]``, with a ``warn`` naming ``where`` and what becomes unknown."""
+    found = record.setdefault(validity.INVALID, {})
+    problems = {}
+    tokens = record.get("train_tokens")
+    if tokens is not None and tokens != int(tokens):
+        problems["train_tokens"] = (f"train_tokens is {tokens}, not a whole number", "its training tokens are")
+    if on_gpu:
+        processes, why = record.get("processes"), None
+        if processes is not None and not (validity.is_number(processes) and math.isfinite(processes)
+                                          and processes == int(processes) and processes >= 1):
+            why = f"processes is {processes!r}, not a whole number ≥ 1"
+        elif processes is not None:
+            why = validity.problem("processes", processes)  # beyond any run
+        if why is not None:
+            problems["processes"] = (why, "its GPU time is")
+        gpu, wall = record.get("gpu_seconds"), record.get("wall_time_seconds")
+        processes = 1 if processes is None else processes
+        if why is None and gpu is not None and wall is not None and gpu > wall * processes * (1 + SHARE_ROUNDING):
+            problems["gpu_seconds"] = (f"gpu_seconds is {gpu:g} for {wall:g} s of wall time × {processes:g} "
+                                       f"process{'es' * (processes != 1)}: a share of its GPU above 1",
+                                       "its GPU time is")
+    for field, (why, what) in problems.items():
+        found[field] = why
+        record[field] = None
+        warn(f"{where}: {why}; {what} taken as unknown")
+
+
 # ----------------------------------------------------------------------------- the report
 def report(records: List[dict], preset: Optional[str], seeds: Optional[int], gpu_share: Optional[Fraction],
            warn: Callable[[str], None]) -> str:
     """The per-run table, the row × task table and the projection of ``preset`` (default: the one the records
     name) × ``seeds``, as markdown; :class:`ConfigError` for a preset that cannot be projected."""
-    costs = sorted((run_cost(r, gpu_share, warn) for r in records), key=_order)
-    parts = [per_run_table(costs, gpu_share), per_cell_table(costs)]
+    costs = [run_cost(r, gpu_share, warn) for r in records]
+    setup_lines = name_rows(costs)
+    costs.sort(key=_order)
+    parts = [per_run_table(costs, gpu_share), per_cell_table(costs, setup_lines)]
     if preset is None:
         preset = _named_preset(costs)
         if preset is not None and preset not in presets():
@@ -192,9 +252,21 @@ def _named_preset(costs: List[RunCost]) -> Optional[str]:
     return named[0] if named else None
 
 
+def name_rows(costs: List[RunCost]) -> List[str]:
+    """Give each run its row as the table names it (:func:`lra.results.setups.name_rows`: its label, and what
+    sets its setup apart where its label has several on its task), in place; the note lines on those setups."""
+    if not costs:
+        return []
+    rows, ranks, lines = setups.name_rows(pd.DataFrame([c.record for c in costs]))
+    for c, row, rank in zip(costs, rows, ranks):
+        c.row, c.row_rank = row, int(rank)
+    return lines
+
+
 def _order(cost: RunCost):
-    label, task, seed = cost.label, cost.task, cost.record.get("seed")
-    return (LABEL_ORDER.index(label) if label in LABEL_ORDER else len(LABEL_ORDER), label,
+    """The table's row order (:func:`lra.results.rows.label_key`, then the row's rank), then task and seed."""
+    task, seed = cost.task, cost.record.get("seed")
+    return (label_key(cost.label), cost.row_rank, cost.row_name,
             TASK_ORDER.index(task) if task in TASK_ORDER else len(TASK_ORDER), task,
             seed if validity.is_number(seed) else math.inf)
 
@@ -210,7 +282,7 @@ def per_run_table(costs: List[RunCost], gpu_share: Optional[Fraction]) -> str:
         gpu = {"cpu": "none (CPU)", "unknown": "unknown"}.get(c.basis, f"{_number(c.gpu_seconds)} {c.basis}")
         h100 = (_number(c.h100_seconds) if c.h100_seconds is not None else
                 "unconverted" if c.gpu_seconds is not None else MISSING)
-        lines.append(f"| {_cell(c.label)} | {_cell(c.task)} | {_cell(r.get('seed'))} | {_cell(r.get('status'))} | "
+        lines.append(f"| {_cell(c.row_name)} | {_cell(c.task)} | {_cell(r.get('seed'))} | {_cell(r.get('status'))} | "
                      f"{_cell(device)} | {_number(r.get('wall_time_seconds'))} | "
                      f"{MISSING if c.share is None else f'{c.share:.2f}'} | {gpu} | {h100} | "
                      f"{_count(r.get('steps'))} | {_tokens(c.tokens)} |")
@@ -226,26 +298,28 @@ def per_run_table(costs: List[RunCost], gpu_share: Optional[Fraction]) -> str:
         notes.append(f"unconverted: no H100 factor is known for {', '.join(map(_cell, unconverted))}; their runs' "
                      "GPU-seconds are listed as they are, and left out of the H100-seconds and the projection")
     if any(c.basis == "unknown" for c in costs):
-        notes.append("unknown: a CUDA record with neither gpu_seconds nor a wall time (or with an invalid one)")
+        notes.append("unknown: a CUDA record without a valid gpu_seconds or wall time, or with an invalid processes "
+                     "(a note on standard error names the value)")
     if any(r.get("pretrain_wall_time_seconds") for r in (c.record for c in costs)):
         notes.append("self-pretraining's stage 1 is not counted: its time is pretrain_wall_time_seconds, no GPU "
                      "time")
     return "\n".join(lines) + ("\n\n" + "\n".join(f"- {note}" for note in notes) if notes else "")
 
 
-def per_cell_table(costs: List[RunCost]) -> str:
-    """Mean H100-seconds of a completed run per row × task (its run count beside it)."""
+def per_cell_table(costs: List[RunCost], setup_lines: List[str]) -> str:
+    """Mean H100-seconds of a completed run per row × task (its run count beside it), a row being one setup
+    as in the table (``costs`` in its row order; ``setup_lines``: :func:`name_rows`'s notes)."""
     rows: Dict[str, Dict[str, List[RunCost]]] = {}
     for c in costs:
         if c.record.get("status") == "completed" and c.gpu_seconds is not None:
-            rows.setdefault(c.label, {}).setdefault(c.task, []).append(c)
+            rows.setdefault(c.row_name, {}).setdefault(c.task, []).append(c)
     if not rows:
         return "H100-seconds per run, row × task: none (no completed run has GPU time)"
     tasks = sorted({t for cells in rows.values() for t in cells}, key=lambda t: (TASK_ORDER.index(t) if t in
                                                                                  TASK_ORDER else len(TASK_ORDER), t))
     lines = ["H100-seconds of a completed run, row × task (mean, the runs in brackets):", "",
              "| backend | " + " | ".join(map(_cell, tasks)) + " |", "|:--|" + "--:|" * len(tasks)]
-    for label, cells in rows.items():
+    for row, cells in rows.items():
         texts = []
         for task in tasks:
             runs = cells.get(task, [])
@@ -254,25 +328,27 @@ def per_cell_table(costs: List[RunCost]) -> str:
             if len(converted) < len(runs):
                 text += f" + {len(runs) - len(converted)} unconverted"
             texts.append(text)
-        lines.append(f"| {_cell(label)} | " + " | ".join(texts) + " |")
-    return "\n".join(lines)
+        lines.append(f"| {_cell(row)} | " + " | ".join(texts) + " |")
+    notes = setups.setup_notes(setup_lines, pd.DataFrame())  # the setups apart (no runs: not the bare ones)
+    return "\n".join(lines) + "".join(f"\n\n{note}" for note in notes)
 
 
 def projection(costs: List[RunCost], preset: str, cells: List[Cell], seeds: int) -> str:
-    """The H100-hours of ``preset``'s cells × ``seeds``: a cell with completed runs of the preset measured on
-    a converted GPU is their mean (its runs' H100-seconds per training token × the cell's training tokens,
-    the same when they trained the cell's schedule); any other cell projected from the rate of its row's
-    measured cells, else of every measured cell."""
+    """The H100-hours of ``preset``'s cells × ``seeds``: a cell with completed runs of the preset's setup
+    (:func:`of_cell`) measured on a converted GPU is their mean (its runs' H100-seconds per training token ×
+    the cell's training tokens); a cell with only runs of another setup (trainer.max_steps=10, say) is
+    projected from theirs; any other cell from the rate of its row's cells with runs, else of every such
+    cell."""
     by_cell = {(cell.label, cell.task): cell for cell in cells}
-    measured: Dict[tuple, List[float]] = {}
-    rescaled = set()  # cells with a run of another schedule (trainer=smoke, say): projected from their runs
+    own: Dict[tuple, List[RunCost]] = {}
+    other: Dict[tuple, List[RunCost]] = {}
     for c in costs:
         key = (c.label, c.task)
         if (c.preset == preset and key in by_cell and c.record.get("status") == "completed"
                 and c.h100_seconds is not None and c.tokens):
-            measured.setdefault(key, []).append(c.h100_seconds / c.tokens)
-            if c.tokens != by_cell[key].tokens:
-                rescaled.add(key)
+            (own if of_cell(c, by_cell[key]) else other).setdefault(key, []).append(c)
+    rescaled = set(other) - set(own)  # cells with runs of another setup only: projected from their runs
+    measured = {key: [c.h100_seconds / c.tokens for c in runs] for key, runs in {**other, **own}.items()}
     header = f"Projection: experiment={preset} × {seeds} seed{'s' * (seeds != 1)}, in H100-hours"
     if not measured:
         return (f"{header}: none, as no completed run of {preset}'s cells has H100 time (runs of the preset, on a GPU "
@@ -315,16 +391,39 @@ def projection(costs: List[RunCost], preset: str, cells: List[Cell], seeds: int)
               f"{measured_hours:.2f} measured ({len(exact)} cell{'s' * (len(exact) != 1)}, the mean of their runs), "
               f"{total - measured_hours:.1f} projected ({len(hours) - len(exact)} cells).", "",
               "- projected: the H100-seconds per training token of the cell's own runs where they trained another "
-              "schedule, else of the row's measured cells ("
+              "setup than the preset's, else of the row's cells with runs ("
               + ", ".join(f"{_cell(label)} {_mean(row_rates[label]):.3g}" for label in measured_rows)
-              + f" s/token), else the mean over every measured cell ({overall:.3g} s/token), × the cell's training "
+              + f" s/token), else the mean over every cell with runs ({overall:.3g} s/token), × the cell's training "
               "tokens (steps × batch × length × documents, from the preset's schedule); how attention's cost grows "
               "with length and how evaluation's share differs between tasks are not modelled",
+              *_apart_note([other[key][0] for key in by_cell if key in rescaled], by_cell),
               "- training tokens of a run: " + ", ".join(
                   f"{_cell(task)} {' / '.join(_tokens(n) for n in sorted(tokens[task]))}" for task in tasks)]
     if any(cell.pretrains for cell in cells):
         lines.append("- self-pretraining's stage 1 is not in these hours (its runs record no GPU time for it)")
     return "\n".join(lines)
+
+
+def of_cell(cost: RunCost, cell: Cell) -> bool:
+    """Whether a run of the preset trained ``cell`` as the preset does: its training tokens, and its setup
+    (:mod:`lra.results.setups`) where both are known (a record without a config, or a cell whose job cannot
+    be resolved, is taken by its tokens alone)."""
+    setup = cost.record.get("setup")
+    return cost.tokens == cell.tokens and (setup is None or cell.setup is None or setup == cell.setup)
+
+
+def _apart_note(runs: List[RunCost], by_cell: Dict[tuple, Cell]) -> List[str]:
+    """The note on the cells projected from their own runs of another setup: how each cell's first run differs
+    from the preset's job (its setup's keys, else its training tokens)."""
+    apart = []
+    for run in runs:
+        cell, config = by_cell[(run.label, run.task)], run.record.get("setup_config")
+        found = setups.differences(config, cell.setup_config) if config and cell.setup_config else []
+        found = found or [f"training tokens {run.tokens:,} ≠ {cell.tokens:,}"]
+        apart.append(f"{_cell(cell.label)} on {_cell(cell.task)} ({setups.compact(found)})")
+    if not apart:
+        return []
+    return ["- another setup than the preset's (a run's against the preset's job): " + "; ".join(apart)]
 
 
 def _mean(values: Optional[List[float]]) -> Optional[float]:

@@ -5,9 +5,9 @@ the preset a run came from, and the training tokens of a run whose record does n
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from lra.errors import ConfigError
 from lra.results import validity
@@ -18,12 +18,16 @@ from lra.run import OVERRIDES, RESOLVED, run_file_candidates
 @dataclass(frozen=True)
 class Cell:
     """One row × task of a preset: its label and task as a record names them, a run's training tokens
-    (steps × batch × length × documents) and whether it self-pretrains first."""
+    (steps × batch × length × documents), whether it self-pretrains first, and its setup as a run's is
+    taken (:mod:`lra.results.setups`: ``setup`` the fingerprint, ``setup_config`` the flat config; None
+    where the composed job cannot be made one)."""
 
     label: str
     task: str
     tokens: int
     pretrains: bool = False
+    setup: Optional[str] = None
+    setup_config: Optional[Dict[str, object]] = field(default=None, compare=False, hash=False)
 
 
 def training_tokens(cfg, steps) -> int:
@@ -65,6 +69,7 @@ def preset_cells(preset: str) -> List[Cell]:
 
     from lra.config import CONF_DIR, register_configs, register_resolvers
     from lra.pretraining import objective
+    from lra.results.setups import Setups, fingerprint
     from lra.validation import run_label
 
     known = presets()
@@ -75,18 +80,35 @@ def preset_cells(preset: str) -> List[Cell]:
     jobs = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(sweep), max_batch_size=None)[0]
     register_configs()
     register_resolvers()
-    cells = {}
+    cells, made = {}, Setups()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             for job in jobs:
                 cfg = compose(config_name="config", overrides=[f"experiment={preset}", *job])
-                cell = Cell(run_label(cfg), str(cfg.task.name), training_tokens(cfg, cfg.trainer.max_steps),
-                            objective(cfg) != "none")
-                cells.setdefault((cell.label, cell.task), cell)
+                key = (run_label(cfg), str(cfg.task.name))
+                if key in cells:
+                    continue
+                setup = _setup(cfg, made)
+                cells[key] = Cell(*key, training_tokens(cfg, cfg.trainer.max_steps), objective(cfg) != "none",
+                                  fingerprint(setup) if setup else None, setup)
     finally:
         GlobalHydra.instance().clear()
     return list(cells.values())
+
+
+def _setup(cfg, made) -> Optional[Dict[str, object]]:
+    """The flat setup of a preset's composed job, as :func:`lra.results.setups.describe` takes a run's from its
+    resolved config; None when it cannot be resolved here (its cell's runs are then matched by their training
+    tokens alone)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        container = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    except OmegaConfBaseException:
+        return None
+    return made.setup_of(container)[0]
 
 
 def _side_file(run_dir: Path, name: Path, warn: Callable[[str], None]) -> Optional[str]:
