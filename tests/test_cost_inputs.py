@@ -173,3 +173,14 @@ def test_the_bounds_of_gpu_share_and_seeds_are_accepted(tmp_path, capsys, monkey
     assert "| 3,600 | 0.00 | 3.52 derived | 3.52 |" in out
     assert "| Softmax | 0.98 measured | 1.95 projected | 2.93 |" in out  # 3.52 s × 1,000 seeds, in hours
     assert "**Total: 8.8 H100-hours** for 6 cells × 1000 seeds" in out
+
+
+def test_a_packed_records_unreadable_side_file_is_named_as_it_lies(tmp_path, capsys, monkeypatch):
+    """A packed record keeps overrides.yaml beside metrics.json: the note names that file, not .hydra/'s."""
+    monkeypatch.setattr(cost, "preset_cells", lambda preset: [])
+    folder = write_run(tmp_path / "packed", "Softmax", "listops", 0, preset=None, train_tokens=1000,
+                       wall_time_seconds=10.0, gpu_seconds=5.0, **ON_H100)
+    (folder / "overrides.yaml").write_text("- experiment=[unclosed\n  : :\n")
+    table_main([str(tmp_path), "--cost"])
+    err = capsys.readouterr().err
+    assert f"skipped {folder / 'overrides.yaml'}: not YAML" in err and ".hydra" not in err, err

@@ -111,23 +111,21 @@ def _setup(cfg, made) -> Optional[Dict[str, object]]:
     return made.setup_of(container)[0]
 
 
-def _side_file(run_dir: Path, name: Path, warn: Callable[[str], None]) -> Optional[str]:
-    """The text of a run's ``name`` (in its folder, or under its packed name beside the record); None when
-    there is none, or with a ``warn`` when it cannot be read."""
+def _side_yaml(run_dir: Path, name: Path, warn: Callable[[str], None]):
+    """The YAML of a run's ``name`` (in its folder, or under its packed name beside the record); None when
+    there is none, or with a ``warn`` naming the file read when it cannot be read or parsed."""
     for path in run_file_candidates(run_dir, name):
         if not path.exists() and not path.is_symlink():
             continue
         try:
-            return read_text(path)
+            return _yaml(read_text(path), path, warn)
         except Unreadable as exc:
             warn(f"skipped {path}: not readable ({exc}); the run's cost is shown without it")
             return None
     return None
 
 
-def _yaml(text: Optional[str], path: Path, warn: Callable[[str], None]):
-    if text is None:
-        return None
+def _yaml(text: str, path: Path, warn: Callable[[str], None]):
     import yaml
 
     try:
@@ -139,7 +137,7 @@ def _yaml(text: Optional[str], path: Path, warn: Callable[[str], None]):
 
 def preset_of(run_dir: Path, warn: Callable[[str], None]) -> Optional[str]:
     """The preset a run came from: the ``experiment=`` of its overrides (None without one)."""
-    overrides = _yaml(_side_file(run_dir, OVERRIDES, warn), run_dir / OVERRIDES, warn)
+    overrides = _side_yaml(run_dir, OVERRIDES, warn)
     if not isinstance(overrides, list):
         return None
     for override in overrides:
@@ -154,7 +152,7 @@ def run_tokens(run_dir: Path, steps, warn: Callable[[str], None]) -> Optional[in
     ``train_tokens``); None when either is missing."""
     if not validity.is_number(steps) or steps < 0:
         return None
-    cfg = _yaml(_side_file(run_dir, RESOLVED, warn), run_dir / RESOLVED, warn)
+    cfg = _side_yaml(run_dir, RESOLVED, warn)
     try:
         return training_tokens(cfg, steps)
     except (TypeError, KeyError, ValueError, AttributeError):  # no config, or not a run's
