@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from lra.commands.table import main as table_main
+from test_table_inputs import table_of as table
 
 
 def record(label="Softmax", seed=0, accuracy=36.0, status="completed", **extra) -> dict:
@@ -23,16 +23,6 @@ def write(folder, content: dict):
     with open(os.path.join(folder, b"metrics.json" if isinstance(folder, bytes) else "metrics.json"), "w") as f:
         json.dump(content, f)
     return folder
-
-
-def table(args, capsys):
-    try:
-        table_main([a if isinstance(a, str) else os.fsdecode(a) for a in args])
-        code = 0
-    except SystemExit as end:
-        code = end.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def cell(out: str, label: str) -> str:

@@ -56,7 +56,7 @@ def bounded(args, cwd, timeout=120) -> subprocess.CompletedProcess:
 def table_of(args, capsys):
     """lra-table in this process: (exit status, stdout, stderr)."""
     try:
-        table_main([str(a) for a in args])
+        table_main([os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in args])
         code = 0
     except SystemExit as end:
         code = end.code

@@ -9,7 +9,7 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
-from lra.commands.table import main as table_main
+from test_table_edges import cell, table
 
 
 def folder_run(folder, seed, accuracy, label="Softmax"):
@@ -36,20 +36,6 @@ def project(monkeypatch):
     module.Api = lambda: SimpleNamespace(runs=lambda name: list(holder.runs))
     monkeypatch.setitem(sys.modules, "wandb", module)
     return holder
-
-
-def table(args, capsys):
-    try:
-        table_main([str(a) for a in args])
-        code = 0
-    except SystemExit as end:
-        code = end.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def cell(out: str, label: str) -> str:
-    return next(line for line in out.splitlines() if line.startswith(f"| {label} ")).split("|")[2].strip()
 
 
 def test_project_runs_are_rows_and_a_crashed_run_is_failed(project, capsys):
