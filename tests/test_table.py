@@ -104,6 +104,7 @@ def test_a_multirun_prints_the_table_of_its_own_runs(tmp_path, data_dir):
     (sweep,) = {r.parent for r in run_dirs(tmp_path)}
     assert (sweep / "table.md").is_file()
     table = run_command(["lra-table", str(sweep), "--format", "json"], tmp_path, data_dir)
+    assert "note:" not in table.stderr and "note:" not in result.stderr, table.stderr  # lra-train's records: whole
     numbers = {r["backend"]: r for r in json.loads(table.stdout)}
     assert sorted(numbers) == ["None", "Softmax"]
     for label in ("Softmax", "None"):  # lra-table on the directory = an independent computation from the files

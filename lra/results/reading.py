@@ -25,9 +25,10 @@ from lra.results import validity
 
 MAX_DEPTH = 32  # a run record nests two levels ({"invalid_values": {...}}, lists of steps)
 REQUIRED = ("label", "task", "status")  # what a record needs to sit in a table
-# Keys lra-table gives a record as it reads it (where it lies, what is invalid, its setup and row); lra-train
-# writes none of them, so a file's own are an edit, dropped with a note rather than trusted.
-DERIVED = ("run_dir", "source", validity.INVALID, "setup", "setup_config", "setup_assumed", "preset_row", "row",
+# Keys lra-table gives a record as it reads it (what is invalid, its setup and row); lra-train writes none of
+# them, so a file's own are an edit, dropped with a note rather than trusted. (run_dir, which lra-train writes
+# too, is replaced by where the record was read.)
+DERIVED = ("source", validity.INVALID, "setup", "setup_config", "setup_assumed", "preset_row", "row",
            "row_rank")
 
 
