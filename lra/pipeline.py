@@ -36,6 +36,8 @@ def train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], a
 
 def _train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], announce, ranks) -> dict:
     attention = attention_spec(cfg)  # validated options
+    if cfg.resume:
+        train_on_recorded_data(cfg, run, announce)
     record = run.new_record(provisional=bool(cfg.resume), task=cfg.task.name, attention=attention.name,
                             label=run_label(cfg), seed=cfg.seed, status="running",
                             git_commit=git_commit(), pretrain_objective=objective(cfg))
@@ -65,3 +67,23 @@ def _train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], 
         if logger is not None:
             logger.finish(1)
         raise
+
+
+def train_on_recorded_data(cfg, run: RunDirectory, announce) -> None:
+    """``task.source=auto`` chooses its data at each start (the one prepared cache of the task's settings,
+    else the generator): a resume takes the source (and raw folder) its record says the run trained on, so
+    that data prepared since (a release beside generated data) neither changes a run midway nor blocks its
+    resume. In ``cfg`` (a typed run config) only: the saved config, which the checkpoints' digest covers, stays as it was."""
+    import dataclasses
+
+    from lra.data.sources import AUTO, SOURCES
+
+    if cfg.task.source != AUTO:
+        return
+    record = run.read_record()
+    source, folder = record.get("data_source"), record.get("data_raw_folder")
+    if source not in SOURCES.get(cfg.task.name, ()):
+        return  # no record (or an older one): auto chooses, and the checkpoint's data digest judges
+    pinned = folder if cfg.task.path is None and isinstance(folder, str) and folder else cfg.task.path
+    cfg.task = dataclasses.replace(cfg.task, source=source, path=pinned)  # the task's rules run again
+    announce(f"task.source=auto: the {source} data the run trained on" + (f" (from {folder})" if folder else ""))

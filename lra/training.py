@@ -187,6 +187,7 @@ class Trainer:
             "sampler": self.sampler.state_dict(), "rng": checkpoint.rng_states(),
             "state": asdict(self.state), "best_weights": self.best_weights,
             "config_sha256": self.folder.config_sha256,  # the config it was trained with (try_resume checks it)
+            "data_content": self.data.content,  # and the data (check_same_data), should the record be lost
         })
 
     def try_resume(self, continuing: bool = False) -> bool:
@@ -207,7 +208,7 @@ class Trainer:
             return False
         path, payload = found
         checkpoint.check_config(path, payload, self.folder.config_sha256)
-        self.check_same_data(self.folder.read_record())
+        self.check_same_data(self.folder.read_record(), payload)
         try:
             self.model.load_state_dict(payload["model"])
             self.optimizer.load_state_dict(payload["optimizer"])
@@ -227,12 +228,13 @@ class Trainer:
         self.announce(f"resumed from {path} at step {self.state.step}")
         return True
 
-    def check_same_data(self, record: dict) -> None:
-        """A resume trains on the data its record says the run trained on (the digest of the cache's arrays:
-        the same data prepared again under another name passes), or is refused: the raw files were changed
-        and prepared again, or another folder's. A record without the digest (older runs) is not judged."""
-        held = record.get("data_content")
-        if not isinstance(held, str) or held == self.data.content:
+    def check_same_data(self, record: dict, payload: dict) -> None:
+        """A resume trains on the data its record and its checkpoint say the run trained on (the digest of the
+        cache's arrays: the same data prepared again under another name passes), or is refused: the raw files
+        were changed and prepared again, or another folder's. Without either digest (older runs, a record
+        lost) the other judges; without both, nothing does."""
+        held = [digest for digest in (record.get("data_content"), payload.get("data_content")) if isinstance(digest, str)]
+        if all(digest == self.data.content for digest in held):
             return
         recorded = record.get("data_fingerprint")
         was = record.get("data_raw_folder") or record.get("data_source") or "its data"

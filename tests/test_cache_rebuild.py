@@ -120,6 +120,43 @@ def test_a_resume_whose_data_changed_since_it_trained_is_refused(tmp_path):
     assert read_json(tmp_path / "run" / "metrics.json") == before
 
 
+def test_a_resume_trains_on_the_data_auto_chose_at_its_start_though_a_release_was_prepared_since(tmp_path):
+    """task.source=auto chooses at each start: a run killed on generated data, resumed after a release of the
+    same settings was prepared into the same data folder, was refused as trained on other data (or, killed
+    before a checkpoint, trained again on the release: one sweep cell averaging two datasets). The resume takes
+    the source its record names."""
+    data = tmp_path / "data"
+    small = ["task.max_length=256", "trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=2",
+             "trainer.checkpoint_every=2"]
+    generator = [f"task.generator.{k}={v}" for k, v in (("num_train", 96), ("num_val", 24), ("num_test", 24),
+                                                         ("min_length", 20), ("max_length", 200))]
+    killed = run_command(["lra-train", *small, *generator, "hydra.run.dir=run"], tmp_path, data,
+                         env_extra={"LRA_FAULT": "step:4:SIGTERM"}, check=False)
+    assert killed.returncode == 143, killed.stderr
+    before = read_json(tmp_path / "run" / "metrics.json")
+    assert before["data_source"] == "generate"
+    run_command(["lra-train", "task.source=lra_release", f"task.path={release(tmp_path / 'raw')}", *small,
+                 "trainer.max_steps=2", "hydra.run.dir=other"], tmp_path, data)
+    resumed = run_command(["lra-train", f"resume={tmp_path / 'run'}"], tmp_path, data, check=False)
+    after = read_json(tmp_path / "run" / "metrics.json")
+    assert resumed.returncode == 0 and after["status"] == "completed", resumed.stderr
+    assert (after["data_source"], after["data_content"]) == ("generate", before["data_content"])
+    assert "task.source=auto: the generate data the run trained on" in resumed.stdout + resumed.stderr
+
+
+def test_a_resume_whose_record_is_lost_is_judged_by_its_checkpoints_data_digest(tmp_path):
+    data = tmp_path / "data"
+    run = ["task.source=lra_release", f"task.path={release(tmp_path / 'raw')}", "task.max_length=256",
+           "trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=2", "trainer.checkpoint_every=2",
+           "hydra.run.dir=run"]
+    killed = run_command(["lra-train", *run], tmp_path, data, env_extra={"LRA_FAULT": "step:4:SIGTERM"}, check=False)
+    assert killed.returncode == 143, killed.stderr
+    (tmp_path / "run" / "metrics.json").write_text('{"label": "Soft')  # cut: the record's digest is gone
+    release(tmp_path / "raw", flip=True)
+    result = run_command(["lra-train", f"resume={tmp_path / 'run'}"], tmp_path, data, check=False)
+    assert result.returncode == 1 and "it trained on other data" in last_line(result), result.stderr
+
+
 def test_labels_that_num_classes_cannot_hold_are_one_line_naming_it(tmp_path):
     """The cache was prepared for the task's 10 classes; a run that sets fewer is refused before training (it
     ended in cross_entropy's IndexError, a 'bug in the harness' line)."""

@@ -258,3 +258,17 @@ def test_a_record_naming_another_task_than_its_config_trained_is_in_no_column(tm
     assert [(row["task"], row["seeds"]) for row in rows] == [("listops", 1)], out
     assert (f"note: skipped {tmp_path / 'edited'}: its record says task 'text', its config trained 'listops'"
             in err), err
+
+
+def test_runs_of_one_config_on_different_data_are_different_rows(tmp_path, capsys):
+    """task.source=auto chose the generator for one run and a release prepared since for another: one cell
+    averaged two datasets. The source each record names is part of its setup (the paper's check leaves it to
+    auto, as the presets do)."""
+    write_run(tmp_path / "g0", [*QUICKSTART, "attention=softmax"], 0, 18.0, data_source="generate")
+    write_run(tmp_path / "g1", [*QUICKSTART, "attention=softmax"], 1, 20.0, data_source="generate")
+    write_run(tmp_path / "r0", [*QUICKSTART, "attention=softmax"], 0, 40.0, data_source="lra_release")
+    table_main([str(tmp_path), "--format", "json"])
+    out, err = capsys.readouterr()
+    cells = {row["backend"]: (row["mean"], row["seeds"]) for row in json.loads(out)}
+    assert cells == {"Softmax": (19.0, 2), "Softmax (task.source=lra_release)": (40.0, 1)}, out
+    assert "dropped" not in err, err

@@ -408,8 +408,9 @@ def of_cell(cost: RunCost, cell: Cell) -> bool:
     """Whether a run of the preset trained ``cell`` as the preset does: its training tokens, and its setup
     (:mod:`lra.results.setups`) where both are known (a record without a config, or a cell whose job cannot
     be resolved, is taken by its tokens alone)."""
-    setup = cost.record.get("setup")
-    return cost.tokens == cell.tokens and (setup is None or cell.setup is None or setup == cell.setup)
+    config = cost.record.get("setup_config")
+    return cost.tokens == cell.tokens and (config is None or cell.setup_config is None or not setups.differences(
+        setups.as_preset_sources(config, cell.setup_config), cell.setup_config))
 
 
 def _apart_note(runs: List[RunCost], by_cell: Dict[tuple, Cell]) -> List[str]:
@@ -418,7 +419,8 @@ def _apart_note(runs: List[RunCost], by_cell: Dict[tuple, Cell]) -> List[str]:
     apart = []
     for run in runs:
         cell, config = by_cell[(run.label, run.task)], run.record.get("setup_config")
-        found = setups.differences(config, cell.setup_config) if config and cell.setup_config else []
+        found = setups.differences(setups.as_preset_sources(config, cell.setup_config), cell.setup_config) \
+            if config and cell.setup_config else []
         found = found or [f"training tokens {run.tokens:,} ≠ {cell.tokens:,}"]
         apart.append(f"{_cell(cell.label)} on {_cell(cell.task)} ({setups.compact(found)})")
     if not apart:

@@ -17,7 +17,7 @@ import itertools
 import re
 from typing import Dict, List, Optional, Tuple
 
-from lra.results.setups import Setups, compact, differences
+from lra.results.setups import Setups, as_preset_sources, compact, differences
 
 PRESETS = {"yoso": "yoso_table3", "lra": "lra_table1", "lha": "lha_table3"}  # --reference NAME → its experiment
 ROW = "row"
@@ -101,7 +101,7 @@ class PaperSetups:
                 composed_label, preset = self._compose((*combo, f"{ROW}={row}"))
                 if composed_label != label or preset is None:
                     continue
-                found = differences(setup, preset)
+                found = differences(as_preset_sources(setup, preset), preset)
                 if not found:
                     return PAPER, ""
                 if closest is None or len(found) < len(closest):
@@ -110,3 +110,4 @@ class PaperSetups:
         if closest is None:
             return NOT_PAPER, f"no job of experiment={self.preset} trains {label} on {task}"
         return NOT_PAPER, f"not the paper's setup: {compact(closest)}"
+

@@ -192,8 +192,30 @@ def describe(records: List[dict], warn: Callable[[str], None] = lambda message: 
         if why:
             warn(f"{record['run_dir']}: its config cannot be read against today's schemas ({visible(why)}); the run "
                  "is placed by its label and task alone")
+        config = with_data_source(config, record)
         record["setup_config"], record["setup"] = config, (fingerprint(config) if config else None)
         record["preset_row"] = preset_row(folder) if folder.is_dir() else None
+
+
+SOURCE_KEY = "task.source"
+
+
+def with_data_source(config: Optional[Dict[str, object]], record: dict) -> Optional[Dict[str, object]]:
+    """``config`` with ``task.source=auto`` replaced by the source the run's record says it trained on: auto
+    chooses at each start (a release prepared since is chosen over the generator), so two runs of one config
+    may have trained on different data, and are then different rows."""
+    source = record.get("data_source")
+    if config is None or config.get(SOURCE_KEY) != "auto" or not isinstance(source, str) or not source.strip():
+        return config
+    return {**config, SOURCE_KEY: source}
+
+
+def as_preset_sources(setup: Dict[str, object], preset: Dict[str, object]) -> Dict[str, object]:
+    """``setup`` with the data source the preset leaves to ``task.source=auto`` as auto, for comparing the two:
+    a preset's setup is its settings, whichever source of the task's data a run trained on."""
+    if preset.get(SOURCE_KEY) == "auto" and SOURCE_KEY in setup:
+        return {**setup, SOURCE_KEY: "auto"}
+    return setup
 
 
 def place(records: List[dict]) -> None:
