@@ -12,11 +12,14 @@ blocks the next.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import logging
 import os
+import shlex
 import socket
+import stat
 import threading
 import time
 from pathlib import Path
@@ -26,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lra import packing
 from lra.errors import ConfigError, UserError
-from lra.io import atomic_write_text
+from lra.io import atomic_write_text, kind
 from lra.records import HISTORY, METRICS, RunRecord, read_record
 
 HYDRA_FILES = ".hydra"  # the run's config files, as Hydra's output_subdir would hold them
@@ -156,7 +159,7 @@ class RunDirectory:
             raise FolderHoldsRun(f"{self.path} holds {others}; a new run never writes among other runs: train into a "
                                  f"new folder (leave hydra.run.dir unset, or choose another)")
         self.path.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path / LOCK, "a+")
+        handle = self._open_lock(create=True)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -178,6 +181,31 @@ class RunDirectory:
         folder = os.stat(self.path)
         self._identity = (folder.st_dev, folder.st_ino)
 
+    def _open_lock(self, create: bool):
+        """The folder's lock file, opened for reading and writing. Anything there but a regular file is never
+        opened (a symbolic link would have the lock written over its target, say a file of the system's; a
+        named pipe would wait; a device may act): a :class:`UserError` line to claim it, an OSError to look."""
+        path = self.path / LOCK
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is None or stat.S_ISREG(mode):
+            try:  # O_NOFOLLOW: a link put there since the lstat is refused too
+                descriptor = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                                     | (os.O_CREAT if create else 0), 0o644)
+                if stat.S_ISREG(os.fstat(descriptor).st_mode):
+                    return os.fdopen(descriptor, "r+")
+                os.close(descriptor)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+            mode = os.lstat(path).st_mode
+        if not create:
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        raise UserError(f"{path} is not the run's lock file but {kind(mode)}, which lra-train never writes "
+                        f"through; remove it (rm {shlex.quote(str(path))}) and run the command again")
+
     def check_present(self) -> None:
         """Before this run writes into its folder: the folder it claimed is still there, at its path. A
         folder deleted (or moved away) mid-run would otherwise be made again by the next write, holding a
@@ -197,7 +225,7 @@ class RunDirectory:
     def holder(self) -> Optional[str]:
         """Who holds this folder's lock right now (None when nobody does), found without writing."""
         try:
-            with open(self.path / LOCK) as handle:
+            with self._open_lock(create=False) as handle:
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -216,7 +244,8 @@ class RunDirectory:
         from lra.io import pid_alive
 
         try:
-            text = (self.path / LOCK).read_text()
+            with self._open_lock(create=False) as handle:
+                text = handle.read(4096)
         except OSError:
             return None
         found = re.match(r"process (\d+) on (\S+) ", text)

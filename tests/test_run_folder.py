@@ -185,6 +185,30 @@ def test_a_resume_whose_record_is_a_named_pipe_neither_waits_nor_loses_the_run(t
     assert (run / "metrics.json").is_file() and read_json(run / "metrics.json")["status"] == "completed"
 
 
+def test_a_lock_file_that_is_a_link_or_a_pipe_is_never_written_through(tmp_path, data_dir):
+    """The resume wrote "process … on …" into whatever a link named .lock pointed at (as root, any file of the
+    system's), and made a dangling link's target; a named pipe there would be opened. Each is one line, the
+    run and the link's target left as they were; with the link removed, the resume completes."""
+    run_command(["lra-train", *SHORT], tmp_path, data_dir, env_extra={"LRA_FAULT": "step:3:SIGINT"}, check=False)
+    (run,) = run_dirs(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    record = (run / "metrics.json").read_bytes()
+    for make in (lambda lock: lock.symlink_to(victim), lambda lock: lock.symlink_to(tmp_path / "made"),
+                 lambda lock: os.mkfifo(lock)):
+        (run / ".lock").unlink()
+        make(run / ".lock")
+        result = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False)
+        assert result.returncode == 1 and last_line(result).startswith(f"error: {run / '.lock'} is not the run's lock "
+                                                                      "file but "), result.stderr
+        assert "remove it (rm " in last_line(result)
+        assert victim.read_text() == "precious\n" and not (tmp_path / "made").exists()
+        assert (run / "metrics.json").read_bytes() == record
+    (run / ".lock").unlink()
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert read_json(run / "metrics.json")["status"] == "completed"
+
+
 @pytest.mark.parametrize("world", ["2", "two"])
 def test_a_leftover_world_size_is_one_line_and_leaves_no_folder(tmp_path, data_dir, world):
     result = run_command(["lra-train", *SHORT], tmp_path, data_dir, env_extra={"WORLD_SIZE": world}, check=False)
