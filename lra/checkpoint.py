@@ -63,9 +63,11 @@ def verified_encoder(path: Path, recorded_sha256: Optional[str], setting: str, f
     are the ones checked (load them with :func:`load_bytes`)."""
     run = Path(path).parent.parent
     if not recorded_sha256:
+        from lra.run import resume_command
+
         raise UserError(f"{setting}: its record ({run / 'metrics.json'}) names no SHA-256 of {path} "
                         "(pretrain_encoder_sha256), so that encoder cannot be checked; resume that run once "
-                        f"(lra-train resume={run}) to complete its record, or pretrain again")
+                        f"({resume_command(run)}) to complete its record, or pretrain again")
     try:
         data = Path(path).read_bytes()
     except OSError as exc:

@@ -29,7 +29,7 @@ from lra.errors import ConfigError, UserError
 from lra.faults import fault_point
 from lra.io import atomic_write_json
 from lra.records import read_record
-from lra.run import PRETRAIN as STAGE_DIR, RESOLVED
+from lra.run import PRETRAIN as STAGE_DIR, RESOLVED, resume_command
 
 ENCODER = "encoder.pt"  # stage 1's final encoder weights: what stage 2 starts from
 FINISHED = "finished.json"  # stage 1's own record of its end, written after ENCODER: its SHA-256 and record fields
@@ -153,7 +153,7 @@ def _read_marker(marker: Path, run_dir: Path) -> tuple:
             raise ValueError("not a SHA-256 and the stage's fields")
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise UserError(f"{marker} is unreadable ({type(exc).__name__}); it records the end of that run's pretraining "
-                        f"stage: delete it and resume the run (lra-train resume={run_dir}), which records the stage's end "
+                        f"stage: delete it and resume the run ({resume_command(run_dir)}), which records the stage's end "
                         "again") from None
     return sha256, fields
 
@@ -188,7 +188,7 @@ def source_stage(cfg) -> FinishedStage:
         why = "is not a folder; pass"
     elif (source / STAGE_DIR / ENCODER).is_file():
         why = (f"stopped while its pretraining stage ended: it wrote {STAGE_DIR}/{ENCODER} but no record of the "
-               f"stage's end ({STAGE_DIR}/{FINISHED}); finish that stage with `lra-train resume={source}`, or pass")
+               f"stage's end ({STAGE_DIR}/{FINISHED}); finish that stage with `{resume_command(source)}`, or pass")
     else:
         why = f"holds no finished pretraining stage (no {STAGE_DIR}/{ENCODER}); pass"
     raise ConfigError(f"{given} {why} a run directory of lra-train ... pretrain=masked|causal that finished its "

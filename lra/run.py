@@ -40,6 +40,22 @@ OVERRIDES = Path(HYDRA_FILES) / "overrides.yaml"
 PACKED = {Path(METRICS): METRICS, RESOLVED: "resolved.yaml", OVERRIDES: "overrides.yaml"}
 
 
+def resume_command(folder) -> str:
+    """``lra-train resume=<folder>`` as a shell takes it and Hydra parses it back to ``folder``: a path with a
+    character Hydra's override grammar reads as syntax (``,`` ``=`` ``[`` ``~`` a space, a quote, a letter
+    beyond ASCII: ``attention=softmax,seed=0`` from ``hydra.job.override_dirname``) in Hydra's single quotes,
+    and the whole argument quoted for the shell."""
+    import re
+
+    path = str(folder)
+    if re.fullmatch(r"[A-Za-z0-9_/.+@%:-]+", path):
+        return f"lra-train {shlex.quote('resume=' + path)}"
+    quoted = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", path)  # a quote, and backslashes before it
+    quoted = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, quoted)  # backslashes before the closing quote
+    argument = f"resume='{quoted}'"
+    return f'lra-train "{argument}"' if not re.search(r'[$`"\\!]', argument) else f"lra-train {shlex.quote(argument)}"
+
+
 def not_a_run(folder) -> Optional[str]:
     """The line refusing ``resume=<folder>`` where the folder holds no run's saved config; None where it does."""
     if (Path(folder) / RESOLVED).is_file():
@@ -264,7 +280,7 @@ class RunDirectory:
                                   "train into a new folder (leave hydra.run.dir unset, or choose another), or delete "
                                   "that one first")
         return FolderHoldsRun(f"{self.path} already holds {self.describe()}; a new run never adopts an existing folder: "
-                           f"resume that run with `lra-train resume={self.path}`, or train into a new folder (leave "
+                           f"resume that run with `{resume_command(self.path)}`, or train into a new folder (leave "
                            "hydra.run.dir unset, or choose another)")
 
     @property

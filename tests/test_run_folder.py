@@ -209,6 +209,21 @@ def test_a_lock_file_that_is_a_link_or_a_pipe_is_never_written_through(tmp_path,
     assert read_json(run / "metrics.json")["status"] == "completed"
 
 
+def test_the_printed_resume_command_resumes_a_folder_named_like_hydras_override_dirname(tmp_path, data_dir):
+    """hydra.sweep.subdir=${hydra.job.override_dirname} names folders like attention=softmax,seed=0: the resume
+    command printed for one was `lra-train resume=…/attention=softmax,seed=0`, which Hydra cannot parse."""
+    import shlex
+
+    folder = tmp_path / "runs" / "attention=softmax,seed=0 [it's]"
+    run = [*SHORT, f"hydra.run.dir='{folder}'".replace("'s]", "\\'s]")]
+    interrupted = run_command(["lra-train", *run], tmp_path, data_dir, env_extra={"LRA_FAULT": "step:3:SIGINT"},
+                              check=False)
+    assert interrupted.returncode == 130 and (folder / "metrics.json").is_file(), interrupted.stderr
+    command = last_line(interrupted).split("resume it with: ", 1)[1]
+    resumed = run_command(shlex.split(command), tmp_path, data_dir)
+    assert read_json(folder / "metrics.json")["status"] == "completed", resumed.stderr
+
+
 @pytest.mark.parametrize("world", ["2", "two"])
 def test_a_leftover_world_size_is_one_line_and_leaves_no_folder(tmp_path, data_dir, world):
     result = run_command(["lra-train", *SHORT], tmp_path, data_dir, env_extra={"WORLD_SIZE": world}, check=False)

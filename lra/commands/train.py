@@ -21,7 +21,7 @@ from lra.config import CONF_DIR, register_configs, register_resolvers, saved_run
 from lra.errors import ConfigError, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
-from lra.run import FolderTaken, RunDirectory, not_a_run
+from lra.run import FolderTaken, RunDirectory, not_a_run, resume_command
 from lra.validation import validate
 
 log = logging.getLogger("lra.train")
@@ -194,7 +194,7 @@ def refuse_changes_on_resume(folder: RunDirectory, overrides: list) -> None:
                           f"never changed or extended (trainer.max_steps sets the learning-rate schedule from step "
                           f"0): train a new run instead: {new_run}")
     raise ConfigError(f"{folder.path} resumes with the config it saved, which {shlex.join(changes)} would change "
-                      f"midway; resume it as it is with: lra-train resume={shlex.quote(str(folder.path))}, or train a "
+                      f"midway; resume it as it is with: {resume_command(folder.path)}, or train a "
                       f"new run: {new_run}")
 
 
@@ -282,7 +282,7 @@ def _interrupted(exc: signals.Interrupted, folder: RunDirectory, hydra_cfg, mult
                       f"command and hydra.sweep.dir={shlex.quote(str(sweep))}: finished jobs are kept, unfinished "
                       "ones resume")
     elif unfinished:
-        exc.advice = f"resume it with: lra-train resume={shlex.quote(str(folder.path))}"
+        exc.advice = f"resume it with: {resume_command(folder.path)}"
     return exc
 
 

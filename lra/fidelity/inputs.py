@@ -62,11 +62,13 @@ NO_BEST = f"{checkpoint.LAST}: the run has no {checkpoint.BEST} yet"  # what a c
 def checkpoint_weights(run_dir: Path) -> Path:
     """The weights ``lra-fidelity`` captures from: the run's best checkpoint, else its last one (a run
     that has not validated yet; every captured input then says so, :data:`NO_BEST`), else one line."""
+    from lra.run import resume_command
+
     paths = [Path(run_dir) / "checkpoints" / name for name in (checkpoint.BEST, checkpoint.LAST)]
     found = next((p for p in paths if p.is_file()), None)
     if found is None:
         raise UserError(f"no checkpoint in {run_dir}/checkpoints (looked for {checkpoint.BEST}, {checkpoint.LAST}); "
-                        f"train it first, or resume it with: lra-train resume={run_dir}")
+                        f"train it first, or resume it with: {resume_command(run_dir)}")
     return found
 
 
@@ -75,7 +77,7 @@ def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.devi
     weights read the first ``examples`` sequences of ``split`` (the first document of a dual-encoder pair)."""
     from lra.data.prepare import load_task_data
     from lra.model import Classifier, input_length
-    from lra.run import RunDirectory
+    from lra.run import RunDirectory, resume_command
     from lra.validation import attention_spec
 
     run_dir = Path(run_dir)
@@ -94,7 +96,7 @@ def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.devi
     except Exception as exc:
         reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot read the weights in {found} ({type(exc).__name__}: {reason}); the checkpoint is "
-                        f"damaged or not this run's: resume the run (lra-train resume={run_dir}) or train it again") from None
+                        f"damaged or not this run's: resume the run ({resume_command(run_dir)}) or train it again") from None
     model.to(device).eval()
 
     data = load_task_data(cfg.task, Path(cfg.data_dir), announce=lambda message: None)

@@ -50,9 +50,7 @@ def unfinished(records: Iterable[dict]) -> str:
     """Runs neither completed nor failed, one line each: interrupted by a signal, running now, or
     ``running`` with its process gone (killed by SIGKILL, the out-of-memory killer, a power cut: no
     handler could record it), each with the command that resumes it; empty when there is none."""
-    import shlex
-
-    from lra.run import RunDirectory
+    from lra.run import RunDirectory, resume_command
 
     lines = []
     for r in records:
@@ -62,7 +60,7 @@ def unfinished(records: Iterable[dict]) -> str:
         state = {True: "running (its process is alive)", False: "killed while running (its process is gone)",
                  None: "running, or killed (its process cannot be checked from here)"}[alive] \
             if r.get("status") == "running" else (r.get("error") or str(r.get("status")))
-        resume = "" if alive else f"; resume with: lra-train resume={shlex.quote(r['run_dir'])}"
+        resume = "" if alive else f"; resume with: {resume_command(r['run_dir'])}"
         lines.append(visible(f"- {r['run_dir']}: {state} at step {r.get('steps')}{resume}"))
     return f"unfinished runs ({len(lines)}):\n" + "\n".join(lines) if lines else ""
 
