@@ -194,6 +194,9 @@ class RunDirectory:
         handle.write(f"process {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})")
         handle.flush()
         self._lock_handle = handle
+        for folder in (self.path, self.path / HYDRA_FILES, self.path / PRETRAIN):  # a kill's leftovers, now it is ours
+            if folder.is_dir():
+                self.remove_interrupted_writes(folder)
         folder = os.stat(self.path)
         self._identity = (folder.st_dev, folder.st_ino)
 

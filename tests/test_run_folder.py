@@ -224,6 +224,20 @@ def test_the_printed_resume_command_resumes_a_folder_named_like_hydras_override_
     assert read_json(folder / "metrics.json")["status"] == "completed", resumed.stderr
 
 
+def test_a_resume_removes_the_temporary_files_a_kill_left_mid_write(tmp_path, data_dir):
+    """A kill mid-write (lra.io.atomic_write) leaves .metrics.json.*.tmp, .history.json's or a config's beside
+    the file it was to replace: only the checkpoints' folder was cleared; now the whole run folder is, once
+    the resume owns it."""
+    run = tmp_path / "run"
+    run_command(["lra-train", *SHORT, f"hydra.run.dir={run}"], tmp_path, data_dir,
+                env_extra={"LRA_FAULT": "step:3:SIGINT"}, check=False)
+    left = [run / ".metrics.json.k1.tmp", run / ".history.json.k2.tmp", run / ".hydra" / ".resolved.yaml.k3.tmp"]
+    for path in left:
+        path.write_text("{")
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert read_json(run / "metrics.json")["status"] == "completed" and not list(run.rglob(".*.tmp"))
+
+
 @pytest.mark.parametrize("world", ["2", "two"])
 def test_a_leftover_world_size_is_one_line_and_leaves_no_folder(tmp_path, data_dir, world):
     result = run_command(["lra-train", *SHORT], tmp_path, data_dir, env_extra={"WORLD_SIZE": world}, check=False)
