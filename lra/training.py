@@ -195,20 +195,20 @@ class Trainer:
         (a resume that reached it); without a checkpoint it starts again from step 0, a resume the record
         lists too."""
         found = self.folder.training_checkpoint(self.checkpoint_dir)
+        previous = self.folder.read_record()  # before this process's record replaces it
         if found is None:
-            recorded = self.folder.read_record().get(self.steps_field) if continuing else None
+            recorded = previous.get(self.steps_field) if continuing else None
             if isinstance(recorded, int) and recorded > self.cfg.trainer.checkpoint_every:  # one was saved since
                 raise UserError(f"cannot resume {self.folder.path}: its record reached step {recorded}, but its "
                                 f"checkpoint {self.checkpoint_dir / checkpoint.LAST} is missing; put it back, or start "
                                 f"a new run with the same overrides (its metrics.json is left as it was)")
             self.record.confirm()
             if continuing:
-                self.state.resumed_at_steps.append(0)
-                self.record.update(**{self.resumes_field: self.state.resumed_at_steps})
+                self.note_resume(0, previous.get(self.resumes_field))
             return False
         path, payload = found
         checkpoint.check_config(path, payload, self.folder.config_sha256)
-        self.check_same_data(self.folder.read_record(), payload)
+        self.check_same_data(previous, payload)
         try:
             self.model.load_state_dict(payload["model"])
             self.optimizer.load_state_dict(payload["optimizer"])
@@ -223,10 +223,20 @@ class Trainer:
             raise UserError(f"cannot resume from {path}: it is not this run's checkpoint ({reason}); "
                             f"{checkpoint.KEPT}") from None
         self.record.confirm()
-        self.state.resumed_at_steps.append(self.state.step)
-        self.record.update(**{self.resumes_field: self.state.resumed_at_steps})
+        self.note_resume(self.state.step, previous.get(self.resumes_field))
         self.announce(f"resumed from {path} at step {self.state.step}")
         return True
+
+    def note_resume(self, step: int, recorded) -> None:
+        """Add ``step`` to the steps this stage was resumed at, in its state and its record. The checkpoint's
+        list misses a resume killed before its next checkpoint; the previous record's (``recorded``, written at
+        each resume) has it, and is taken where it extends the checkpoint's."""
+        held = self.state.resumed_at_steps
+        if (isinstance(recorded, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in recorded)
+                and recorded[:len(held)] == held):
+            held = list(recorded)
+        self.state.resumed_at_steps = [*held, step]
+        self.record.update(**{self.resumes_field: self.state.resumed_at_steps})
 
     def check_same_data(self, record: dict, payload: dict) -> None:
         """A resume trains on the data its record and its checkpoint say the run trained on (the digest of the

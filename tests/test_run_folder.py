@@ -238,6 +238,19 @@ def test_a_resume_removes_the_temporary_files_a_kill_left_mid_write(tmp_path, da
     assert read_json(run / "metrics.json")["status"] == "completed" and not list(run.rglob(".*.tmp"))
 
 
+def test_every_resume_is_listed_even_one_killed_before_its_next_checkpoint(tmp_path, data_dir):
+    """resumed_at_steps lived in the checkpoint alone, so a resume killed before the next checkpoint was
+    forgotten: three starts from step 2 recorded [2]."""
+    run = tmp_path / "run"
+    for fault in ("step:3", "step:1", None):  # killed at step 3 (checkpoint at 2), again, then to the end
+        env = {"LRA_FAULT": f"{fault}:SIGKILL"} if fault else None
+        args = [*SHORT, f"hydra.run.dir={run}"] if fault == "step:3" else [f"resume={run}"]
+        result = run_command(["lra-train", *args], tmp_path, data_dir, env_extra=env, check=False)
+        assert result.returncode == (0 if fault is None else -9), result.stderr
+    record = read_json(run / "metrics.json")
+    assert (record["status"], record["resumed_at_steps"]) == ("completed", [2, 2]), record
+
+
 @pytest.mark.parametrize("world", ["2", "two"])
 def test_a_leftover_world_size_is_one_line_and_leaves_no_folder(tmp_path, data_dir, world):
     result = run_command(["lra-train", *SHORT], tmp_path, data_dir, env_extra={"WORLD_SIZE": world}, check=False)
