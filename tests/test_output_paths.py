@@ -201,9 +201,16 @@ def test_a_sweep_folder_holding_another_sweep_stops_the_sweep_and_its_own_comman
     before = snapshot(sweep / "0")
     other = run_command([*args[:2], "attention=none", *args[2:]], tmp_path, data_dir, check=False)
     line = one_error_line(other, code=2)
+    assert line.startswith(f"error: hydra.sweep.dir={sweep} holds a sweep made by another command (lra-train -m seed=0")
+    assert line.endswith("continue it with that command, or choose another hydra.sweep.dir (the sweep is left as it was)")
+    assert "Test accuracy" not in other.stdout, "no table of the other sweep's runs"
+    (sweep / "multirun.yaml").rename(tmp_path / "multirun.yaml")  # a sweep without it: its first job refuses
+    other = run_command([*args[:2], "attention=none", *args[2:]], tmp_path, data_dir, check=False)
+    line = one_error_line(other, code=2)
     assert line.startswith(f"error: the sweep stopped at job 0: {sweep / '0'} already holds a completed run (Softmax")
     assert line.endswith("continue it with its own command and settings, or choose another hydra.sweep.dir")
     assert "Test accuracy" not in other.stdout, "no table of the other sweep's runs"
+    (tmp_path / "multirun.yaml").replace(sweep / "multirun.yaml")
     again = run_command(args, tmp_path, data_dir)
     assert f"{sweep / '0'} already completed at step 2" in again.stdout and "Test accuracy" in again.stdout
     assert snapshot(sweep / "0") == before, "the finished job is kept as it is, not trained again"

@@ -130,6 +130,7 @@ def test_a_packed_sweep_into_another_sweep_s_folder_ends_at_its_first_job_and_wr
 
     other = tmp_path / "other"
     shutil.copytree(alone, other)
+    (other / "multirun.yaml").unlink()  # with it, the command line is refused before any job (test_sweep_records)
     before = {job: (other / str(job) / "metrics.json").read_text() for job in range(3)}
     result = sweep(tmp_path, data_dir, str(other), SEEDS, *PACKED, "model.dropout=0.2", check=False)
     assert result.returncode == 2, result.stderr

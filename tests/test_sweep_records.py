@@ -45,6 +45,24 @@ def test_a_sweep_run_again_into_its_own_folder_keeps_every_finished_job_and_its_
     assert "Softmax" in (sweep / "table.md").read_text() and "2 completed" in (sweep / "table.md").read_text()
 
 
+def test_a_sweep_folder_given_to_another_command_is_refused_before_its_multirun_yaml_is_replaced(tmp_path, data_dir):
+    """Another command (other values, or the same in another order) into a sweep's folder was refused by its
+    first job, after Hydra had written the new command's multirun.yaml over the sweep's: the record of the
+    command that continues it was gone. Now nothing is written, and the line names that command."""
+    sweep = tmp_path / "sweep"
+    args = ["lra-train", "-m", "seed=0,1", *SHORT, f"hydra.sweep.dir={sweep}"]
+    run_command(args, tmp_path, data_dir, env_extra={"LRA_FAULT": "step:1:SIGTERM"}, check=False)
+    before = {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file() and p.name != ".lock"}
+    for other in (["seed=1,0", *SHORT], ["seed=0,1", *SHORT, "trainer.lr=3e-4"]):
+        result = run_command(["lra-train", "-m", *other, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir, check=False)
+        line = result.stderr.strip().splitlines()[-1]
+        assert result.returncode == 2 and f"hydra.sweep.dir={sweep} holds a sweep made by another command (lra-train " \
+            f"-m seed=0,1 {' '.join(SHORT)} hydra.sweep.dir={sweep}); continue it with that command" in line, line
+        assert {p: p.read_bytes() for p in sweep.rglob("*") if p.is_file() and p.name != ".lock"} == before
+    run_command(args, tmp_path, data_dir)  # its own command continues it
+    assert [read_json(sweep / job / "metrics.json")["status"] for job in ("0", "1")] == ["completed"] * 2
+
+
 @pytest.mark.parametrize("launcher, fault, recorded", [
     ("basic", "write:1:ENOSPC", True),  # its config files unwritable; the record then written
     ("packed", "write:1:ENOSPC,write:1:EROFS", False),  # and its record too: the disk refuses every write

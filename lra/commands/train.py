@@ -373,6 +373,35 @@ def _data_dir(argv: list) -> str:
     return given[-1] if given and "${" not in given[-1] else os.environ.get("LRA_DATA_DIR") or "data"
 
 
+def refuse_another_commands_sweep(argv: list) -> None:
+    """A sweep folder (``hydra.sweep.dir=`` on the command line) is continued by the command that made it: one
+    whose overrides differ (other values, or the same in another order, which numbers the jobs otherwise)
+    is refused with that command before Hydra writes its multirun.yaml over the sweep's (Hydra's callbacks
+    cannot stop a sweep: the jobs refused it only after). A multirun.yaml that cannot be read is left to
+    Hydra, and so is a sweep folder a config sets."""
+    if not {"-m", "--multirun"} & set(argv):
+        return
+    given = [a.split("=", 1)[1] for a in argv if a.split("=", 1)[0] == "hydra.sweep.dir" and "=" in a]
+    if not given or "${" in given[-1]:
+        return
+    sweep_dir = Path(given[-1].strip("'\""))
+    try:
+        saved = OmegaConf.load(sweep_dir / "multirun.yaml")
+        made_by = [str(o) for o in saved.hydra.overrides.task]
+        hydra = [str(o) for o in saved.hydra.overrides.hydra if not str(o).startswith(("hydra.mode=", "hydra.sweep.dir="))]
+    except Exception:  # none (a new sweep), or unreadable
+        return
+    valued = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package", "--info"}
+    overrides = [a for i, a in enumerate(argv) if not a.startswith("-") and not (i and argv[i - 1] in valued)
+                 and not a.split("=", 1)[0].lstrip("+~").startswith("hydra")]
+    if made_by == overrides:
+        return
+    raise ConfigError(f"hydra.sweep.dir={shlex.quote(str(sweep_dir))} holds a sweep made by another command "
+                      f"({shlex.join(['lra-train', '-m', *made_by, *hydra, f'hydra.sweep.dir={sweep_dir}'])}); continue "
+                      "it with that command, or "
+                      "choose another hydra.sweep.dir (the sweep is left as it was)")
+
+
 def main() -> None:
     """Console entry: Hydra errors become one line (set HYDRA_FULL_ERROR=1 for a traceback)."""
     from lra.io import check_folders_given, check_hydra_output_overrides  # before Hydra makes hydra.run.dir
@@ -381,6 +410,7 @@ def main() -> None:
     data = Path(_data_dir(sys.argv[1:]))  # the data folder itself, and each task's folder in it (its caches)
     within = [(data / path.stem, f"the {path.stem} data folder") for path in sorted((CONF_DIR / "task").glob("*.yaml"))]
     config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], reads=[data], within=within, runs=True)
+    config_errors.at_the_edge(refuse_another_commands_sweep)(sys.argv[1:])
     config_errors.run_app(run, _valid_keys, check_shown=_validate_dry_run)
     from lra.results.callback import ENDED_SWEEPS
 
