@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import random
+import zipfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -51,7 +52,25 @@ def save_bytes(path: Path, data: bytes) -> None:
     atomic_write(path, lambda handle: handle.write(data), mode="wb")
 
 
+class Damaged(Exception):
+    """A checkpoint whose bytes are not the ones written (its text says where)."""
+
+
+def verify(source) -> None:
+    """Every record of a checkpoint (torch.save's zip archive: ``path`` or a file object) matches the CRC-32
+    the writer stored for it; torch.load checks none, so a bit flipped on disk loaded as a slightly other
+    weight or optimizer state, and training went on. :class:`Damaged` otherwise."""
+    try:
+        with zipfile.ZipFile(source) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as exc:
+        raise Damaged(f"not a whole torch.save archive: {exc}") from None
+    if bad is not None:
+        raise Damaged(f"its part {bad} does not match the checksum written with it: the file changed on disk")
+
+
 def load(path: Path) -> Dict[str, Any]:
+    verify(path)
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
@@ -82,6 +101,7 @@ def verified_encoder(path: Path, recorded_sha256: Optional[str], setting: str, f
 
 def load_bytes(data: bytes) -> Dict[str, Any]:
     """:func:`load` of a checkpoint's bytes already read (and checked)."""
+    verify(io.BytesIO(data))
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
@@ -108,6 +128,8 @@ def load_training(path: Path) -> Dict[str, Any]:
     """A training checkpoint (every one of :data:`TRAINING_KEYS`), or one :class:`UserError` line."""
     try:
         payload = load(path)
+    except Damaged as exc:
+        raise UserError(f"cannot resume from {path}: the checkpoint is damaged ({exc}); {KEPT}") from None
     except Exception as exc:
         raise UserError(f"cannot resume from {path}: the checkpoint is unreadable ({type(exc).__name__}); {KEPT}") from None
     missing = [k for k in TRAINING_KEYS if k not in payload] if isinstance(payload, dict) else ["all"]
