@@ -18,7 +18,7 @@ import torch
 
 from attention_zoo._common import (NEG_INF, draw_rotations, gather_rows, at_least_float32, pad_to_multiple, random_rotation_buckets,
                                    register_rotation_seed, sort_by_bucket)
-from attention_zoo.options import whole
+from attention_zoo.options import InvalidOption, whole
 from attention_zoo.registry import Attention, register
 
 
@@ -28,6 +28,8 @@ class LSHOptions:
 
     def __post_init__(self):
         whole(self, 1, "num_buckets")
+        if self.num_buckets > 1 and self.num_buckets % 2:  # argmax over ±rotations: an odd count is one fewer
+            raise InvalidOption("num_buckets", self.num_buckets, "even (argmax over ±rotations) or 1 (one bucket)")
 
 
 @register("lsh", LSHOptions)

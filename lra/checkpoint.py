@@ -12,6 +12,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 import torch
 
+from lra import signals
 from lra.errors import UserError
 from lra.faults import fault_point
 from lra.io import atomic_write
@@ -37,19 +38,23 @@ def restore_rng_states(states: Dict[str, Any]) -> None:
 
 
 def save(path: Path, payload: Dict[str, Any]) -> None:
-    """Write ``payload`` with torch.save to a temporary file and rename it over ``path``."""
+    """Write ``payload`` with torch.save to a temporary file and rename it over ``path``. A signal meanwhile
+    is raised once the checkpoint is whole: raised inside torch.save's zip writer, it was replaced by the
+    writer's own error (a run recorded failed, "a bug in the harness", for a ctrl-C)."""
 
     def write(handle) -> None:
         torch.save(payload, handle)
         fault_point("checkpoint_write")  # the data is in the temporary file, not yet renamed
 
-    atomic_write(path, write, mode="wb")
+    with signals.deferred():
+        atomic_write(path, write, mode="wb")
     fault_point("after_checkpoint")
 
 
 def save_bytes(path: Path, data: bytes) -> None:
     """Write a checkpoint's bytes (read and checked elsewhere) atomically, unchanged."""
-    atomic_write(path, lambda handle: handle.write(data), mode="wb")
+    with signals.deferred():
+        atomic_write(path, lambda handle: handle.write(data), mode="wb")
 
 
 class Damaged(Exception):

@@ -113,6 +113,14 @@ class TaskConfig:
         whole(self, 1, "max_length", "batch_size", "max_steps", "eval_every", "heldout_size")
         whole(self, 0, "warmup_steps", "heldout_seed")
         choice(self, "validation", VALIDATIONS)
+        paired = self.name in PAIRED_TASKS  # its examples are two documents; the others' one
+        if self.dual_encoder is not paired:
+            raise InvalidOption("dual_encoder", self.dual_encoder, f"{str(paired).lower()} for {self.name} (its "
+                                f"examples are {'two documents' if paired else 'one sequence'}; false dropped "
+                                "Retrieval's second document): leave it out")
+
+
+PAIRED_TASKS = ("retrieval",)  # tasks whose examples are two documents, one encoder for both
 
 
 @dataclass
