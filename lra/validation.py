@@ -150,6 +150,19 @@ def check_shape(cfg: DictConfig) -> None:
         raise invalid(f"attention.{error.field}", error) from None
 
 
+IMAGE_PIXELS = 32 * 32  # CIFAR-10's images, one token a pixel
+
+
+def check_whole_images(cfg: DictConfig) -> None:
+    """An image task's padded length holds every pixel (Pathfinder's own rule checks resolution²; CIFAR's
+    task.max_length had none and cut each image to its top rows). trainer.max_length may still cap it, as
+    a plumbing run's speed knob, with the training's truncation warning."""
+    task = cfg.task
+    if task.name == "image" and task.max_length < IMAGE_PIXELS:
+        raise ConfigError(f"invalid value for task.max_length: {task.max_length}; it must be at least the "
+                          f"{IMAGE_PIXELS} pixels of each image of task=image: pass task.max_length={IMAGE_PIXELS}")
+
+
 def check_pretraining(cfg: DictConfig) -> None:
     """Self-pretraining's cross-group rules: its batch against gradient accumulation and the training
     subset, a causal objective against the backend, and ``pretrain.from`` against this run."""
@@ -251,6 +264,7 @@ def validate(cfg: DictConfig) -> TrainRunConfig:
     check_flex_path(cfg)
     check_cls_position(cfg)
     check_shape(cfg)
+    check_whole_images(cfg)
     check_pretraining(cfg)
     check_device_and_precision(cfg)
     check_capture(cfg)

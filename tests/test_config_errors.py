@@ -41,6 +41,7 @@ BAD_CONFIGS = [
     (["task.generator.num_train=0"], "task.generator.num_train", "≥ 1"),
     (["task.generator.num_test=0"], "task.generator.num_test", "≥ 1"),
     (["task=pathfinder", "task.max_length=100"], "task.max_length", "resolution² = 1024"),
+    (["task=image", "task.max_length=512"], "task.max_length", "at least the 1024 pixels of each image of task=image"),
     (["task=pathfinder", "task.generator.num_images=3"], "task.generator.num_images", "≥ 10"),
     (["task=text", "task.document_bytes=0"], "task.document_bytes", "≥ 1 (or null)"),
     (["attention=yoso", "attention.hash_code_len=0"], "attention.hash_code_len", "between 1 and 20"),  # was the default τ
