@@ -163,6 +163,38 @@ def check_whole_images(cfg: DictConfig) -> None:
                           f"{IMAGE_PIXELS} pixels of each image of task=image: pass task.max_length={IMAGE_PIXELS}")
 
 
+def check_preset_choices(choices) -> None:
+    """A paper's presets chosen together as their files can merge them (Hydra's ``runtime.choices``):
+    a setup trains its own task (``setup=<paper>/<task>``), a row is chosen whole (its per-task files,
+    ``row=<paper>/<row>/<task>``, are what a setup merges), and a row with such per-task files runs under
+    a setup, the only place they are merged. Anything else trains silently without the preset's settings."""
+    from lra.config import CONF_DIR
+
+    setup, row, task = choices.get("setup"), choices.get("row"), choices.get("task")
+    if setup:
+        setup_task = setup.rsplit("/", 1)[-1]
+        if task != setup_task:
+            raise ConfigError(f"setup={setup} is its paper's {setup_task} setup, but task={task}: pass "
+                              f"setup={setup.rsplit('/', 1)[0]}/{task} for {task} at that paper's setup, or leave "
+                              f"setup= out for {task} at the reference setup")
+    if not row:
+        return
+    paper, *name = row.split("/")
+    if len(name) > 1:
+        whole, part = f"{paper}/{name[0]}", name[-1]
+        setup_of_part = f" with setup={paper}/{part}" if (CONF_DIR / "setup" / paper / f"{part}.yaml").is_file() else ""
+        raise ConfigError(f"row={row} is a part of row {whole} (its {part} settings, merged by a setup): pass "
+                          f"row={whole}{setup_of_part}")
+    per_task = CONF_DIR / "row" / row
+    if per_task.is_dir() and not setup:
+        setups = sorted(p.parent.name for p in (CONF_DIR / "setup").glob(f"*/{task}.yaml"))
+        fix = (f"pass setup=<{'|'.join(f'{paper}/{task}' for paper in setups)}>" if setups
+               else f"no setup trains task={task}")
+        raise ConfigError(f"row={row} keeps its per-task settings in {per_task.relative_to(CONF_DIR)}/, which only "
+                          f"a setup merges, and this run has none: {fix} (or attention=<backend> for the backend "
+                          f"alone at the reference setup)")
+
+
 def check_pretraining(cfg: DictConfig) -> None:
     """Self-pretraining's cross-group rules: its batch against gradient accumulation and the training
     subset, a causal objective against the backend, and ``pretrain.from`` against this run."""

@@ -1,14 +1,17 @@
 """Bad config values: every invalid value is one line naming the field, the value and the rule, a
 non-zero exit, no default substituted, and no run record claiming a success."""
 
+import itertools
+
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from helpers import compose_config
 from lra.config import CONF_DIR
 from lra.errors import ConfigError
-from lra.validation import validate
+from lra.validation import check_preset_choices, validate
 
 # One case per kind of rule: (overrides, the field the error names, words of the rule).
 BAD_CONFIGS = [
@@ -174,6 +177,7 @@ DRY_RUNS = [
     (["resume=no/such/run"], ["--cfg", "job"]),  # exit 1 and another line ("cannot resume …: unreadable")
     (["attention=softmax,none"], ["--cfg", "job"]),
     (["experiment=lra_table1"], ["--cfg", "hydra"]),  # printed the sweep's config as if it were one job's
+    (["setup=lra_table1/listops", "task=text"], ["--cfg", "job"]),  # trained Text with ListOps' model and schedule
 ]
 
 
@@ -254,3 +258,40 @@ def test_an_option_between_overrides_is_read_as_hydra_reads_it_in_front(tmp_path
     run_command(["lra-train", "attention=none", "-m", "trainer.max_steps=1", "trainer.warmup_steps=0",
                  "hydra.sweep.dir=sweep", *SMALL_LISTOPS], tmp_path, data_dir)
     assert read_json(tmp_path / "sweep" / "0" / "metrics.json")["steps"] == 1 and not (tmp_path / "sweep" / "1").exists()
+
+
+def paper_cells():
+    """Every job of the paper sweeps, as Hydra's runtime.choices names it."""
+    for experiment in ("lra_table1", "lha_table3", "yoso_table3"):
+        params = OmegaConf.load(CONF_DIR / "experiment" / f"{experiment}.yaml").hydra.sweeper.params
+        setups = str(params.get("setup", "")).split(",") if "setup" in params else [None]
+        for setup, row in itertools.product(setups, str(params.row).split(",")):
+            tasks = [setup.split("/")[-1]] if setup else str(params.task).split(",")
+            yield from ({"experiment": experiment, "setup": setup, "row": row, "task": task} for task in tasks)
+
+
+def test_every_paper_cell_is_a_consistent_choice_of_presets():
+    cells = list(paper_cells())
+    assert len(cells) == 11 * 5 + 11 * 4 + 12 * 5
+    for choices in cells:
+        check_preset_choices(choices)
+
+
+@pytest.mark.parametrize("choices,expected", [
+    # a setup's task replaced: LRA's ListOps model and schedule trained Text
+    ({"setup": "lra_table1/listops", "task": "text"}, "setup=lra_table1/listops is its paper's listops setup, but "
+                                                      "task=text: pass setup=lra_table1/text for text"),
+    # a row's per-task part chosen as the row: BigBird's text settings without BigBird (softmax trained)
+    ({"setup": "lra_table1/text", "row": "lra_table1/bigbird/text", "task": "text"},
+     "row=lra_table1/bigbird/text is a part of row lra_table1/bigbird (its text settings, merged by a setup): pass "
+     "row=lra_table1/bigbird with setup=lra_table1/text"),
+    # an LRA row in the YOSO table: its per-task options (block sizes, attention dropout) silently dropped
+    ({"experiment": "yoso_table3", "row": "lra_table1/transformer", "task": "text"},
+     "row=lra_table1/transformer keeps its per-task settings in row/lra_table1/transformer/, which only a setup "
+     "merges, and this run has none: pass setup=<lha_table3/text|lra_table1/text>"),
+    ({"row": "lha_table3/lha", "task": "pathfinder"}, "pass setup=<lra_table1/pathfinder>"),
+])
+def test_presets_that_cannot_merge_as_chosen_are_refused_naming_the_choice_that_does(choices, expected):
+    with pytest.raises(ConfigError) as refused:
+        check_preset_choices(choices)
+    assert expected in str(refused.value)
