@@ -75,6 +75,8 @@ class Precision(enum.Enum):
 
 # The embedding table must hold every token id of a task's vocabulary (pad and out-of-vocabulary ids included).
 MIN_VOCABULARY = {"listops": 17, "text": 257, "retrieval": 257, "image": 256, "pathfinder": 256}
+# The classes of each task's labels: the classifier's outputs, neither more (classes no example has) nor fewer.
+NUM_CLASSES = {"listops": 10, "text": 2, "retrieval": 2, "image": 10, "pathfinder": 2}
 
 
 VALIDATIONS = ("test", "heldout")
@@ -108,7 +110,9 @@ class TaskConfig:
     def __post_init__(self):
         choice(self, "name", MIN_VOCABULARY)
         choice(self, "source", (*SOURCES[self.name], AUTO))
-        whole(self, 2, "num_classes")
+        if self.num_classes != NUM_CLASSES[self.name]:
+            raise InvalidOption("num_classes", self.num_classes, f"{NUM_CLASSES[self.name]}, the classes of "
+                                f"{self.name}'s labels: leave it out")
         whole(self, MIN_VOCABULARY[self.name], "vocab_size")  # every token id needs an embedding row
         whole(self, 1, "max_length", "batch_size", "max_steps", "eval_every", "heldout_size")
         whole(self, 0, "warmup_steps", "heldout_seed")

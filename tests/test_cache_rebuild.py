@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -149,18 +150,20 @@ def test_a_resume_trains_on_the_data_auto_chose_at_its_start_though_a_release_wa
     assert "task.source=auto: the generate data the run trained on" in resumed.stdout + resumed.stderr
 
 
-def test_labels_that_num_classes_cannot_hold_are_one_line_naming_it(tmp_path):
-    """The cache was prepared for the task's 10 classes; a run that sets fewer is refused before training (it
-    ended in cross_entropy's IndexError, a 'bug in the harness' line)."""
-    data, raw = tmp_path / "data", release(tmp_path / "raw")
-    common = ["task.source=lra_release", f"task.path={raw}", "task.max_length=256", "trainer=smoke",
-              "trainer.max_steps=2"]
-    run_command(["lra-train", *common, "hydra.run.dir=first"], tmp_path, data)
-    result = run_command(["lra-train", *common, "task.num_classes=5", "hydra.run.dir=run"], tmp_path, data,
-                         check=False)
-    line = last_line(result)
-    assert result.returncode == 1 and "task.num_classes=5" in line and "labels up to 9" in line, result.stderr
-    assert "bug" not in line
+def test_cached_labels_the_classifier_cannot_hold_are_one_line_naming_them():
+    """task.num_classes is each task's own (the config refuses another); a cache whose labels exceed it anyway
+    is refused before training (it ended in cross_entropy's IndexError, a 'bug in the harness' line)."""
+    import numpy as np
+    from types import SimpleNamespace
+
+    from lra.data.cache import TokenSplit
+    from lra.data.prepare import _check_labels
+    from lra.errors import UserError
+
+    split = TokenSplit(tokens=[np.zeros(3, np.int32)], offsets=[np.array([0, 1, 2, 3])], labels=np.array([0, 12, 3]))
+    with pytest.raises(UserError, match=r"has labels up to 12, but task.num_classes=10"):
+        _check_labels(SimpleNamespace(name="listops", num_classes=10), {"train": split}, Path("cache"))
+    _check_labels(SimpleNamespace(name="listops", num_classes=13), {"train": split}, Path("cache"))
 
 
 def test_changed_user_files_are_prepared_again_or_refused_never_served_stale(tmp_path):

@@ -37,7 +37,9 @@ BAD_CONFIGS = [
     (["model.head_dim=0"], "model.head_dim", "≥ 1"),
     (["model.num_layers=0"], "model.num_layers", "≥ 1"),
     (["model.dropout=1.5"], "model.dropout", "[0, 1)"),
-    (["task.num_classes=1"], "task.num_classes", "≥ 2"),
+    (["task.num_classes=1"], "task.num_classes", "10, the classes of listops's labels: leave it out"),
+    (["task.num_classes=12"], "task.num_classes", "10, the classes of listops's labels"),  # 2 outputs no label has
+    (["task=text", "task.num_classes=3"], "task.num_classes", "2, the classes of text's labels"),
     (["task=text", "task.source=aclimdbb"], "task.source", "one of tfds, aclimdb"),
     (["task.vocab_size=5"], "task.vocab_size", "≥ 17"),
     (["task.generator.max_length=5"], "task.generator.max_length", "≥ 502"),  # looped forever
