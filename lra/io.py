@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from lra.errors import UserError
+from lra.errors import ConfigError, UserError
 from lra.faults import fault_point
 
 
@@ -184,11 +184,12 @@ def check_output_file(path: Path | str, setting: str, reads: Iterable[Path | str
 
 def check_folders_given(argv: Sequence[str], keys: Iterable[str]) -> None:
     """``key=`` with nothing after it on a command line, for settings that name a folder (an unset shell
-    variable): one line, where the config would take it as a fresh run's ``resume`` or the current folder."""
+    variable): one line (exit 2, a config value), where the config would take it as a fresh run's ``resume`` or
+    the current folder."""
     for argument in argv:
         key, equals, value = argument.partition("=")
         if equals and key.lstrip("+") in keys and not value.strip("'\" "):
-            raise UserError(f"{key} is empty (an unset shell variable?); give {key} a folder, or leave it out")
+            raise ConfigError(f"{key} is empty (an unset shell variable?); give {key} a folder, or leave it out")
 
 
 def check_hydra_output_overrides(argv: Sequence[str], reads: Iterable[Path | str] = (),

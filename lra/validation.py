@@ -241,10 +241,19 @@ def check_capture(cfg: DictConfig) -> None:
         raise ConfigError(f"invalid value for trainer.capture: true; {why}")
 
 
+def deleted_key(path: str) -> str:
+    """The line for ``~<path>`` on a key (not a group): every run needs each key of the schema."""
+    return (f"~{path} deletes a key every run needs; set it instead ({path}=<value>), or leave it out for its "
+            "default")
+
+
 def check_groups_present(cfg: DictConfig) -> None:
-    """Every config group has a choice (``~model`` deletes one)."""
+    """Every config group has a choice (``~model`` deletes one) and every top-level key a value (``~seed``)."""
     from lra.config import CONF_DIR
 
+    for field in dataclasses.fields(TrainRunConfig):
+        if field.name not in (*GROUPS, "attention") and field.name not in cfg:
+            raise ConfigError(deleted_key(field.name))
     for group in (*GROUPS, "attention"):
         if OmegaConf.is_missing(cfg, group) or OmegaConf.select(cfg, group) is None:
             choices = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))

@@ -141,6 +141,12 @@ def test_every_preset_and_default_is_valid():
     (["seed=null"], "invalid value for seed: field 'seed' is not Optional; pass seed=<a value: it takes no null or "
                     "empty one>"),
     (["trainer.deterministic=maybe"], "pass trainer.deterministic=<true or false>"),
+    # ~key on a key: "Error merging override ~trainer.lr" (no cause), a "harness bug" for ~seed
+    (["~trainer.lr"], "~trainer.lr deletes a key every run needs; set it instead (trainer.lr=<value>), or leave it "
+                      "out for its default"),
+    (["~seed"], "~seed deletes a key every run needs; set it instead (seed=<value>)"),
+    (["~resume"], "~resume deletes a key every run needs"),
+    (["~trainer.lrr"], "unknown key 'trainer.lrr' (did you mean 'lr'?)"),
 ])
 def test_lra_train_refuses_bad_input_with_one_line_and_no_record(tmp_path, data_dir, args, expected):
     if "cuda" in " ".join(args):
@@ -179,7 +185,8 @@ DRY_RUNS = [
     (["resume=no/such/run"], ["--cfg", "job"]),  # exit 1 and another line ("cannot resume …: unreadable")
     (["attention=softmax,none"], ["--cfg", "job"]),
     (["experiment=lra_table1"], ["--cfg", "hydra"]),  # printed the sweep's config as if it were one job's
-    (["setup=lra_table1/listops", "task=text"], ["--cfg", "job"]),  # trained Text with ListOps' model and schedule
+    (["setup=lra_table1/listops", "task=text"], ["--cfg", "job"]),
+    (["~data_dir"], ["--cfg", "job"]),  # the dry run's line was "unknown key 'data_dir' (did you mean 'data_dir'?)"  # trained Text with ListOps' model and schedule
 ]
 
 

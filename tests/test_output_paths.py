@@ -186,7 +186,7 @@ def test_an_empty_resume_or_data_dir_is_refused_rather_than_a_fresh_run_or_the_w
     data root, generating ListOps into it."""
     for value in ("", "''"):
         line = one_error_line(run_command(["lra-train", "trainer=smoke", f"{key}={value}"], tmp_path, data_dir,
-                                          check=False))
+                                          check=False), code=2)
         assert line == f"error: {key} is empty (an unset shell variable?); give {key} a folder, or leave it out"
     assert list(tmp_path.iterdir()) == [], "nothing was written into the working folder"
 

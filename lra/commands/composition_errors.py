@@ -38,6 +38,10 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and getattr(cause, "full_key", None):
             parent, _, key = str(cause.full_key).rpartition(".")
             keys = valid_keys(parent)
+            if key in keys:  # a key of the schema that is not there: deleted with ~
+                from lra.validation import deleted_key
+
+                return deleted_key(str(cause.full_key))
             where = f"under {parent}" if parent else "at the top level"
             return (f"unknown key '{cause.full_key}'{_closest(key, keys)}; valid keys {where}: "
                     f"{', '.join(keys)}")
@@ -55,6 +59,9 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
             return str(cause).splitlines()[0].split("resolving interpolation: ", 1)[-1]
         if isinstance(cause, SearchPathException):
             return f"{str(cause).splitlines()[0]}; pass an existing folder to --config-dir, or leave it out"
+        deletion = _deletion_line(cause, valid_keys)
+        if deletion is not None:
+            return deletion
         mode = _run_mode_line(cause)
         if mode is not None:
             return mode
@@ -84,6 +91,28 @@ def _wanted(message: str) -> str:
         if re.search(pattern, message):
             return wanted
     return "a value of its type"
+
+
+def _deletion_line(cause: BaseException, valid_keys) -> Optional[str]:
+    """``~key`` on a key of a structured config (which does not support deletion) or on one that holds no
+    value: Hydra's line names neither the cause nor the fix."""
+    import re
+
+    from omegaconf.errors import ConfigTypeError
+
+    from lra.validation import deleted_key
+
+    if isinstance(cause, ConfigTypeError) and "does not support deletion" in str(cause) and getattr(cause, "full_key", None):
+        return deleted_key(str(cause.full_key))
+    absent = re.match(r"Could not delete from config\. '([^']+)' does not exist", str(cause))
+    if isinstance(cause, ConfigCompositionException) and absent:
+        parent, _, key = absent.group(1).rpartition(".")
+        keys = valid_keys(parent)
+        if key in keys:
+            return deleted_key(absent.group(1))
+        where = f"under {parent}" if parent else "at the top level"
+        return f"unknown key '{absent.group(1)}'{_closest(key, keys)}; valid keys {where}: {', '.join(keys)}"
+    return None
 
 
 def _run_mode_line(cause: BaseException) -> Optional[str]:
