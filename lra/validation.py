@@ -16,7 +16,7 @@ import attention_zoo
 from attention_zoo.options import InvalidOption
 from lra import distributed
 from lra.errors import ConfigError
-from lra.config import TrainRunConfig, pools_by_cls, typed
+from lra.config import TrainRunConfig, check_adamw_steps, pools_by_cls, typed
 
 GROUPS = ("task", "model", "trainer", "pretrain", "logger")
 
@@ -209,6 +209,10 @@ def check_pretraining(cfg: DictConfig) -> None:
     if trainer.train_subset is not None and trainer.train_subset < batch:
         raise ConfigError(f"invalid value for pretrain.batch_size: {batch}; it must be at most trainer.train_subset="
                           f"{trainer.train_subset}: pass pretrain.batch_size=<such a value>")
+    try:
+        check_adamw_steps(OmegaConf.to_object(cfg.trainer), cfg.pretrain.lr, "pretrain.lr")
+    except InvalidOption as error:
+        raise invalid(error.field if error.field == "pretrain.lr" else f"trainer.{error.field}", error) from None
     pretraining.check_objective(cfg)
     pretraining.check_source(cfg)
 

@@ -19,6 +19,14 @@ BAD_CONFIGS = [
     (["trainer.lr=nan"], "trainer.lr", "finite"),
     (["trainer.beta1=1.5"], "trainer.beta1", "[0, 1)"),
     (["trainer.eps=0"], "trainer.eps", "(0, ∞)"),
+    # AdamW's float32 arithmetic: the training ended in an overflow "bug" line, or a divergence blamed on trainer.lr
+    (["trainer.eps=1e-40"], "trainer.eps", "at least 1.18e-38, float32's smallest normal number"),
+    (["trainer.lr=1e38"], "trainer.lr", "AdamW's largest step, lr × max(1, lr_start_factor, lr_end_factor) / (1 − beta1), "
+                                        "is a float32 number"),
+    (["trainer.lr_start_factor=1e300"], "trainer.lr_start_factor", "is a float32 number (≤ 3.4e+38)"),
+    (["trainer.weight_decay=1e300"], "trainer.weight_decay", "at most 1 / (lr × max(1, lr_start_factor, lr_end_factor)) "
+                                                             "= 1e+04: AdamW multiplies each weight by 1 − rate"),
+    (["pretrain=masked", "pretrain.lr=1e300"], "pretrain.lr", "AdamW's largest step, pretrain.lr × max(1"),
     (["trainer.max_steps=0"], "trainer.max_steps", "≥ 1"),
     (["trainer.batch_size=0"], "trainer.batch_size", "≥ 1"),
     (["trainer.eval_every=0"], "trainer.eval_every", "≥ 1"),
