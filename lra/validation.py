@@ -195,6 +195,37 @@ def check_preset_choices(choices) -> None:
                           f"alone at the reference setup)")
 
 
+def row_attention(row: str):
+    """The backend a row's file chooses (``override /attention: <backend>`` in its defaults), or None."""
+    from lra.config import CONF_DIR
+
+    path = CONF_DIR / "row" / f"{row}.yaml"
+    if not path.is_file():
+        return None
+    for entry in OmegaConf.load(path).get("defaults") or []:
+        if isinstance(entry, DictConfig) and "override /attention" in entry:
+            return entry["override /attention"]
+    return None
+
+
+def check_row_attention(argv) -> None:
+    """``attention=`` beside ``row=`` on a command line: the row chooses its backend, and another one given
+    beside it either fails to take the row's settings (Hydra's line blames one of them as an unknown key)
+    or trains them on a backend the row is not. Read from the command line, before Hydra composes."""
+    def values(key):
+        given = [a.split("=", 1)[1] for a in argv if "=" in a and a.split("=", 1)[0].lstrip("+") == key]
+        return [v.strip("'\" ") for v in given[-1].split(",")] if given and "${" not in given[-1] else []
+
+    attentions = values("attention")
+    for row in values("row"):
+        chosen = row_attention(row)
+        others = [a for a in attentions if chosen is not None and a != chosen]
+        if others:
+            raise ConfigError(f"row={row} trains attention={chosen} with the row's settings, and attention={others[0]} "
+                              f"contradicts it: leave attention= out (the row chooses it), or leave row= out to train "
+                              f"attention={others[0]} with its own options")
+
+
 def check_pretraining(cfg: DictConfig) -> None:
     """Self-pretraining's cross-group rules: its batch against gradient accumulation and the training
     subset, a causal objective against the backend, and ``pretrain.from`` against this run."""

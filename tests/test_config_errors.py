@@ -11,7 +11,7 @@ from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from helpers import compose_config
 from lra.config import CONF_DIR
 from lra.errors import ConfigError
-from lra.validation import check_preset_choices, validate
+from lra.validation import check_preset_choices, check_row_attention, validate
 
 # One case per kind of rule: (overrides, the field the error names, words of the rule).
 BAD_CONFIGS = [
@@ -155,6 +155,9 @@ def test_every_preset_and_default_is_valid():
     (["~seed"], "~seed deletes a key every run needs; set it instead (seed=<value>)"),
     (["~resume"], "~resume deletes a key every run needs"),
     (["~trainer.lrr"], "unknown key 'trainer.lrr' (did you mean 'lr'?)"),
+    # "unknown key 'attention.num_hashes'; valid keys under attention: " (an empty list)
+    (["row=yoso_table3/yoso_32", "attention=softmax"], "row=yoso_table3/yoso_32 trains attention=yoso with the row's "
+                                                       "settings, and attention=softmax contradicts it: leave attention= out"),
 ])
 def test_lra_train_refuses_bad_input_with_one_line_and_no_record(tmp_path, data_dir, args, expected):
     if "cuda" in " ".join(args):
@@ -312,3 +315,13 @@ def test_presets_that_cannot_merge_as_chosen_are_refused_naming_the_choice_that_
     with pytest.raises(ConfigError) as refused:
         check_preset_choices(choices)
     assert expected in str(refused.value)
+
+
+def test_a_backend_beside_a_row_is_refused_unless_it_is_the_rows_own():
+    """YOSO-32's settings compose on YOSO-C too, which then trained under the row's name; the row's own backend
+    again, or a row alone, is no contradiction."""
+    with pytest.raises(ConfigError, match=r"row=yoso_table3/yoso_32 trains attention=yoso .* attention=yoso_c "
+                                          r"contradicts it"):
+        check_row_attention(["-m", "row=yoso_table3/yoso_c_16,yoso_table3/yoso_32", "attention=yoso_c"])
+    check_row_attention(["row=yoso_table3/yoso_32", "attention=yoso"])
+    check_row_attention(["row=lra_table1/bigbird", "setup=lra_table1/text"])

@@ -22,7 +22,7 @@ from lra.errors import ConfigError, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
 from lra.run import FolderTaken, RunDirectory, not_a_run, resume_command
-from lra.validation import check_preset_choices, validate
+from lra.validation import check_preset_choices, check_row_attention, validate
 
 log = logging.getLogger("lra.train")
 
@@ -328,7 +328,7 @@ def _valid_keys(path: str) -> list:
 
     GlobalHydra.instance().clear()
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}  # group choices change the valid keys; nothing else
-    choices = [a for a in sys.argv[1:] if a.split("=")[0] in groups and "=" in a]
+    choices = [a.split(",")[0] for a in sys.argv[1:] if a.split("=")[0] in groups and "=" in a]  # a sweep's first
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             node = compose(config_name="config", overrides=choices)
@@ -413,6 +413,7 @@ def main() -> None:
     within = [(data / path.stem, f"the {path.stem} data folder") for path in sorted((CONF_DIR / "task").glob("*.yaml"))]
     config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], reads=[data], within=within, runs=True)
     config_errors.at_the_edge(refuse_another_commands_sweep)(sys.argv[1:])
+    config_errors.at_the_edge(check_row_attention)(sys.argv[1:])
     config_errors.run_app(run, _valid_keys, check_shown=_validate_dry_run)
     from lra.results.callback import ENDED_SWEEPS
 
