@@ -117,6 +117,10 @@ class TaskConfig:
         whole(self, 1, "max_length", "batch_size", "max_steps", "eval_every", "heldout_size")
         whole(self, 0, "warmup_steps", "heldout_seed")
         choice(self, "validation", VALIDATIONS)
+        if self.source == "generate" and self.path is not None:
+            raise InvalidOption("path", self.path, "null with source=generate (the generator reads no files): leave "
+                                f"it out, or pass task.source=<{'|'.join(s for s in SOURCES[self.name] if s != 'generate')}> "
+                                "to train on the files there")
         paired = self.name in PAIRED_TASKS  # its examples are two documents; the others' one
         if self.dual_encoder is not paired:
             raise InvalidOption("dual_encoder", self.dual_encoder, f"{str(paired).lower()} for {self.name} (its "
@@ -235,6 +239,9 @@ class TrainerConfig:
 
     def __post_init__(self):
         choice(self, "compile_mode", COMPILE_MODES)
+        if self.compile_mode != "default" and not self.compile:
+            raise InvalidOption("compile_mode", self.compile_mode, "default with compile=false (it is how torch.compile "
+                                "compiles): pass trainer.compile=true as well, or leave it out")
         whole(self, 1, "batch_size", "grad_accumulation", "max_steps", "eval_every", "checkpoint_every", "log_every")
         whole(self, 1, "eval_batch_size", "train_subset", "eval_subset", "max_length", optional=True)
         whole(self, 0, "warmup_steps")

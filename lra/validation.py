@@ -23,7 +23,9 @@ GROUPS = ("task", "model", "trainer", "pretrain", "logger")
 
 def invalid(path: str, error: InvalidOption) -> ConfigError:
     value = error.value if not isinstance(error.value, str) else f"'{error.value}'"
-    return ConfigError(f"invalid value for {path}: {value}; it must be {error.rule}: pass {path}=<such a value>")
+    names_a_fix = "leave it out" in error.rule or "pass " in error.rule
+    return ConfigError(f"invalid value for {path}: {value}; it must be {error.rule}"
+                       + ("" if names_a_fix else f": pass {path}=<such a value>"))
 
 
 def unknown_keys(node: DictConfig, path: str = "") -> None:
@@ -195,35 +197,61 @@ def check_preset_choices(choices) -> None:
                           f"alone at the reference setup)")
 
 
-def row_attention(row: str):
-    """The backend a row's file chooses (``override /attention: <backend>`` in its defaults), or None."""
+PRESET_GROUPS = ("experiment", "setup", "row")  # presets that choose a task or a backend themselves
+FIXED_GROUPS = ("task", "attention")  # choices whose settings a preset sets: another one cannot take them
+
+
+def preset_choice(group: str, preset: str, fixed: str):
+    """The choice of ``fixed`` that a preset's file makes (``override /<fixed>: <choice>``), or None."""
     from lra.config import CONF_DIR
 
-    path = CONF_DIR / "row" / f"{row}.yaml"
+    path = CONF_DIR / group / f"{preset}.yaml"
     if not path.is_file():
         return None
     for entry in OmegaConf.load(path).get("defaults") or []:
-        if isinstance(entry, DictConfig) and "override /attention" in entry:
-            return entry["override /attention"]
+        if isinstance(entry, DictConfig) and f"override /{fixed}" in entry:
+            return entry[f"override /{fixed}"]
     return None
 
 
-def check_row_attention(argv) -> None:
-    """``attention=`` beside ``row=`` on a command line: the row chooses its backend, and another one given
-    beside it either fails to take the row's settings (Hydra's line blames one of them as an unknown key)
-    or trains them on a backend the row is not. Read from the command line, before Hydra composes."""
+def check_presets_against_choices(argv) -> None:
+    """``task=`` or ``attention=`` on a command line beside a preset that chooses another (a row its backend, a
+    setup or the quickstart its task): the preset's settings either fail to compose on it (Hydra's line blames
+    one of them as an unknown key) or train on what the preset is not. Read from the command line, before
+    Hydra composes."""
     def values(key):
         given = [a.split("=", 1)[1] for a in argv if "=" in a and a.split("=", 1)[0].lstrip("+") == key]
         return [v.strip("'\" ") for v in given[-1].split(",")] if given and "${" not in given[-1] else []
 
-    attentions = values("attention")
-    for row in values("row"):
-        chosen = row_attention(row)
-        others = [a for a in attentions if chosen is not None and a != chosen]
-        if others:
-            raise ConfigError(f"row={row} trains attention={chosen} with the row's settings, and attention={others[0]} "
-                              f"contradicts it: leave attention= out (the row chooses it), or leave row= out to train "
-                              f"attention={others[0]} with its own options")
+    for group in PRESET_GROUPS:
+        for preset in values(group):
+            for fixed in FIXED_GROUPS:
+                chosen = preset_choice(group, preset, fixed)
+                others = [value for value in values(fixed) if chosen is not None and value != chosen]
+                if others:
+                    sibling = f"{preset.rpartition('/')[0]}/{others[0]}"  # the same paper's preset for that choice
+                    fits = f"pass {group}={sibling} for {fixed}={others[0]}, " if (
+                        "/" in preset and preset_choice(group, sibling, fixed) == others[0]) else ""
+                    raise ConfigError(f"{group}={preset} trains {fixed}={chosen} with its own settings, and "
+                                      f"{fixed}={others[0]} contradicts it: {fits}leave {fixed}= out (the preset "
+                                      f"chooses it), or leave {group}= out to train {fixed}={others[0]} without it")
+
+
+def check_schedule_factors(cfg: DictConfig) -> None:
+    """trainer.lr_start_factor and lr_end_factor shape only a linear schedule (the fine-tuning one, or
+    stage 1's under pretraining): set under another, they would change nothing."""
+    from lra import pretraining
+    from lra.config import TrainerConfig
+
+    schedules = [cfg.trainer.lr_schedule, *([cfg.pretrain.lr_schedule] if pretraining.pretrains(cfg) else [])]
+    if any(getattr(s, "value", s) == "linear" for s in schedules):
+        return
+    for name in ("lr_start_factor", "lr_end_factor"):
+        default = next(f.default for f in dataclasses.fields(TrainerConfig) if f.name == name)
+        if cfg.trainer[name] != default:
+            raise invalid(f"trainer.{name}", InvalidOption(name, cfg.trainer[name], (
+                f"left out: it shapes only trainer.lr_schedule=linear, and this run's is "
+                f"{getattr(schedules[0], 'value', schedules[0])}; pass trainer.lr_schedule=linear as well, or leave it out")))
 
 
 def check_pretraining(cfg: DictConfig) -> None:
@@ -341,6 +369,7 @@ def validate(cfg: DictConfig) -> TrainRunConfig:
     check_cls_position(cfg)
     check_shape(cfg)
     check_whole_images(cfg)
+    check_schedule_factors(cfg)
     check_pretraining(cfg)
     check_device_and_precision(cfg)
     check_capture(cfg)

@@ -11,7 +11,7 @@ from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from helpers import compose_config
 from lra.config import CONF_DIR
 from lra.errors import ConfigError
-from lra.validation import check_preset_choices, check_row_attention, validate
+from lra.validation import check_preset_choices, check_presets_against_choices, validate
 
 # One case per kind of rule: (overrides, the field the error names, words of the rule).
 BAD_CONFIGS = [
@@ -20,6 +20,12 @@ BAD_CONFIGS = [
     (["trainer.beta1=1.5"], "trainer.beta1", "[0, 1)"),
     (["trainer.eps=0"], "trainer.eps", "(0, ∞)"),
     # AdamW's float32 arithmetic: the training ended in an overflow "bug" line, or a divergence blamed on trainer.lr
+    # accepted and ignored: the generator's data trained, the compiler never ran, the schedule had no such factor
+    (["task.source=generate", "task.path=/data/listops"], "task.path", "null with source=generate (the generator reads "
+                                                                        "no files): leave it out, or pass task.source=<lra_release>"),
+    (["trainer.compile_mode=max-autotune"], "trainer.compile_mode", "default with compile=false"),
+    (["trainer.lr_schedule=rsqrt", "trainer.lr_end_factor=0.1"], "trainer.lr_end_factor", "left out: it shapes only "
+                                                                  "trainer.lr_schedule=linear, and this run's is rsqrt"),
     (["trainer.eps=1e-40"], "trainer.eps", "at least 1.18e-38, float32's smallest normal number"),
     (["trainer.lr=1e38"], "trainer.lr", "AdamW's largest step, lr × max(1, lr_start_factor, lr_end_factor) / (1 − beta1), "
                                         "is a float32 number"),
@@ -100,7 +106,7 @@ def test_every_invalid_value_is_one_line_naming_field_value_and_rule(overrides, 
         validate(cfg)
     message = str(error.value)
     assert message.startswith(f"invalid value for {field}: ") and rule in message and "\n" not in message
-    assert f"pass {field}=" in message
+    assert f"pass {field}=" in message or "leave it out" in message, "the line names the fix"
 
 
 def test_every_preset_and_default_is_valid():
@@ -156,8 +162,12 @@ def test_every_preset_and_default_is_valid():
     (["~resume"], "~resume deletes a key every run needs"),
     (["~trainer.lrr"], "unknown key 'trainer.lrr' (did you mean 'lr'?)"),
     # "unknown key 'attention.num_hashes'; valid keys under attention: " (an empty list)
-    (["row=yoso_table3/yoso_32", "attention=softmax"], "row=yoso_table3/yoso_32 trains attention=yoso with the row's "
-                                                       "settings, and attention=softmax contradicts it: leave attention= out"),
+    (["row=yoso_table3/yoso_32", "attention=softmax"], "row=yoso_table3/yoso_32 trains attention=yoso with its own "
+                                                       "settings, and attention=softmax contradicts it: pass "
+                                                       "row=yoso_table3/softmax for attention=softmax, leave attention= out"),
+    # "unknown key 'task.generator'; valid keys under task: " (the quickstart's ListOps generator on Text)
+    (["experiment=quickstart", "attention=softmax", "task=text"], "experiment=quickstart trains task=listops with its "
+                                                                  "own settings, and task=text contradicts it"),
 ])
 def test_lra_train_refuses_bad_input_with_one_line_and_no_record(tmp_path, data_dir, args, expected):
     if "cuda" in " ".join(args):
@@ -322,6 +332,6 @@ def test_a_backend_beside_a_row_is_refused_unless_it_is_the_rows_own():
     again, or a row alone, is no contradiction."""
     with pytest.raises(ConfigError, match=r"row=yoso_table3/yoso_32 trains attention=yoso .* attention=yoso_c "
                                           r"contradicts it"):
-        check_row_attention(["-m", "row=yoso_table3/yoso_c_16,yoso_table3/yoso_32", "attention=yoso_c"])
-    check_row_attention(["row=yoso_table3/yoso_32", "attention=yoso"])
-    check_row_attention(["row=lra_table1/bigbird", "setup=lra_table1/text"])
+        check_presets_against_choices(["-m", "row=yoso_table3/yoso_c_16,yoso_table3/yoso_32", "attention=yoso_c"])
+    check_presets_against_choices(["row=yoso_table3/yoso_32", "attention=yoso"])
+    check_presets_against_choices(["row=lra_table1/bigbird", "setup=lra_table1/text"])

@@ -22,7 +22,7 @@ from lra.errors import ConfigError, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
 from lra.run import FolderTaken, RunDirectory, not_a_run, resume_command
-from lra.validation import check_preset_choices, check_row_attention, validate
+from lra.validation import check_preset_choices, check_presets_against_choices, validate
 
 log = logging.getLogger("lra.train")
 
@@ -413,7 +413,7 @@ def main() -> None:
     within = [(data / path.stem, f"the {path.stem} data folder") for path in sorted((CONF_DIR / "task").glob("*.yaml"))]
     config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], reads=[data], within=within, runs=True)
     config_errors.at_the_edge(refuse_another_commands_sweep)(sys.argv[1:])
-    config_errors.at_the_edge(check_row_attention)(sys.argv[1:])
+    config_errors.at_the_edge(check_presets_against_choices)(sys.argv[1:])
     config_errors.run_app(run, _valid_keys, check_shown=_validate_dry_run)
     from lra.results.callback import ENDED_SWEEPS
 
