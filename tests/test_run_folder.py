@@ -391,7 +391,9 @@ def test_a_failed_resume_leaves_the_record_and_a_completed_run_is_not_resumed(tm
     dry = run_command(["lra-train", f"resume={run}", "trainer.max_steps=24", "--cfg", "job"], tmp_path, data_dir,
                       check=False)
     assert (dry.returncode, dry.stderr.strip().splitlines()[-1]) == (2, line), "the dry run refuses as the run does"
-    run_command(["lra-train", f"resume={run}", "trainer=smoke"], tmp_path, data_dir)  # its own override: no change
+    # its own override, and a value the config holds written otherwise (smoke's log_every, the default lr): no change
+    run_command(["lra-train", f"resume={run}", "trainer=smoke", "trainer.log_every=05", "trainer.lr=1e-4"], tmp_path,
+                data_dir)
     completed = (run / "metrics.json").read_bytes()
     assert read_json(run / "metrics.json")["status"] == "completed"
     again = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)

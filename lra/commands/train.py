@@ -158,7 +158,7 @@ def _start_resume(folder: RunDirectory, hydra_cfg) -> Optional[DictConfig]:
         raise ConfigError(problem)
     folder.claim(fresh=False)
     cfg = folder.load_resolved(saved_run_config)
-    refuse_changes_on_resume(folder, list(hydra_cfg.overrides.task))
+    refuse_changes_on_resume(folder, list(hydra_cfg.overrides.task), cfg)
     if folder.completed():
         return None
     with open_dict(cfg):
@@ -168,10 +168,11 @@ def _start_resume(folder: RunDirectory, hydra_cfg) -> Optional[DictConfig]:
     return cfg
 
 
-def refuse_changes_on_resume(folder: RunDirectory, overrides: list) -> None:
+def refuse_changes_on_resume(folder: RunDirectory, overrides: list, saved_config: DictConfig) -> None:
     """A resume continues the run as it was configured: overrides that would change it (a completed run: extend
-    it) are one ConfigError line naming the new run's command; the run's own overrides again change nothing
-    (compared as Hydra parses them: seed=01 is seed=1)."""
+    it) are one ConfigError line naming the new run's command. An override that changes nothing is no change:
+    the run's own again, or a key given the value ``saved_config`` holds (compared as Hydra parses them: seed=01
+    is seed=1, trainer.lr=1e-3 is 0.001)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -181,9 +182,20 @@ def refuse_changes_on_resume(folder: RunDirectory, overrides: list) -> None:
         value = parsed.value()  # Hydra keeps 01 a string; the config's int field reads it as 1
         return parsed.key_or_group, int(value) if isinstance(value, str) and value.strip().isdigit() else value
 
+    def holds(key: str, value) -> bool:
+        if key in (p.name for p in CONF_DIR.iterdir() if p.is_dir()):
+            return False  # a group's choice is no value of the saved config
+        saved_value = OmegaConf.select(saved_config, key, default=KeyError)
+        saved_value = getattr(saved_value, "value", saved_value)  # an enum's text
+        if saved_value is KeyError:
+            return False
+        if isinstance(saved_value, bool) or isinstance(value, bool):
+            return saved_value is value  # true is no 1
+        return saved_value == value
+
     given = {o: meaning(o) for o in overrides if meaning(o)[0] != "resume"}
     saved = {o: meaning(o) for o in folder.saved_overrides()}
-    changes = [o for o, said in given.items() if said not in saved.values()]
+    changes = [o for o, said in given.items() if said not in saved.values() and not holds(*said)]
     if not changes:
         return
     replaced = {key for key, _ in given.values()}
@@ -365,7 +377,7 @@ def _validate_dry_run(overrides: list) -> None:
             raise ConfigError(str(exc)) from None
         folder = RunDirectory(cfg.resume)
         cfg = folder.load_resolved(saved_run_config)
-        refuse_changes_on_resume(folder, overrides)
+        refuse_changes_on_resume(folder, overrides, cfg)
     validate(cfg)
 
 
