@@ -417,11 +417,10 @@ def test_resume_with_a_damaged_saved_config_is_one_line(tmp_path, data_dir, cont
     assert not (run / "metrics.json").exists()
 
 
-def test_resume_of_a_folder_without_a_run_is_one_line_and_writes_nothing_there_even_beside_hydra_run_dir(
-        tmp_path, data_dir):
-    """``resume=`` naming no run (a missing folder, ``true``, a folder of other files) is the config's one line,
-    exit 2, also where Hydra's own run folder is given (without it, the config's resolver refuses it: test_config);
-    no folder or lock file is made where it points."""
+def test_resume_beside_hydra_run_dir_is_one_line_and_writes_nothing_there_or_where_it_points(tmp_path, data_dir):
+    """``resume=`` with ``hydra.run.dir=``: Hydra made that folder and left it empty (a resume continues in its own);
+    now one line, exit 2, before either is touched, whether ``resume=`` names a run or not (a missing folder,
+    ``true``, a folder of other files: without hydra.run.dir, the config's resolver refuses those: test_config)."""
     other = tmp_path / "notes"
     other.mkdir()
     (other / "todo.txt").write_text("x")
@@ -429,7 +428,9 @@ def test_resume_of_a_folder_without_a_run_is_one_line_and_writes_nothing_there_e
         result = run_command(["lra-train", "trainer=smoke", f"resume={target}", f"hydra.run.dir={tmp_path / 'out'}"],
                              tmp_path, data_dir, check=False)
         line = last_line(result)
-        assert result.returncode == 2 and "is not an lra-train run directory" in line, result.stderr
-        assert line.endswith("pass a run folder such as runs/<date>/<time>") and "Traceback" not in result.stderr
+        assert result.returncode == 2 and line == (
+            f"error: resume= continues the run in its own folder, which hydra.run.dir= does not choose (Hydra would make "
+            f"hydra.run.dir={tmp_path / 'out'} and leave it empty): leave hydra.run.dir out"), result.stderr
+    assert not (tmp_path / "out").exists()
     assert not (tmp_path / "no").exists() and not (tmp_path / "True").exists() and not (tmp_path / "true").exists()
     assert sorted(p.name for p in other.iterdir()) == ["todo.txt"]

@@ -416,11 +416,21 @@ def refuse_another_commands_sweep(argv: list) -> None:
                       "choose another hydra.sweep.dir (the sweep is left as it was)")
 
 
+def refuse_run_dir_beside_resume(argv: list) -> None:
+    """``hydra.run.dir=`` with ``resume=``: a resume continues in the run's own folder, and Hydra would make the
+    other one, left empty, before any code of ours runs."""
+    keys = {a.split("=", 1)[0].lstrip("+"): a.split("=", 1)[1] for a in argv if "=" in a and not a.startswith("-")}
+    if keys.get("resume", "").strip("'\" ") and "hydra.run.dir" in keys:
+        raise ConfigError(f"resume= continues the run in its own folder, which hydra.run.dir= does not choose (Hydra "
+                          f"would make hydra.run.dir={keys['hydra.run.dir']} and leave it empty): leave hydra.run.dir out")
+
+
 def main() -> None:
     """Console entry: Hydra errors become one line (set HYDRA_FULL_ERROR=1 for a traceback)."""
     from lra.io import check_folders_given, check_hydra_output_overrides  # before Hydra makes hydra.run.dir
 
     config_errors.at_the_edge(check_folders_given)(sys.argv[1:], ("resume", "data_dir"))
+    config_errors.at_the_edge(refuse_run_dir_beside_resume)(sys.argv[1:])
     data = Path(_data_dir(sys.argv[1:]))  # the data folder itself, and each task's folder in it (its caches)
     within = [(data / path.stem, f"the {path.stem} data folder") for path in sorted((CONF_DIR / "task").glob("*.yaml"))]
     config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], reads=[data], within=within, runs=True)
