@@ -27,6 +27,7 @@ class Pretrainer(Trainer):
     stage_name = "pretraining "
     lr_setting = "pretrain.lr"
     resumes_field = "pretrain_resumed_at_steps"
+    clock_fields = {"wall_seconds": "pretrain_wall_time_seconds"}
     steps_field = "pretrain_steps"
 
     def __init__(self, cfg, run: RunDirectory | Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),

@@ -156,6 +156,7 @@ class Trainer:
     lr_setting = "trainer.lr"  # the setting of this stage's learning rate, named when the loss diverges
     resumes_field = "resumed_at_steps"  # the record's list of the steps this stage was resumed at
     steps_field = "steps"  # the record's last step of this stage
+    clock_fields = {"wall_seconds": "wall_time_seconds", "gpu_seconds": "gpu_seconds"}  # state → record
 
     @property
     def run_dir(self) -> Path:
@@ -204,7 +205,7 @@ class Trainer:
                                 f"a new run with the same overrides (its metrics.json is left as it was)")
             self.record.confirm()
             if continuing:
-                self.note_resume(0, previous.get(self.resumes_field))
+                self.note_resume(0, previous)
             return False
         path, payload = found
         checkpoint.check_config(path, payload, self.folder.config_sha256)
@@ -223,20 +224,29 @@ class Trainer:
             raise UserError(f"cannot resume from {path}: it is not this run's checkpoint ({reason}); "
                             f"{checkpoint.KEPT}") from None
         self.record.confirm()
-        self.note_resume(self.state.step, previous.get(self.resumes_field))
+        self.note_resume(self.state.step, previous)
         self.announce(f"resumed from {path} at step {self.state.step}")
         return True
 
-    def note_resume(self, step: int, recorded) -> None:
+    def note_resume(self, step: int, previous: dict) -> None:
         """Add ``step`` to the steps this stage was resumed at, in its state and its record. The checkpoint's
-        list misses a resume killed before its next checkpoint; the previous record's (``recorded``, written at
-        each resume) has it, and is taken where it extends the checkpoint's."""
+        list misses a resume killed before its next checkpoint; the previous record's (``previous``, written at
+        each resume) has it, and is taken where it extends the checkpoint's. Its clocks count the steps after
+        the checkpoint, which this resume trains again: the time they took was spent all the same, and is kept."""
+        for state_field, record_field in self.clock_fields.items():
+            spent, held_time = previous.get(record_field), getattr(self.state, state_field)
+            if (isinstance(spent, (int, float)) and not isinstance(spent, bool) and math.isfinite(spent)
+                    and held_time is not None and spent > held_time):
+                setattr(self.state, state_field, float(spent))
+        recorded = previous.get(self.resumes_field)
         held = self.state.resumed_at_steps
         if (isinstance(recorded, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in recorded)
                 and recorded[:len(held)] == held):
             held = list(recorded)
         self.state.resumed_at_steps = [*held, step]
-        self.record.update(**{self.resumes_field: self.state.resumed_at_steps})
+        clocks = {record_field: getattr(self.state, state_field) for state_field, record_field in self.clock_fields.items()
+                  if getattr(self.state, state_field) is not None}
+        self.record.update(**{self.resumes_field: self.state.resumed_at_steps}, **clocks)
 
     def check_same_data(self, record: dict, payload: dict) -> None:
         """A resume trains on the data its record and its checkpoint say the run trained on (the digest of the

@@ -2,6 +2,7 @@
 command writes nothing into a folder it does not own, and a resume only takes the run's own
 training checkpoint."""
 
+import json
 import os
 import signal
 import subprocess
@@ -238,17 +239,22 @@ def test_a_resume_removes_the_temporary_files_a_kill_left_mid_write(tmp_path, da
     assert read_json(run / "metrics.json")["status"] == "completed" and not list(run.rglob(".*.tmp"))
 
 
-def test_every_resume_is_listed_even_one_killed_before_its_next_checkpoint(tmp_path, data_dir):
+def test_every_resume_is_listed_even_one_killed_before_its_next_checkpoint_and_its_time_counts(tmp_path, data_dir):
     """resumed_at_steps lived in the checkpoint alone, so a resume killed before the next checkpoint was
-    forgotten: three starts from step 2 recorded [2]."""
+    forgotten: three starts from step 2 recorded [2]. So did the clock: the time of the steps after the
+    checkpoint, trained again by the resume, was left out of wall_time_seconds (the record had it)."""
     run = tmp_path / "run"
     for fault in ("step:3", "step:1", None):  # killed at step 3 (checkpoint at 2), again, then to the end
         env = {"LRA_FAULT": f"{fault}:SIGKILL"} if fault else None
         args = [*SHORT, f"hydra.run.dir={run}"] if fault == "step:3" else [f"resume={run}"]
         result = run_command(["lra-train", *args], tmp_path, data_dir, env_extra=env, check=False)
         assert result.returncode == (0 if fault is None else -9), result.stderr
+        if fault == "step:3":  # its step 3 took an hour, by its record
+            killed = read_json(run / "metrics.json")
+            (run / "metrics.json").write_text(json.dumps({**killed, "wall_time_seconds": 3600.0}))
     record = read_json(run / "metrics.json")
     assert (record["status"], record["resumed_at_steps"]) == ("completed", [2, 2]), record
+    assert 3600.0 < record["wall_time_seconds"] < 3600.0 + 600, record["wall_time_seconds"]
 
 
 def test_a_checkpoint_with_a_byte_changed_on_disk_is_refused_not_trained_on(tmp_path, data_dir):
