@@ -23,7 +23,7 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -403,3 +403,20 @@ class RunDirectory:
             if cwd not in folder.parents:
                 return
             folder = folder.parent
+
+
+def sweep_overrides(sweep_dir: Path, part: str = "task") -> Optional[List[str]]:
+    """The overrides Hydra saved in a sweep folder's multirun.yaml (``part``: task, or hydra), None where the
+    folder has none; ValueError where it cannot be read."""
+    from omegaconf import OmegaConf
+
+    saved = Path(sweep_dir) / "multirun.yaml"
+    if not saved.is_file():
+        return None
+    try:
+        overrides = OmegaConf.select(OmegaConf.load(saved), f"hydra.overrides.{part}")
+    except Exception as exc:
+        raise ValueError(f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}") from None
+    if not OmegaConf.is_list(overrides):
+        raise ValueError(f"hydra.overrides.{part} is no list")
+    return [str(override) for override in overrides]

@@ -252,20 +252,13 @@ def check_sweep_dir(sweep_dir: Path, planned: Slice, out: Optional[Path]) -> Non
 
 def saved_task_overrides(sweep_dir: Path) -> Optional[List[str]]:
     """The overrides of the sweep in ``sweep_dir`` (Hydra's multirun.yaml), None where it has none."""
-    from omegaconf import OmegaConf
+    from lra.run import sweep_overrides
 
-    saved = sweep_dir / "multirun.yaml"
-    if not saved.is_file():
-        return None
     try:
-        task = OmegaConf.select(OmegaConf.load(saved), "hydra.overrides.task")
-        if not OmegaConf.is_list(task):
-            raise ValueError("hydra.overrides.task is no list")
-        return [str(override) for override in task]
-    except Exception as exc:
-        raise UserError(f"--sweep-dir {sweep_dir}: its multirun.yaml is unreadable ({type(exc).__name__}: "
-                        f"{' '.join(str(exc).split())[:120]}); give --sweep-dir a new folder, or restore that file from "
-                        "the slice's own copy") from None
+        return sweep_overrides(sweep_dir)
+    except ValueError as exc:
+        raise UserError(f"--sweep-dir {sweep_dir}: its multirun.yaml is unreadable ({exc}); give --sweep-dir a new "
+                        "folder, or restore that file from the slice's own copy") from None
 
 
 def continuing_command(saved: Optional[List[str]], sweep_dir: Path, launcher_options: List[str]) -> Optional[str]:

@@ -21,7 +21,7 @@ from lra.config import CONF_DIR, register_configs, register_resolvers, saved_run
 from lra.errors import ConfigError, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
-from lra.run import FolderTaken, RunDirectory, not_a_run, resume_command
+from lra.run import FolderTaken, RunDirectory, not_a_run, resume_command, sweep_overrides
 from lra.validation import check_preset_choices, check_presets_against_choices, validate
 
 log = logging.getLogger("lra.train")
@@ -400,11 +400,12 @@ def refuse_another_commands_sweep(argv: list) -> None:
         return
     sweep_dir = Path(given[-1].strip("'\""))
     try:
-        saved = OmegaConf.load(sweep_dir / "multirun.yaml")
-        made_by = [str(o) for o in saved.hydra.overrides.task]
-        hydra = [str(o) for o in saved.hydra.overrides.hydra if not str(o).startswith(("hydra.mode=", "hydra.sweep.dir="))]
-    except Exception:  # none (a new sweep), or unreadable
+        made_by, hydra = sweep_overrides(sweep_dir), sweep_overrides(sweep_dir, "hydra")
+    except ValueError:  # unreadable
         return
+    if made_by is None or hydra is None:  # a new sweep
+        return
+    hydra = [o for o in hydra if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
     valued = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package", "--info"}
     overrides = [a for i, a in enumerate(argv) if not a.startswith("-") and not (i and argv[i - 1] in valued)
                  and not a.split("=", 1)[0].lstrip("+~").startswith("hydra")]

@@ -25,6 +25,11 @@ from lra.results import validity
 
 MAX_DEPTH = 32  # a run record nests two levels ({"invalid_values": {...}}, lists of steps)
 REQUIRED = ("label", "task", "status")  # what a record needs to sit in a table
+
+
+def missing_required(record: dict) -> list:
+    """The :data:`REQUIRED` fields ``record`` lacks, or holds as something other than a name."""
+    return [field for field in REQUIRED if not isinstance(record.get(field), str) or not record[field].strip()]
 # Keys lra-table gives a record as it reads it (what is invalid, its setup and row); lra-train writes none of
 # them, so a file's own are an edit, dropped with a note rather than trusted. (run_dir, which lra-train writes
 # too, is replaced by where the record was read.)
@@ -141,8 +146,7 @@ def read_records(paths: Iterable[Path], warn: Callable[[str], None] = lambda mes
         except Unreadable as exc:
             warn(f"skipped {path}: not a readable run record ({exc})")
             continue
-        if not isinstance(record, dict) or any(not isinstance(record.get(k), str) or not record[k].strip()
-                                               for k in REQUIRED):
+        if not isinstance(record, dict) or missing_required(record):
             warn(f"skipped {path}: a run record needs the fields {', '.join(REQUIRED)}, each a name")
             continue
         why = validity.unplaceable(record)

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional
 
 from lra.records import METRICS
 from lra.results import validity
-from lra.results.reading import REQUIRED
+from lra.results.reading import missing_required
 
 # W&B summary keys lra-train logs under another name than the record's (lra.training).
 SUMMARY_NAMES = {"test/accuracy": "test_accuracy", "test/loss": "test_loss"}
@@ -90,7 +90,7 @@ def where(record: dict) -> str:
 
 
 def _unplaceable(record: dict) -> Optional[str]:
-    missing = [field for field in REQUIRED if not isinstance(record.get(field), str) or not record[field].strip()]
+    missing = missing_required(record)
     if missing:
         return f"it has no {' and no '.join(missing)} (a run lra-train logged names each); the run is not in the table"
     why = validity.unplaceable(record)
