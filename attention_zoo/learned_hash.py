@@ -8,9 +8,10 @@ takes the k queries (and keys) with the highest softmax-over-buckets probability
 so a token that scores high everywhere joins where it is relatively best; padded tokens are chosen
 last. k is the authors' ⌊(P // B) · √2⌋ on the length P their module pads the sequence to,
 max(⌈n / L⌉ · L, B · L) with L the local block size (``local_block_size``, default ⌈n / B⌉): so
-⌊⌈n / B⌉ · √2⌋ by default (at most n). Attention then runs within each bucket on LayerNorm'd q and k (no scale or
-bias, ε = 1e-6), scaled by 1/√d, and a query's results from several buckets are merged by their
-log-sum-exp weights; a query no bucket selects gets zeros.
+⌊⌈n / B⌉ · √2⌋ by default (at most n; ``num_buckets`` is at most the input length N, where each
+bucket takes one query and one key: ``check_shape``). Attention then runs within each bucket on
+LayerNorm'd q and k (no scale or bias, ε = 1e-6), scaled by 1/√d, and a query's results from several
+buckets are merged by their log-sum-exp weights; a query no bucket selects gets zeros.
 
 ``local_heads`` > 0 makes the first heads local, the authors' LHA/local hybrid (``mixed_attention.py``):
 ``local_pattern=blocks`` (default) is their ``local_attention.py``, the padded sequence cut into blocks
@@ -41,7 +42,7 @@ from torch import nn
 from attention_zoo._common import NEG_INF, gather_rows, at_least_float32, no_tokens
 from attention_zoo.local import lra_masked
 from attention_zoo.longformer import LongformerAttention, LongformerOptions
-from attention_zoo.options import InvalidOption, choice, number, whole
+from attention_zoo.options import InvalidOption, at_most_length, choice, number, whole
 from attention_zoo.performer import orthogonal_gaussian_features
 from attention_zoo.registry import Attention, register
 
@@ -117,8 +118,10 @@ class BucketScorers(nn.Module):
 
 def padded_length(n: int, buckets: int, block: int) -> tuple:
     """(L, P): the authors' local block size (``block``, or ⌈n / buckets⌉ for 0) and the length their module
-    pads n to, max(⌈n / L⌉ · L, buckets · L) (mixed_attention.py: extra_len)."""
-    block = block or -(-n // buckets)
+    pads n to, max(⌈n / L⌉ · L, buckets · L) (mixed_attention.py: extra_len). A block longer than n is taken
+    as n: either holds every token in one block beside padding, and buckets of n tokens, the same outputs,
+    but padding to buckets · L grew with L."""
+    block = min(block or -(-n // buckets), max(n, 1))
     return block, max(-(-n // block) * block, buckets * block)
 
 
@@ -196,6 +199,7 @@ class LearnedHashAttention(Attention):
     def check_shape(cls, options: LearnedHashOptions, num_heads, head_dim, max_seq_len) -> None:
         if options.local_heads > num_heads:
             raise InvalidOption("local_heads", options.local_heads, f"between 0 and num_heads={num_heads}")
+        at_most_length(options, "num_buckets", max_seq_len, "one query and one key per bucket")
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)

@@ -6,7 +6,8 @@ positions and each query attends to the real keys of its own block only:
     out_i = Σ_{j ∈ B(i)} softmax_j(q_i · k_j / √d) v_j,   B(i) = {j : ⌊j / b⌋ = ⌊i / b⌋, j real}
 
 (causal: also j ≤ i). A length that is not a multiple of b is padded internally with masked
-positions; the last block is then shorter. Memory O(n · b).
+positions; the last block is then shorter. Memory O(n · b). A block of n or more is the whole sequence
+(softmax attention, causal or not), computed as one block of n whatever ``block_size`` says.
 
 ``grouping=strided``: what the LRA code's ``LocalAttention`` (models/local/local_attention.py) computes,
 and so what LRA Table 1's Local row ran. It pads n to P = n + b − (n mod b) (a whole extra block when b
@@ -208,7 +209,7 @@ class LocalAttention(Attention):
         if self.options.grouping == "strided":
             return self._strided(q, k, v, mask)
         batch, heads, n, _ = q.shape
-        size = self.options.block_size
+        size = min(self.options.block_size, n)  # a longer block is the whole sequence: never padded past it
         blocks = math.ceil(n / size)
 
         def blocked(x):  # [B, H, n, d] → [B, H, blocks, size, d]

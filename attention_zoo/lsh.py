@@ -7,6 +7,9 @@ Queries and keys are hashed with the same random rotations (angular LSH), each s
 q·k/√d). Equal chunks keep the work balanced however skewed the buckets are: O(n² / num_buckets)
 memory. Padding goes last on both sides, so the real queries and the real keys fill the same
 leading slots and every chunk that holds a real query holds a real key.
+
+``num_buckets`` is at most the input length N (``check_shape``): N buckets make chunks of one query and
+one key, and more would still cut the sequence into N chunks while hashing into every bucket.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import torch
 
 from attention_zoo._common import (NEG_INF, draw_rotations, gather_rows, at_least_float32, pad_to_multiple, random_rotation_buckets,
                                    register_rotation_seed, sort_by_bucket)
-from attention_zoo.options import InvalidOption, whole
+from attention_zoo.options import InvalidOption, at_most_length, whole
 from attention_zoo.registry import Attention, register
 
 
@@ -43,6 +46,10 @@ class LSHAttention(Attention):
     @classmethod
     def label(cls, options: LSHOptions) -> str:
         return "LSH"
+
+    @classmethod
+    def check_shape(cls, options: LSHOptions, num_heads, head_dim, max_seq_len) -> None:
+        at_most_length(options, "num_buckets", max_seq_len, "chunks of one query and one key")
 
     def sorted_chunks(self, q, k, mask):
         """Per head: query order, key order (padded positions last on both sides), chunk count and size."""

@@ -4,7 +4,7 @@ softmax(QKᵀ/√d) V ≈ F · pinv(A) · (B V) with landmarks Q̃, K̃ the mean
 segments of the real tokens: F = softmax(Q K̃ᵀ), A = softmax(Q̃ K̃ᵀ), B = softmax(Q̃ Kᵀ) (padded keys
 masked). pinv(A) by the paper's iteration Z ← ¼ Z (13I − AZ(15I − AZ(7I − AZ))) from
 Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞). A depthwise convolution of the masked values along the sequence is added
-as a skip (kernel ``conv_kernel_size``; 0 disables).
+as a skip (kernel ``conv_kernel_size``, at most 2N − 1 for inputs of N positions; 0 disables).
 
 Two deliberate departures from the authors' code (Xiong et al.'s and the YOSO LRA code, Hugging
 Face ``NystromformerSelfAttention``, nystrom-attention), each an option:
@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from attention_zoo._common import NEG_INF, depthwise_sequence_conv, at_least_float32
-from attention_zoo.options import InvalidOption, choice, odd_window, whole
+from attention_zoo.options import InvalidOption, choice, odd_window, whole, window_within
 from attention_zoo.registry import Attention, register
 
 
@@ -82,6 +82,7 @@ class NystromAttention(Attention):
             raise InvalidOption("num_landmarks", options.num_landmarks,
                                 f"a divisor of the input length {max_seq_len} with landmarks=padded_segments "
                                 "(or use landmarks=real_tokens)")
+        window_within(options, "conv_kernel_size", max_seq_len)
 
     @at_least_float32
     def forward(self, q, k, v, mask):

@@ -64,3 +64,19 @@ def odd_window(options: Any, name: str) -> None:
     value = getattr(options, name)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0 or (value and value % 2 == 0):
         raise InvalidOption(name, value, "odd (same-length output) or 0 (no convolution)")
+
+
+def at_most_length(options: Any, name: str, length: int, meaning: str) -> None:
+    """``name`` is at most the input length N (``length``); ``meaning`` says what N itself gives."""
+    value = getattr(options, name)
+    if value > length:
+        raise InvalidOption(name, value, f"at most the input length N = {length} (N: {meaning})")
+
+
+def window_within(options: Any, name: str, length: int) -> None:
+    """A convolution window along the sequence (:func:`odd_window`) whose taps all can reach a token of N."""
+    value = getattr(options, name)
+    if value and value > 2 * length - 1:
+        raise InvalidOption(name, value, f"at most 2N − 1 = {2 * length - 1} for the input length N = "
+                                         f"{length} (a tap further than N − 1 positions from its token never "
+                                         "reaches one), or 0")

@@ -19,7 +19,9 @@ model then builds its Q, K, V projections without one; ``lra.model.projection_bi
 
 Number of buckets: ``num_buckets``, or 0 for the reference's rule: 2^⌊log2(2·⌊n / chunk_size⌋)⌋,
 factorized into two rotations of 2^⌊p/2⌋ and 2^⌈p/2⌉ buckets (bucket = b₁ + 2^⌊p/2⌋·b₂) when it
-exceeds 2·max(⌊√(max_seq_len / chunk_size)⌋, chunk_size).
+exceeds 2·max(⌊√(max_seq_len / chunk_size)⌋, chunk_size). A ``num_buckets`` set explicitly is at most
+the input length N (``check_shape``): more buckets than tokens leave most of them empty, while the hashing's
+n × num_buckets / 2 rotation scores per round keep growing (a large value ran out of memory).
 """
 
 from __future__ import annotations
@@ -84,6 +86,12 @@ class ReformerAttention(Attention):
     @classmethod
     def label(cls, options: ReformerOptions) -> str:
         return "Reformer"
+
+    @classmethod
+    def check_shape(cls, options: ReformerOptions, num_heads, head_dim, max_seq_len) -> None:
+        if options.num_buckets > max_seq_len:
+            raise InvalidOption("num_buckets", options.num_buckets, f"0 (the reference's rule) or at most the input "
+                                f"length N = {max_seq_len} (N: as many buckets as tokens)")
 
     def bucket_factors(self, n: int) -> List[int]:
         """Buckets per rotation; their product is the number of buckets."""

@@ -19,6 +19,10 @@ Padding: padded keys and values are zeroed before anything is summed or sorted; 
 token leaves the balancing (its row and column of P are the identity's), so a padded sequence's real
 tokens get the outputs the sequence alone would; a slot of a sorted block is a key when some block has
 a real token in that slot. Memory O(n · (block_size + d) + (n / block_size)²).
+
+``block_size`` is at most the input length N (``check_shape``): at N the sequence is one block, which the
+sorting network can only leave in place (twice softmax attention), and a longer block is that same single
+block padded to ``block_size`` (its b × b scores overflowed memory for large b).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attention_zoo._common import NEG_INF, at_least_float32, pad_to_multiple, scaled
-from attention_zoo.options import InvalidOption, number, whole
+from attention_zoo.options import InvalidOption, at_most_length, number, whole
 from attention_zoo.registry import Attention, register
 
 
@@ -85,6 +89,10 @@ class SinkhornAttention(Attention):
     @classmethod
     def label(cls, options: SinkhornOptions) -> str:
         return "Sinkhorn Transformer"
+
+    @classmethod
+    def check_shape(cls, options: SinkhornOptions, num_heads, head_dim, max_seq_len) -> None:
+        at_most_length(options, "block_size", max_seq_len, "a single block, nothing to sort")
 
     def _blocks(self, x: torch.Tensor, blocks: int, value=0) -> torch.Tensor:
         """[B, H, n, ...] (or [B, n]) padded along n and cut into [B, H, blocks, block_size, ...]."""

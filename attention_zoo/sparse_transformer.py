@@ -14,6 +14,8 @@ key, every query attends to it, and the pattern above indexes the positions afte
 Computed per query block: its own block (l keys) plus the summary positions of the other blocks,
 gathered once; never an n × n mask. The summaries grow with n, so memory is O(n · (l + n(c + 1)/l)):
 quadratic, (c + 1)/l of dense attention's (22 % at the LRA's l = 50, c = 10); the paper takes l ≈ √n.
+A block as long as the positions after the CLS token, or longer, holds them all (its own block is every key:
+softmax, cut to j ≤ i when ordered), computed as that one block whatever ``block_size`` says.
 """
 
 from __future__ import annotations
@@ -187,7 +189,7 @@ class SparseTransformerAttention(Attention):
     def _pattern_rows(self, q, k, v, mask, first: int):
         """The fixed pattern for the queries after the first ``first`` positions."""
         batch, heads, m, _ = q.shape
-        size = self.options.block_size
+        size = min(self.options.block_size, max(m, 1))  # a longer block is all of it: never padded past m
         blocks = math.ceil(m / size)
 
         def blocked(x):  # [B, H, m, d] → [B, H, blocks, size, d]

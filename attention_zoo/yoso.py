@@ -40,6 +40,10 @@ Random draws come from the global (seeded) generator in training; in evaluation 
 from a per-module seed, the same hashes at every call (``fixed``), or, as the authors' code, from the
 global generator afresh at every call (``fresh``: a test number then carries the hashes' noise). YOSO-C adds a depthwise convolution of the masked V along the sequence (one filter per
 head, no bias) to the normalized output.
+
+Input length N: the default τ = ⌈log2 N⌉ must fit the kernels' 20 bits (N ≤ 2^20; beyond, set
+``hash_code_len``), and YOSO-C's ``conv_window`` is at most 2N − 1 (a wider one's outer taps never reach a
+token); both are refused before anything is built (``check_shape``).
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from torch import Tensor
 from attention_zoo import _yoso_ops as ops
 from attention_zoo._common import (depthwise_sequence_conv, gradients_through_unit_rows, hash_code_length,
                                    at_least_float32, kept_draws, register_rotation_seed)
-from attention_zoo.options import InvalidOption, choice, number, odd_window, whole
+from attention_zoo.options import InvalidOption, choice, number, odd_window, whole, window_within
 from attention_zoo.registry import Attention, register
 from attention_zoo.yoso_e import CLAMP
 
@@ -336,14 +340,22 @@ class YosoAttention(Attention):
 
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
-        if not 1 <= self.tau <= ops.MAX_CODE_LENGTH:  # the default τ = log2 of the length
-            raise InvalidOption("hash_code_len", self.tau, f"between 1 and {ops.MAX_CODE_LENGTH}: set it explicitly "
-                                f"for max_seq_len={max_seq_len}")
+        YosoAttention.check_shape(options, num_heads, head_dim, max_seq_len)  # τ: the kernels take no longer codes
         register_rotation_seed(self)
 
     @property
     def tau(self) -> int:
         return hash_code_length(self.options.hash_code_len, self.max_seq_len)
+
+    @classmethod
+    def check_shape(cls, options: YosoOptions, num_heads, head_dim, max_seq_len) -> None:
+        """The default τ = ⌈log2 N⌉ exceeds the kernels' codes of at most 20 bits above N = 2^20 positions
+        (a τ set explicitly is checked by the options)."""
+        tau = hash_code_length(options.hash_code_len, max_seq_len)
+        if tau > ops.MAX_CODE_LENGTH:
+            raise InvalidOption("hash_code_len", options.hash_code_len,
+                                f"a whole number between 1 and {ops.MAX_CODE_LENGTH} for the input length N = "
+                                f"{max_seq_len} (null means ⌈log2 N⌉ = {tau}, longer codes than the kernels take)")
 
     @classmethod
     def label(cls, options: YosoOptions) -> str:
@@ -382,6 +394,11 @@ class YosoCAttention(YosoAttention):
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
         self.conv = depthwise_sequence_conv(num_heads, options.conv_window)
+
+    @classmethod
+    def check_shape(cls, options: YosoCOptions, num_heads, head_dim, max_seq_len) -> None:
+        super().check_shape(options, num_heads, head_dim, max_seq_len)
+        window_within(options, "conv_window", max_seq_len)
 
     @classmethod
     def label(cls, options: YosoCOptions) -> str:
