@@ -92,7 +92,7 @@ def _memory_line(exc: BaseException) -> Optional[str]:
             detail = str(cause).strip().splitlines()[0][:200] if str(cause).strip() else type(cause).__name__
             return (f"out of memory ({detail}); for lra-train, a larger trainer.grad_accumulation runs the "
                     "same batch in smaller pieces, or lower trainer.batch_size, trainer.eval_batch_size or "
-                    "trainer.max_length, or a smaller model (model.dim, model.ff_dim, model.num_layers)")
+                    "trainer.max_length, or a smaller model (model.dim, model.ff_dim, model.num_layers, task.vocab_size)")
     return None
 
 
