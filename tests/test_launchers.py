@@ -78,6 +78,31 @@ def test_local_gpus_jobs_per_gpu_must_be_at_least_one(tmp_path, data_dir):
 # (tests/test_commands.py).
 
 
+@pytest.mark.parametrize("args,expected", [
+    # submitit's RuntimeError ("Could not detect srun") read as a bug, after Hydra made the sweep's folder
+    (["hydra/launcher=slurm"], "error: hydra/launcher=slurm submits the sweep's jobs to SLURM, and this machine has no "
+                               "srun (it is no SLURM node): run the command on the cluster, or pass "
+                               "hydra/launcher=local_gpus"),
+    # the valid keys listed were the basic launcher's (_target_), the schemas were listed as launchers
+    (["hydra/launcher=packed", "hydra.launcher.runs_per_gpu=0"], "error: unknown key 'hydra.launcher.runs_per_gpu' (did "
+                                                                "you mean 'runs_per_process'?); valid keys under "
+                                                                "hydra.launcher: _target_, runs_per_process"),
+    (["hydra/launcher=nosuch"], "error: unknown choice 'nosuch' for hydra/launcher; valid: basic, joblib, local_gpus, "
+                                "packed, slurm, submitit_local, submitit_slurm (e.g."),
+])
+def test_a_launcher_that_cannot_run_here_or_a_wrong_key_of_one_is_one_line_and_no_folder(tmp_path, data_dir, args,
+                                                                                        expected):
+    import shutil
+
+    if "hydra/launcher=slurm" in args and shutil.which("srun"):
+        pytest.skip("this machine has SLURM")
+    result = run_command(["lra-train", "-m", "attention=softmax,none", "trainer=smoke", *args], tmp_path, data_dir,
+                         check=False)
+    (line,) = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and line.startswith(expected[:60]) and expected in line, result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("pretrain", ["none", "masked", "causal"])
 def test_two_process_gloo_run_matches_one_process_with_the_same_global_batch(tmp_path, data_dir, pretrain):
     """The two processes also accumulate gradients over 2 micro-batches each, all-reduced on the last

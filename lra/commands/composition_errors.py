@@ -32,7 +32,7 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
         if isinstance(cause, MissingConfigException) and cause.options is not None:
             group, _, choice = (cause.missing_cfg_file or "").rpartition("/")
             if group:
-                options = sorted(o for o in cause.options if not o.startswith("_"))
+                options = sorted(o for o in cause.options if not o.startswith(("_", "schema_")))  # not the schemas
                 return (f"unknown choice '{choice}' for {group}{_closest(choice, options)}; "
                         f"valid: {', '.join(options)} (e.g. {group}={options[0]})")
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and getattr(cause, "full_key", None):

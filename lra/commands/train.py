@@ -340,10 +340,11 @@ def _valid_keys(path: str) -> list:
 
     GlobalHydra.instance().clear()
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}  # group choices change the valid keys; nothing else
-    choices = [a.split(",")[0] for a in sys.argv[1:] if a.split("=")[0] in groups and "=" in a]  # a sweep's first
+    choices = [a.split(",")[0] for a in sys.argv[1:]  # a group's choice (hydra/launcher=…), a sweep's first
+               if "=" in a and a.split("=")[0].lstrip("+").split("/")[0] in groups]
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            node = compose(config_name="config", overrides=choices)
+            node = compose(config_name="config", overrides=choices, return_hydra_config=path.startswith("hydra"))
         node = OmegaConf.select(node, path) if path else node
         return sorted(node.keys()) if isinstance(node, DictConfig) else []
     except Exception:
@@ -426,12 +427,25 @@ def refuse_run_dir_beside_resume(argv: list) -> None:
                           f"would make hydra.run.dir={keys['hydra.run.dir']} and leave it empty): leave hydra.run.dir out")
 
 
+def refuse_slurm_without_slurm(argv: list) -> None:
+    """``hydra/launcher=slurm`` (or submitit_slurm) where there is no ``srun``: submitit's RuntimeError came after
+    Hydra had made the sweep's folder, and read as a bug."""
+    import shutil
+
+    launchers = [a.split("=", 1)[1] for a in argv if a.split("=", 1)[0].lstrip("+") == "hydra/launcher" and "=" in a]
+    if {"-m", "--multirun"} & set(argv) and launchers and "slurm" in launchers[-1] and shutil.which("srun") is None:
+        raise ConfigError(f"hydra/launcher={launchers[-1]} submits the sweep's jobs to SLURM, and this machine has no "
+                          "srun (it is no SLURM node): run the command on the cluster, or pass "
+                          "hydra/launcher=local_gpus (this machine's GPUs) or hydra/launcher=submitit_local")
+
+
 def main() -> None:
     """Console entry: Hydra errors become one line (set HYDRA_FULL_ERROR=1 for a traceback)."""
     from lra.io import check_folders_given, check_hydra_output_overrides  # before Hydra makes hydra.run.dir
 
     config_errors.at_the_edge(check_folders_given)(sys.argv[1:], ("resume", "data_dir"))
     config_errors.at_the_edge(refuse_run_dir_beside_resume)(sys.argv[1:])
+    config_errors.at_the_edge(refuse_slurm_without_slurm)(sys.argv[1:])
     data = Path(_data_dir(sys.argv[1:]))  # the data folder itself, and each task's folder in it (its caches)
     within = [(data / path.stem, f"the {path.stem} data folder") for path in sorted((CONF_DIR / "task").glob("*.yaml"))]
     config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], reads=[data], within=within, runs=True)
