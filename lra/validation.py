@@ -197,46 +197,6 @@ def check_preset_choices(choices) -> None:
                           f"alone at the reference setup)")
 
 
-PRESET_GROUPS = ("experiment", "setup", "row")  # presets that choose a task or a backend themselves
-FIXED_GROUPS = ("task", "attention")  # choices whose settings a preset sets: another one cannot take them
-
-
-def preset_choice(group: str, preset: str, fixed: str):
-    """The choice of ``fixed`` that a preset's file makes (``override /<fixed>: <choice>``), or None."""
-    from lra.config import CONF_DIR
-
-    path = CONF_DIR / group / f"{preset}.yaml"
-    if not path.is_file():
-        return None
-    for entry in OmegaConf.load(path).get("defaults") or []:
-        if isinstance(entry, DictConfig) and f"override /{fixed}" in entry:
-            return entry[f"override /{fixed}"]
-    return None
-
-
-def check_presets_against_choices(argv) -> None:
-    """``task=`` or ``attention=`` on a command line beside a preset that chooses another (a row its backend, a
-    setup or the quickstart its task): the preset's settings either fail to compose on it (Hydra's line blames
-    one of them as an unknown key) or train on what the preset is not. Read from the command line, before
-    Hydra composes."""
-    def values(key):
-        given = [a.split("=", 1)[1] for a in argv if "=" in a and a.split("=", 1)[0].lstrip("+") == key]
-        return [v.strip("'\" ") for v in given[-1].split(",")] if given and "${" not in given[-1] else []
-
-    for group in PRESET_GROUPS:
-        for preset in values(group):
-            for fixed in FIXED_GROUPS:
-                chosen = preset_choice(group, preset, fixed)
-                others = [value for value in values(fixed) if chosen is not None and value != chosen]
-                if others:
-                    sibling = f"{preset.rpartition('/')[0]}/{others[0]}"  # the same paper's preset for that choice
-                    fits = f"pass {group}={sibling} for {fixed}={others[0]}, " if (
-                        "/" in preset and preset_choice(group, sibling, fixed) == others[0]) else ""
-                    raise ConfigError(f"{group}={preset} trains {fixed}={chosen} with its own settings, and "
-                                      f"{fixed}={others[0]} contradicts it: {fits}leave {fixed}= out (the preset "
-                                      f"chooses it), or leave {group}= out to train {fixed}={others[0]} without it")
-
-
 def check_schedule_factors(cfg: DictConfig) -> None:
     """trainer.lr_start_factor and lr_end_factor shape only a linear schedule (the fine-tuning one, or
     stage 1's under pretraining): set under another, they would change nothing."""

@@ -11,7 +11,8 @@ from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from helpers import compose_config
 from lra.config import CONF_DIR
 from lra.errors import ConfigError
-from lra.validation import check_preset_choices, check_presets_against_choices, validate
+from lra.commands.command_line import check_presets_against_choices
+from lra.validation import check_preset_choices, validate
 
 # One case per kind of rule: (overrides, the field the error names, words of the rule).
 BAD_CONFIGS = [

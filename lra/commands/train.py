@@ -16,13 +16,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lra import signals, validation
-from lra.commands import config_errors
+from lra.commands import command_line, config_errors
 from lra.config import CONF_DIR, register_configs, register_resolvers, saved_run_config, typed
 from lra.errors import ConfigError, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
-from lra.run import FolderTaken, RunDirectory, not_a_run, resume_command, sweep_overrides
-from lra.validation import check_preset_choices, check_presets_against_choices, validate
+from lra.run import FolderTaken, RunDirectory, not_a_run, resume_command
+from lra.validation import check_preset_choices, validate
 
 log = logging.getLogger("lra.train")
 
@@ -382,75 +382,9 @@ def _validate_dry_run(overrides: list) -> None:
     validate(cfg)
 
 
-def _data_dir(argv: list) -> str:
-    """The data folder a command line names (``data_dir=``), else the config's default: LRA_DATA_DIR or ./data."""
-    given = [a.split("=", 1)[1].strip("'\"") for a in argv if a.split("=", 1)[0].lstrip("+") == "data_dir" and "=" in a]
-    return given[-1] if given and "${" not in given[-1] else os.environ.get("LRA_DATA_DIR") or "data"
-
-
-def refuse_another_commands_sweep(argv: list) -> None:
-    """A sweep folder (``hydra.sweep.dir=`` on the command line) is continued by the command that made it: one
-    whose overrides differ (other values, or the same in another order, which numbers the jobs otherwise)
-    is refused with that command before Hydra writes its multirun.yaml over the sweep's (Hydra's callbacks
-    cannot stop a sweep: the jobs refused it only after). A multirun.yaml that cannot be read is left to
-    Hydra, and so is a sweep folder a config sets."""
-    if not {"-m", "--multirun"} & set(argv):
-        return
-    given = [a.split("=", 1)[1] for a in argv if a.split("=", 1)[0] == "hydra.sweep.dir" and "=" in a]
-    if not given or "${" in given[-1]:
-        return
-    sweep_dir = Path(given[-1].strip("'\""))
-    try:
-        made_by, hydra = sweep_overrides(sweep_dir), sweep_overrides(sweep_dir, "hydra")
-    except ValueError:  # unreadable
-        return
-    if made_by is None or hydra is None:  # a new sweep
-        return
-    hydra = [o for o in hydra if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
-    valued = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package", "--info"}
-    overrides = [a for i, a in enumerate(argv) if not a.startswith("-") and not (i and argv[i - 1] in valued)
-                 and not a.split("=", 1)[0].lstrip("+~").startswith("hydra")]
-    if made_by == overrides:
-        return
-    raise ConfigError(f"hydra.sweep.dir={shlex.quote(str(sweep_dir))} holds a sweep made by another command "
-                      f"({shlex.join(['lra-train', '-m', *made_by, *hydra, f'hydra.sweep.dir={sweep_dir}'])}); continue "
-                      "it with that command, or "
-                      "choose another hydra.sweep.dir (the sweep is left as it was)")
-
-
-def refuse_run_dir_beside_resume(argv: list) -> None:
-    """``hydra.run.dir=`` with ``resume=``: a resume continues in the run's own folder, and Hydra would make the
-    other one, left empty, before any code of ours runs."""
-    keys = {a.split("=", 1)[0].lstrip("+"): a.split("=", 1)[1] for a in argv if "=" in a and not a.startswith("-")}
-    if keys.get("resume", "").strip("'\" ") and "hydra.run.dir" in keys:
-        raise ConfigError(f"resume= continues the run in its own folder, which hydra.run.dir= does not choose (Hydra "
-                          f"would make hydra.run.dir={keys['hydra.run.dir']} and leave it empty): leave hydra.run.dir out")
-
-
-def refuse_slurm_without_slurm(argv: list) -> None:
-    """``hydra/launcher=slurm`` (or submitit_slurm) where there is no ``srun``: submitit's RuntimeError came after
-    Hydra had made the sweep's folder, and read as a bug."""
-    import shutil
-
-    launchers = [a.split("=", 1)[1] for a in argv if a.split("=", 1)[0].lstrip("+") == "hydra/launcher" and "=" in a]
-    if {"-m", "--multirun"} & set(argv) and launchers and "slurm" in launchers[-1] and shutil.which("srun") is None:
-        raise ConfigError(f"hydra/launcher={launchers[-1]} submits the sweep's jobs to SLURM, and this machine has no "
-                          "srun (it is no SLURM node): run the command on the cluster, or pass "
-                          "hydra/launcher=local_gpus (this machine's GPUs) or hydra/launcher=submitit_local")
-
-
 def main() -> None:
     """Console entry: Hydra errors become one line (set HYDRA_FULL_ERROR=1 for a traceback)."""
-    from lra.io import check_folders_given, check_hydra_output_overrides  # before Hydra makes hydra.run.dir
-
-    config_errors.at_the_edge(check_folders_given)(sys.argv[1:], ("resume", "data_dir"))
-    config_errors.at_the_edge(refuse_run_dir_beside_resume)(sys.argv[1:])
-    config_errors.at_the_edge(refuse_slurm_without_slurm)(sys.argv[1:])
-    data = Path(_data_dir(sys.argv[1:]))  # the data folder itself, and each task's folder in it (its caches)
-    within = [(data / path.stem, f"the {path.stem} data folder") for path in sorted((CONF_DIR / "task").glob("*.yaml"))]
-    config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], reads=[data], within=within, runs=True)
-    config_errors.at_the_edge(refuse_another_commands_sweep)(sys.argv[1:])
-    config_errors.at_the_edge(check_presets_against_choices)(sys.argv[1:])
+    config_errors.at_the_edge(command_line.check)(sys.argv[1:])  # before Hydra makes hydra.run.dir
     config_errors.run_app(run, _valid_keys, check_shown=_validate_dry_run)
     from lra.results.callback import ENDED_SWEEPS
 

@@ -1,0 +1,124 @@
+"""lra-train's command line, checked before Hydra composes it: what Hydra would act on first (make a run or
+sweep folder, write a sweep's multirun.yaml, start a launcher) or fail to compose with a line that names
+neither cause nor fix. Each check is one :class:`~lra.errors.ConfigError` line; :func:`check` runs them all."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from lra.config import CONF_DIR
+from lra.errors import ConfigError
+from lra.run import sweep_overrides
+
+
+def check(argv: list) -> None:
+    """Every check of a command line ``argv`` (``sys.argv[1:]``), in the order Hydra would act."""
+    from lra.io import check_folders_given, check_hydra_output_overrides
+
+    check_folders_given(argv, ("resume", "data_dir"))
+    refuse_run_dir_beside_resume(argv)
+    refuse_slurm_without_slurm(argv)
+    data = Path(data_dir(argv))  # the data folder itself, and each task's folder in it (its caches)
+    within = [(data / path.stem, f"the {path.stem} data folder") for path in sorted((CONF_DIR / "task").glob("*.yaml"))]
+    check_hydra_output_overrides(argv, reads=[data], within=within, runs=True)
+    refuse_another_commands_sweep(argv)
+    check_presets_against_choices(argv)
+
+
+def data_dir(argv: list) -> str:
+    """The data folder a command line names (``data_dir=``), else the config's default: LRA_DATA_DIR or ./data."""
+    given = [a.split("=", 1)[1].strip("'\"") for a in argv if a.split("=", 1)[0].lstrip("+") == "data_dir" and "=" in a]
+    return given[-1] if given and "${" not in given[-1] else os.environ.get("LRA_DATA_DIR") or "data"
+
+
+def refuse_another_commands_sweep(argv: list) -> None:
+    """A sweep folder (``hydra.sweep.dir=`` on the command line) is continued by the command that made it: one
+    whose overrides differ (other values, or the same in another order, which numbers the jobs otherwise)
+    is refused with that command before Hydra writes its multirun.yaml over the sweep's (Hydra's callbacks
+    cannot stop a sweep: the jobs refused it only after). A multirun.yaml that cannot be read is left to
+    Hydra, and so is a sweep folder a config sets."""
+    if not {"-m", "--multirun"} & set(argv):
+        return
+    given = [a.split("=", 1)[1] for a in argv if a.split("=", 1)[0] == "hydra.sweep.dir" and "=" in a]
+    if not given or "${" in given[-1]:
+        return
+    sweep_dir = Path(given[-1].strip("'\""))
+    try:
+        made_by, hydra = sweep_overrides(sweep_dir), sweep_overrides(sweep_dir, "hydra")
+    except ValueError:  # unreadable
+        return
+    if made_by is None or hydra is None:  # a new sweep
+        return
+    hydra = [o for o in hydra if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
+    valued = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package", "--info"}
+    overrides = [a for i, a in enumerate(argv) if not a.startswith("-") and not (i and argv[i - 1] in valued)
+                 and not a.split("=", 1)[0].lstrip("+~").startswith("hydra")]
+    if made_by == overrides:
+        return
+    raise ConfigError(f"hydra.sweep.dir={shlex.quote(str(sweep_dir))} holds a sweep made by another command "
+                      f"({shlex.join(['lra-train', '-m', *made_by, *hydra, f'hydra.sweep.dir={sweep_dir}'])}); continue "
+                      "it with that command, or "
+                      "choose another hydra.sweep.dir (the sweep is left as it was)")
+
+
+def refuse_run_dir_beside_resume(argv: list) -> None:
+    """``hydra.run.dir=`` with ``resume=``: a resume continues in the run's own folder, and Hydra would make the
+    other one, left empty, before any code of ours runs."""
+    keys = {a.split("=", 1)[0].lstrip("+"): a.split("=", 1)[1] for a in argv if "=" in a and not a.startswith("-")}
+    if keys.get("resume", "").strip("'\" ") and "hydra.run.dir" in keys:
+        raise ConfigError(f"resume= continues the run in its own folder, which hydra.run.dir= does not choose (Hydra "
+                          f"would make hydra.run.dir={keys['hydra.run.dir']} and leave it empty): leave hydra.run.dir out")
+
+
+def refuse_slurm_without_slurm(argv: list) -> None:
+    """``hydra/launcher=slurm`` (or submitit_slurm) where there is no ``srun``: submitit's RuntimeError came after
+    Hydra had made the sweep's folder, and read as a bug."""
+    import shutil
+
+    launchers = [a.split("=", 1)[1] for a in argv if a.split("=", 1)[0].lstrip("+") == "hydra/launcher" and "=" in a]
+    if {"-m", "--multirun"} & set(argv) and launchers and "slurm" in launchers[-1] and shutil.which("srun") is None:
+        raise ConfigError(f"hydra/launcher={launchers[-1]} submits the sweep's jobs to SLURM, and this machine has no "
+                          "srun (it is no SLURM node): run the command on the cluster, or pass "
+                          "hydra/launcher=local_gpus (this machine's GPUs) or hydra/launcher=submitit_local")
+
+
+PRESET_GROUPS = ("experiment", "setup", "row")  # presets that choose a task or a backend themselves
+FIXED_GROUPS = ("task", "attention")  # choices whose settings a preset sets: another one cannot take them
+
+
+def preset_choice(group: str, preset: str, fixed: str):
+    """The choice of ``fixed`` that a preset's file makes (``override /<fixed>: <choice>``), or None."""
+    path = CONF_DIR / group / f"{preset}.yaml"
+    if not path.is_file():
+        return None
+    for entry in OmegaConf.load(path).get("defaults") or []:
+        if isinstance(entry, DictConfig) and f"override /{fixed}" in entry:
+            return entry[f"override /{fixed}"]
+    return None
+
+
+def check_presets_against_choices(argv) -> None:
+    """``task=`` or ``attention=`` on a command line beside a preset that chooses another (a row its backend, a
+    setup or the quickstart its task): the preset's settings either fail to compose on it (Hydra's line blames
+    one of them as an unknown key) or train on what the preset is not. Read from the command line, before
+    Hydra composes."""
+    def values(key):
+        given = [a.split("=", 1)[1] for a in argv if "=" in a and a.split("=", 1)[0].lstrip("+") == key]
+        return [v.strip("'\" ") for v in given[-1].split(",")] if given and "${" not in given[-1] else []
+
+    for group in PRESET_GROUPS:
+        for preset in values(group):
+            for fixed in FIXED_GROUPS:
+                chosen = preset_choice(group, preset, fixed)
+                others = [value for value in values(fixed) if chosen is not None and value != chosen]
+                if others:
+                    sibling = f"{preset.rpartition('/')[0]}/{others[0]}"  # the same paper's preset for that choice
+                    fits = f"pass {group}={sibling} for {fixed}={others[0]}, " if (
+                        "/" in preset and preset_choice(group, sibling, fixed) == others[0]) else ""
+                    raise ConfigError(f"{group}={preset} trains {fixed}={chosen} with its own settings, and "
+                                      f"{fixed}={others[0]} contradicts it: {fits}leave {fixed}= out (the preset "
+                                      f"chooses it), or leave {group}= out to train {fixed}={others[0]} without it")
