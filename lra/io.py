@@ -207,7 +207,9 @@ def check_hydra_output_overrides(argv: Sequence[str], reads: Iterable[Path | str
             raise UserError(f"{key} is empty, which would make the current folder ({Path.cwd()}) the output folder; "
                             f"give {key} a folder, or leave it out")
         if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
-            path = check_output_folder(value.strip("'\""), key, reads).resolve()
+            from lra.run import parsed_value
+
+            path = check_output_folder(parsed_value(value), key, reads).resolve()
             if runs and key == "hydra.sweep.dir" and any((path / name).exists() for name in ("metrics.json", ".hydra")):
                 raise UserError(f"hydra.sweep.dir: {path} is a run's folder (its metrics.json or .hydra); a sweep's "
                                 f"jobs never write into a run: give hydra.sweep.dir a new folder")

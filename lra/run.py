@@ -40,19 +40,40 @@ OVERRIDES = Path(HYDRA_FILES) / "overrides.yaml"
 PACKED = {Path(METRICS): METRICS, RESOLVED: "resolved.yaml", OVERRIDES: "overrides.yaml"}
 
 
-def resume_command(folder) -> str:
-    """``lra-train resume=<folder>`` as a shell takes it and Hydra parses it back to ``folder``: a path with a
-    character Hydra's override grammar reads as syntax (``,`` ``=`` ``[`` ``~`` a space, a quote, a letter
-    beyond ASCII: ``attention=softmax,seed=0`` from ``hydra.job.override_dirname``) in Hydra's single quotes,
-    and the whole argument quoted for the shell."""
+def hydra_value(path) -> str:
+    """``path`` as a value Hydra's override grammar parses back to it: as it is where it holds no character the
+    grammar reads as syntax (``,`` ``=`` ``[`` ``~`` a space, a quote, a letter beyond ASCII:
+    ``attention=softmax,seed=0`` from ``hydra.job.override_dirname``), else in Hydra's single quotes."""
     import re
 
-    path = str(folder)
+    path = str(path)
     if re.fullmatch(r"[A-Za-z0-9_/.+@%:-]+", path):
-        return f"lra-train {shlex.quote('resume=' + path)}"
+        return path
     quoted = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", path)  # a quote, and backslashes before it
     quoted = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, quoted)  # backslashes before the closing quote
-    argument = f"resume='{quoted}'"
+    return f"'{quoted}'"
+
+
+def parsed_value(text: str) -> str:
+    """A value as typed on a command line (``'/data/a b'``), as Hydra's grammar reads it back (the inverse of
+    :func:`hydra_value`); the text without its outer quotes where the grammar takes none of it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        value = OverridesParser.create().parse_override(f"key={text}").value()
+    except Exception:  # Hydra refuses it with its own line once it parses the command line
+        return text.strip("'\"")
+    return value if isinstance(value, str) else text.strip("'\"")
+
+
+def resume_command(folder) -> str:
+    """``lra-train resume=<folder>`` as a shell takes it and Hydra parses it back to ``folder`` (:func:`hydra_value`,
+    then the whole argument quoted for the shell)."""
+    import re
+
+    argument = f"resume={hydra_value(folder)}"
+    if not argument.endswith("'"):
+        return f"lra-train {shlex.quote(argument)}"
     return f'lra-train "{argument}"' if not re.search(r'[$`"\\!]', argument) else f"lra-train {shlex.quote(argument)}"
 
 

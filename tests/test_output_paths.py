@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -269,3 +270,18 @@ def test_a_run_folder_in_the_data_it_reads_is_refused(tmp_path, data_dir):
                                           check=False))
         assert line.startswith(f"error: hydra.run.dir: {run} ") and words in line, line
     assert not cache.exists() and not (data_dir / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("path", ["runs/a", "/tmp/s w,p/sweep", "it's", "a=b,c", "[x]~y", "café", "back\\slash\\"])
+def test_a_path_given_to_hydra_parses_back_to_itself_in_every_command_that_writes_one(path):
+    """The reference slice passed --sweep-dir to lra-train unquoted: a path with a space or a comma was read as a
+    sweep of hydra.sweep.dir (refused as 'Sweeping over Hydra's configuration is not supported')."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from lra.commands.reference_slice import Slice
+    from lra.run import hydra_value, parsed_value
+
+    assert parsed_value(hydra_value(path)) == path
+    (override,) = [o for o in Slice(["softmax"], ["0"], [], "cpu").command(Path(path)) if o.startswith("hydra.sweep")]
+    parsed = OverridesParser.create().parse_override(override)
+    assert not parsed.is_sweep_override() and parsed.value() == path

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from lra.config import CONF_DIR
 from lra.errors import ConfigError
-from lra.run import sweep_overrides
+from lra.run import hydra_value, parsed_value, sweep_overrides
 
 
 def check(argv: list) -> None:
@@ -46,7 +46,7 @@ def refuse_another_commands_sweep(argv: list) -> None:
     given = [a.split("=", 1)[1] for a in argv if a.split("=", 1)[0] == "hydra.sweep.dir" and "=" in a]
     if not given or "${" in given[-1]:
         return
-    sweep_dir = Path(given[-1].strip("'\""))
+    sweep_dir = Path(parsed_value(given[-1]))
     try:
         made_by, hydra = sweep_overrides(sweep_dir), sweep_overrides(sweep_dir, "hydra")
     except ValueError:  # unreadable
@@ -60,7 +60,7 @@ def refuse_another_commands_sweep(argv: list) -> None:
     if made_by == overrides:
         return
     raise ConfigError(f"hydra.sweep.dir={shlex.quote(str(sweep_dir))} holds a sweep made by another command "
-                      f"({shlex.join(['lra-train', '-m', *made_by, *hydra, f'hydra.sweep.dir={sweep_dir}'])}); continue "
+                      f"({shlex.join(['lra-train', '-m', *made_by, *hydra, f'hydra.sweep.dir={hydra_value(sweep_dir)}'])}); continue "
                       "it with that command, or "
                       "choose another hydra.sweep.dir (the sweep is left as it was)")
 

@@ -22,7 +22,7 @@ from lra.errors import ConfigError, UserError
 from lra.packing import pack_size
 from lra.io import check_output_folder
 from lra.records import REPO_ROOT, read_record
-from lra.run import PACKED
+from lra.run import PACKED, hydra_value
 
 TABLE3_ROWS = REPO_ROOT / "conf" / "row" / "yoso_table3"  # the rows of `experiment=yoso_table3`
 SETUP = ["experiment=yoso_table3", "task=listops"]
@@ -108,7 +108,7 @@ class Slice:
 
     def command(self, sweep_dir: Path) -> List[str]:
         """The lra-train arguments after ``-m``."""
-        return [*self.launcher(), *self.task_overrides(), f"hydra.sweep.dir={sweep_dir}"]
+        return [*self.launcher(), *self.task_overrides(), f"hydra.sweep.dir={hydra_value(sweep_dir)}"]
 
     def jobs(self) -> List[List[str]]:
         """Each job's overrides, the sweep expanded as Hydra's basic sweeper expands it."""
