@@ -275,9 +275,16 @@ def test_dry_run_checks_every_run_and_prints_commands_a_shell_can_run(tmp_path, 
     (["--projcet", "lra"], "unrecognized arguments: --projcet lra"),
     (["--timeout", "nan"], "argument --timeout: 'nan' is not a number of seconds > 0"),
     (["--timeout", "0"], "argument --timeout: '0' is not a number of seconds > 0"),
-], ids=["misspelled option", "timeout nan", "timeout 0"])
+    # each was passed on, and wandb sync failed run after run
+    (["-p", ""], "argument -p/--project: '' is no name (empty, an unset shell variable?"),
+    (["--replace-tags", "junk"], "argument --replace-tags: 'junk' is not OLD=NEW pairs"),
+    # "" was the current folder; a file was "no such directory"
+    ([""], "error: a directory argument is empty (an unset shell variable?)"),
+    (["notes.txt"], "notes.txt: a file, not a folder"),
+], ids=["misspelled option", "timeout nan", "timeout 0", "empty project", "tag renames", "empty folder", "a file"])
 def test_a_mistake_on_the_command_line_stops_before_wandb_runs(tmp_path, fake_wandb, args, words):
     offline_run(tmp_path / "run", "g0")
+    (tmp_path / "notes.txt").write_text("x")
     result = lra_sync([tmp_path / "run", *args], tmp_path, fake_wandb)
     assert result.returncode == 2 and words in result.stderr and fake_wandb.calls() == []
 
@@ -287,7 +294,7 @@ def test_help_lists_what_goes_to_wandb_sync(tmp_path, fake_wandb):
 
     text = lra_sync(["--help"], tmp_path, fake_wandb, check=True).stdout
     passed_on = text.split("passed on to wandb sync:")[1]
-    for flags, _, _ in PASSED_ON:
+    for flags, *_ in PASSED_ON:
         assert flags[-1] in passed_on
     assert "--include-synced" in passed_on and "--timeout SECONDS" in text and "default 60" in text
 

@@ -34,11 +34,26 @@ from lra.io import atomic_write_text
 
 DEFAULT_TIMEOUT_S = 60.0
 STOP_PATIENCE_S = 5.0  # how long a timed-out or interrupted wandb gets to end after SIGTERM, before SIGKILL
+def _name(text: str) -> str:
+    """A W&B name given on the command line: not empty (an unset shell variable), no surrounding spaces."""
+    if not text.strip() or text != text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is no name (empty, an unset shell variable?, or with spaces around "
+                                         "it); give a name, or leave the option out")
+    return text
+
+
+def _tag_renames(text: str) -> str:
+    """wandb sync's --replace-tags: OLD=NEW pairs, comma-separated, neither side empty."""
+    if not all(len(pair.split("=")) == 2 and all(side.strip() for side in pair.split("=")) for pair in text.split(",")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not OLD=NEW pairs (e.g. --replace-tags smoke=plumbing,v1=v2)")
+    return text
+
+
 PASSED_ON = [  # wandb sync's options that lra-sync passes on (its others make no sense here)
-    (("-p", "--project"), "PROJECT", "upload into this W&B project instead of the runs' own (logger.project)"),
-    (("-e", "--entity"), "ENTITY", "upload under this W&B entity instead of the runs' own"),
-    (("--job-type",), "TYPE", "set this job type on every run (default: the run's task)"),
-    (("--replace-tags",), "OLD=NEW,...", "rename the runs' tags"),
+    (("-p", "--project"), "PROJECT", _name, "upload into this W&B project instead of the runs' own (logger.project)"),
+    (("-e", "--entity"), "ENTITY", _name, "upload under this W&B entity instead of the runs' own"),
+    (("--job-type",), "TYPE", _name, "set this job type on every run (default: the run's task)"),
+    (("--replace-tags",), "OLD=NEW,...", _tag_renames, "rename the runs' tags"),
 ]
 _ERROR_LINE = re.compile(r"^(?:wandb:\s+)?(?:\[[^\]]*\]\s+)?(?:ERROR\b|Error\b)")
 _TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")  # colours, a progress line redrawn
@@ -171,7 +186,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="lra-sync", description=__doc__.split("\n\n")[0].replace("``", "").replace("\n", " "),
         epilog="Exit status: 0 when every run found is synced (or was already), 1 when any is not (each listed "
                "with why), 2 for a mistake on the command line.")
-    parser.add_argument("directories", nargs="+", type=Path, help="run or sweep folders (e.g. runs/multirun/<date>/<time>)")
+    parser.add_argument("directories", nargs="+", help="run or sweep folders (e.g. runs/multirun/<date>/<time>)")
     parser.add_argument("--dry-run", action="store_true",
                         help="check every run and print the wandb sync command each would get; upload nothing")
     parser.add_argument("--timeout", type=_timeout, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
@@ -179,8 +194,8 @@ def _parser() -> argparse.ArgumentParser:
                              f"{DEFAULT_TIMEOUT_S:.0f}; an unreachable server makes wandb retry for ever); the runs "
                              "after it are not tried")
     passed = parser.add_argument_group("passed on to wandb sync")
-    for flags, metavar, text in PASSED_ON:
-        passed.add_argument(*flags, metavar=metavar, help=text)
+    for flags, metavar, kind, text in PASSED_ON:
+        passed.add_argument(*flags, metavar=metavar, type=kind, help=text)
     passed.add_argument("--include-synced", action="store_true",
                         help="upload runs that an earlier sync finished too (their run-*.wandb.synced marker)")
     return parser
@@ -188,7 +203,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _wandb_options(args) -> List[str]:
     options = []
-    for flags, _, _ in PASSED_ON:
+    for flags, _, _, _ in PASSED_ON:
         value = getattr(args, flags[-1].lstrip("-").replace("-", "_"))
         if value is not None:
             options += [flags[-1], value]
@@ -199,6 +214,13 @@ def _wandb_options(args) -> List[str]:
 def main(argv=None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
+    if any(not d.strip() for d in args.directories):  # Path("") would be the current folder
+        parser.exit(2, "error: a directory argument is empty (an unset shell variable?); give run or sweep folders, "
+                       "e.g. runs/multirun/<date>/<time>\n")
+    args.directories = [Path(d) for d in args.directories]
+    files = [str(d) for d in args.directories if d.exists() and not d.is_dir()]
+    if files:
+        parser.exit(2, f"error: {', '.join(files)}: a file, not a folder; pass run or sweep folders under runs/\n")
     missing = [str(d) for d in args.directories if not d.is_dir()]
     if missing:
         parser.exit(2, f"error: no such directory: {', '.join(missing)}; pass run or sweep folders under runs/\n")
