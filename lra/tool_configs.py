@@ -9,7 +9,8 @@ from typing import List, Optional
 
 import attention_zoo
 from attention_zoo._flex import IMPLS
-from attention_zoo.options import InvalidOption, choice, number, whole
+from attention_zoo._yoso_ops import MAX_CODE_LENGTH
+from attention_zoo.options import InvalidOption, _readable, choice, number, whole
 from lra.config_fields import attention_schema, device_name, known_backends
 
 
@@ -57,6 +58,24 @@ def _backend_options_schema() -> type:
 BackendOptions = _backend_options_schema()
 
 
+MAX_SIZE = 2**31 - 1  # a tensor size the compiled kernels index with 32-bit integers
+MAX_SCORE_STD = 1e6  # see FidelityConfig's rule for score_std
+
+
+def _power(bound: int) -> str:
+    """2^20 rather than 1048576, 2^32 − 1 rather than 4294967295."""
+    return f"2^{bound.bit_length() - 1}" if bound > 2**16 and bound & (bound - 1) == 0 else _readable(bound)
+
+
+LIST_BOUNDS = {  # lra-fidelity's lists: (least, largest, why the largest)
+    "lengths": (1, 2**20, "the exact softmax it is measured against holds n × n weights: 2^40 per head at 2^20"),
+    "yoso_lengths": (1, 2**MAX_CODE_LENGTH, f"YOSO's hash codes have τ = ⌈log2 n⌉ ≤ {MAX_CODE_LENGTH} bits"),
+    "oracle_budgets": (1, 2**20, "no length is longer"),
+    "yoso_hashes": (1, MAX_SIZE, "YOSO's CUDA kernels count hashes in 32-bit integers"),
+    "seeds": (0, 2**32 - 1, "numpy's seed range, as lra-train's seed"),
+}
+
+
 @dataclass
 class FidelityConfig:
     """``lra-fidelity``: how far each backend's output is from exact softmax attention."""
@@ -87,12 +106,29 @@ class FidelityConfig:
             raise InvalidOption("sections", list(self.sections), "a non-empty subset of [backends, oracles, yoso]"
                                 + (f" (unknown section {', '.join(unknown)})" if unknown else ""))
         known_backends(self, "backends")
-        for name in ("lengths", "yoso_hashes", "yoso_lengths", "oracle_budgets", "seeds"):
+        for name, (low, high, why) in LIST_BOUNDS.items():
             values = getattr(self, name)
-            if not values or any(not isinstance(n, int) or n < (0 if name == "seeds" else 1) for n in values):
-                raise InvalidOption(name, values, "a non-empty list of whole numbers" + (" ≥ 0" if name == "seeds" else " ≥ 1"))
-        whole(self, 1, "batch_size", "num_heads", "head_dim", "examples", "oracle_queries")
-        number(self, "score_std", 0.0, low_open=True)
+            if not values or any(not isinstance(n, int) or isinstance(n, bool) or not low <= n <= high for n in values):
+                raise InvalidOption(name, list(values), f"a non-empty list of whole numbers from {low} to "
+                                                        f"{_power(high)} ({why})")
+        for name in ("sections", "backends", *LIST_BOUNDS):
+            values = list(getattr(self, name))
+            repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+            if repeated is not None:
+                raise InvalidOption(name, values, f"a list without repeats ({repeated} is given twice: it would be "
+                                                  "measured, and counted, twice)")
+        whole(self, 1, "batch_size", "num_heads", "head_dim", "examples", "oracle_queries", maximum=MAX_SIZE)
+        if not isinstance(self.score_std, (int, float)) or isinstance(self.score_std, bool) \
+                or not 0 < self.score_std <= MAX_SCORE_STD:
+            raise InvalidOption("score_std", self.score_std, "a number in (0, 1e6] (q and k are float32 draws of std "
+                                "√score_std whose products over head_dim must stay far inside float32's range, 3.4e38; "
+                                "softmax is one-hot long before 1e6)")
+        if self.checkpoint is not None and not self.checkpoint.strip():
+            raise InvalidOption("checkpoint", self.checkpoint, "an lra-train run folder, or null (no captured "
+                                                               "inputs): leave it out, or give it a folder")
+        if not self.output_dir.strip():
+            raise InvalidOption("output_dir", self.output_dir, "a folder (an unset shell variable gives the current "
+                                                               "folder): give output_dir a folder, or leave it out")
         choice(self, "split", ("train", "val", "test"))
         choice(self, "yoso_impl", ("auto", "cpu", "cuda", "torch"))
         device_name(self, "device")

@@ -12,7 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 from lra.commands import config_errors
 from lra.commands.composition_errors import schema_keys
 from lra.config import FIDELITY_CONF_DIR, register_configs, register_resolvers
-from lra.io import check_hydra_output_overrides
+from lra.errors import ConfigError, UserError
+from lra.io import atomic_write_text, check_hydra_output_overrides
 
 log = logging.getLogger("lra.fidelity")
 register_configs()
@@ -64,6 +65,7 @@ def run(cfg: DictConfig) -> None:
 
     validate_tool(cfg)
     out_dir = tool_output_dir(cfg, reads=_reads(cfg.checkpoint))
+    report.remove_outputs(out_dir)  # a folder's files describe one run: never this run's beside an earlier one's
     where = ""
     if cfg.checkpoint:
         sources.load_run_config(Path(cfg.checkpoint))  # a run folder, else one line
@@ -76,10 +78,25 @@ def run(cfg: DictConfig) -> None:
     rows = measure(cfg, device)
     title = (f"attention fidelity on {device}: random q, k, v of {cfg.num_heads} heads × {cfg.head_dim} "
              f"(q·k/√d std {cfg.score_std}), seeds {list(cfg.seeds)}{where}")
-    report.write(rows, out_dir, title)
-    OmegaConf.save(cfg, out_dir / "fidelity_config.yaml", resolve=True)
+    report.write(rows, out_dir, title, {"oracles": skipped_budgets(rows.get("oracles", []), cfg.oracle_budgets)})
+    atomic_write_text(out_dir / "fidelity_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     print((out_dir / "fidelity.md").read_text())
     print(f"wrote {out_dir}/fidelity.{{md,json}}, fidelity_<section>.csv and .png")
+    failed = report.non_finite(rows)
+    if failed:
+        raise UserError(f"{len(failed)} measurement(s) came out non-finite (NaN or ∞), marked {report.NON_FINITE!r} in "
+                        f"{out_dir}/fidelity.md: {'; '.join(failed[:3])}{'; …' if len(failed) > 3 else ''}; the "
+                        "backend overflowed on these inputs: try a smaller score_std, or leave that backend out")
+
+
+def skipped_budgets(rows: list, budgets) -> str:
+    """The sentence naming the oracle budgets r > n left out at each n (there every key is kept: the
+    exact attention itself), or "" when none was."""
+    inputs = dict.fromkeys((row["input"], row["n"]) for row in rows)
+    skipped = [(source, n, [r for r in budgets if r > n]) for source, n in inputs]
+    said = [f"r = {', '.join(map(str, rs))} at {'random n=' + str(n) if source == 'random' else source}"
+            for source, n, rs in skipped if rs]
+    return f"Budgets larger than n are left out (every key would be kept): {'; '.join(said)}." if said else ""
 
 
 def _reads(run_dir) -> list:
@@ -94,9 +111,49 @@ def main() -> None:
 
     from lra.tool_configs import FidelityConfig
 
+    config_errors.at_the_edge(check_command_line)(sys.argv[1:])
     checkpoints = [a.partition("=")[2] for a in sys.argv[1:] if a.partition("=")[0].lstrip("+") == "checkpoint"]
     config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:], _reads(checkpoints[-1] if checkpoints else None))
-    config_errors.run_app(run, schema_keys(FidelityConfig))
+    config_errors.run_app(run, schema_keys(FidelityConfig), check_shown=_validate_dry_run)
+
+
+def check_command_line(argv) -> None:
+    """Before Hydra composes: an empty folder setting (an unset shell variable) and a deleted top-level
+    key (``~output_dir`` fails inside Hydra's composition, its run folder not yet known) are one line."""
+    import dataclasses
+
+    from lra.io import check_folders_given
+    from lra.tool_configs import FidelityConfig
+    from lra.validation import deleted_key
+
+    check_folders_given(argv, ("output_dir", "checkpoint"))
+    fields = {f.name for f in dataclasses.fields(FidelityConfig)}
+    for argument in argv:
+        key = argument.partition("=")[0]
+        if key.startswith("~") and key[1:] in fields:
+            raise ConfigError(deleted_key(key[1:]))
+
+
+def _validate_dry_run(overrides: list) -> None:
+    """``--cfg job|hydra|all``: the config Hydra would print is refused as the real run refuses it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from lra.validation import validate_tool
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(FIDELITY_CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="lra_fidelity", overrides=overrides, return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+    with open_dict(cfg):  # output_dir interpolates the run folder Hydra has not chosen yet
+        cfg.hydra.runtime.output_dir = "<the run folder>"
+        HydraConfig.instance().set_config(cfg)
+        del cfg["hydra"]
+    validate_tool(cfg)
 
 
 if __name__ == "__main__":

@@ -45,15 +45,27 @@ def random_inputs(batch: int, heads: int, n: int, head_dim: int, score_std: floa
 
 
 def load_run_config(run_dir: Path):
-    """The resolved config an ``lra-train`` run recorded, validated against the schema."""
+    """The resolved config an ``lra-train`` run recorded, validated against the schema: what
+    ``lra-fidelity`` builds the run's model and reads its data from."""
+    from omegaconf import DictConfig, OmegaConf
+
     from lra.config import saved_run_config
+    from lra.run import RESOLVED
 
-    from lra.run import RESOLVED, RunDirectory
-
-    if not (Path(run_dir) / RESOLVED).is_file():
+    path = Path(run_dir) / RESOLVED
+    if not path.is_file():
         raise UserError(f"checkpoint={run_dir} is not an lra-train run directory (no {RESOLVED}); "
                         "pass a run folder such as runs/<date>/<time>")
-    return RunDirectory(run_dir).load_resolved(saved_run_config)
+    try:
+        saved = OmegaConf.load(path)
+        if not isinstance(saved, DictConfig) or not saved:
+            raise ValueError("it is empty")
+        return saved_run_config(saved)
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "empty"
+        raise UserError(f"cannot capture from checkpoint={run_dir}: its {RESOLVED}, which says how to rebuild the "
+                        f"run's model, is unreadable ({type(exc).__name__}: {reason}); put the run's own {RESOLVED} "
+                        "back, or pass another run as checkpoint=") from None
 
 
 NO_BEST = f"{checkpoint.LAST}: the run has no {checkpoint.BEST} yet"  # what a capture from the last weights says
@@ -77,7 +89,7 @@ def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.devi
     weights read the first ``examples`` sequences of ``split`` (the first document of a dual-encoder pair)."""
     from lra.data.prepare import load_task_data
     from lra.model import Classifier, input_length
-    from lra.run import RunDirectory, resume_command
+    from lra.run import RunDirectory
     from lra.validation import attention_spec
 
     run_dir = Path(run_dir)
@@ -95,8 +107,9 @@ def captured_inputs(run_dir: Path, examples: int, split: str, device: torch.devi
         raise
     except Exception as exc:
         reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"cannot read the weights in {found} ({type(exc).__name__}: {reason}); the checkpoint is "
-                        f"damaged or not this run's: resume the run ({resume_command(run_dir)}) or train it again") from None
+        raise UserError(f"cannot capture from checkpoint={run_dir}: the weights in {found} are unreadable "
+                        f"({type(exc).__name__}: {reason}), damaged or not this run's; put an intact copy back, pass "
+                        "another run as checkpoint=, or train the run again") from None
     model.to(device).eval()
 
     data = load_task_data(cfg.task, Path(cfg.data_dir), announce=lambda message: None)

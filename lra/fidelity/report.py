@@ -22,6 +22,37 @@ COLUMNS = {
 }
 
 
+SECTIONS = tuple(COLUMNS)
+MEASURES = ("relative_error", "mean_angle", "keys_per_query", "uncovered_queries", "utility", "utility_ceiling",
+            "oblivious_error_at_budget", "query_max_over_mean", "key_max_over_mean", "skewed_bucket_share")
+NON_FINITE = "non-finite"  # a cell with a NaN or ±∞ among its values: measured, and failed
+
+
+def output_names() -> List[str]:
+    """Every file a run writes into its folder: a new run into the same folder removes them first, so
+    that the folder's files always describe one run."""
+    per_section = [f"fidelity_{section}.{ext}" for section in SECTIONS for ext in ("csv", "png")]
+    return ["fidelity.md", "fidelity.json", "fidelity_config.yaml", *per_section]
+
+
+def remove_outputs(out_dir: Path) -> None:
+    for name in output_names():
+        (out_dir / name).unlink(missing_ok=True)
+
+
+def _describe(section: str, row: dict) -> str:
+    what = {"backends": f"{row.get('label')}", "oracles": f"{row.get('oracle')}-{row.get('r')}",
+            "yoso": f"YOSO-{row.get('m')}"}[section]
+    seed = "" if row.get("seed") is None else f", seed {row.get('seed')}"
+    return f"{section}: {what} on {row['input']} n={row['n']}{seed}"
+
+
+def non_finite(rows: Dict[str, List[dict]]) -> List[str]:
+    """The measurements (one phrase each) with a NaN or ±∞ among their values."""
+    return [_describe(section, row) for section, section_rows in rows.items() for row in section_rows
+            if any(isinstance(row.get(m), float) and not math.isfinite(row[m]) for m in MEASURES)]
+
+
 def frames(rows: Dict[str, List[dict]]) -> Dict[str, pd.DataFrame]:
     return {section: pd.DataFrame(rows[section]).reindex(columns=COLUMNS[section])
             for section in COLUMNS if rows.get(section)}
@@ -33,9 +64,10 @@ def _setting(frame: pd.DataFrame) -> pd.Series:
 
 
 def _mean_std(values: pd.Series, digits: int = 3) -> str:
-    values = values.dropna()
     if values.empty:
         return "—"
+    if not np.isfinite(values.to_numpy(dtype=float)).all():
+        return NON_FINITE
     if len(values) == 1:
         return f"{values.iloc[0]:.{digits}f}"
     return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
@@ -53,19 +85,32 @@ def yoso_trend(frame: pd.DataFrame) -> pd.DataFrame:
     logarithmically) and the curvature of a quadratic fit in log2 n (≤ 0: at most logarithmic);
     and whether the mean angle falls with m at every n."""
     random = frame[frame["input"] == "random"]
-    means = random.groupby(["m", "n"])["mean_angle"].mean().unstack()  # rows m, columns n
+    # numpy's mean, not pandas': a NaN seed makes its cell NaN rather than vanish from the mean
+    means = random.groupby(["m", "n"])["mean_angle"].agg(lambda s: s.to_numpy(dtype=float).mean()).unstack()
     rows = []
     for m, series in means.iterrows():
-        x, y = np.log2(series.index.to_numpy(dtype=float)), series.to_numpy()
-        curvature = float(np.polyfit(x, y, 2)[0]) if len(x) >= 3 else math.nan
-        rows.append({"m": m, "per_doubling": float(np.polyfit(x, y, 1)[0]) if len(x) >= 2 else math.nan,
+        x, y = np.log2(series.index.to_numpy(dtype=float)), series.to_numpy(dtype=float)
+        fits = np.isfinite(y).all()
+        curvature = float(np.polyfit(x, y, 2)[0]) if len(x) >= 3 and fits else math.nan
+        rows.append({"m": m, "per_doubling": float(np.polyfit(x, y, 1)[0]) if len(x) >= 2 and fits else math.nan,
                      "curvature": curvature, "angle_at_smallest_n": float(y[0]), "angle_at_largest_n": float(y[-1])})
     trend = pd.DataFrame(rows)
-    trend.attrs["monotone_in_m"] = bool((means.diff().iloc[1:] <= 0).all().all()) if len(means) > 1 else True
+    finite = bool(np.isfinite(means.to_numpy(dtype=float)).all())
+    monotone = bool((means.diff().iloc[1:] <= 0).all().all()) if len(means) > 1 and finite else None
+    trend.attrs["monotone_in_m"] = monotone  # None: not measured
+    if len(means) < 2:
+        verdict = f"not measured: it needs at least two hash counts, and yoso_hashes gives {len(means)}"
+    elif not finite:
+        verdict = "not measured: some mean angles came out non-finite (NaN or ∞)"
+    else:
+        verdict = "yes" if monotone else "no"
+    trend.attrs["verdict"] = verdict
     return trend
 
 
-def markdown(tables: Dict[str, pd.DataFrame], title: str) -> str:
+def markdown(tables: Dict[str, pd.DataFrame], title: str, notes: Dict[str, str] = None) -> str:
+    """The report; ``notes``: a sentence per section, said under its heading (budgets skipped, …)."""
+    notes = notes or {}
     parts = [f"# {title}"]
     if "backends" in tables:
         backends = tables["backends"]
@@ -90,15 +135,16 @@ def markdown(tables: Dict[str, pd.DataFrame], title: str) -> str:
             f["max_support"].notna(), "v-aware-(d+1)", f["oracle"] + "-" + f["r"].astype(str)))
         parts.append("## Value-aware oracles (relative error)\n\nv-oblivious-r keeps each query's r largest weights; "
                      "v-aware-1 is the nearest single value; v-aware-(d+1) is Carathéodory's reduction of the exact "
-                     "weights to d + 1 values (sampled queries)\n\n"
-                     + _pivot(oracles, "oracle", "relative_error", digits=4).to_markdown())
+                     "weights to d + 1 values (sampled queries)"
+                     + (f"\n\n{notes['oracles']}" if notes.get("oracles") else "")
+                     + "\n\n" + _pivot(oracles, "oracle", "relative_error", digits=4).to_markdown())
     if "yoso" in tables:
         yoso = tables["yoso"]
         text = ["## YOSO-m against YOSO-E (the YOSO paper's Figure 8)\n\nmean row angle in radians, same τ, mean ± std "
                 "over seeds\n\n" + _pivot(yoso, "m", "mean_angle").to_markdown()]
         if (yoso["input"] == "random").any():
             trend = yoso_trend(yoso)
-            text.append(f"Mean angle falls as m grows at every n: **{'yes' if trend.attrs['monotone_in_m'] else 'no'}**. "
+            text.append(f"Mean angle falls as m grows at every n: **{trend.attrs['verdict']}**. "
                         "Growth with n on random inputs (a straight line in log2 n is logarithmic growth; "
                         "curvature ≤ 0 means at most logarithmic):\n\n" + trend.round(4).to_markdown(index=False))
         parts.append("\n\n".join(text))
@@ -180,14 +226,20 @@ def plot(tables: Dict[str, pd.DataFrame], out_dir: Path) -> None:
         save_figure(figure, out_dir / "fidelity_oracles.png", rect=(0, 0.045 * legend_rows / rows + 0.02, 1, 1))
 
 
-def write(rows: Dict[str, List[dict]], out_dir: Path, title: str) -> Dict[str, pd.DataFrame]:
+def _spelled(value):
+    """A measurement that came out NaN or ±∞ as the text "nan", "inf" or "-inf" in the CSV and JSON,
+    where an empty cell or null means a measure that does not apply to the row."""
+    return str(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def write(rows: Dict[str, List[dict]], out_dir: Path, title: str, notes: Dict[str, str] = None) -> Dict[str, pd.DataFrame]:
     out_dir.mkdir(parents=True, exist_ok=True)
     tables = frames(rows)
-    for section, frame in tables.items():
-        atomic_write_text(out_dir / f"fidelity_{section}.csv", frame.to_csv(index=False))
-    atomic_write_text(out_dir / "fidelity.json",
-                      json.dumps({s: f.astype(object).where(f.notna(), None).to_dict("records") for s, f in tables.items()},
-                                 indent=1))
-    atomic_write_text(out_dir / "fidelity.md", markdown(tables, title))
+    records = {section: [{c: _spelled(row.get(c)) for c in COLUMNS[section]} for row in rows[section]]
+               for section in tables}
+    for section in tables:
+        atomic_write_text(out_dir / f"fidelity_{section}.csv", pd.DataFrame(records[section]).to_csv(index=False))
+    atomic_write_text(out_dir / "fidelity.json", json.dumps(records, indent=1, allow_nan=False))
+    atomic_write_text(out_dir / "fidelity.md", markdown(tables, title, notes or {}))
     plot(tables, out_dir)
     return tables
