@@ -294,7 +294,14 @@ def check_device(name: str, path: str) -> None:
 
 def validate_tool(cfg: DictConfig) -> None:
     """The same checks for lra-profile and lra-fidelity: unknown keys, the dataclass rules, each
-    backend's options (lra-fidelity's ``options.<backend>``), and CUDA asked for where there is none."""
+    backend's options (lra-fidelity's ``options.<backend>``), and CUDA asked for where there is none;
+    first, every field of the tool's schema present (``~key`` deletes one)."""
+    schema = OmegaConf.get_type(cfg)
+    if dataclasses.is_dataclass(schema):
+        present = set(cfg.keys())
+        for field in dataclasses.fields(schema):
+            if field.name not in present:
+                raise ConfigError(deleted_key(field.name))
     unknown_keys(cfg)
     try:
         OmegaConf.to_object(cfg)

@@ -61,7 +61,8 @@ def test_asking_for_cuda_without_a_gpu_is_one_line(command, args, setting):
     assert f"{setting} but this machine has no CUDA device" in str(error.value)
 
 
-@pytest.mark.parametrize("command,args,expected", [TOOL_MISTAKES[1], TOOL_MISTAKES[3], CUDA_ASKED[1][:2] + ("no CUDA device",)])
+@pytest.mark.parametrize("command,args,expected", [TOOL_MISTAKES[1], TOOL_MISTAKES[3], CUDA_ASKED[1][:2] + ("no CUDA device",),
+                                                   ("lra-profile", ["backends=[softmax]", "lengths=[64,64]"], "naming each once (64 more than once")])
 def test_the_tools_end_a_config_mistake_with_one_line_and_exit_2(tmp_path, data_dir, command, args, expected):
     """The checks above, end to end through the console commands (the last one only without CUDA)."""
     if "cuda" in " ".join(args):

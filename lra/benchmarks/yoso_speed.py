@@ -5,7 +5,8 @@
 Cells (batch·heads 16, head_dim 32 by default): eager softmax (materialises n × n) and PyTorch's
 SDPA, each in fp32 and under bf16 autocast (fp32 inputs, the matmuls and SDPA in bf16, as a training
 step under ``trainer.precision=bf16`` with ``model.attention_fp32=false`` runs them: on an H100 only
-the bf16 SDPA cell is FlashAttention), YOSO-m on the compiled kernels for m = 16, 32, 64 (the
+the bf16 SDPA cell is FlashAttention), YOSO-m on the compiled kernels for m = 16, 32, 64 (asked for by
+``impl=cpu|cuda``: where they cannot be built the cell fails rather than time the PyTorch fallback; the
 backward with the paper's exact per-pair weights), YOSO-32 with the cheaper 4-projection backward,
 YOSO-32 on the vectorized pure-PyTorch implementation (``impl=torch``), YOSO-32 under torch's
 deterministic algorithms (the trainer's default: the kernels' sorted, bitwise repeatable paths; the other
@@ -84,7 +85,8 @@ def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, rep
     elif kind == "sdpa":
         def attend(q, k, v, mask):
             return F.scaled_dot_product_attention(q, k, v)
-    else:
+    else:  # a kernel cell asks for its device's kernels: impl=auto would time the PyTorch fallback under its name
+        options = {"impl": torch.device(device).type, **options}
         attend = attention_zoo.build(kind, num_heads=batch_heads, head_dim=head_dim, max_seq_len=n, **options)
         attend = attend.to(device).train()
     graph_start = None
@@ -127,9 +129,15 @@ def measure(cell: str, n: int, device: str, batch_heads: int, head_dim: int, rep
             "forward_backward_gbps": achieved["gbps"]}
 
 
-def error_row(cell: str, n: int, error) -> dict:
+def error_row(cell: str, n: int, error, device: str = "cpu") -> dict:
     """A cell that did not measure: out of memory (``error`` a string) or failed (``error`` the exception)."""
-    text = error if isinstance(error, str) else f"failed: {type(error).__name__}: {error}"[:300]
+    from attention_zoo._yoso_build import KernelUnavailable
+
+    if isinstance(error, KernelUnavailable):
+        text = (f"failed: the compiled YOSO kernels are unavailable: {error} (build them: lra-build-kernels {device}; "
+                f"the PyTorch path is the cell 'YOSO-32 (PyTorch)')")
+    else:
+        text = error if isinstance(error, str) else f"failed: {type(error).__name__}: {error}"[:300]
     return {"cell": cell, "n": n, "precision": CELLS[cell][2], "error": text}
 
 
@@ -151,7 +159,7 @@ def measure_here(cell: str, n: int, device: str, batch_heads: int, head_dim: int
     except torch.cuda.OutOfMemoryError:
         return error_row(cell, n, "out of memory")
     except Exception as exc:  # noqa: BLE001 - recorded, and main exits 1: the other cells' rows are kept
-        return error_row(cell, n, exc)
+        return error_row(cell, n, exc, device)
     finally:
         gc.collect()
         torch.cuda.empty_cache()
@@ -211,7 +219,7 @@ def main(argv=None) -> None:
         try:
             row = measure(args.one, args.lengths[0], args.device, args.batch_heads, args.head_dim, args.repeats)
         except Exception as exc:  # noqa: BLE001
-            row = error_row(args.one, args.lengths[0], exc)
+            row = error_row(args.one, args.lengths[0], exc, args.device)
         print(json.dumps(row))
         return
     cells = args.cells or default_cells(args.device)

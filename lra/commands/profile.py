@@ -49,7 +49,8 @@ def run_cell(spec: dict, timeout_s: int) -> dict:
 
 
 def largest_batch(spec: dict, cfg) -> dict:
-    """Double the batch until the cell fails or its training peak exceeds the budget; keep the last fit."""
+    """Double the batch until the cell fails or its training peak exceeds the budget; keep the last fit.
+    When batch 1 is over the budget the cell has no batch, and its error says so."""
     budget = cfg.memory_budget_mb
     if budget is None:
         import torch
@@ -59,10 +60,64 @@ def largest_batch(spec: dict, cfg) -> dict:
     best, batch = None, 1
     while batch <= cfg.max_batch:
         row = run_cell(spec | {"batch": batch}, cfg.timeout_s)
-        if row.get("error") or row["training_peak_mb"] * batch > budget:
+        if row.get("error"):
+            return best or row
+        if row["training_peak_mb"] * batch > budget:
             break
         best, batch = row, batch * 2
-    return best or row
+    if best is not None:
+        return best
+    return {"backend": spec["backend"], "n": spec["n"], "batch": None,
+            "error": f"no batch fits the memory budget: batch 1's training peak is {row['training_peak_mb']:.4g} MB, "
+                     f"over memory_budget_mb={budget:g}; raise memory_budget_mb"}
+
+
+# Each a whole number at most this, so that a cell's tensors can be sized at all: n × n scores and
+# batch × heads × n × head_dim inputs are counted in int64, and nothing past 2^31 per dimension fits a device.
+MAX_SIZE = 2**31 - 1
+SIZES = ("lengths", "batch_size", "max_batch", "num_heads", "head_dim", "fit_min_length")
+MAX_REPEATS = 1000  # calls of one cell, one after another: far past where a median stops moving
+MAX_TIMEOUT_S = 7 * 24 * 3600  # a week a cell: a longer limit is a typo, not a plan
+OUTPUTS = ("profile.csv", "profile.json", "exponents.csv", "profile.md", "profile.png", "profile_config.yaml")
+
+
+def check_profile(cfg) -> None:
+    """lra-profile's rules beyond its schema's: the sizes, repeats and time limit within what a cell can
+    measure, no backend or length twice (it would be measured twice and shown once), an output_dir given."""
+    from attention_zoo.options import InvalidOption
+    from lra.errors import ConfigError
+    from lra.validation import invalid
+
+    for key in SIZES:
+        values = list(cfg[key]) if key == "lengths" else [cfg[key]]
+        if any(value > MAX_SIZE for value in values):
+            what = "a list of whole numbers" if key == "lengths" else "a whole number"
+            raise invalid(key, InvalidOption(key, values if key == "lengths" else cfg[key],
+                                             f"{what} ≤ 2^31 − 1 (a cell's tensors are sized in int64 and no "
+                                             "device holds more)"))
+    for key, limit, why in (("repeats", MAX_REPEATS, "calls of one cell; the median is steady long before"),
+                            ("timeout_s", MAX_TIMEOUT_S, "a week, per cell")):
+        if cfg[key] > limit:
+            raise invalid(key, InvalidOption(key, cfg[key], f"a whole number ≤ {limit} ({why})"))
+    for key in ("backends", "lengths"):
+        values = list(cfg[key])
+        twice = sorted({str(value) for value in values if values.count(value) > 1})
+        if twice:
+            raise invalid(key, InvalidOption(key, values, f"a list naming each once ({', '.join(twice)} more than "
+                                                          "once: it would be measured twice and shown once)"))
+    if not str(cfg.output_dir).strip():
+        raise ConfigError("output_dir is empty (an unset shell variable?); give output_dir a folder, or leave it out")
+
+
+def start_folder(out_dir: Path) -> list:
+    """Remove the outputs a previous run left in ``out_dir`` (:data:`OUTPUTS`), so that what the folder
+    holds is this run's alone, however far it gets; the names removed."""
+    removed = []
+    for name in OUTPUTS:
+        if (out_dir / name).is_file() or (out_dir / name).is_symlink():
+            (out_dir / name).unlink()
+            removed.append(name)
+    return removed
 
 
 def tool_output_dir(cfg, reads=()) -> Path:
@@ -89,7 +144,13 @@ def run(cfg: DictConfig) -> None:
     from lra.validation import validate_tool
 
     validate_tool(cfg)
+    check_profile(cfg)
     out_dir = tool_output_dir(cfg)
+    removed = start_folder(out_dir)
+    if removed:
+        log.info(f"removed the previous run's {', '.join(removed)} from {out_dir}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "profile_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     device = _device(cfg.device)
     rows = []
     for backend in cfg.backends:
@@ -104,14 +165,12 @@ def run(cfg: DictConfig) -> None:
             found = run_cells(spec, lengths, cfg.timeout_s)
         for row in found:
             log.info(json.dumps(row))
-        rows += found
-        out_dir.mkdir(parents=True, exist_ok=True)  # the rows so far: a profile cut short keeps them
+        rows += found  # the rows so far: a profile cut short keeps them, beside its config
         atomic_write_text(out_dir / "profile.csv", pd.DataFrame(rows).to_csv(index=False))
     title = (f"attention modules on {device}{' (wall-clock times on a CPU)' if device == 'cpu' else ''}: "
              f"{cfg.num_heads} heads of {cfg.head_dim}, "
              f"{'largest batch that fits' if cfg.mode == 'largest' else f'batch {cfg.batch_size}'}")
     frame = report.write(rows, out_dir, cfg.fit_min_length, title)
-    OmegaConf.save(cfg, out_dir / "profile_config.yaml", resolve=True)
     print((out_dir / "profile.md").read_text())
     shaky = report.unsteady(frame)
     if len(shaky):
@@ -125,6 +184,38 @@ def run(cfg: DictConfig) -> None:
                         f"{failed[0]['error']}); see {out_dir / 'profile.md'}")
 
 
+def check_dry_run(overrides: list) -> None:
+    """``--cfg job|hydra|all``: the composed config is refused as the real run would refuse it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    from lra.validation import validate_tool
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(PROFILE_CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="lra_profile", overrides=overrides, return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+    with open_dict(cfg):  # output_dir's default interpolates the run folder, which a dry run never makes
+        cfg.hydra.runtime.output_dir = cfg.hydra.run.dir
+        HydraConfig.instance().set_config(cfg)
+        del cfg["hydra"]
+    validate_tool(cfg)
+    check_profile(cfg)
+
+
+def refuse_deleted_output_dir(argv) -> None:
+    """``~output_dir``: Hydra cannot even compose it (the key's default names Hydra's run folder)."""
+    from lra.errors import ConfigError
+    from lra.validation import deleted_key
+
+    if any(argument.split("=")[0] == "~output_dir" for argument in argv):
+        raise ConfigError(deleted_key("output_dir"))
+
+
 def main() -> None:
     """Console entry: a config mistake becomes one line naming the valid keys; a Hydra folder that
     cannot be written (Hydra makes it first) one line too."""
@@ -132,8 +223,9 @@ def main() -> None:
 
     from lra.tool_configs import ProfileConfig
 
+    config_errors.at_the_edge(refuse_deleted_output_dir)(sys.argv[1:])
     config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:])
-    config_errors.run_app(run, schema_keys(ProfileConfig))
+    config_errors.run_app(run, schema_keys(ProfileConfig), check_shown=check_dry_run)
 
 
 if __name__ == "__main__":

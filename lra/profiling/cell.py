@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import warnings
 from typing import Dict
 
 from lra.benchmarks import peaks
@@ -112,26 +113,49 @@ def _failure(spec: Dict, exc: BaseException) -> Dict:
             "error": "out of memory" if oom else message}
 
 
+def kernels_unavailable(spec: Dict, fallback: Warning) -> str:
+    """The recorded error of a cell whose backend would have fallen back from the compiled kernels."""
+    from attention_zoo import _yoso_build
+
+    kind = spec["device"].split(":")[0]
+    reason = str(fallback)
+    if kind in ("cpu", "cuda"):
+        try:
+            _yoso_build.load(kind)
+        except _yoso_build.KernelUnavailable as error:
+            reason = str(error)
+    return (f"the compiled YOSO kernels are unavailable, so this cell would time the PyTorch fallback, not them: "
+            f"{reason} (build them first: lra-build-kernels {kind})")
+
+
 def main() -> None:
     """Measure ``spec['lengths']`` in ascending order, one JSON row per line as each finishes; after an
-    out-of-memory failure the longer lengths are recorded as out of memory without trying them."""
+    out-of-memory failure the longer lengths are recorded as out of memory without trying them. A
+    backend that would fall back from its compiled kernels (a :class:`KernelFallbackWarning`) is a
+    failed cell at every length: its time would be the fallback's, under the kernels' label."""
+    from attention_zoo._yoso_ops import KernelFallbackWarning
     from lra.faults import fault_point
 
     fault_point("profile_cell")  # test hook: a cell process that dies
     spec = json.loads(sys.argv[1])
     lengths = sorted(spec.pop("lengths", [spec.get("n")]))
     failed = None
-    for n in lengths:
-        cell = spec | {"n": n}
-        if failed is not None:
-            row = failed | {"n": n}
-        else:
-            try:
-                row = measure(cell)
-            except (RuntimeError, MemoryError) as exc:  # torch's out-of-memory errors are RuntimeErrors
-                row = _failure(cell, exc)
-                failed = row if row["error"] == "out of memory" else None
-        print(json.dumps(row), flush=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", KernelFallbackWarning)
+        for n in lengths:
+            cell = spec | {"n": n}
+            if failed is not None:
+                row = failed | {"n": n}
+            else:
+                try:
+                    row = measure(cell)
+                except KernelFallbackWarning as fallback:  # warned once a process: the later lengths too
+                    failed = row = {"backend": cell["backend"], "n": n, "batch": cell["batch"],
+                                    "error": kernels_unavailable(cell, fallback)}
+                except (RuntimeError, MemoryError) as exc:  # torch's out-of-memory errors are RuntimeErrors
+                    row = _failure(cell, exc)
+                    failed = row if row["error"] == "out of memory" else None
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def process_peak_mb(device) -> float:
 def run_cell(module: str, args: Sequence[str], timeout_s: Optional[float] = None) -> List[Dict]:
     """The JSON rows a fresh ``python -m module args`` printed (one per line), or one ``{"error": …}``
     row when it printed none: killed (out of memory: SIGKILL from the kernel, or an out-of-memory
-    message), failed (its last error line) or timed out. Rows printed before a failure are kept."""
+    message), failed (:func:`error_line`) or timed out. Rows printed before a failure are kept."""
     try:
         result = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
                                 timeout=timeout_s)
@@ -149,6 +149,17 @@ def run_cell(module: str, args: Sequence[str], timeout_s: Optional[float] = None
     elif code == -9 or "out of memory" in stderr.lower() or "memoryerror" in stderr.lower():
         reason = "out of memory"
     else:
-        lines = stderr.strip().splitlines()
-        reason = lines[-1] if lines else f"exited with {code}"
+        reason = error_line(stderr) or f"exited with {code}"
     return rows + [{"error": reason}]
+
+
+def error_line(stderr: str) -> Optional[str]:
+    """What a failed process said about why: the exception's line after its last traceback (a message of
+    several lines is its first line, with the exception's name), else the last line it wrote."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if starts:
+        after = [line for line in lines[starts[-1] + 1:] if not line[:1].isspace()]
+        if after:
+            return after[0].strip()
+    return lines[-1].strip() if lines else None
