@@ -56,7 +56,7 @@ def choice(options: Any, name: str, choices: Iterable[str]) -> None:
     choices = list(choices)
     value = getattr(options, name)
     if value not in choices:
-        raise InvalidOption(name, value, f"one of {', '.join(choices)}")
+        raise InvalidOption(name, value, f"one of {', '.join(map(str, choices))}")
 
 
 def odd_window(options: Any, name: str) -> None:

@@ -27,6 +27,7 @@ BAD_CONFIGS = [
     (["trainer.compile_mode=max-autotune"], "trainer.compile_mode", "default with compile=false"),
     (["trainer.lr_schedule=rsqrt", "trainer.lr_end_factor=0.1"], "trainer.lr_end_factor", "left out: it shapes only "
                                                                   "trainer.lr_schedule=linear, and this run's is rsqrt"),
+    (["task=pathfinder", "task.resolution=33", "task.max_length=1089"], "task.resolution", "one of 32, 64, 128"),
     (["trainer.eps=1e-40"], "trainer.eps", "at least 1.18e-38, float32's smallest normal number"),
     (["trainer.lr=1e38"], "trainer.lr", "AdamW's largest step, lr × max(1, lr_start_factor, lr_end_factor) / (1 − beta1), "
                                         "is a float32 number"),

@@ -298,3 +298,8 @@ def test_auto_source_lists_several_candidates_narrows_by_path_and_generates_only
         load_task_data(task_config("task=retrieval"), data, announce=lambda m: None)
     generated = load_task_data(task_config("task=listops", *SMALL_LISTOPS), tmp_path / "empty", announce=lambda m: None)
     assert generated.source == "generate"
+    # a task.path with no cache of it names the release's command (it was an InvalidOption 'bug': generate + path)
+    with pytest.raises(UserError, match=f"no prepared listops data from {tmp_path / 'c'} in .*prepare it once with: "
+                                        f"lra-prepare listops --source lra_release --path {tmp_path / 'c'} --data-dir "):
+        load_task_data(task_config("task=listops", f"task.path={tmp_path / 'c'}"), tmp_path / "empty",
+                       announce=lambda m: None)

@@ -226,7 +226,8 @@ def resolve_auto_source(task, data_dir: Path, announce: Callable[[str], None]):
                         f"{data_dir}; choose one: {listed}")
     if "generate" in SOURCES[task.name] and not task.path:
         return with_values(task, source="generate")
-    default = with_values(task, source=SOURCES[task.name][0])
+    readers = [source for source in SOURCES[task.name] if source != "generate"]  # the generator takes no task.path
+    default = with_values(task, source=readers[0] if task.path else SOURCES[task.name][0])
     raise UserError(f"no prepared {task.name} data" + (f" from {_resolved(task.path)}" if task.path else "")
                     + f" in {data_dir} (sources: {', '.join(SOURCES[task.name])}; see lra-prepare --help); "
                     f"prepare it once with: {prepare_command(default, data_dir)}")
