@@ -4,11 +4,13 @@ The CPU extension is compiled on first use; the CUDA extension (the CPU kernels 
 kernels) when CUDA tensors first need it. Builds go to ``$LRA_KERNEL_CACHE`` (default
 ``~/.cache/lra-harness/kernels``) under a name that includes a hash of the sources and the torch
 version, so an edited kernel or a new torch rebuilds and concurrent jobs share one build.
-CUDA architectures: ``TORCH_CUDA_ARCH_LIST`` if set (the Docker image sets it), else the current
-GPU's compute capability with ``+PTX``; the list and the nvcc release enter the build's name, the
-finished build records its architectures, and a build that does not cover the GPU it is loaded on is
-rebuilt with that GPU's architecture added (one line says why). CPU code is compiled for ``-march=native`` (the build name includes the
-CPU's identity) unless ``LRA_KERNEL_CPU_ARCH`` names a portable target. Precompile with ``lra-build-kernels cpu cuda``.
+CUDA architectures: ``TORCH_CUDA_ARCH_LIST`` if set (the Docker image sets it), else the current GPU's compute
+capability with ``+PTX``; the list and the nvcc release enter the build's name, the finished build records its
+architectures, and a build that does not cover the GPU it is loaded on is rebuilt with that GPU's architecture
+added (one line says why). CPU code is compiled for ``-march=native`` (the build name includes the CPU's identity)
+unless ``LRA_KERNEL_CPU_ARCH`` names a portable target. A finished build records its library's size and SHA-256:
+a library that no longer matches is rebuilt before anything loads it. A failed build is one line: the compiler's
+first error, the setting to fix, and its build.log. Precompile with ``lra-build-kernels cpu cuda [--force]``.
 """
 
 from __future__ import annotations
@@ -21,10 +23,15 @@ import hashlib
 import importlib.util
 import json
 import os
-import time
 import platform
+import re
+import shlex
 import shutil
+import signal
+import subprocess
 import sys
+import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +48,8 @@ CUDA_SOURCES = [*CPU_SOURCES, "yoso_cuda.cpp", "yoso_cuda_host.cpp", "yoso_cuda_
 HEADERS = ["yoso_math.h", "yoso_buckets.h", "yoso_checks.h", "yoso_cuda_kernels.h", "yoso_cuda_common.h",
            "yoso_cuda_host.h", "yoso_simt.h"]
 COMPLETE_STAMP = "build.complete"  # written after a successful build; nothing in the folder changes after it
+BUILD_LOG = "build.log"  # the last build's full output
+WORKER_FAILED = "lra-yoso-build-failed: "  # the build worker's own summary of why it failed
 
 
 class KernelUnavailable(RuntimeError):
@@ -120,9 +129,6 @@ def cuda_arch_list() -> str:
 
 def nvcc_release() -> str:
     """The CUDA toolkit's release as nvcc prints it ('12.8'); the build's name includes it."""
-    import re
-    import subprocess
-
     from torch.utils.cpp_extension import CUDA_HOME
 
     try:
@@ -157,66 +163,59 @@ def plan(kind: str) -> BuildPlan:
 
 
 def _check_toolchain(kind: str) -> None:
+    if kind == "cuda" and torch.version.cuda is None:  # before anything else: no setting can fix it
+        raise KernelUnavailable(f"this torch ({torch.__version__}) has no CUDA support (torch.version.cuda is None): "
+                                "install a CUDA build of torch to build the YOSO CUDA kernels "
+                                "(https://pytorch.org/get-started/locally), or set attention.impl=cpu or torch")
     if not SOURCE_DIR.is_dir():
-        raise KernelUnavailable(
-            f"the YOSO kernel sources are not at {SOURCE_DIR}: this installation of lra-harness is "
-            "incomplete; reinstall it (pip install lra-harness, or pip install . in a checkout) or set attention.impl=torch"
-        )
+        raise KernelUnavailable(f"the YOSO kernel sources are not at {SOURCE_DIR}: this installation of lra-harness is "
+                                "incomplete; reinstall it (pip install lra-harness, or pip install . in a checkout) "
+                                "or set attention.impl=torch")
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:
-        raise KernelUnavailable(
-            f"no C++ compiler ('{compiler}') to build the YOSO kernels; install one (e.g. apt install g++) "
-            "or set attention.impl=torch to run the pure-PyTorch implementation"
-        )
+        raise KernelUnavailable(f"no C++ compiler ('{compiler}') to build the YOSO kernels; install one (e.g. apt "
+                                "install g++) or set attention.impl=torch to run the pure-PyTorch implementation")
     if kind == "cuda":
         from torch.utils.cpp_extension import CUDA_HOME
 
         if not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-            raise KernelUnavailable(
-                "CUDA kernels requested but torch sees no CUDA device (to build ahead of time without one, "
-                "set TORCH_CUDA_ARCH_LIST)"
-            )
-        if torch.version.cuda is None or CUDA_HOME is None:
-            raise KernelUnavailable(
-                "cannot build the YOSO CUDA kernels: "
-                + ("this torch has no CUDA support" if torch.version.cuda is None else "nvcc not found (set CUDA_HOME)")
-                + "; install the CUDA toolkit matching torch.version.cuda, or set attention.impl=torch"
-            )
+            raise KernelUnavailable("CUDA kernels requested but torch sees no CUDA device (to build ahead of time "
+                                    "without one, set TORCH_CUDA_ARCH_LIST, e.g. '8.0 9.0')")
+        if CUDA_HOME is None:
+            raise KernelUnavailable("cannot build the YOSO CUDA kernels: nvcc not found; install the CUDA toolkit "
+                                    "matching torch.version.cuda and set CUDA_HOME, or set attention.impl=torch")
 
 
-def load(kind: str) -> ModuleType:
-    """The compiled extension for ``kind`` ('cpu' or 'cuda'), building it if needed.
-
-    Raises :class:`KernelUnavailable` (every later call too, without retrying) when it cannot be built.
-    """
-    if kind in _loaded:
+def load(kind: str, force: bool = False) -> ModuleType:
+    """The compiled extension for ``kind`` ('cpu' or 'cuda'), building it if needed (again if ``force``). Raises
+    :class:`KernelUnavailable` (every later call too, without retrying) when it cannot be built."""
+    if kind in _loaded and not force:
         return _loaded[kind]
     if kind in _failed:
         raise KernelUnavailable(_failed[kind])
     try:
         _check_toolchain(kind)
-        module = _build(plan(kind))
+        module = _build(plan(kind), force)
     except KernelUnavailable as error:
         _failed[kind] = str(error)
         raise
-    except Exception as error:  # compiler errors arrive as RuntimeError/CalledProcessError/ImportError
-        detail = str(error).strip().splitlines()
-        _failed[kind] = (
-            f"building the YOSO {kind.upper()} kernels failed: {' | '.join(detail[-6:])}; rerun with "
-            "LRA_KERNEL_VERBOSE=1 for the compiler output, or set attention.impl=torch"
-        )
+    except Exception as error:  # an import of the built library that fails (ImportError), an unexpected OSError
+        detail = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        _failed[kind] = (f"loading the YOSO {kind.upper()} kernels failed: {detail}; rerun with LRA_KERNEL_VERBOSE=1 "
+                         "for the compiler output, or set attention.impl=torch")
         raise KernelUnavailable(_failed[kind]) from error
     _loaded[kind] = module
     return module
 
 
-def _build(build: BuildPlan) -> ModuleType:
+def _build(build: BuildPlan, force: bool = False) -> ModuleType:
     """A finished build (its ``build.complete`` stamp exists) is imported as it is: torch's loader
     would run ninja again, and ninja recompiles identical sources whenever their path or mtime differs
     from the last build's (another checkout or a reinstalled wheel sharing the cache) or ``.ninja_log``
-    is missing, rewriting a library other jobs have loaded. Importing needs no lock and no write
-    access, so a cache built by root (the Docker image) serves any user. A CUDA build whose recorded
-    architectures do not cover this GPU is rebuilt with the GPU's architecture added."""
+    is missing, rewriting a library other jobs have loaded. Importing needs no write access, so a cache built
+    by root (the Docker image) serves any user. A library that does not match the size and SHA-256 its stamp
+    records is rebuilt from scratch, with one line; so is every build with ``force``. A CUDA build whose
+    recorded architectures do not cover this GPU is rebuilt with the GPU's architecture added."""
     build_directory = cache_dir() / build.name
     built_for = _recorded_arch_list(build_directory) or build.arch_list
     if build.kind == "cuda" and torch.cuda.is_available() and not covers(built_for, torch.cuda.get_device_capability()):
@@ -225,31 +224,93 @@ def _build(build: BuildPlan) -> ModuleType:
         print(f"the YOSO CUDA kernels built for '{built_for}' do not run on this GPU (compute capability "
               f"{here}): building them for TORCH_CUDA_ARCH_LIST='{wider.arch_list}'", file=sys.stderr)
         build, build_directory = wider, cache_dir() / wider.name
-    if not (build_directory / COMPLETE_STAMP).exists():
-        _build_once(build, build_directory)
-    return _import_built(build.name, build_directory)
+    module, damage = (None, "") if force else _import_checked(build.name, build_directory)
+    if damage:
+        print(f"the YOSO {build.kind.upper()} kernels in {build_directory} cannot be used as they are ({damage}): "
+              "rebuilding them", file=sys.stderr)
+    if module is None:
+        _build_once(build, build_directory, clear=force or bool(damage), damage=damage)
+        module, damage = _import_checked(build.name, build_directory)
+    if module is None:
+        raise KernelUnavailable(f"the YOSO {build.kind.upper()} kernels just built in {build_directory} fail their check "
+                                f"({damage or 'unfinished'}); delete that folder and retry, or set attention.impl=torch")
+    return module
 
 
 def _recorded_arch_list(build_directory: Path) -> str:
     """The CUDA architectures a finished build records ("" if none is finished there)."""
     try:
         return json.loads((build_directory / COMPLETE_STAMP).read_text()).get("cuda_arch_list", "")
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return ""
 
 
-def _build_once(build: BuildPlan, build_directory: Path) -> None:
+def _library_record(library: Path) -> dict:
+    """What a finished build records of its library: its name, size and SHA-256 (a 50 MB CUDA library
+    hashes in about 50 ms; a process checks each kind once)."""
+    digest = hashlib.sha256()
+    with open(library, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+        return {"file": library.name, "size": os.fstat(handle.fileno()).st_size, "sha256": digest.hexdigest()}
+
+
+def _damage(build_directory: Path, name: str, hashed: bool = True):
+    """None if the finished build in ``build_directory`` is intact; "" if no build finished there; else
+    what is wrong with it (its library's size always, its SHA-256 when ``hashed``)."""
+    try:
+        record = json.loads((build_directory / COMPLETE_STAMP).read_text())
+    except FileNotFoundError:
+        return ""
+    except (OSError, ValueError) as error:
+        return f"its {COMPLETE_STAMP} cannot be read: {error}"
+    expected = record.get("library") if isinstance(record, dict) else None
+    if not isinstance(expected, dict):
+        return f"an older lra-harness built it: its {COMPLETE_STAMP} records no size and checksum of its library"
+    library = build_directory / f"{name}.so"
+    try:
+        if (size := library.stat().st_size) != expected.get("size"):
+            return f"{library.name} is {size} bytes, {expected.get('size')} when it was built"
+        if hashed and _library_record(library)["sha256"] != expected.get("sha256"):
+            return f"{library.name} no longer has the SHA-256 recorded when it was built"
+    except OSError as error:
+        return f"{library.name} cannot be read: {error.strerror}"
+    return None
+
+
+def _import_checked(name: str, build_directory: Path) -> tuple:
+    """(the module, None) if the build there is finished and intact, else (None, what _damage says). Checked
+    and imported under a shared lock on the folder, so that a rebuild cannot replace the library in between."""
+    if not (build_directory / COMPLETE_STAMP).exists():
+        return None, ""
+    held = contextlib.ExitStack()  # the lock file opened read-only: a cache built by root serves anyone
+    with contextlib.suppress(OSError):
+        _wait_for_lock(held.enter_context(open(build_directory / "build.flock", "rb")), fcntl.LOCK_SH, build_directory)
+    with held:
+        damage = _damage(build_directory, name)
+        return (None, damage) if damage is not None else (_import_built(name, build_directory), None)
+
+
+def _build_once(build: BuildPlan, build_directory: Path, clear: bool = False, damage: str = "") -> None:
+    """Build into ``build_directory`` under its exclusive lock, unless a job we waited for finished it
+    intact; ``clear`` starts from an empty folder (the stamp first, so no one takes it for finished; files
+    are unlinked, never rewritten in place, so a process that has the old library loaded keeps it)."""
     try:
         build_directory.mkdir(parents=True, exist_ok=True)
         os.chmod(build_directory, 0o755)  # a shared kernel cache stays readable by the group
         with _exclusive_build(build_directory):
-            if (build_directory / COMPLETE_STAMP).exists():  # built by the job we waited for
-                return
+            if _damage(build_directory, build.name) is None and not (clear and not damage):
+                return  # built (or repaired) by the job we waited for
+            if clear:
+                for path in sorted(build_directory.iterdir(), key=lambda path: path.name != COMPLETE_STAMP):  # stamp 1st
+                    if path.name != "build.flock":
+                        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
             _compile_in_worker(build)
             stamp = build_directory / f".{COMPLETE_STAMP}.{os.getpid()}"
             record = {"name": build.name, "torch": torch.__version__, "cflags": _cpu_flags(build.kind),
                       "cuda_arch_list": build.arch_list, "nvcc_release": build.nvcc_release,
-                      "sources": sorted(set(build.sources) | set(HEADERS))}
+                      "sources": sorted(set(build.sources) | set(HEADERS)),
+                      "library": _library_record(build_directory / f"{build.name}.so")}
             stamp.write_text(json.dumps(record) + "\n")
             os.replace(stamp, build_directory / COMPLETE_STAMP)
     except OSError as error:  # a cache folder that cannot be made or written (a file in its place)
@@ -257,15 +318,15 @@ def _build_once(build: BuildPlan, build_directory: Path) -> None:
             raise
         blocker = next((p for p in (build_directory, *build_directory.parents) if p.exists() and not p.is_dir()), None)
         what = f"{error.strerror}: {blocker} is a file" if blocker is not None else error.strerror
+        kernels = f"the YOSO {build.kind.upper()} kernels in {build_directory}"
         raise KernelUnavailable(
-            f"cannot build the YOSO {build.kind.upper()} kernels in {build_directory} ({what}); "
-            "set LRA_KERNEL_CACHE to a folder you can write, or attention.impl=torch"
-        ) from error
+            (f"{kernels} are damaged ({damage}) and cannot be rebuilt there ({what}): delete that folder (its owner "
+             "can), or" if damage else f"cannot build {kernels} ({what});")
+            + " set LRA_KERNEL_CACHE to a folder you can write, or attention.impl=torch") from error
 
 
 def _import_built(name: str, build_directory: Path) -> ModuleType:
-    library = build_directory / f"{name}.so"
-    spec = importlib.util.spec_from_file_location(name, library)
+    spec = importlib.util.spec_from_file_location(name, build_directory / f"{name}.so")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -275,13 +336,10 @@ def _compile_in_worker(build: BuildPlan) -> None:
     """Compile in a child process started in a session of its own (no fork-time hook: this process
     may hold CUDA and threads) that dies with this process (it sets PR_SET_PDEATHSIG itself), taking
     ninja and the compilers with it: a job killed mid-build leaves no compiler running (a Ctrl-C here
-    stops it too). Its output goes to this process's stderr when verbose or failing; a failure raises
-    with its tail."""
-    import signal
-    import subprocess
-
-    worker = subprocess.Popen([sys.executable, "-m", "attention_zoo._yoso_build", *build.argv(),
-                               "--parent", str(os.getpid())],
+    stops it too). Its output goes to ``build.log`` in the build folder (and to stderr when verbose);
+    a failure raises KernelUnavailable with one line (see _explain_failure)."""
+    worker = subprocess.Popen([sys.executable, "-c", "from attention_zoo._yoso_build import main; main()",
+                               *build.argv(), "--parent", str(os.getpid())],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         output, _ = worker.communicate()
@@ -290,19 +348,50 @@ def _compile_in_worker(build: BuildPlan) -> None:
             os.kill(worker.pid, signal.SIGTERM)
         worker.wait()
         raise
-    if os.environ.get("LRA_KERNEL_VERBOSE") == "1" or worker.returncode:
+    log, verbose = cache_dir() / build.name / BUILD_LOG, os.environ.get("LRA_KERNEL_VERBOSE") == "1"
+    try:
+        log.write_text(output)
+    except OSError as error:  # the output must not be lost: stderr has it instead
+        log, verbose = f"above; {BUILD_LOG} could not be written: {error.strerror}", verbose or worker.returncode
+    if verbose:
         sys.stderr.write(output)
     if worker.returncode:
-        raise RuntimeError(f"the kernel build exited with status {worker.returncode}: "
-                           + " | ".join(output.strip().splitlines()[-6:]))
+        raise KernelUnavailable(_explain_failure(build.kind, output, log))
+
+
+_COMPILER_ERROR = re.compile(r"\b(?:error|fatal\s*):|\bld: cannot |undefined reference to ")
+
+
+def _explain_failure(kind: str, output: str, log) -> str:
+    """One line for a failed build: the compiler's first error line (else the worker's own summary),
+    the setting responsible where one is set, the fix, and where the full output is."""
+    lines = [line.strip() for line in output.splitlines()]
+    cause = (next((line for line in lines if _COMPILER_ERROR.search(line) and not line.startswith("FAILED:")), None)
+             or next((line[len(WORKER_FAILED):] for line in lines if line.startswith(WORKER_FAILED)), None)
+             or next((line for line in reversed(lines) if line), "the build worker exited with no output"))
+    cause, env, cuda = (cause if len(cause) <= 300 else cause[:297] + "..."), os.environ, kind == "cuda"
+    culprits = [  # (the setting, whether this cause is its doing, the fix)
+        ("LRA_KERNEL_CPU_ARCH", re.search(r"march|target CPU", cause),
+         "is not a -march this compiler knows: set one it lists (e.g. x86-64-v3), or unset it for native"),
+        ("TORCH_CUDA_ARCH_LIST", cuda and re.search(r"arch|sm_|compute_", cause, re.I),
+         "is not a list of GPU architectures torch and nvcc build: set one such as '8.0 9.0+PTX'"),
+        ("CXX", "compiler" in cause.lower() or env.get("CXX", "\0") in cause,
+         "does not work as a C++ compiler: set CXX to one that does (e.g. g++), or unset it"),
+        ("CUDA_HOME", cuda and re.search(r"nvcc|cuda", cause, re.I),
+         f"has no working nvcc matching torch.version.cuda {torch.version.cuda}: install one, or fix CUDA_HOME"),
+    ]
+    settings = [f"{name}={shlex.quote(env[name])}" for name, *_ in culprits if env.get(name)]
+    fix = next((f"{name}={shlex.quote(env[name])} {why}" for name, blamed, why in culprits if env.get(name) and blamed),
+               f"fix the C++ compiler (with OpenMP){' or the CUDA toolkit' if cuda else ''}"
+               + (f" or these settings: {', '.join(settings)}" if settings else ""))
+    return f"building the YOSO {kind.upper()} kernels failed: {cause}; {fix}; or set attention.impl=torch (full output: {log})"
 
 
 def _worker(build: BuildPlan, parent: int) -> None:
     """The build process, leader of its own process group. It asks for SIGTERM when its parent dies
     (and exits if that already happened); on SIGTERM it passes SIGTERM to its process group, where
-    ninja runs; ninja then stops the compilers it started (each in a process group of its own)."""
-    import signal
-
+    ninja runs; ninja then stops the compilers it started (each in a process group of its own). A
+    failure prints its traceback (for the log) and a one-line summary for the parent."""
     def stop(*_):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         os.killpg(os.getpgrp(), signal.SIGTERM)
@@ -315,7 +404,22 @@ def _worker(build: BuildPlan, parent: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the parent died before the line above
         os._exit(1)
-    _compile_and_import(build, cache_dir() / build.name)
+    try:
+        _compile_and_import(build, cache_dir() / build.name)
+    except Exception as error:
+        traceback.print_exc()
+        print(WORKER_FAILED + (f"{' '.join(map(str, error.cmd))} exited with status {error.returncode}"
+                               if isinstance(error, subprocess.CalledProcessError) else
+                               f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"), file=sys.stderr)
+        sys.exit(1)
+
+
+def _wait_for_lock(handle, mode: int, build_directory: Path) -> None:
+    try:
+        fcntl.flock(handle, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"waiting for another process building the YOSO kernels in {build_directory}", file=sys.stderr)
+        fcntl.flock(handle, mode)
 
 
 @contextlib.contextmanager
@@ -328,19 +432,12 @@ def _exclusive_build(build_directory: Path):
     building, and a ``lock`` file still there is stale: it is removed, with a note.
     """
     with open(build_directory / "build.flock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"waiting for another process building the YOSO kernels in {build_directory}", file=sys.stderr)
-            fcntl.flock(handle, fcntl.LOCK_EX)
+        _wait_for_lock(handle, fcntl.LOCK_EX, build_directory)
         stale = build_directory / "lock"
         if stale.exists():
             print(f"removing {stale}, left by a kernel build that was killed", file=sys.stderr)
             stale.unlink(missing_ok=True)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield  # closing the file releases the lock
 
 
 def _compile_and_import(build: BuildPlan, build_directory: Path) -> ModuleType:
@@ -366,6 +463,7 @@ def main(argv=None) -> None:
                                      description="Compile the YOSO kernels into the kernel cache ($LRA_KERNEL_CACHE, "
                                      "default ~/.cache/lra-harness/kernels) ahead of the first run that needs them.")
     parser.add_argument("kinds", nargs="+", choices=["cpu", "cuda"])
+    parser.add_argument("--force", action="store_true", help="rebuild even a finished build (from an empty folder)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # see _compile_in_worker
     parser.add_argument("--arch-list", default="", help=argparse.SUPPRESS)
     parser.add_argument("--nvcc-release", default="", help=argparse.SUPPRESS)
@@ -375,22 +473,21 @@ def main(argv=None) -> None:
         _worker(BuildPlan(args.kinds[0], args.arch_list, args.nvcc_release), args.parent)
         return
     for kind in args.kinds:
-        if kind == "cuda" and not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
-            parser.error("building the CUDA kernels without a GPU needs TORCH_CUDA_ARCH_LIST (e.g. '8.0 9.0')")
         started = time.perf_counter()
         try:
-            announce_build(kind)
-            module = load(kind)
+            _check_toolchain(kind)  # first: a torch without CUDA support says so before anything else
+            announce_build(kind, args.force)
+            module = load(kind, args.force)
         except KernelUnavailable as error:
             parser.exit(1, f"error: {error}\n")
         print(f"{kind}: {module.__file__} ({time.perf_counter() - started:.0f} s)", flush=True)
 
 
-def announce_build(kind: str) -> None:
+def announce_build(kind: str, force: bool = False) -> None:
     """One line before a build that will compile, so its minute is never silent: what, for what, and where."""
     build = plan(kind)
     folder = cache_dir() / build.name
-    if (folder / COMPLETE_STAMP).exists():
+    if not force and _damage(folder, build.name, hashed=False) is None:
         return
     target = f"CUDA architectures {build.arch_list}" if kind == "cuda" else f"CPU flags {' '.join(_cpu_flags(kind))}"
     print(f"{kind}: compiling the YOSO kernels ({', '.join(build.sources)}) for {target} into {folder}; "

@@ -45,6 +45,16 @@ def test_the_detected_architecture_gets_ptx(monkeypatch):
     assert _yoso_build.cuda_arch_list() == "8.0 8.6"
 
 
+def finished(build: BuildPlan, stamped: bool = True) -> None:
+    """The library a build leaves in the kernel cache, and the stamp that records it and its architectures."""
+    folder = _yoso_build.cache_dir() / build.name
+    folder.mkdir(exist_ok=True)
+    (folder / f"{build.name}.so").write_text(f"built for {build.arch_list}")
+    if stamped:
+        record = {"cuda_arch_list": build.arch_list, "library": _yoso_build._library_record(folder / f"{build.name}.so")}
+        (folder / _yoso_build.COMPLETE_STAMP).write_text(json.dumps(record))
+
+
 def test_a_finished_build_that_does_not_cover_the_gpu_is_rebuilt_with_one_line(tmp_path, monkeypatch, capsys):
     """A kernel cache shared between machines holds the Docker image's build for 8.0 and 8.6; an H100
     (9.0) must not load it ('no kernel image is available' at the first launch) but build for 9.0+PTX."""
@@ -52,11 +62,10 @@ def test_a_finished_build_that_does_not_cover_the_gpu_is_rebuilt_with_one_line(t
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     built, imported = [], []
-    monkeypatch.setattr(_yoso_build, "_compile_in_worker", lambda build: built.append(build))
+    monkeypatch.setattr(_yoso_build, "_compile_in_worker", lambda build: built.append(build) or finished(build, False))
     monkeypatch.setattr(_yoso_build, "_import_built", lambda name, folder: imported.append(name) or name)
     old = BuildPlan("cuda", "8.0 8.6", "12.8")
-    (tmp_path / old.name).mkdir()
-    (tmp_path / old.name / _yoso_build.COMPLETE_STAMP).write_text(json.dumps({"cuda_arch_list": "8.0 8.6"}))
+    finished(old)
 
     assert _yoso_build._build(old) == BuildPlan("cuda", "8.0 8.6 9.0+PTX", "12.8").name
     assert [b.arch_list for b in built] == ["8.0 8.6 9.0+PTX"]
@@ -66,8 +75,7 @@ def test_a_finished_build_that_does_not_cover_the_gpu_is_rebuilt_with_one_line(t
     assert record["cuda_arch_list"] == "8.0 8.6 9.0+PTX" and record["nvcc_release"] == "12.8"
 
     covered = BuildPlan("cuda", "9.0+PTX", "12.8")  # a build that covers the GPU is imported as it is
-    (tmp_path / covered.name).mkdir()
-    (tmp_path / covered.name / _yoso_build.COMPLETE_STAMP).write_text(json.dumps({"cuda_arch_list": "9.0+PTX"}))
+    finished(covered)
     assert _yoso_build._build(covered) == covered.name and len(built) == 1
 
 
