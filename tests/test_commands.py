@@ -43,6 +43,24 @@ def test_lra_prepare_explains_a_bad_override(tmp_path):
         "error: --source generate contradicts task.source=lra_release; give one of them")
 
 
+@pytest.mark.parametrize("args, said", [
+    ([], "the task is required: lra-prepare {listops,text,retrieval,image,pathfinder}"),  # "task, overrides" required
+    (["retrieval", "task=image"], "task=image contradicts the task retrieval; give one of them"),  # prepared image
+    (["listops", "model.dim=3"], "model.dim=3: lra-prepare takes the task's settings (task.*) and data_dir"),  # ignored
+    (["listops", "--data-dir", ""], "--data-dir is empty (an unset shell variable?)"),  # the cache went into the cwd
+    (["text", "--path", " "], "--path is empty (an unset shell variable?)"),
+])
+def test_lra_prepare_refuses_what_would_prepare_something_else_before_anything_is_written(tmp_path, monkeypatch,
+                                                                                          capsys, args, said):
+    from lra.commands.prepare import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2 and said in capsys.readouterr().err.strip().splitlines()[-1]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_wandb_offline_run_lives_in_the_run_directory_and_a_wandb_failure_is_only_a_warning(tmp_path, data_dir):
     from conftest import SMALL_LISTOPS
 

@@ -17,7 +17,7 @@ TASKS = ["listops", "text", "retrieval", "image", "pathfinder"]
 @at_the_edge
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="lra-prepare", description=__doc__.split("\n")[0].replace("``", ""))
-    parser.add_argument("task", choices=TASKS)
+    parser.add_argument("task", nargs="?", choices=TASKS)
     parser.add_argument("--source", help="where the data comes from: listops generate|lra_release; "
                         "text tfds|aclimdb; retrieval lra_release; image tfds|cifar_python; pathfinder generate|lra_release "
                         "(default: the task's first; task.source=S is the same setting)")
@@ -27,6 +27,19 @@ def main(argv=None) -> None:
     parser.add_argument("--force", action="store_true", help="rebuild the cache even if it exists")
     parser.add_argument("overrides", nargs="*", help="config overrides, e.g. task.generator.seed=1")
     args = parser.parse_intermixed_args(argv)  # overrides may come before or after the options
+    if args.task is None:  # argparse would also call the optional overrides required
+        parser.error(f"the task is required: lra-prepare {{{','.join(TASKS)}}} [options] [task.key=value ...]")
+    for option in ("path", "data_dir"):
+        if getattr(args, option) is not None and not getattr(args, option).strip():
+            parser.error(f"--{option.replace('_', '-')} is empty (an unset shell variable?); give it a folder, or "
+                         "leave it out")
+    for override in args.overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key == "task" and override.split("=", 1)[-1] != args.task:
+            parser.error(f"{override} contradicts the task {args.task}; give one of them")
+        if key != "task" and not key.startswith("task.") and key != "data_dir":
+            parser.error(f"{override}: lra-prepare takes the task's settings (task.*) and data_dir, which make the "
+                         f"cache; {key} changes no cache: leave it out")
 
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
