@@ -78,6 +78,8 @@ def test_reference_slice_options_are_checked_before_anything_runs(tmp_path, caps
         "--reference", "--rows", "softmax,sofmax")
     assert "--seeds x: not a whole number >= 0" in refused("--reference", "--seeds", "0,x")
     assert "--seeds -1: not a whole number >= 0" in refused("--reference", "--seeds", "-1")
+    assert "--seeds ²: not a whole number >= 0" in refused("--reference", "--seeds", "²")  # isdigit(), not int(): a bug line
+    assert "--runs-per-process ²: it must be a whole number" in refused("--reference", "--runs-per-process", "²")
     assert "--rows, --sweep-dir: only for the --reference runs; add --reference" in refused(
         "--rows", "softmax", "--sweep-dir", str(tmp_path / "s"))
     assert "overrides: only for the --reference runs; add --reference" in refused("--", "trainer.max_steps=3")
@@ -332,3 +334,17 @@ def test_a_slice_cut_at_its_limit_or_stopped_by_sigterm_records_why_and_the_same
     for field in ("steps", "best_step", "best_val_accuracy", "test_accuracy", "test_loss"):
         assert resumed["0"][field] == uninterrupted[field], field
     assert json.loads((sweep / "0" / "history.json").read_text()) == json.loads((once / "history.json").read_text())
+
+
+def test_every_folder_the_check_gives_hydra_parses_back_to_itself(tmp_path):
+    """A TMPDIR with a space or a comma made the profile step's hydra.run.dir a sweep and the sweep step's
+    hydra.sweep.dir 'Sweeping over Hydra's configuration'."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    scratch = tmp_path / "t m,p"
+    overrides = [argument for step in gpu_check.plan("cpu", True, None, scratch) for argument in step.command
+                 if argument.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]
+    assert len(overrides) == 2
+    for override in overrides:
+        parsed = OverridesParser.create().parse_override(override)
+        assert not parsed.is_sweep_override() and str(scratch) in parsed.value(), override

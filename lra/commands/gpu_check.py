@@ -44,6 +44,7 @@ import argparse
 import datetime
 import math
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -57,8 +58,9 @@ from lra import signals
 from lra.commands.config_errors import at_the_edge
 from lra.commands.gpu_steps import Step, run_step, tail_of
 from lra.commands.reference_slice import Slice, check_sweep_dir, listed, pack_records, table3_rows, TABLE3_ROWS
-from lra.io import check_output_folder
+from lra.io import atomic_write_text, check_output_folder
 from lra.records import REPO_ROOT, git_commit
+from lra.run import hydra_value
 
 OUTPUTS = ("summary.md", "build.log", "pytest.log", "kernels.md", "kernels_bert.md", "profile.csv", "profile.png",
            "sweep.md", "reference.md", "reference-records.tar.gz")
@@ -218,10 +220,10 @@ def plan(device: str, quick: bool, jobs_per_gpu: Optional[int], scratch: Path) -
                                  [*benchmark, "--lengths", "512", "1024", "2048", "4096",
                                   "--batch-heads", "12", "--head-dim", "64"], limits_s["bert"], "kernels_bert.md",
                                  basis=bases["bert"])]),
-        Step("profile", [_tool("lra-profile"), f"device={device}", *profile, f"hydra.run.dir={scratch / 'profile'}"],
+        Step("profile", [_tool("lra-profile"), f"device={device}", *profile, f"hydra.run.dir={hydra_value(scratch / 'profile')}"],
              limits_s["profile"], basis=bases.get("profile", "")),
         Step("sweep", [_tool("lra-train"), "-m", *launcher, f"attention={','.join(sweep_backends)}",
-                       f"trainer.device={device}", "logger=none", *sweep, f"hydra.sweep.dir={scratch / 'sweep'}"],
+                       f"trainer.device={device}", "logger=none", *sweep, f"hydra.sweep.dir={hydra_value(scratch / 'sweep')}"],
              limits_s["sweep"], basis=bases.get("sweep", "")),
     ]
 
@@ -237,7 +239,7 @@ def describe(steps: List[Step]) -> str:
     lines = []
     for step in steps:
         lines += [f"{step.name}: {step.limit_s:.0f} s" + (f" ({step.basis})" if step.basis else ""),
-                  "    $ " + " ".join(step.command)]
+                  "    $ " + shlex.join(step.command)]
     lines.append(f"in all: {sum(s.limit_s for s in steps):.0f} s at most (a step cut at its limit has "
                  f"{max(s.grace_s for s in steps):.0f} s more to stop)")
     return "\n".join(lines)
@@ -267,7 +269,7 @@ def collect(steps: List[Step], out: Path, scratch: Path, reference_dir: Optional
         if folder.is_dir():
             table = subprocess.run([_tool("lra-table"), str(folder), "--efficiency", *reference],
                                    capture_output=True, text=True)
-            (out / target).write_text(table.stdout + (f"\n{table.stderr}" if table.returncode else ""))
+            atomic_write_text(out / target, table.stdout + (f"\n{table.stderr}" if table.returncode else ""))
             if sweep == "reference":
                 pack_records(folder, out / "reference-records.tar.gz")
             counts = [line for line in table.stdout.splitlines() if line.startswith("runs:")]
@@ -362,7 +364,7 @@ def checked_slice(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if args.jobs_per_gpu is not None and args.jobs_per_gpu < 1:
         parser.error(f"--jobs-per-gpu {args.jobs_per_gpu}: it must be >= 1")
     if args.runs_per_process is not None and not (args.runs_per_process == "auto" or (
-            args.runs_per_process.isdigit() and int(args.runs_per_process) >= 1)):
+            args.runs_per_process.isascii() and args.runs_per_process.isdigit() and int(args.runs_per_process) >= 1)):
         parser.error(f"--runs-per-process {args.runs_per_process}: it must be a whole number >= 1 or auto")
     if args.limit_s is not None and not (math.isfinite(args.limit_s) and args.limit_s >= 1):
         parser.error(f"--limit-s {args.limit_s:g}: it must be a finite number of seconds ≥ 1 (no run starts in less)")
@@ -379,7 +381,7 @@ def checked_slice(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                      "overrides (e.g. -- trainer.max_steps=100): give one of them")
     rows = listed("--rows", args.rows, table3_rows(), lambda row: None if row in table3_rows() else (
         f"not a row of {TABLE3_ROWS.relative_to(REPO_ROOT)}; the rows are {', '.join(table3_rows())}"), parser.error)
-    seeds = listed("--seeds", args.seeds, ["0"], lambda seed: None if seed.isdigit() else (
+    seeds = listed("--seeds", args.seeds, ["0"], lambda seed: None if seed.isascii() and seed.isdigit() else (
         "not a whole number >= 0; seeds are whole numbers, comma-separated (e.g. 0,1,2)"), parser.error)
     seeds = listed("--seeds", ",".join(str(int(seed)) for seed in seeds), [], lambda seed: None, parser.error)  # 007 is 7
     if args.jobs_per_gpu is not None and args.runs_per_process is not None:
@@ -444,11 +446,11 @@ def main(argv=None) -> int:
                         step.advice.append(stopped_slice_note(step, sweep_dir))
             if planned is not None and (sweep_dir or scratch / "reference").is_dir():
                 pack_records(sweep_dir or scratch / "reference", out / "reference-records.tar.gz")
-            (out / "summary.md").write_text(summary(steps, args.device, args.quick, time.perf_counter() - started))
+            atomic_write_text(out / "summary.md", summary(steps, args.device, args.quick, time.perf_counter() - started))
             interrupted.advice = f"the steps that finished are summarized in {out / 'summary.md'}" + (
                 "; continue the slice with the same command" if sweep_dir is not None else "")
             raise interrupted from None
-    (out / "summary.md").write_text(summary(steps, args.device, args.quick, time.perf_counter() - started))
+    atomic_write_text(out / "summary.md", summary(steps, args.device, args.quick, time.perf_counter() - started))
     print(f"[lra-gpu-check] wrote {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}")
     return 0 if all(s.status in ("passed", "skipped") for s in steps) else 1
 

@@ -5,6 +5,7 @@ then killed with whatever it started, so no GPU work outlives its step."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import tempfile
@@ -48,7 +49,7 @@ def run_step(step: Step, out: Path) -> None:
     os.close(handle)
     try:
         with open(target, "w") as log:
-            log.write("$ " + " ".join(step.command) + "\n")
+            log.write("$ " + shlex.join(step.command) + "\n")
             log.flush()
             process = subprocess.Popen(step.command, stdout=log, stderr=subprocess.STDOUT, cwd=step.cwd,
                                        start_new_session=True, env={**os.environ, signals.STOP_NOTE: note})
