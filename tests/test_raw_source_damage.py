@@ -230,3 +230,34 @@ def test_a_cifar_batch_the_user_may_not_read_asks_to_make_it_readable(tmp_path, 
     monkeypatch.setattr(builtins, "open", refusing)
     with pytest.raises(UserError, match=r"cannot read .*data_batch_1 \(Permission denied\): make it readable"):
         image.read_batch(batch)
+
+
+class _Payload:
+    """A pickle that calls os.system when loaded (the risk of pickle.load on a file from elsewhere)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_a_cifar_batch_runs_no_code_and_its_arrays_load_under_every_pickle_protocol(tmp_path, protocol):
+    from lra.data import image
+
+    root = write_cifar_python(tmp_path / "cifar")
+    batch = next(root.rglob("data_batch_1"))
+    pixels, labels = image.read_batch(batch)
+    with open(batch, "rb") as handle:
+        batch.write_bytes(pickle.dumps(pickle.load(handle, encoding="bytes"), protocol=protocol))
+    again, same_labels = image.read_batch(batch)
+    assert np.array_equal(again, pixels) and np.array_equal(same_labels, labels)
+    marker = tmp_path / "ran"
+    batch.write_bytes(pickle.dumps({b"data": _Payload(marker), b"labels": [0]}, protocol=protocol))
+    with pytest.raises(UserError, match=r"is not a readable CIFAR-10 python batch \(UnpicklingError: it names "
+                                        r"(posix|os)\.system, which no CIFAR-10 batch holds"):
+        image.read_batch(batch)
+    assert not marker.exists(), "the pickle's code ran"

@@ -52,12 +52,27 @@ def find_cifar_python(path: Optional[str]) -> Path:
                     "extracted cifar-10-python.tar.gz")
 
 
+class _BatchUnpickler(pickle.Unpickler):
+    """Unpickles a CIFAR-10 batch and nothing else: the only globals it resolves are the few numpy
+    rebuilds an array of pixels needs (a pickle may name any callable, e.g. os.system, and run it)."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
+               ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+               ("numpy._core.multiarray", "scalar"), ("_codecs", "encode")}
+
+    def find_class(self, module, name):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which no CIFAR-10 batch holds (refused unread)")
+        return super().find_class(module, name)
+
+
 def read_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
     """(RGB uint8 [N, 32, 32, 3], labels int64 [N]) of one CIFAR-10 python pickle. Pixels must be the
     official uint8 and labels whole numbers 0 … 9: a cast would change them without a word."""
     try:
         with open(path, "rb") as handle:
-            batch = pickle.load(handle, encoding="bytes")
+            batch = _BatchUnpickler(handle, encoding="bytes").load()
         data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
     except PermissionError as exc:
         raise UserError(f"cannot read {path} ({exc.strerror}): make it readable for this user") from None
