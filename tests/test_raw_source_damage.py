@@ -203,6 +203,19 @@ def test_a_pathfinder_metadata_line_repeated_in_its_file_is_refused(tmp_path):
                               f"which {metadata}:3 names already")
 
 
+@pytest.mark.parametrize("cut, found", [
+    (lambda text: text[:text.rindex(" ", 0, len(text) - 2)], "has 9 fields and the file's first line 11"),  # mid-line
+    (lambda text: "", "holds no metadata line"),  # emptied: its images were dropped without a word
+])
+def test_a_pathfinder_metadata_file_cut_short_is_refused_not_read_as_fewer_images(tmp_path, cut, found):
+    folder = write_pathfinder(tmp_path / "release", count=30).resolve()
+    metadata = folder / "metadata" / "0.npy"
+    metadata.write_text(cut(metadata.read_text().rstrip("\n")))
+    message = refusal(tmp_path, tmp_path / "release", PATHFINDER)
+    assert message.startswith(str(metadata)) and found in message and message.endswith(
+        "re-extract the Pathfinder release"), message
+
+
 @pytest.mark.parametrize("stray", ["0 (copy).npy", "extra.npy", "._0.npy"])
 def test_a_pathfinder_metadata_file_not_named_like_the_releases_is_refused(tmp_path, stray):
     folder = write_pathfinder(tmp_path / "release", count=30).resolve()

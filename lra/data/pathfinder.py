@@ -61,11 +61,13 @@ def metadata_files(root: Path) -> List[Path]:
 
 
 def read_metadata(root: Path) -> List[Entry]:
-    """Every image named by ``root/metadata/*.npy``, in order; a malformed line, or one naming an image
-    that an earlier line names (it would be in two splits), raises naming it."""
+    """Every image named by ``root/metadata/*.npy``, in order; a malformed line, one with other fields than its
+    file's first (cut short), an empty file, or a line naming an image that an earlier line names (it would be
+    in two splits), raises naming it."""
     entries: List[Entry] = []
     named: Dict[str, str] = {}
     for file in metadata_files(root):
+        width = None  # the fields of the file's first line: a line cut short has fewer
         for number, line in enumerate(file.read_text(errors="replace").splitlines(), start=1):
             fields = line.split()
             if not fields:
@@ -73,12 +75,19 @@ def read_metadata(root: Path) -> List[Entry]:
             where = f"{file}:{number}"
             if len(fields) < 4 or fields[3] not in ("0", "1"):
                 raise UserError(f"{where}: expected 'imgs/<k> <file> <index> <label 0|1> ...', found {line[:80]!r}")
+            width = width or len(fields)
+            if len(fields) != width:
+                raise UserError(f"{where} has {len(fields)} fields and the file's first line {width}: the file is cut "
+                                "or damaged; re-extract the Pathfinder release")
             image = root / fields[0] / fields[1]
             first = named.setdefault(os.path.normpath(image), where)
             if first != where:
                 raise UserError(f"{where} names {image}, which {first} names already: each image is in the release "
                                 "once; remove the duplicate metadata line or file (a copy?)")
             entries.append(Entry(image, int(fields[3]), where))
+        if width is None:
+            raise UserError(f"{file} holds no metadata line (the release's name 1,000 images each): it is cut or "
+                            "damaged; re-extract the Pathfinder release")
     return entries
 
 
