@@ -171,3 +171,39 @@ def schema_keys(schema):
         return sorted(node.keys()) if isinstance(node, DictConfig) else []
 
     return valid_keys
+
+
+def refuse_deleted_fields(argv, schema) -> None:
+    """``~<key>`` on a command line for a key of a tool's ``schema`` (a dataclass): one line before Hydra
+    composes (``~output_dir`` fails inside Hydra's composition, its default naming the run folder)."""
+    import dataclasses
+
+    from lra.errors import ConfigError
+    from lra.validation import deleted_key
+
+    fields = {f.name for f in dataclasses.fields(schema)}
+    for argument in argv:
+        key = argument.partition("=")[0]
+        if key.startswith("~") and key[1:] in fields:
+            raise ConfigError(deleted_key(key[1:]))
+
+
+def composed_for_dry_run(conf_dir, config_name: str, overrides: list):
+    """The config a tool's ``--cfg job|hydra|all`` prints, without its hydra node, for the tool's checks (with
+    Hydra's run config set: ``output_dir`` interpolates the run folder, which a dry run never makes)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = cfg.hydra.run.dir
+        HydraConfig.instance().set_config(cfg)
+        del cfg["hydra"]
+    return cfg

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from lra.commands import config_errors
 from lra.commands.composition_errors import schema_keys
 from lra.config import FIDELITY_CONF_DIR, register_configs, register_resolvers
-from lra.errors import ConfigError, UserError
+from lra.errors import UserError
 from lra.io import atomic_write_text, check_hydra_output_overrides
 
 log = logging.getLogger("lra.fidelity")
@@ -120,40 +120,20 @@ def main() -> None:
 def check_command_line(argv) -> None:
     """Before Hydra composes: an empty folder setting (an unset shell variable) and a deleted top-level
     key (``~output_dir`` fails inside Hydra's composition, its run folder not yet known) are one line."""
-    import dataclasses
-
+    from lra.commands.composition_errors import refuse_deleted_fields
     from lra.io import check_folders_given
     from lra.tool_configs import FidelityConfig
-    from lra.validation import deleted_key
 
     check_folders_given(argv, ("output_dir", "checkpoint"))
-    fields = {f.name for f in dataclasses.fields(FidelityConfig)}
-    for argument in argv:
-        key = argument.partition("=")[0]
-        if key.startswith("~") and key[1:] in fields:
-            raise ConfigError(deleted_key(key[1:]))
+    refuse_deleted_fields(argv, FidelityConfig)
 
 
 def _validate_dry_run(overrides: list) -> None:
     """``--cfg job|hydra|all``: the config Hydra would print is refused as the real run refuses it."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
+    from lra.commands.composition_errors import composed_for_dry_run
     from lra.validation import validate_tool
 
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(FIDELITY_CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="lra_fidelity", overrides=overrides, return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
-    with open_dict(cfg):  # output_dir interpolates the run folder Hydra has not chosen yet
-        cfg.hydra.runtime.output_dir = "<the run folder>"
-        HydraConfig.instance().set_config(cfg)
-        del cfg["hydra"]
-    validate_tool(cfg)
+    validate_tool(composed_for_dry_run(FIDELITY_CONF_DIR, "lra_fidelity", overrides))
 
 
 if __name__ == "__main__":

@@ -186,34 +186,12 @@ def run(cfg: DictConfig) -> None:
 
 def check_dry_run(overrides: list) -> None:
     """``--cfg job|hydra|all``: the composed config is refused as the real run would refuse it."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
+    from lra.commands.composition_errors import composed_for_dry_run
     from lra.validation import validate_tool
 
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(PROFILE_CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name="lra_profile", overrides=overrides, return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
-    with open_dict(cfg):  # output_dir's default interpolates the run folder, which a dry run never makes
-        cfg.hydra.runtime.output_dir = cfg.hydra.run.dir
-        HydraConfig.instance().set_config(cfg)
-        del cfg["hydra"]
+    cfg = composed_for_dry_run(PROFILE_CONF_DIR, "lra_profile", overrides)
     validate_tool(cfg)
     check_profile(cfg)
-
-
-def refuse_deleted_output_dir(argv) -> None:
-    """``~output_dir``: Hydra cannot even compose it (the key's default names Hydra's run folder)."""
-    from lra.errors import ConfigError
-    from lra.validation import deleted_key
-
-    if any(argument.split("=")[0] == "~output_dir" for argument in argv):
-        raise ConfigError(deleted_key("output_dir"))
 
 
 def main() -> None:
@@ -221,9 +199,10 @@ def main() -> None:
     cannot be written (Hydra makes it first) one line too."""
     import sys
 
+    from lra.commands.composition_errors import refuse_deleted_fields
     from lra.tool_configs import ProfileConfig
 
-    config_errors.at_the_edge(refuse_deleted_output_dir)(sys.argv[1:])
+    config_errors.at_the_edge(refuse_deleted_fields)(sys.argv[1:], ProfileConfig)
     config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:])
     config_errors.run_app(run, schema_keys(ProfileConfig), check_shown=check_dry_run)
 
