@@ -151,8 +151,8 @@ def test_a_resume_trains_on_the_data_auto_chose_at_its_start_though_a_release_wa
 
 
 def test_cached_labels_the_classifier_cannot_hold_are_one_line_naming_them():
-    """task.num_classes is each task's own (the config refuses another); a cache whose labels exceed it anyway
-    is refused before training (it ended in cross_entropy's IndexError, a 'bug in the harness' line)."""
+    """task.num_classes is each task's own (the config refuses another); a cache whose labels exceed it is
+    damaged, refused before training (it ended in cross_entropy's IndexError, a 'bug in the harness' line)."""
     import numpy as np
     from types import SimpleNamespace
 
@@ -161,7 +161,7 @@ def test_cached_labels_the_classifier_cannot_hold_are_one_line_naming_them():
     from lra.errors import UserError
 
     split = TokenSplit(tokens=[np.zeros(3, np.int32)], offsets=[np.array([0, 1, 2, 3])], labels=np.array([0, 12, 3]))
-    with pytest.raises(UserError, match=r"has labels up to 12, but task.num_classes=10"):
+    with pytest.raises(UserError, match=r"has labels up to 12, but task.num_classes=10: the cache is damaged"):
         _check_labels(SimpleNamespace(name="listops", num_classes=10), {"train": split}, Path("cache"))
     _check_labels(SimpleNamespace(name="listops", num_classes=13), {"train": split}, Path("cache"))
 

@@ -351,6 +351,16 @@ def load_cache(cache_dir: Path, rebuild_command: str, settings: Optional[dict] =
     return loaded, manifest
 
 
+def checked_manifest(cache_dir: Path) -> Tuple[Optional[dict], Optional[str]]:
+    """The manifest in ``cache_dir`` (None when unreadable) and what is wrong with its own fields (None: nothing)."""
+    try:
+        manifest = json.loads((cache_dir / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"unreadable {MANIFEST}: {exc}"
+    problem = _manifest_problem(manifest, None)
+    return manifest, problem and f"{MANIFEST} {problem}"
+
+
 def _manifest_problem(manifest, settings: Optional[dict]) -> Optional[str]:
     """What is wrong with a manifest's own fields (None when nothing): their types, its digest and
     fingerprint, the file list each split implies, the aliases, and the settings it must record."""

@@ -303,6 +303,24 @@ def generated_problem(settings: GeneratorSettings, folder: Path) -> Optional[str
     return None
 
 
+def find_release(path: Optional[str], strict: bool = True) -> Path:
+    """Accept the release root at either nesting level, or the ``listops-1000`` folder itself; with
+    ``strict`` off, a folder without the files is taken as it is (the cache prepared from it, which the files
+    may have left since, is still found by its name)."""
+    if not path:
+        raise UserError("task.source=lra_release needs the release folder: add task.path=/path/to/lra_release")
+    root = Path(path).expanduser().resolve()
+    for candidate in (root, root / "listops-1000", root / "lra_release" / "listops-1000"):
+        if all((candidate / f"basic_{s}.tsv").is_file() for s in SPLITS):
+            return candidate
+    if not strict:
+        return root
+    raise UserError(
+        f"no basic_{{train,val,test}}.tsv under {root} (looked in ., listops-1000/, lra_release/listops-1000/); "
+        "point task.path (lra-prepare's --path) at the extracted LRA release"
+    )
+
+
 def read_tsv_rows(path: Path) -> Iterator[Tuple[int, str, int]]:
     """Yield (line number, source, label) of an official ListOps TSV file; an empty file, a missing
     header, a malformed row, a label that is not a whole number or bytes that are not UTF-8 raise

@@ -1,11 +1,7 @@
-"""From a task config to verified, cached splits: locate (or generate) the raw data, tokenise it
-once into the cache, and load the cache (checksums verified).
-
-``lra-train`` prepares on its own only what needs nothing from the user: generated ListOps and
-Pathfinder, and ListOps release files (small). Everything else — downloads, raw IMDb / CIFAR / AAN
-files, Pathfinder release images — is converted once by ``lra-prepare``; without that cache,
-``lra-train`` stops with the exact ``lra-prepare`` command to run.
-"""
+"""From a task config to verified, cached splits: locate (or generate) the raw data, tokenise it once into the cache,
+and load the cache (checksums verified). ``lra-train`` prepares on its own only what needs nothing from the user
+(generated ListOps and Pathfinder, ListOps release files); the rest (downloads, raw IMDb / CIFAR / AAN files,
+Pathfinder release images) is converted once by ``lra-prepare``, whose exact command ``lra-train`` names."""
 
 from __future__ import annotations
 
@@ -22,7 +18,7 @@ from tqdm import tqdm
 from lra.config import typed_task
 from lra.data import (byte_text, image, listops, pathfinder, pathfinder_generator, pathfinder_writer, raw_files,
                       retrieval)
-from lra.data.cache import MANIFEST, CacheBuilder, TokenSplit, load_cache, settings_fingerprint
+from lra.data.cache import MANIFEST, CacheBuilder, TokenSplit, checked_manifest, load_cache, settings_fingerprint
 from lra.data.sources import AUTO, PATH_OF, SOURCES
 from lra.errors import UserError
 from lra.io import atomic_write_json, check_output_folder
@@ -85,6 +81,7 @@ def load_task_data(
     """
     task = typed_task(task)  # its rules (a known task and source among them) hold from here on
     data_dir = Path(data_dir).resolve()
+    chosen_by_auto = task.source == AUTO and not task.path and not prepare  # task.path: the folder its cache records
     if task.source == AUTO:
         task = with_values(task, source=SOURCES[task.name][0]) if prepare else resolve_auto_source(task, data_dir, announce)
     conversion = CONVERSIONS[task.name](task, data_dir, train_subset, eval_subset, announce)
@@ -118,7 +115,7 @@ def load_task_data(
                     else f"{command} --force")  # a release's by its source: under auto, a removed cache is generated
     expected = json.loads(json.dumps(cache_settings(task, conversion)))  # as its manifest records them
     splits, manifest = load_cache(cache_dir, rebuild_command=rebuild_with, settings=expected, splits=SPLITS)
-    _check_raw_folder(task, conversion, manifest, cache_dir, command)
+    _check_raw_folder(task, conversion, manifest, cache_dir, command, announce if chosen_by_auto else None)
     _check_labels(task, splits, cache_dir)
     data = PreparedData(splits, manifest, cache_dir)
     if task.validation == "heldout":
@@ -132,36 +129,38 @@ def load_task_data(
 
 
 def _existing_manifest(cache_dir: Path) -> Optional[dict]:
-    """The manifest of the cache in ``cache_dir`` as a dict: None when there is none, {} when it is unreadable
-    or not an object (loading the cache then says how, or a rebuild replaces it)."""
-    if not (cache_dir / MANIFEST).is_file():
-        return None
-    try:
-        manifest = json.loads((cache_dir / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return {}
-    return manifest if isinstance(manifest, dict) else {}
+    """The manifest in ``cache_dir``: None when there is none, {} when it is unreadable or not an object."""
+    manifest = checked_manifest(cache_dir)[0] if (cache_dir / MANIFEST).is_file() else None
+    return {} if (cache_dir / MANIFEST).is_file() and not isinstance(manifest, dict) else manifest
 
 
-def _check_raw_folder(task, conversion: Conversion, manifest: dict, cache_dir: Path, command: str) -> None:
+def _check_raw_folder(task, conversion: Conversion, manifest: dict, cache_dir: Path, command: str,
+                      auto_announce: Optional[Callable[[str], None]]) -> None:
     """An explicit ``task.path`` is served only a cache prepared from that folder (a cache's folder name is
-    the fingerprint of its settings, which for the user's own files do not include where they are)."""
+    the fingerprint of its settings, which for the user's own files do not include where they are); under
+    task.source=auto (``auto_announce``: the path is the manifest's), a folder gone since leaves it usable."""
     if not task.path or task.source == "generate" or manifest.get("raw_folder") is None:
         return  # (None: tensorflow-datasets' own folder, which it reads itself)
-    folder = conversion.locate()
+    try:
+        folder = conversion.locate()
+    except UserError:
+        if auto_announce is None:
+            raise
+        folder = None
+    if auto_announce is not None and not (folder and Path(folder).exists()):
+        return auto_announce(f"task.source=auto: its raw folder {manifest['raw_folder']} is gone: the cache is used as "
+                             "prepared (its arrays checked against their digests; whether the raw files changed cannot be)")
     if folder is not None and manifest["raw_folder"] != folder:
         raise UserError(f"the {task.name} cache {cache_dir} was prepared from "
                         f"{manifest['raw_folder']}, not task.path={folder}; prepare it from there with: {command}")
 
 
 def _check_labels(task, splits: Dict[str, TokenSplit], cache_dir: Path) -> None:
-    """The cache's labels fit the task's ``num_classes`` (the cache was checked against the value it was
-    built with, which a run may set otherwise)."""
+    """The cache's labels fit the task's ``num_classes``: a cache whose labels do not is damaged."""
     highest = max((int(split.labels.max()) for split in splits.values() if len(split)), default=-1)
     if highest >= task.num_classes:
-        raise UserError(f"the prepared {task.name} data ({cache_dir}) has labels up to {highest}, but "
-                        f"task.num_classes={task.num_classes}; set task.num_classes={highest + 1} (the task's own) "
-                        "or leave it out")
+        raise UserError(f"the prepared {task.name} data ({cache_dir}) has labels up to {highest}, but task.num_classes="
+                        f"{task.num_classes}: the cache is damaged; remove it (rm -r {cache_dir}) and prepare it again")
 
 
 def heldout(splits: Dict[str, TokenSplit], size: int, seed: int, task: str):
@@ -196,13 +195,11 @@ def resolve_auto_source(task, data_dir: Path, announce: Callable[[str], None]):
     built from that folder); the generator when there is none and the task has one; otherwise a
     one-line error that lists the candidates or names the lra-prepare command."""
     candidates = []
-    for manifest_file in sorted((data_dir / task.name / "cache").glob(f"*/{MANIFEST}")):
-        try:
-            manifest = json.loads(manifest_file.read_text())
-            source, folder = manifest["settings"]["source"], manifest.get("raw_folder")
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # a damaged cache: lra-prepare --force with its source rebuilds it
-        if source == "generate" or source not in SOURCES[task.name]:
+    # (not the staging folders of builds, named .<name>.<pid>.*: in progress, or interrupted and removed by the next)
+    for manifest_file in sorted((data_dir / task.name / "cache").glob(f"[!.]*/{MANIFEST}")):
+        manifest = _intact_manifest(task, manifest_file.parent, data_dir)
+        source, folder = manifest["settings"]["source"], manifest.get("raw_folder")
+        if source == "generate":
             continue
         candidate = with_values(task, source=source, path=task.path or folder)
         try:
@@ -212,9 +209,11 @@ def resolve_auto_source(task, data_dir: Path, announce: Callable[[str], None]):
         except UserError:
             continue  # its raw folder is gone (an explicit task.source says so) or task.path is not of this source
         named_now = _cache_dir(candidate, conversion, data_dir) == manifest_file.parent
-        if (named_now or _same_but_raw(manifest["settings"], cache_settings(candidate, conversion))) and not any(
+        strip = lambda given: {key: value for key, value in given.items() if key != "raw"}  # noqa: E731
+        # or the same but for how its raw files were identified (ListOps', once by their sizes): rebuilt once, below
+        if (named_now or strip(manifest["settings"]) == strip(cache_settings(candidate, conversion))) and not any(
                 (c.source, c.path) == (candidate.source, candidate.path) for c in candidates):
-            candidates.append(candidate)  # a cache named by an older rule for its raw files: rebuilt once, below
+            candidates.append(candidate)
     if len(candidates) == 1:
         chosen = candidates[0]
         announce(f"task.source=auto: the prepared {chosen.source} data"
@@ -233,11 +232,30 @@ def resolve_auto_source(task, data_dir: Path, announce: Callable[[str], None]):
                     f"prepare it once with: {prepare_command(default, data_dir)}")
 
 
-def _same_but_raw(recorded: dict, settings: dict) -> bool:
-    """Whether a cache's recorded settings are ``settings`` but for how its raw files were identified (a
-    release cache of ListOps named by its files' sizes and times before it was named by its folder)."""
-    strip = lambda given: {key: value for key, value in given.items() if key != "raw"}  # noqa: E731
-    return isinstance(recorded, dict) and strip(recorded) == strip(settings)
+def _intact_manifest(task, cache_dir: Path, data_dir: Path) -> dict:
+    """The manifest of a cache task.source=auto looks at, passing its own checks and naming a source of the task;
+    else one line naming the folder and the fix: a damaged cache is refused, never passed over."""
+    manifest, problem = checked_manifest(cache_dir)
+    manifest = manifest if isinstance(manifest, dict) else {}
+    source = manifest["settings"].get("source") if isinstance(manifest.get("settings"), dict) else None
+    generated = with_values(task, source="generate", path=None) if "generate" in SOURCES[task.name] else None
+    if source == "generate" or (generated and cache_dir == _cache_dir(
+            generated, CONVERSIONS[task.name](generated, data_dir, None, None, None), data_dir)):
+        return {"settings": {"source": "generate"}}  # the generator's own: checked, with its own line, where it loads
+    if problem is None and source not in SOURCES[task.name]:
+        problem = f"{MANIFEST} names the source {source!r}, not one of {task.name}'s ({', '.join(SOURCES[task.name])})"
+    if problem is None:
+        return manifest
+    fix = f"remove it: rm -r {shlex.quote(str(cache_dir))}"
+    folder = manifest.get("raw_folder") if source in SOURCES[task.name] else 0
+    try:  # the source it still names rebuilds it, when it is the cache of this run's settings
+        candidate = with_values(task, source=source, path=folder) if isinstance(folder, (str, type(None))) else None
+        if candidate and _cache_dir(candidate, CONVERSIONS[task.name](candidate, data_dir, None, None, None),
+                                    data_dir) == cache_dir:
+            fix = f"rebuild it with: {prepare_command(candidate, data_dir)} --force (or {fix})"
+    except UserError:
+        pass
+    raise UserError(f"task.source=auto: the {task.name} cache {cache_dir} is damaged ({problem}); {fix}")
 
 
 def prepare_command(task, data_dir: Path) -> str:
@@ -280,14 +298,14 @@ def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
         raw_dir = data_dir / "listops" / "generated" / settings_fingerprint(generator.as_dict())
         identity = {"generator": generator.as_dict()}
     else:
-        raw_dir = _find_listops_release(task.path, strict=False)
+        raw_dir = listops.find_release(task.path, strict=False)
         identity = {"folder": str(raw_dir)}
 
     def build(builder: CacheBuilder, announce) -> None:
         if task.source == "generate":
             _generated_listops(generator, raw_dir, announce)
         else:
-            _find_listops_release(task.path)  # its files are there, or one line says where it looked
+            listops.find_release(task.path)  # its files are there, or one line says where it looked
         for split in SPLITS:
             writer = builder.split(split, num_documents=1, dtype=np.uint8)
             path = raw_dir / f"basic_{split}.tsv"
@@ -320,24 +338,6 @@ def _generated_listops(settings, raw_dir: Path, announce) -> None:
     _writable(raw_dir)
     with tqdm(total=total, desc="generating ListOps", unit="ex", disable=None) as bar:
         listops.write_generated(settings, raw_dir, progress=bar)
-
-
-def _find_listops_release(path: Optional[str], strict: bool = True) -> Path:
-    """Accept the release root at either nesting level, or the ``listops-1000`` folder itself; with
-    ``strict`` off, a folder without the files is taken as it is (the cache prepared from it, which the files
-    may have left since, is still found by its name)."""
-    if not path:
-        raise UserError("task.source=lra_release needs the release folder: add task.path=/path/to/lra_release")
-    root = Path(path).expanduser().resolve()
-    for candidate in (root, root / "listops-1000", root / "lra_release" / "listops-1000"):
-        if all((candidate / f"basic_{s}.tsv").is_file() for s in SPLITS):
-            return candidate
-    if not strict:
-        return root
-    raise UserError(
-        f"no basic_{{train,val,test}}.tsv under {root} (looked in ., listops-1000/, lra_release/listops-1000/); "
-        "point task.path (lra-prepare's --path) at the extracted LRA release"
-    )
 
 
 # ----------------------------------------------------------------------------- Text
