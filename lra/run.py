@@ -377,16 +377,11 @@ class RunDirectory:
     def load_resolved(self, complete: Callable[[DictConfig], DictConfig]) -> DictConfig:
         """The resolved config this run recorded, made whole by ``complete`` (fields added since get
         their defaults: :func:`lra.config.saved_run_config`), or a one-line error."""
-        path = self.path / RESOLVED
         try:
-            saved = OmegaConf.load(path)
-            if not isinstance(saved, DictConfig) or not saved:
-                raise ValueError("it is empty")
-            return complete(saved)
-        except Exception as exc:
-            raise UserError(f"cannot resume {self.path}: its {RESOLVED} is unreadable ({type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else 'empty'}); start a new run with the same "
-                            "overrides instead") from None
+            return read_saved_config(self.path / RESOLVED, complete)
+        except ValueError as exc:
+            raise UserError(f"cannot resume {self.path}: its {RESOLVED} is unreadable ({exc}); start a new run with "
+                            "the same overrides instead") from None
 
     @staticmethod
     def remove_interrupted_writes(folder: Path) -> None:
@@ -441,3 +436,15 @@ def sweep_overrides(sweep_dir: Path, part: str = "task") -> Optional[List[str]]:
     if not OmegaConf.is_list(overrides):
         raise ValueError(f"hydra.overrides.{part} is no list")
     return [str(override) for override in overrides]
+
+
+def read_saved_config(path: Path, complete: Callable[[DictConfig], DictConfig]) -> DictConfig:
+    """A run's saved config at ``path``, made whole by ``complete``; ValueError saying why it cannot be read."""
+    try:
+        saved = OmegaConf.load(path)
+        if not isinstance(saved, DictConfig) or not saved:
+            raise ValueError("it is empty")
+        return complete(saved)
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "empty"
+        raise ValueError(f"{type(exc).__name__}: {reason}") from None

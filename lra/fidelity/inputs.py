@@ -47,25 +47,19 @@ def random_inputs(batch: int, heads: int, n: int, head_dim: int, score_std: floa
 def load_run_config(run_dir: Path):
     """The resolved config an ``lra-train`` run recorded, validated against the schema: what
     ``lra-fidelity`` builds the run's model and reads its data from."""
-    from omegaconf import DictConfig, OmegaConf
-
     from lra.config import saved_run_config
-    from lra.run import RESOLVED
+    from lra.run import RESOLVED, read_saved_config
 
     path = Path(run_dir) / RESOLVED
     if not path.is_file():
         raise UserError(f"checkpoint={run_dir} is not an lra-train run directory (no {RESOLVED}); "
                         "pass a run folder such as runs/<date>/<time>")
     try:
-        saved = OmegaConf.load(path)
-        if not isinstance(saved, DictConfig) or not saved:
-            raise ValueError("it is empty")
-        return saved_run_config(saved)
-    except Exception as exc:
-        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "empty"
+        return read_saved_config(path, saved_run_config)
+    except ValueError as exc:
         raise UserError(f"cannot capture from checkpoint={run_dir}: its {RESOLVED}, which says how to rebuild the "
-                        f"run's model, is unreadable ({type(exc).__name__}: {reason}); put the run's own {RESOLVED} "
-                        "back, or pass another run as checkpoint=") from None
+                        f"run's model, is unreadable ({exc}); put the run's own {RESOLVED} back, or pass another run "
+                        "as checkpoint=") from None
 
 
 NO_BEST = f"{checkpoint.LAST}: the run has no {checkpoint.BEST} yet"  # what a capture from the last weights says
