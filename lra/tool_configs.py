@@ -38,10 +38,30 @@ class ProfileConfig:
         known_backends(self, "backends")
         if self.sparse_pattern_impl is not None and self.sparse_pattern_impl not in IMPLS:
             raise InvalidOption("sparse_pattern_impl", self.sparse_pattern_impl, f"one of {', '.join(IMPLS)} (or null)")
-        if not self.lengths or any(not isinstance(n, int) or n < 1 for n in self.lengths):
-            raise InvalidOption("lengths", self.lengths, "a non-empty list of whole numbers ≥ 1")
+        # a cell's n × n scores and batch × heads × n × head_dim inputs are sized in int64; no device holds 2^31 a side
+        sized = "(a cell's tensors are sized in int64 and no device holds more)"
+        if not self.lengths or any(not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_SIZE
+                                   for n in self.lengths):
+            raise InvalidOption("lengths", list(self.lengths), f"a non-empty list of whole numbers, each 1 ≤ n ≤ "
+                                                               f"2^31 − 1 {sized}")
         choice(self, "mode", ("fixed", "largest"))
+        for name in ("batch_size", "max_batch", "num_heads", "head_dim", "fit_min_length"):
+            if isinstance(getattr(self, name), int) and getattr(self, name) > MAX_SIZE:
+                raise InvalidOption(name, getattr(self, name), f"a whole number ≤ 2^31 − 1 {sized}")
         whole(self, 1, "batch_size", "max_batch", "num_heads", "head_dim", "repeats", "timeout_s", "fit_min_length")
+        for name, limit, why in (("repeats", 1000, "calls of one cell; the median is steady long before"),
+                                 ("timeout_s", 7 * 24 * 3600, "a week per cell: a longer limit is a typo, not a plan")):
+            if getattr(self, name) > limit:
+                raise InvalidOption(name, getattr(self, name), f"a whole number ≤ {limit} ({why})")
+        for name in ("backends", "lengths"):
+            values = list(getattr(self, name))
+            twice = sorted({str(value) for value in values if values.count(value) > 1})
+            if twice:
+                raise InvalidOption(name, values, f"a list naming each once ({', '.join(twice)} more than once: it "
+                                                  "would be measured twice and shown once)")
+        if not str(self.output_dir).strip():
+            raise InvalidOption("output_dir", self.output_dir, "a folder (an unset shell variable gives the current "
+                                                               "folder): give output_dir a folder, or leave it out")
         number(self, "memory_budget_mb", 0.0, low_open=True, optional=True)
         device_name(self, "device")
 

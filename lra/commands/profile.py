@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from lra.commands import config_errors
 from lra.commands.composition_errors import schema_keys
 from lra.config import PROFILE_CONF_DIR, register_configs, register_resolvers
-from lra.io import atomic_write_text, check_hydra_output_overrides, check_output_folder
+from lra.io import atomic_write_text, check_folders_given, check_hydra_output_overrides, check_output_folder
 from lra.profiling import measure
 
 log = logging.getLogger("lra.profile")
@@ -72,41 +72,7 @@ def largest_batch(spec: dict, cfg) -> dict:
                      f"over memory_budget_mb={budget:g}; raise memory_budget_mb"}
 
 
-# Each a whole number at most this, so that a cell's tensors can be sized at all: n × n scores and
-# batch × heads × n × head_dim inputs are counted in int64, and nothing past 2^31 per dimension fits a device.
-MAX_SIZE = 2**31 - 1
-SIZES = ("lengths", "batch_size", "max_batch", "num_heads", "head_dim", "fit_min_length")
-MAX_REPEATS = 1000  # calls of one cell, one after another: far past where a median stops moving
-MAX_TIMEOUT_S = 7 * 24 * 3600  # a week a cell: a longer limit is a typo, not a plan
 OUTPUTS = ("profile.csv", "profile.json", "exponents.csv", "profile.md", "profile.png", "profile_config.yaml")
-
-
-def check_profile(cfg) -> None:
-    """lra-profile's rules beyond its schema's: the sizes, repeats and time limit within what a cell can
-    measure, no backend or length twice (it would be measured twice and shown once), an output_dir given."""
-    from attention_zoo.options import InvalidOption
-    from lra.errors import ConfigError
-    from lra.validation import invalid
-
-    for key in SIZES:
-        values = list(cfg[key]) if key == "lengths" else [cfg[key]]
-        if any(value > MAX_SIZE for value in values):
-            what = "a list of whole numbers" if key == "lengths" else "a whole number"
-            raise invalid(key, InvalidOption(key, values if key == "lengths" else cfg[key],
-                                             f"{what} ≤ 2^31 − 1 (a cell's tensors are sized in int64 and no "
-                                             "device holds more)"))
-    for key, limit, why in (("repeats", MAX_REPEATS, "calls of one cell; the median is steady long before"),
-                            ("timeout_s", MAX_TIMEOUT_S, "a week, per cell")):
-        if cfg[key] > limit:
-            raise invalid(key, InvalidOption(key, cfg[key], f"a whole number ≤ {limit} ({why})"))
-    for key in ("backends", "lengths"):
-        values = list(cfg[key])
-        twice = sorted({str(value) for value in values if values.count(value) > 1})
-        if twice:
-            raise invalid(key, InvalidOption(key, values, f"a list naming each once ({', '.join(twice)} more than "
-                                                          "once: it would be measured twice and shown once)"))
-    if not str(cfg.output_dir).strip():
-        raise ConfigError("output_dir is empty (an unset shell variable?); give output_dir a folder, or leave it out")
 
 
 def start_folder(out_dir: Path) -> list:
@@ -144,7 +110,6 @@ def run(cfg: DictConfig) -> None:
     from lra.validation import validate_tool
 
     validate_tool(cfg)
-    check_profile(cfg)
     out_dir = tool_output_dir(cfg)
     removed = start_folder(out_dir)
     if removed:
@@ -189,9 +154,7 @@ def check_dry_run(overrides: list) -> None:
     from lra.commands.composition_errors import composed_for_dry_run
     from lra.validation import validate_tool
 
-    cfg = composed_for_dry_run(PROFILE_CONF_DIR, "lra_profile", overrides)
-    validate_tool(cfg)
-    check_profile(cfg)
+    validate_tool(composed_for_dry_run(PROFILE_CONF_DIR, "lra_profile", overrides))
 
 
 def main() -> None:
@@ -202,6 +165,7 @@ def main() -> None:
     from lra.commands.composition_errors import refuse_deleted_fields
     from lra.tool_configs import ProfileConfig
 
+    config_errors.at_the_edge(check_folders_given)(sys.argv[1:], ("output_dir",))
     config_errors.at_the_edge(refuse_deleted_fields)(sys.argv[1:], ProfileConfig)
     config_errors.at_the_edge(check_hydra_output_overrides)(sys.argv[1:])
     config_errors.run_app(run, schema_keys(ProfileConfig), check_shown=check_dry_run)
