@@ -16,7 +16,8 @@ import attention_zoo
 from attention_zoo.options import InvalidOption
 from lra import distributed
 from lra.errors import ConfigError
-from lra.config import TrainRunConfig, check_adamw_steps, pools_by_cls, typed
+from lra.adamw_limits import check_adamw_steps
+from lra.config import TrainRunConfig, pools_by_cls, typed
 
 GROUPS = ("task", "model", "trainer", "pretrain", "logger")
 
