@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
+from typing import Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -29,10 +30,20 @@ def check(argv: list) -> None:
     check_presets_against_choices(argv)
 
 
+def given(argv: list, key: str) -> Optional[str]:
+    """The value the last ``key=`` (or ``+key=``) on a command line gives ``key``, as typed; None without one."""
+    values = [a.split("=", 1)[1] for a in argv if "=" in a and a.split("=", 1)[0].lstrip("+") == key]
+    return values[-1] if values else None
+
+
+def multirun(argv: list) -> bool:
+    return bool({"-m", "--multirun"} & set(argv))
+
+
 def data_dir(argv: list) -> str:
     """The data folder a command line names (``data_dir=``), else the config's default: LRA_DATA_DIR or ./data."""
-    given = [a.split("=", 1)[1].strip("'\"") for a in argv if a.split("=", 1)[0].lstrip("+") == "data_dir" and "=" in a]
-    return given[-1] if given and "${" not in given[-1] else os.environ.get("LRA_DATA_DIR") or "data"
+    value = given(argv, "data_dir")
+    return value.strip("'\"") if value is not None and "${" not in value else os.environ.get("LRA_DATA_DIR") or "data"
 
 
 def refuse_another_commands_sweep(argv: list) -> None:
@@ -41,12 +52,10 @@ def refuse_another_commands_sweep(argv: list) -> None:
     is refused with that command before Hydra writes its multirun.yaml over the sweep's (Hydra's callbacks
     cannot stop a sweep: the jobs refused it only after). A multirun.yaml that cannot be read is left to
     Hydra, and so is a sweep folder a config sets."""
-    if not {"-m", "--multirun"} & set(argv):
+    value = given(argv, "hydra.sweep.dir")
+    if not multirun(argv) or value is None or "${" in value:
         return
-    given = [a.split("=", 1)[1] for a in argv if a.split("=", 1)[0] == "hydra.sweep.dir" and "=" in a]
-    if not given or "${" in given[-1]:
-        return
-    sweep_dir = Path(parsed_value(given[-1]))
+    sweep_dir = Path(parsed_value(value))
     try:
         made_by, hydra = sweep_overrides(sweep_dir), sweep_overrides(sweep_dir, "hydra")
     except ValueError:  # unreadable
@@ -68,10 +77,10 @@ def refuse_another_commands_sweep(argv: list) -> None:
 def refuse_run_dir_beside_resume(argv: list) -> None:
     """``hydra.run.dir=`` with ``resume=``: a resume continues in the run's own folder, and Hydra would make the
     other one, left empty, before any code of ours runs."""
-    keys = {a.split("=", 1)[0].lstrip("+"): a.split("=", 1)[1] for a in argv if "=" in a and not a.startswith("-")}
-    if keys.get("resume", "").strip("'\" ") and "hydra.run.dir" in keys:
+    run_dir = given(argv, "hydra.run.dir")
+    if (given(argv, "resume") or "").strip("'\" ") and run_dir is not None:
         raise ConfigError(f"resume= continues the run in its own folder, which hydra.run.dir= does not choose (Hydra "
-                          f"would make hydra.run.dir={keys['hydra.run.dir']} and leave it empty): leave hydra.run.dir out")
+                          f"would make hydra.run.dir={run_dir} and leave it empty): leave hydra.run.dir out")
 
 
 def refuse_slurm_without_slurm(argv: list) -> None:
@@ -79,9 +88,9 @@ def refuse_slurm_without_slurm(argv: list) -> None:
     Hydra had made the sweep's folder, and read as a bug."""
     import shutil
 
-    launchers = [a.split("=", 1)[1] for a in argv if a.split("=", 1)[0].lstrip("+") == "hydra/launcher" and "=" in a]
-    if {"-m", "--multirun"} & set(argv) and launchers and "slurm" in launchers[-1] and shutil.which("srun") is None:
-        raise ConfigError(f"hydra/launcher={launchers[-1]} submits the sweep's jobs to SLURM, and this machine has no "
+    launcher = given(argv, "hydra/launcher")
+    if multirun(argv) and launcher is not None and "slurm" in launcher and shutil.which("srun") is None:
+        raise ConfigError(f"hydra/launcher={launcher} submits the sweep's jobs to SLURM, and this machine has no "
                           "srun (it is no SLURM node): run the command on the cluster, or pass "
                           "hydra/launcher=local_gpus (this machine's GPUs) or hydra/launcher=submitit_local")
 
@@ -106,9 +115,9 @@ def check_presets_against_choices(argv) -> None:
     setup or the quickstart its task): the preset's settings either fail to compose on it (Hydra's line blames
     one of them as an unknown key) or train on what the preset is not. Read from the command line, before
     Hydra composes."""
-    def values(key):
-        given = [a.split("=", 1)[1] for a in argv if "=" in a and a.split("=", 1)[0].lstrip("+") == key]
-        return [v.strip("'\" ") for v in given[-1].split(",")] if given and "${" not in given[-1] else []
+    def values(key):  # a sweep's values too
+        value = given(argv, key)
+        return [v.strip("'\" ") for v in value.split(",")] if value is not None and "${" not in value else []
 
     for group in PRESET_GROUPS:
         for preset in values(group):
