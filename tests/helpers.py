@@ -82,7 +82,7 @@ def write_aclimdb(root, per_folder=3):
             for i in range(per_folder):
                 text = KNOWN_REVIEW if (split, label, i) == ("train", "pos", 0) else f"{split} {label} review {i}".encode()
                 text = b" \n" + text + b"\r\n \t" if i == 0 else text  # tfds strips surrounding whitespace
-                (folder / f"{i}_7.txt").write_bytes(text)
+                (folder / f"{i}_{7 if label == 'pos' else 3}.txt").write_bytes(text)  # ratings as aclImdb's
     return root / "aclImdb"
 
 

@@ -187,7 +187,7 @@ def test_changed_user_files_are_prepared_again_or_refused_never_served_stale(tmp
         review.touch()
     assert "rebuilding" not in (same := run_command(prepare, tmp_path, data)).stdout + same.stderr
     for i in range(4):
-        (reviews[0].parent / f"{1000 + i}_9.txt").write_text(f"a new review {i}")
+        (reviews[0].parent / f"{1000 + i}_2.txt").write_text(f"a new review {i}")  # in test/neg/: rated 1-4
     again = run_command(prepare, tmp_path, data)
     assert "rebuilding it" in again.stdout + again.stderr
     assert json.loads(again.stdout.strip().splitlines()[-1])["counts"] != json.loads(

@@ -47,7 +47,7 @@ def write_aclimdb(root, files=True):
             folder = root / "aclImdb" / split / label
             folder.mkdir(parents=True)
             if files:
-                (folder / "0_1.txt").write_bytes(b"a review")
+                (folder / ("0_1.txt" if label == "neg" else "0_8.txt")).write_bytes(b"a review")
     return root / "aclImdb"
 
 

@@ -1,7 +1,8 @@
 """Damaged official downloads are refused, never converted into silently wrong data: an emptied or
-unlistable aclImdb class folder, an empty review, CIFAR-10 pickles whose pixels or labels a cast would
-change, Pathfinder images that are not 8-bit greyscale, and metadata that names an image twice. Each is
-one line naming the file (and line or entry) and the fix, and nothing is cached."""
+unlistable aclImdb class folder, an empty review, a file that is not a review of its class, CIFAR-10
+pickles whose pixels or labels a cast would change or that hold no image, Pathfinder images that are not
+8-bit greyscale, and metadata that names an image twice. Each is one line naming the file (and line or
+entry) and the fix, and nothing is cached."""
 
 from __future__ import annotations
 
@@ -55,6 +56,20 @@ def test_an_emptied_aclimdb_class_folder_is_refused_not_dropped(tmp_path, split,
                        "re-extract aclImdb_v1.tar.gz there")
 
 
+@pytest.mark.parametrize("folder, name", [("train/pos", "README.txt"), ("test/neg", "._0_3.txt"),
+                                          ("train/pos", "12_2.txt"), ("test/neg", "12_8.txt"), ("train/neg", "12_0.txt")])
+def test_a_file_that_is_not_a_review_of_its_class_folder_is_refused_naming_it(tmp_path, folder, name):
+    """A stray note, a macOS resource fork or a review of the other class would be trained under the
+    folder's label: aclImdb names each review <id>_<rating>.txt, rated 1-4 in neg/ and 7-10 in pos/."""
+    root = write_aclimdb(tmp_path / "raw")
+    stray = root / folder / name
+    stray.write_bytes(b"a text that is not this class's review")
+    ratings = "7-10 in pos/" if folder.endswith("pos") else "1-4 in neg/"
+    assert refusal(tmp_path, root, TEXT) == (
+        f"{stray.resolve()} is not an aclImdb review of this folder (named <id>_<rating>.txt, rated {ratings}): "
+        "the review would take the folder's label; move or remove it, or re-extract aclImdb_v1.tar.gz there")
+
+
 def test_an_aclimdb_class_folder_that_cannot_be_listed_is_refused(tmp_path, monkeypatch):
     """The listing fails as it does for a folder without read permission (simulated: tests may run as
     root, whom permissions do not stop; the next test makes the real one where they do)."""
@@ -90,7 +105,7 @@ def test_an_aclimdb_class_folder_without_read_permission_is_refused(tmp_path):
                                             (b" \r\n\t", "holds only whitespace (4 bytes)")])
 def test_an_aclimdb_review_without_text_is_refused_naming_it(tmp_path, content, found):
     root = write_aclimdb(tmp_path / "raw")
-    review = root / "test" / "neg" / "1_7.txt"
+    review = root / "test" / "neg" / "1_3.txt"
     review.write_bytes(content)
     message = refusal(tmp_path, root, TEXT)
     assert message == (f"{review.resolve()} {found}, but no aclImdb review is: the download is damaged; "
@@ -145,6 +160,15 @@ def test_cifar_labels_that_are_not_whole_numbers_0_to_9_are_refused_naming_the_e
     message = refusal(tmp_path, folder, IMAGE)
     assert message == (f"{folder.resolve() / name}: label {index}: the label is {shown}, but this task's labels are "
                        "0 … 9 (whole numbers); the batch is damaged: re-extract cifar-10-python.tar.gz")
+
+
+def test_a_cifar_batch_holding_no_image_is_refused(tmp_path):
+    """An emptied batch would shift every later image's key, and so tensorflow-datasets' split order."""
+    folder = write_cifar_python(tmp_path / "raw")
+    damage_batch(folder, "data_batch_2", lambda batch: batch.update({b"data": batch[b"data"][:0], b"labels": []}))
+    assert refusal(tmp_path, folder, IMAGE) == (f"{folder.resolve() / 'data_batch_2'} holds no images, but every "
+                                                "CIFAR-10 batch holds 10,000: the batch is damaged; re-extract "
+                                                "cifar-10-python.tar.gz")
 
 
 def test_cifar_labels_stored_as_whole_floats_are_the_same_classes(tmp_path):

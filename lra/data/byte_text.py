@@ -9,6 +9,7 @@ them. As in the original, the test split doubles as the validation split.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
@@ -17,6 +18,8 @@ import numpy as np
 from lra.errors import UserError
 
 IMDB_LABELS = {"neg": 0, "pos": 1}
+IMDB_RATINGS = {"neg": range(1, 5), "pos": range(7, 11)}  # aclImdb's README: negative ≤ 4, positive ≥ 7 of 10
+REVIEW_NAME = re.compile(r"(\d+)_(\d+)\.txt")  # <review id>_<rating>.txt
 
 
 def encode_bytes(data: bytes | str, limit: Optional[int] = None) -> np.ndarray:
@@ -47,7 +50,9 @@ def aclimdb_files(root: Path, split: str) -> List[Tuple[Path, int]]:
 
 def _class_reviews(folder: Path) -> List[Path]:
     """The ``*.txt`` files of one class folder in name order; a folder that is missing, cannot be
-    listed or holds no review raises naming it."""
+    listed or holds no review raises naming it, and so does a file not named as aclImdb names a review
+    of that class (``<id>_<rating>.txt``): a stray note or a review of the other class would be trained
+    under this folder's label."""
     try:
         with os.scandir(folder) as entries:
             reviews = sorted(Path(entry.path) for entry in entries if entry.name.endswith(".txt"))
@@ -60,6 +65,13 @@ def _class_reviews(folder: Path) -> List[Path]:
     if not reviews:
         raise UserError(f"no reviews (*.txt) in {folder}: the aclImdb download is incomplete or damaged; "
                         "re-extract aclImdb_v1.tar.gz there")
+    ratings = IMDB_RATINGS[folder.name]
+    for review in reviews:
+        name = REVIEW_NAME.fullmatch(review.name)
+        if name is None or int(name.group(2)) not in ratings:
+            raise UserError(f"{review} is not an aclImdb review of this folder (named <id>_<rating>.txt, rated "
+                            f"{ratings.start}-{ratings.stop - 1} in {folder.name}/): the review would take the folder's "
+                            "label; move or remove it, or re-extract aclImdb_v1.tar.gz there")
     return reviews
 
 

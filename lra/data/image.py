@@ -87,6 +87,9 @@ def read_batch(path: Path) -> Tuple[np.ndarray, np.ndarray]:
                         "re-extract cifar-10-python.tar.gz")
     if len(data) != len(labels):
         raise UserError(f"{path}: {len(data)} images but {len(labels)} labels")
+    if not len(data):
+        raise UserError(f"{path} holds no images, but every CIFAR-10 batch holds 10,000: the batch is damaged; "
+                        "re-extract cifar-10-python.tar.gz")
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), _class_labels(path, labels)
 
 
