@@ -317,6 +317,9 @@ class LoggerConfig:
     name: str = "none"
 
 
+W_AND_B_FORBIDDEN = tuple("/\\#?%:")  # characters no W&B project name may hold
+
+
 @dataclass
 class WandbLoggerConfig(LoggerConfig):
     name: str = "wandb"
@@ -326,8 +329,18 @@ class WandbLoggerConfig(LoggerConfig):
     tags: List[str] = field(default_factory=list)
 
     def __post_init__(self):
-        if not self.project:
-            raise InvalidOption("project", self.project, "a W&B project name")
+        """W&B's own limits (its settings' validators), checked before training: past them ``wandb.init``
+        fails and the run trains unlogged, with a warning."""
+        if not self.project or len(self.project) > 128 or any(c in self.project for c in W_AND_B_FORBIDDEN):
+            raise InvalidOption("project", self.project, f"a W&B project name (1 to 128 characters, none of "
+                                                         f"{' '.join(W_AND_B_FORBIDDEN)})")
+        for key in ("entity", "group"):
+            value = getattr(self, key)
+            if value is not None and (not value.strip() or len(value) > 128):
+                raise InvalidOption(key, value, f"a W&B {key} name of 1 to 128 characters, not blank (or null)")
+        for tag in self.tags:
+            if not 1 <= len(tag) <= 64:
+                raise InvalidOption("tags", tag, "a list of W&B tags, each 1 to 64 characters")
 
 
 OPTIMIZABLE_METRICS = ("best_val_accuracy", "test_accuracy", "train_tokens_per_second")

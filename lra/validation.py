@@ -198,6 +198,24 @@ def check_preset_choices(choices) -> None:
                           f"alone at the reference setup)")
 
 
+def check_group_names(cfg: DictConfig, choices) -> None:
+    """``task.name``, ``attention.name`` and ``logger.name`` say which file of their group was chosen (Hydra's
+    ``runtime.choices``); set apart from it, the run would train one task, backend or logger with another's
+    settings, recorded under the file's name (``logger.name`` is not the W&B run's name)."""
+    from lra.config import CONF_DIR
+
+    for group in ("task", "attention", "logger"):
+        chosen, name = choices.get(group), OmegaConf.select(cfg, f"{group}.name")
+        if chosen is None or name == chosen:
+            continue
+        files = sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
+        fix = f"pass {group}={name}" if name in files else f"pass {group}=<{'|'.join(files)}>"
+        run_name = " (W&B names each run by its backend's label; logger.group and logger.tags mark runs)" \
+            if group == "logger" else ""
+        raise ConfigError(f"{group}.name={name} differs from {group}={chosen}, and a run takes its {group}'s settings "
+                          f"from {group}=: {fix} instead of setting {group}.name{run_name}")
+
+
 def check_schedule_factors(cfg: DictConfig) -> None:
     """trainer.lr_start_factor and lr_end_factor shape only a linear schedule (the fine-tuning one, or
     stage 1's under pretraining): set under another, they would change nothing."""

@@ -22,7 +22,7 @@ from lra.errors import ConfigError, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
 from lra.run import FolderTaken, RunDirectory, not_a_run, resume_command
-from lra.validation import check_preset_choices, validate
+from lra.validation import check_group_names, check_preset_choices, validate
 
 log = logging.getLogger("lra.train")
 
@@ -124,6 +124,7 @@ def _start_fresh(folder: RunDirectory, cfg: DictConfig, hydra_cfg, multirun: boo
                                   _command_overrides())
     try:
         check_preset_choices(hydra_cfg.runtime.choices)
+        check_group_names(cfg, hydra_cfg.runtime.choices)
         validate(cfg)
     except ConfigError:
         if multirun:
@@ -369,6 +370,7 @@ def _validate_dry_run(overrides: list) -> None:
     if not cfg.resume:
         refuse_one_job_of_a_sweep(hydra_cfg.sweeper.get("params"), hydra_cfg.runtime.choices.get("experiment"), overrides)
         check_preset_choices(hydra_cfg.runtime.choices)
+        check_group_names(cfg, hydra_cfg.runtime.choices)
     if cfg.resume:
         from lra.config import _if_resume  # hydra.run.dir's resolver: the real run's refusal, word for word
 
