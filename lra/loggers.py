@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Callable, Dict
 
 from lra import packing
 
@@ -23,10 +22,11 @@ class NullLogger:
 
 
 class WandbLogger(NullLogger):
-    """Weights & Biases; any failure of W&B is a warning and training goes on."""
+    """Weights & Biases; a failure of W&B is one warning line in the run's log and training goes on."""
 
-    def __init__(self, cfg, run_dir: Path, resolved_config: dict, name: str, group: str, job_type: str):
-        self.run = None
+    def __init__(self, cfg, run_dir: Path, resolved_config: dict, name: str, group: str, job_type: str,
+                 announce: Callable[[str], None] = print):
+        self.run, self.announce, self.failed = None, announce, False
         try:
             import wandb
 
@@ -39,7 +39,9 @@ class WandbLogger(NullLogger):
             )
             self.run.summary["run_dir"] = str(run_dir)
         except Exception as exc:  # W&B must never fail training
-            warnings.warn(f"W&B logging disabled: {exc}")
+            self.run = None
+            announce(f"warning: W&B logging is off for this run: wandb.init failed ({_first_line(exc)}); the run "
+                     "trains and records to its folder as without W&B")
 
     def _safely(self, action) -> None:
         if self.run is None:
@@ -47,7 +49,10 @@ class WandbLogger(NullLogger):
         try:
             action()
         except Exception as exc:
-            warnings.warn(f"W&B logging failed: {exc}")
+            if not self.failed:  # once: a W&B outage would repeat it at every step
+                self.failed = True
+                self.announce(f"warning: W&B logging failed ({_first_line(exc)}); training goes on, and its record "
+                              "is in the run's folder whatever W&B received")
 
     def log(self, metrics, step):
         self._safely(lambda: self.run.log(metrics, step=step))
@@ -95,9 +100,15 @@ def sweep_group(sweep_dir: Path) -> str:
     return f"{described}{suffix}" if described else when
 
 
-def build_logger(cfg, run_dir: Path, resolved_config: dict, name: str, group: str, job_type: str):
+def _first_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else 'no message'}"
+
+
+def build_logger(cfg, run_dir: Path, resolved_config: dict, name: str, group: str, job_type: str,
+                 announce: Callable[[str], None] = print):
     if cfg.name == "none":
         return NullLogger()
     if cfg.name == "wandb":
-        return WandbLogger(cfg, run_dir, resolved_config, name, group, job_type)
+        return WandbLogger(cfg, run_dir, resolved_config, name, group, job_type, announce)
     raise ValueError(f"unknown logger {cfg.name!r}")

@@ -45,7 +45,7 @@ def _train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], 
 
     def start_logger(folder: Path, name: str, job_type: str):
         return build_logger(cfg.logger, folder, resolved_config, name=name, group=group,
-                            job_type=job_type) if ranks.main else NullLogger()
+                            job_type=job_type, announce=announce) if ranks.main else NullLogger()
 
     try:
         encoder, began_earlier = pretrained_encoder(cfg, run, record, announce, ranks, attention, start_logger) \

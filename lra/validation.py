@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from types import SimpleNamespace
 
 from omegaconf import DictConfig, OmegaConf
@@ -311,6 +312,18 @@ def check_device(name: str, path: str) -> None:
             raise ConfigError(f"{path}={name} but this machine has no CUDA device; use {path}=cpu (or auto)")
 
 
+WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")  # W&B's settings accept these
+
+
+def check_wandb_mode(logger: str) -> None:
+    """``WANDB_MODE`` is one of W&B's modes when W&B logs the run: another made ``wandb.init`` fail, and the
+    run trained unlogged behind a warning."""
+    mode = os.environ.get("WANDB_MODE")
+    if logger == "wandb" and mode and mode not in WANDB_MODES:
+        raise ConfigError(f"WANDB_MODE={mode} is not a W&B mode: set it to one of {', '.join(WANDB_MODES[:3])}, or "
+                          "unset it (online when logged in to W&B, else offline)")
+
+
 def validate_tool(cfg: DictConfig) -> None:
     """The same checks for lra-profile and lra-fidelity: unknown keys, the dataclass rules, each
     backend's options (lra-fidelity's ``options.<backend>``), and CUDA asked for where there is none;
@@ -358,6 +371,7 @@ def validate(cfg: DictConfig) -> TrainRunConfig:
     check_schedule_factors(cfg)
     check_pretraining(cfg)
     check_device_and_precision(cfg)
+    check_wandb_mode(cfg.logger.name)
     check_capture(cfg)
     distributed.world_size()  # a leftover WORLD_SIZE outside torchrun
     return typed(cfg)

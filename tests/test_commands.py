@@ -68,10 +68,22 @@ def test_wandb_offline_run_lives_in_the_run_directory_and_a_wandb_failure_is_onl
     run_command(args, tmp_path / "offline", data_dir, env_extra={"WANDB_MODE": "offline"})
     (run,) = run_dirs(tmp_path / "offline")
     assert list(run.glob("wandb/offline-run-*/run-*.wandb"))
-    broken = run_command(args, tmp_path / "broken", data_dir, env_extra={"WANDB_MODE": "not-a-mode"})
-    assert "W&B logging disabled" in broken.stderr
+    # online without credentials: wandb.init fails, which is one warning line in the run's log, and it trains on
+    (tmp_path / "home").mkdir()
+    unlogged = {"WANDB_MODE": "online", "WANDB_API_KEY": "", "HOME": str(tmp_path / "home")}
+    broken = run_command(args, tmp_path / "broken", data_dir, env_extra=unlogged)
     (run,) = run_dirs(tmp_path / "broken")
+    said = [line for line in (run / "train.log").read_text().splitlines() if "W&B" in line]
+    assert len(said) == 1 and said[0].endswith("warning: W&B logging is off for this run: wandb.init failed (UsageError: "
+                                               "No API key configured. Use `wandb login` to log in.); the run trains "
+                                               "and records to its folder as without W&B"), said
+    assert said[0].split(" - ", 1)[1] in broken.stdout and "Traceback" not in broken.stderr
     assert read_json(run / "metrics.json")["status"] == "completed"
+    refused = run_command(args, tmp_path / "refused", data_dir, env_extra={"WANDB_MODE": "not-a-mode"}, check=False)
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        "error: WANDB_MODE=not-a-mode is not a W&B mode: set it to one of online, offline, disabled, or unset it "
+        "(online when logged in to W&B, else offline)")
+    assert not (tmp_path / "refused" / "runs").exists()
 
 
 def test_lra_gpu_check_quick_on_cpu_runs_every_step_and_writes_its_flat_folder(tmp_path, data_dir):
