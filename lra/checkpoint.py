@@ -128,6 +128,31 @@ def check_config(path: Path, payload: Dict[str, Any], config_sha256: Optional[st
                     f"{config_sha256[:12]}…); {fix}")
 
 
+def build_identity(device: torch.device, amp_dtype: Optional[torch.dtype]) -> Dict[str, str]:
+    """What computed a training checkpoint, besides its config: the torch build (its version names the CUDA or
+    CPU build), the device type and the autocast precision (``trainer.device=auto`` and
+    ``trainer.precision=auto`` choose them at each start). A resume elsewhere would go on computing otherwise
+    than the run began, and its record would name only the last of them."""
+    return {"torch": torch.__version__, "device": device.type,
+            "precision": str(amp_dtype).removeprefix("torch.") if amp_dtype is not None else "float32"}
+
+
+def check_build(path: Path, payload: Dict[str, Any], here: Dict[str, str]) -> None:
+    """A training checkpoint is resumed only by the build that wrote it (:func:`build_identity`); checkpoints
+    written before it was recorded are not checked. One :class:`UserError` line otherwise."""
+    recorded = payload.get("build") if isinstance(payload, dict) else None
+    if not isinstance(recorded, dict):
+        return
+    differ = [f"{key} {recorded.get(key)} (this process: {value})" for key, value in here.items()
+              if key in recorded and recorded[key] != value]
+    if not differ:
+        return
+    where = ", ".join(f"{key}={value}" for key, value in recorded.items() if key in here)
+    raise UserError(f"cannot resume from {path}: it was trained with {'; '.join(differ)}, and a run resumes exactly "
+                    f"only as it was computed; resume it where it ran ({where}), or start a new run with the same "
+                    f"overrides; the run's metrics.json is left as it was")
+
+
 def load_training(path: Path) -> Dict[str, Any]:
     """A training checkpoint (every one of :data:`TRAINING_KEYS`), or one :class:`UserError` line."""
     try:

@@ -79,8 +79,16 @@ def resume_command(folder) -> str:
 
 def not_a_run(folder) -> Optional[str]:
     """The line refusing ``resume=<folder>`` where the folder holds no run's saved config; None where it does."""
-    if (Path(folder) / RESOLVED).is_file():
+    folder = Path(folder)
+    if (folder / RESOLVED).is_file():
         return None
+    if (folder / HYDRA_FILES).is_dir() and not (folder / METRICS).exists() and not (folder / CHECKPOINTS).exists():
+        # lra-train made it and was stopped (a kill) while it wrote its config files: nothing was trained there.
+        saved = RunDirectory(folder).saved_overrides()
+        again = shlex.join(["lra-train", *saved, f"hydra.run.dir={hydra_value(folder)}"]) if saved else \
+            "the command that started it"
+        return (f"resume={folder} holds a run stopped while it saved its config (no {RESOLVED.as_posix()}): nothing "
+                f"was trained there, so there is nothing to resume; start it again with {again}")
     return (f"resume={folder} is not an lra-train run directory (no {RESOLVED.as_posix()}); "
             "pass a run folder such as runs/<date>/<time>")
 
@@ -398,7 +406,18 @@ class RunDirectory:
 
         self.remove_interrupted_writes(folder)
         path = Path(folder) / checkpoint.LAST
-        return (path, checkpoint.load_training(path)) if path.is_file() else None
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            return None
+        except OSError as exc:  # a loop of links, a folder this user may not enter: never taken for "no checkpoint"
+            raise UserError(f"cannot resume from {path}: it cannot be read ({exc.strerror.lower()}); make it readable, "
+                            f"or start a new run with the same overrides (its metrics.json is left as it was)") from None
+        if not stat.S_ISREG(mode):  # taken for "no checkpoint", the run trained again from step 0 over its files
+            raise UserError(f"cannot resume from {path}: it is {kind(mode)}, not a checkpoint file; move it away and "
+                            f"put the run's {checkpoint.LAST} there, or start a new run with the same overrides (its "
+                            f"metrics.json is left as it was)")
+        return path, checkpoint.load_training(path)
 
     def new_record(self, provisional: bool = False, **fields: Any) -> RunRecord:
         """The run's one record, written by rank 0 alone; ``provisional`` (a resume) writes nothing

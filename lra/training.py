@@ -189,7 +189,19 @@ class Trainer:
             "state": asdict(self.state), "best_weights": self.best_weights,
             "config_sha256": self.folder.config_sha256,  # the config it was trained with (try_resume checks it)
             "data_content": self.data.content,  # and the data (check_same_data), should the record be lost
+            "build": checkpoint.build_identity(self.device, self.amp_dtype),  # and what computed it (check_build)
         })
+
+    def save_best(self) -> None:
+        """``best.pt``: the best validation weights and their step. Written when validation improves, and at a
+        resume from the training checkpoint's copy of them, which the run's test evaluates: a best.pt written
+        after that checkpoint by the process that was killed (a step the resume may not validate alike, where
+        computing is not bitwise repeatable), damaged or replaced since, would otherwise outlive the resume
+        beside a record naming another best step."""
+        if self.ranks.main and self.best_weights is not None:
+            checkpoint.save(self.checkpoint_dir / checkpoint.BEST, {"model": self.best_weights,
+                                                                     "step": self.state.best_step,
+                                                                     "config_sha256": self.folder.config_sha256})
 
     def try_resume(self, continuing: bool = False) -> bool:
         """Load this stage's checkpoint, if it has one. ``continuing``: the stage began in an earlier process
@@ -209,6 +221,7 @@ class Trainer:
             return False
         path, payload = found
         checkpoint.check_config(path, payload, self.folder.config_sha256)
+        checkpoint.check_build(path, payload, checkpoint.build_identity(self.device, self.amp_dtype))
         self.check_same_data(previous, payload)
         try:
             self.model.load_state_dict(payload["model"])
@@ -224,6 +237,7 @@ class Trainer:
             raise UserError(f"cannot resume from {path}: it is not this run's checkpoint ({reason}); "
                             f"{checkpoint.KEPT}") from None
         self.record.confirm()
+        self.save_best()  # the best checkpoint as this one holds it: a kill or a hand may have left another
         self.note_resume(self.state.step, previous)
         self.announce(f"resumed from {path} at step {self.state.step}")
         return True
@@ -435,9 +449,7 @@ class Trainer:
         if self.state.best_val_accuracy is None or result["accuracy"] > self.state.best_val_accuracy:
             self.state.best_val_accuracy, self.state.best_step = result["accuracy"], step
             self.best_weights = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-            if self.ranks.main:
-                checkpoint.save(self.checkpoint_dir / checkpoint.BEST, {"model": self.best_weights, "step": step,
-                                                                         "config_sha256": self.folder.config_sha256})
+            self.save_best()
         entry = {"step": step, "val_loss": result["loss"], "val_accuracy": result["accuracy"],
                  "train_loss": train_metrics["train/loss"], "lr": train_metrics["train/lr"]}
         if "train/aux_loss" in train_metrics:

@@ -24,6 +24,7 @@ def log_to_file(message: str, level: str = "ERROR") -> None:
 DISK_ERRORS = {  # errno → the fix, for errors of the file system a command writes to
     errno.ENOSPC: "free space on that disk, or write elsewhere",
     errno.EDQUOT: "free space within your quota, or write elsewhere",
+    errno.EFBIG: "raise the limit on file sizes (ulimit -f) or write to a file system that takes larger files",
     errno.ENAMETOOLONG: "use a shorter name (at most 255 bytes per path component)",
     errno.EROFS: "write to a writable file system",
     errno.EACCES: "write to a folder you may write to (or fix its permissions)",

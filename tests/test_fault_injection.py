@@ -1,0 +1,146 @@
+"""Faults a run meets between a kill and its resume: a checkpoint that is no file, a run killed while it saved
+its config, a write stopped by a file-size limit, a resume by another torch build or on another device, a
+best checkpoint damaged since. Each ends in one line naming the fix with nothing lost, or in a resume whose
+files are the run's own (faults through lra/faults.py's hooks; no sleeps)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import shlex
+import shutil
+
+import pytest
+import torch
+
+from conftest import SMALL_LISTOPS, read_json, run_command
+
+# One layer, best validation at step 3 of 6 (seed 3): the second evaluation does not rewrite best.pt.
+RUN = ["trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=3", "trainer.checkpoint_every=3",
+       "attention=softmax", "seed=3", "model.num_layers=1", *SMALL_LISTOPS]
+
+
+def snapshot(folder):
+    """Every file under ``folder`` (the lock file and the log aside) with its bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name not in (".lock", "train.log")}
+
+
+def one_error_line(result, code=1):
+    errors = [line for line in result.stderr.strip().splitlines() if line.startswith("error:")]
+    assert result.returncode == code and len(errors) == 1, (result.returncode, result.stderr)
+    assert result.stderr.strip().splitlines()[-1] == errors[0] and "Traceback" not in result.stderr, result.stderr
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory, data_dir):
+    """A run SIGKILLed right after its step-3 last.pt (its best.pt is step 3's): each test damages a copy."""
+    root = tmp_path_factory.mktemp("killed")
+    result = run_command(["lra-train", *RUN, "hydra.run.dir=run"], root, data_dir,
+                         env_extra={"LRA_FAULT": "after_checkpoint:2"}, check=False)
+    assert result.returncode != 0 and read_json(root / "run" / "metrics.json")["steps"] == 3, result.stderr
+    return root / "run"
+
+
+@pytest.fixture
+def run(killed, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(killed, copy)
+    return copy
+
+
+@pytest.mark.parametrize("what", ["a folder", "a named pipe"])
+def test_a_checkpoint_that_is_no_file_is_refused_not_taken_for_none(run, tmp_path, data_dir, what):
+    """It was taken for no checkpoint: the run trained again from step 0 over its best.pt and history (a
+    folder then failed at the step-3 save; a pipe was replaced by a new last.pt)."""
+    last = run / "checkpoints" / "last.pt"
+    last.unlink()
+    last.mkdir() if what == "a folder" else os.mkfifo(last)
+    before = snapshot(run)
+    line = one_error_line(run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False))
+    assert line.startswith(f"error: cannot resume from {last}: it is {what}, not a checkpoint file; move it away"), line
+    assert snapshot(run) == before and (last.is_dir() if what == "a folder" else not last.is_file())
+
+
+def test_a_run_killed_while_saving_its_config_names_the_command_that_starts_it_again(tmp_path, data_dir):
+    """It was "not an lra-train run directory … pass a run folder such as runs/<date>/<time>": no way on."""
+    run = tmp_path / "runs" / "cut"
+    killed = run_command(["lra-train", *RUN, f"hydra.run.dir={run}"], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "write:4"}, check=False)  # .hydra/resolved.yaml, not yet renamed
+    assert killed.returncode != 0 and not (run / ".hydra" / "resolved.yaml").exists()
+    line = one_error_line(run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False), code=2)
+    start = f"error: resume={run} holds a run stopped while it saved its config (no .hydra/resolved.yaml): nothing was " \
+            "trained there, so there is nothing to resume; start it again with "
+    assert line.startswith(start), line
+    again = shlex.split(line[len(start):])
+    assert again == ["lra-train", *RUN, f"hydra.run.dir={run}"], again
+    run_command(again, tmp_path, data_dir)
+    assert read_json(run / "metrics.json")["status"] == "completed" and not list(run.rglob("*.tmp"))
+
+
+def test_a_write_over_the_file_size_limit_is_one_line_and_the_run_resumes(tmp_path, data_dir):
+    """EFBIG (``ulimit -f``; Python ignores SIGXFSZ) was "unexpected OSError … a bug in the harness"."""
+    run = tmp_path / "run"
+    result = run_command(["lra-train", *RUN, f"hydra.run.dir={run}"], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "checkpoint_write:2:EFBIG"}, check=False)  # the step-3 last.pt
+    line = one_error_line(result)
+    assert line == (f"error: File too large ({run / 'checkpoints' / 'last.pt'}): raise the limit on file sizes "
+                    "(ulimit -f) or write to a file system that takes larger files; nothing finished was changed"), line
+    assert not list(run.rglob("*.tmp")) and not (run / "checkpoints" / "last.pt").exists()
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert read_json(run / "metrics.json")["status"] == "completed"
+
+
+def test_a_real_file_size_limit_keeps_the_previous_file_and_names_the_fix(tmp_path):
+    """The kernel's EFBIG under RLIMIT_FSIZE, through the atomic writer every record and checkpoint uses."""
+    from lra.commands.config_errors import failure
+    from lra.io import atomic_write
+
+    target = tmp_path / "last.pt"
+    target.write_bytes(b"the previous checkpoint")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+    try:
+        with pytest.raises(OSError) as raised:
+            atomic_write(target, lambda handle: handle.write(b"x" * 10000), mode="wb")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert raised.value.errno == errno.EFBIG and raised.value.filename == str(target)
+    assert target.read_bytes() == b"the previous checkpoint" and [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+    line, status = failure(raised.value)
+    assert status == 1 and line.startswith(f"File too large ({target}): raise the limit on file sizes (ulimit -f)")
+
+
+@pytest.mark.parametrize("other", [{"torch": "2.0.0+cu118"}, {"device": "cuda", "precision": "bfloat16"}],
+                         ids=["another torch", "another device"])
+def test_a_resume_by_another_build_or_device_is_refused(run, tmp_path, data_dir, other):
+    """A run trained elsewhere (trainer.device=auto, precision=auto) went on under this torch and device, its
+    record naming only the last: a mix no single setup computes."""
+    last = run / "checkpoints" / "last.pt"
+    payload = torch.load(last, weights_only=False)
+    assert payload["build"] == {"torch": torch.__version__, "device": "cpu", "precision": "float32"}
+    payload["build"].update(other)
+    torch.save(payload, last)
+    before = snapshot(run)
+    line = one_error_line(run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False))
+    said = "; ".join(f"{key} {value} (this process: {({'torch': torch.__version__, 'device': 'cpu', 'precision': 'float32'})[key]})"
+                     for key, value in other.items())
+    assert line.startswith(f"error: cannot resume from {last}: it was trained with {said}, and a run resumes exactly "
+                           "only as it was computed; resume it where it ran ("), line
+    assert snapshot(run) == before
+
+
+def test_a_resume_writes_best_pt_from_its_checkpoint(run, tmp_path, data_dir):
+    """best.pt damaged (or left by the killed process from a later validation) after the checkpoint: the run
+    completed with a record naming the checkpoint's best step beside a best.pt that was not it."""
+    best = run / "checkpoints" / "best.pt"
+    best.write_bytes(b"not a checkpoint")
+    held = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    record = read_json(run / "metrics.json")
+    assert (record["status"], record["best_step"]) == ("completed", 3), "validation did not improve after step 3"
+    written = torch.load(best, weights_only=False)
+    assert written["step"] == 3 and written["model"].keys() == held["best_weights"].keys()
+    assert all(torch.equal(written["model"][k], held["best_weights"][k]) for k in written["model"])
