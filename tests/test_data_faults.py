@@ -67,6 +67,23 @@ def test_a_killed_listops_generation_is_cleaned_up_and_resumed(tmp_path, data_di
     assert not list(data.rglob(".basic_*.partial")) and len(list(data.rglob("basic_*.tsv"))) == 3
 
 
+def test_an_interrupted_pathfinder_generation_stops_its_workers_at_their_next_image(tmp_path, data_dir):
+    """SIGTERM once the first folder is written: the workers had drawn every queued folder before the command
+    said "interrupted" (7 minutes of 128-pixel images); they stop after the image at hand, the folders they
+    were drawing are left without metadata, and the same command completes the data."""
+    data = tmp_path / "data"
+    args = ["lra-prepare", "pathfinder", "--data-dir", str(data), "task.generator.num_images=80",
+            "task.generator.images_per_folder=10", "task.generator.workers=2"]
+    stopped = run_command(args, tmp_path, data_dir, env_extra={"LRA_FAULT": "pathfinder_folder:1:SIGTERM"}, check=False)
+    assert stopped.returncode == 128 + signal.SIGTERM and stopped.stderr.strip().splitlines()[-1].startswith(
+        "error: interrupted (SIGTERM); what was finished is kept"), stopped.stderr
+    written = list(data.rglob("metadata/*.npy"))
+    assert 1 <= len(written) <= 3, f"{len(written)} of 8 folders written: the workers went on drawing"
+    assert not list(data.rglob("cache/*")), "no cache from part of the images"
+    completed = run_command(args, tmp_path, data_dir)
+    assert json.loads(completed.stdout.strip().splitlines()[-1])["counts"] == {"train": 64, "val": 8, "test": 8}
+
+
 def test_a_killed_conversion_is_cleaned_up_and_the_cache_is_readable_by_the_group(tmp_path, data_dir):
     data = tmp_path / "data"
     args = ["lra-prepare", "listops", "--data-dir", str(data), *[o for o in SMALL_LISTOPS if not o.startswith("task.max_length")]]

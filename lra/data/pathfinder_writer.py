@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
+import signal
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Set
 
 from attention_zoo.options import whole
 from lra.data.pathfinder_generator import Geometry, generate_scene
+from lra.faults import fault_point
 from lra.io import atomic_write_text, remove_stale
 
 CHECKSUMS = "checksums"  # <root>/checksums/<folder>.json: {"metadata": sha256, "images": {name: sha256}}
@@ -63,6 +67,18 @@ def _draw(g: Geometry, image_dir: Path, seed: int, folder: int, index: int) -> t
     return metadata_line(g, folder, index, scene.label, scene.margin), _sha256(buffer.getvalue())
 
 
+_stop: Optional[Event] = None  # in a worker process: set by the parent when the generation is interrupted
+
+
+def _start_worker(stop: Event) -> None:
+    """A worker leaves ctrl-C and SIGTERM (which reach a job's whole group) to the parent, which stops it through
+    ``stop`` after the image at hand and then says why it stopped."""
+    global _stop
+    _stop = stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _write_folder(args) -> int:
     g, root, seed, folder, first, count = args
     root = Path(root)
@@ -71,6 +87,8 @@ def _write_folder(args) -> int:
     remove_stale(image_dir, r"\.sample_\d+\.(?P<pid>\d+)\.png")  # left by a killed generation
     lines, images = [], {}
     for index in range(first, first + count):
+        if _stop is not None and _stop.is_set():
+            return 0  # interrupted: the folder has no metadata file, so the next generation writes it whole
         line, images[f"sample_{index}.png"] = _draw(g, image_dir, seed, folder, index)
         lines.append(line)
     metadata = "\n".join(lines) + "\n"
@@ -173,7 +191,14 @@ def write_release(g: Geometry, settings: GeneratorSettings, root: Path,
             if progress:
                 progress(done)
         return
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-        for done in pool.map(_write_folder, jobs):
-            if progress:
-                progress(done)
+    stop = multiprocessing.get_context().Event()
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), initializer=_start_worker, initargs=(stop,)) as pool:
+        try:
+            for done in pool.map(_write_folder, jobs):
+                if progress:
+                    progress(done)
+                fault_point("pathfinder_folder")  # tests: a signal while the workers draw the next folders
+        except BaseException:  # a signal or a failed folder: the workers stop at their next image, not folder
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
