@@ -64,7 +64,7 @@ def at_least_float32(forward):
         dtype, computed = v.dtype, computation_dtype(q, k, v)
         with torch.autocast(q.device.type, enabled=False):
             out = forward(self, q.to(computed), k.to(computed), v.to(computed), real_mask(mask, q))
-        return out.to(dtype)
+        return out.to(dtype) if isinstance(out, torch.Tensor) else out  # anything else: the registry's error
 
     return wrapper
 

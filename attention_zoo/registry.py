@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
+import functools
+import inspect
+import re
+import types
+import typing
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, Optional, Type
 
 import torch
 from torch import nn
+
+from attention_zoo.options import InvalidOption, whole
 
 
 class Attention(nn.Module):
@@ -23,7 +32,8 @@ class Attention(nn.Module):
     mask [batch, n] (bool, True = real token, or None for no padding) and returns [batch, heads, n,
     head_dim]. Rows of padded queries may hold anything finite; callers ignore them. n = 0 gives an
     empty output (most backends through ``_common.at_least_float32``, which returns it before their own code runs).
-    ``aux_loss`` is a scalar tensor the trainer adds to its loss, or None.
+    ``aux_loss`` is a scalar tensor the trainer adds to its loss, or None. :func:`register` wraps
+    ``forward`` in the checks of this contract (:func:`checked_forward`).
     """
 
     name: str = ""
@@ -77,22 +87,168 @@ class Backend:
 
 
 _REGISTRY: Dict[str, Backend] = {}
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # attention=<name>, conf/attention/<name>.yaml, schema_attention_<name>
+
+
+class BackendError(RuntimeError):
+    """A backend broke the contract of :class:`Attention` (its output, its ``aux_loss``, or its inputs
+    changed in place): a bug in that backend's code, named with its class."""
 
 
 def register(name: str, options: Type[Any]) -> Callable[[Type[Attention]], Type[Attention]]:
-    """Class decorator: register an :class:`Attention` subclass under ``name``."""
-    if not dataclasses.is_dataclass(options):
-        raise TypeError(f"options of backend '{name}' must be a dataclass, got {options!r}")
+    """Class decorator: register an :class:`Attention` subclass under ``name`` with its options
+    dataclass. Every option needs a default and a plain type (a config file and the command line set
+    it); the class's ``forward`` is wrapped in the contract checks (:func:`checked_forward`). Registering
+    a class again under its name (a re-run notebook cell, a reloaded module) replaces it; another
+    class under a taken name is refused."""
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ValueError(f"attention backend name {name!r} is not usable: use letters, digits and underscores, "
+                         "starting with a letter (it becomes attention=<name> and conf/attention/<name>.yaml)")
+    _check_options_class(name, options)
 
     def decorate(cls: Type[Attention]) -> Type[Attention]:
-        if name in _REGISTRY and _REGISTRY[name].cls is not cls:
-            raise ValueError(f"attention backend '{name}' is registered twice")
+        if not (isinstance(cls, type) and issubclass(cls, Attention)):
+            raise TypeError(f"@register('{name}', ...) decorates a subclass of attention_zoo.Attention, got {cls!r}")
+        _check_forward_signature(name, cls)
+        taken = _REGISTRY.get(name)
+        if taken is not None and taken.cls is not cls and _qualified(taken.cls) != _qualified(cls):
+            raise ValueError(f"attention backend name '{name}' is taken by {_qualified(taken.cls)}; register "
+                             f"{_qualified(cls)} under another name (taken: {', '.join(names())})")
+        other = [b.name for b in _REGISTRY.values() if b.cls is cls and b.name != name]
+        if other:
+            raise ValueError(f"{_qualified(cls)} is registered as '{other[0]}' already; one class has one name "
+                             f"(subclass it to register a variant as '{name}')")
+        cls.forward = checked_forward(cls.forward)  # as it is if already wrapped (a registered parent's)
         cls.name = name
         cls.Options = options
         _REGISTRY[name] = Backend(name, cls, options)
         return cls
 
     return decorate
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _check_options_class(name: str, options: Any) -> None:
+    """The options of backend ``name``: a dataclass (the class, not an instance) whose every field has a
+    default and a plain type (:func:`_plain`), so that ``build(name)`` and a YAML preset can make it."""
+    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        got = f"an instance of {type(options).__name__}: pass the class itself" if dataclasses.is_dataclass(options) \
+            else repr(options)
+        raise TypeError(f"options of backend '{name}' must be a dataclass class (@dataclasses.dataclass), got {got}")
+    hints = typing.get_type_hints(options)
+    for option in dataclasses.fields(options):
+        if not option.init:
+            continue
+        if option.default is dataclasses.MISSING and option.default_factory is dataclasses.MISSING:
+            raise TypeError(f"option '{option.name}' of backend '{name}' has no default: give it one "
+                            f"(build('{name}', ...) and attention={name} start from every option's default)")
+        if not _plain(hints.get(option.name, Any)):
+            raise TypeError(f"option '{option.name}' of backend '{name}' has type {hints[option.name]!r}, which a "
+                            "config file cannot hold: use int, float, bool, str, an Enum, or Optional/List/Dict/Tuple "
+                            "of them (a choice of behaviours: a str checked by attention_zoo.options.choice)")
+
+
+def _plain(hint: Any) -> bool:
+    """Whether an option's type is one a YAML preset and Hydra's structured configs can hold."""
+    if hint is Any or hint in (int, float, bool, str) or (isinstance(hint, type) and issubclass(hint, enum.Enum)):
+        return True
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return all(arg is type(None) or _plain(arg) for arg in args)
+    if origin in (list, tuple, dict) or hint in (list, tuple, dict):
+        return all(arg is Ellipsis or _plain(arg) for arg in args)
+    return False
+
+
+def _check_forward_signature(name: str, cls: type) -> None:
+    if cls.forward is nn.Module.forward:
+        raise TypeError(f"backend '{name}' ({_qualified(cls)}) has no forward(self, q, k, v, mask=None)")
+    try:
+        inspect.signature(cls.forward).bind(None, "q", "k", "v", "mask")
+    except TypeError:
+        raise TypeError(f"{_qualified(cls)}.forward{inspect.signature(cls.forward)} cannot be called as "
+                        "forward(q, k, v, mask): take (self, q, k, v, mask=None), mask [batch, n] bool, "
+                        "True = real token (None: no padding)") from None
+    except ValueError:  # no signature to inspect (a builtin): nothing to check
+        pass
+
+
+def checked_forward(forward: Callable) -> Callable:
+    """``forward`` wrapped in the checks of the :class:`Attention` contract, each failure one error naming
+    the fix: q, k, v [batch, num_heads, n, head_dim] floating tensors on one device and the mask bool
+    [batch, n] (else ValueError or TypeError: the caller's mistake, such as a [batch, n, heads, d] layout
+    or an additive float mask, which every backend would read silently wrong); then (:class:`BackendError`:
+    the backend's) a tensor of v's shape, device and dtype (any floating dtype under autocast) in the
+    autograd graph when v is, q, k, v and the mask not changed in place, ``aux_loss`` None or a 0-dim
+    floating tensor. Shapes and flags only: nothing is read back from the device. Under torch.compile the
+    in-place check is left out (it reads version counters, which a graph cannot)."""
+    if getattr(forward, "checks_contract", False):
+        return forward
+
+    @functools.wraps(forward)
+    def checked(self, q, k, v, mask=None):
+        _check_inputs(self, q, k, v, mask)
+        inputs = (q, k, v) if mask is None else (q, k, v, mask)
+        versions = None if torch.compiler.is_compiling() else [t._version for t in inputs]
+        out = forward(self, q, k, v, mask)
+        _check_output(self, out, v)
+        if versions is not None and versions != [t._version for t in inputs]:
+            changed = [label for label, t, seen in zip("q k v mask".split(), inputs, versions) if t._version != seen]
+            raise BackendError(f"{_qualified(type(self))}.forward changed {', '.join(changed)} in place (the caller's "
+                               "tensors): compute into new tensors (x = x * 2, not x.mul_(2))")
+        return out
+
+    checked.checks_contract = True
+    return checked
+
+
+def _check_inputs(module: "Attention", q, k, v, mask) -> None:
+    expected = f"[batch, heads={module.num_heads}, n, head_dim={module.head_dim}]"
+    for label, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"attention '{module.name}': {label} is a {type(t).__name__}; pass tensors {expected}")
+        if t.dim() != 4 or t.shape[1] != module.num_heads or t.shape[3] != module.head_dim or t.shape != q.shape:
+            hint = (f" ({label}.transpose(1, 2) if yours is [batch, n, heads, head_dim])"
+                    if t.dim() == 4 and t.shape[2] == module.num_heads and t.shape[3] == module.head_dim else "")
+            raise ValueError(f"attention '{module.name}': {label} has shape {tuple(t.shape)}; q, k and v must all be "
+                             f"{expected}, the sizes it was built with{hint}")
+        if not t.is_floating_point() or t.device != q.device:
+            raise ValueError(f"attention '{module.name}': {label} is {t.dtype} on {t.device}; q, k and v must be "
+                             f"floating-point tensors on one device (q: {q.dtype} on {q.device})")
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        got = f"{mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"attention '{module.name}': the mask is {got}; it must be bool [batch, n], True = real token "
+                         "(a 0/1 mask: mask.bool(); an additive mask of 0 and -inf: mask == 0), or None")
+    if mask.shape != (q.shape[0], q.shape[2]) or mask.device != q.device:
+        raise ValueError(f"attention '{module.name}': the mask has shape {tuple(mask.shape)} on {mask.device}; it "
+                         f"must be [batch, n] = {(q.shape[0], q.shape[2])} on {q.device}, True = real token")
+
+
+def _check_output(module: "Attention", out, v) -> None:
+    where = f"{_qualified(type(module))}.forward"
+    if not isinstance(out, torch.Tensor):
+        raise BackendError(f"{where} returned a {type(out).__name__}; it must return one tensor of v's shape "
+                           "[batch, heads, n, head_dim] (an auxiliary loss goes to self.aux_loss)")
+    if out.shape != v.shape or out.device != v.device:
+        raise BackendError(f"{where} returned shape {tuple(out.shape)} on {out.device}; it must return v's "
+                           f"shape {tuple(v.shape)} [batch, heads, n, head_dim] on {v.device}")
+    if not out.is_floating_point() or (out.dtype != v.dtype and not torch.is_autocast_enabled(v.device.type)):
+        raise BackendError(f"{where} returned {out.dtype} for {v.dtype} inputs; return the inputs' dtype "
+                           "(out.to(v.dtype), or decorate forward with attention_zoo._common.at_least_float32)")
+    if torch.is_grad_enabled() and v.requires_grad and not out.requires_grad:
+        raise BackendError(f"{where} returned a tensor outside the autograd graph of q, k, v (detached, or computed "
+                           "under torch.no_grad): the model could not learn through it")
+    aux = module.aux_loss
+    if aux is not None and not (isinstance(aux, torch.Tensor) and aux.dim() == 0 and aux.is_floating_point()):
+        got = f"a {aux.dtype} tensor of shape {tuple(aux.shape)}" if isinstance(aux, torch.Tensor) else \
+            f"a {type(aux).__name__}"
+        raise BackendError(f"{where} set aux_loss to {got}; it must be None or a 0-dim floating tensor in the "
+                           "autograd graph (e.g. loss.mean(), not loss.item()), which the trainer adds to its loss")
 
 
 def names() -> list[str]:
@@ -115,9 +271,11 @@ def get(name: str) -> Backend:
 
 
 def make_options(name: str, **options: Any) -> Any:
-    """Build the options dataclass of ``name``; unknown keys raise with the valid ones listed."""
+    """Build the options dataclass of ``name``; unknown keys raise with the valid ones listed, a value of
+    the wrong type (a string for an int, "false" for a bool) :class:`InvalidOption`, as the options' own
+    rules do (their ``__post_init__``, which speaks first)."""
     backend = get(name)
-    valid = [f.name for f in dataclasses.fields(backend.options)]
+    valid = [f.name for f in dataclasses.fields(backend.options) if f.init]
     unknown = [key for key in options if key not in valid]
     if unknown:
         hints = []
@@ -128,7 +286,60 @@ def make_options(name: str, **options: Any) -> Any:
             f"unknown option {', '.join(hints)} for attention '{name}'; "
             f"valid options: {', '.join(valid) or '(none)'}"
         )
-    return backend.options(**options)
+    try:
+        made = backend.options(**options)
+    except InvalidOption:
+        raise
+    except Exception:  # e.g. a rule comparing a string with a number: the type is the problem, if one is wrong
+        _check_types(backend.options, options)
+        raise
+    _check_types(backend.options, options)
+    return made
+
+
+def _check_types(options_class: type, values: Dict[str, Any]) -> None:
+    hints = typing.get_type_hints(options_class)
+    for key, value in values.items():
+        if key in hints and not _fits(value, hints[key]):
+            raise InvalidOption(key, value, _type_rule(hints[key]))
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether ``value`` has the option type ``hint`` (an int is a float; a bool is neither; a list and a
+    tuple stand for each other, as a config file has only lists)."""
+    if hint is Any:
+        return True
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(value is None if arg is type(None) else _fits(value, arg) for arg in args)
+    if origin in (list, tuple) or hint in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            return False
+        if origin is tuple and args and Ellipsis not in args:  # Tuple[int, str]: a type per place
+            return len(args) == len(value) and all(_fits(item, arg) for item, arg in zip(value, args))
+        return not args or all(_fits(item, args[0]) for item in value)
+    if origin is dict or hint is dict:
+        return isinstance(value, dict) and (not args or all(_fits(item, args[1]) for item in value.values()))
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _type_rule(hint: Any) -> str:
+    words = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+    if hint in words:
+        return words[hint]
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        rules = [_type_rule(arg) for arg in args if arg is not type(None)]
+        return " or ".join(rules) + (" (or null)" if type(None) in args else "")
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return f"one of {', '.join(member.name for member in hint)}"
+    return f"of type {getattr(hint, '__name__', None) or hint}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +355,9 @@ class AttentionSpec:
         return get(self.name).cls.label(self.options)
 
     def check_shape(self, num_heads: int, head_dim: int, max_seq_len: int) -> None:
+        """:class:`InvalidOption` for sizes that are not whole numbers ≥ 1, then the backend's own rules."""
+        whole(SimpleNamespace(num_heads=num_heads, head_dim=head_dim, max_seq_len=max_seq_len), 1,
+              "num_heads", "head_dim", "max_seq_len")
         get(self.name).cls.check_shape(self.options, num_heads, head_dim, max_seq_len)
 
     @property
@@ -153,6 +367,8 @@ class AttentionSpec:
     def build(self, num_heads: int, head_dim: int, max_seq_len: int, causal: bool = False) -> Attention:
         """A module of this backend (its options checked against the shape first); ``causal``: query
         i attends to keys 0…i only (a backend without :attr:`Attention.supports_causal` refuses)."""
+        if not isinstance(causal, bool):
+            raise InvalidOption("causal", causal, "true or false")
         if causal and not self.supports_causal:
             raise ValueError(f"attention '{self.name}' has no causal mode; causal backends: {', '.join(causal_names())}")
         self.check_shape(num_heads, head_dim, max_seq_len)

@@ -233,9 +233,17 @@ class Classifier(nn.Module):
 
 
 def attention_aux_loss(encoder: Encoder) -> Optional[torch.Tensor]:
-    """The sum of the attention backends' auxiliary losses, or None if none set one."""
-    losses = [b.attention.backend.aux_loss for b in encoder.blocks if b.attention.backend.aux_loss is not None]
-    return torch.stack(losses).sum() if losses else None
+    """The sum of the attention backends' auxiliary losses, or None if none set one. Read for the training
+    loss: one outside the autograd graph (detached, or computed under torch.no_grad) would train nothing,
+    so it is refused (:class:`attention_zoo.BackendError`)."""
+    backends = [b.attention.backend for b in encoder.blocks if b.attention.backend.aux_loss is not None]
+    for backend in backends:
+        if torch.is_grad_enabled() and not backend.aux_loss.requires_grad:
+            raise attention_zoo.BackendError(
+                f"{type(backend).__module__}.{type(backend).__qualname__} set aux_loss outside the autograd graph "
+                "(detached, or computed under torch.no_grad), so adding it to the loss trains nothing: compute it "
+                "from the module's parameters or q, k with gradients on, or leave it None")
+    return torch.stack([backend.aux_loss for backend in backends]).sum() if backends else None
 
 
 class LanguageModel(nn.Module):

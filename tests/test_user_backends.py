@@ -1,0 +1,329 @@
+"""A researcher's own backend through the public API (``attention_zoo.register``, ``build``, ``spec``)
+and through the harness (a preset of its own, the model, the trainer's auxiliary loss): what is
+refused, with which line, and what is never computed silently wrong."""
+
+import dataclasses
+import typing
+
+import pytest
+import torch
+from hydra.core.config_store import ConfigStore
+
+import attention_zoo
+from attention_zoo import Attention, BackendError, register
+from attention_zoo import registry
+from attention_zoo._common import at_least_float32
+from attention_zoo.options import InvalidOption, number
+from helpers import compose_config
+from lra.config import register_configs
+from lra.model import Classifier
+from lra.validation import attention_spec, validate
+
+HEADS, DIM, N = 2, 8, 5
+
+
+@pytest.fixture(autouse=True)
+def registry_restored():
+    """Each test's backends leave the registry (and Hydra's store) as they found them: the other test
+    modules parametrize over ``attention_zoo.names()``."""
+    before = dict(registry._REGISTRY)
+    yield
+    added = set(registry._REGISTRY) - set(before)
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(before)
+    for name in added:
+        ConfigStore.instance().repo.pop(f"schema_attention_{name}.yaml", None)
+
+
+@dataclasses.dataclass
+class ScaleOptions:
+    scale: float = 1.0
+
+    def __post_init__(self):
+        number(self, "scale", 0.0)
+
+
+def scaled_values(name, forward=None, options=ScaleOptions):
+    """Register (under ``name``) a backend returning v · scale, or what ``forward`` returns."""
+
+    class UserAttention(Attention):
+        def forward(self, q, k, v, mask=None):
+            return forward(self, q, k, v, mask) if forward else v * self.options.scale
+
+    return register(name, options)(UserAttention)
+
+
+def qkv(n=N, requires_grad=False):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(2, HEADS, n, DIM, generator=g).requires_grad_(requires_grad) for _ in range(3)]
+
+
+def build(name, **options):
+    return attention_zoo.build(name, num_heads=HEADS, head_dim=DIM, max_seq_len=16, **options)
+
+
+# ----------------------------------------------------------------------------- register()
+@pytest.mark.parametrize("name", ["my attn", "conf/attention", "", "1st", "dotted.name", 3])
+def test_a_name_no_config_can_hold_is_refused_and_the_registry_still_lists(name):
+    with pytest.raises(ValueError, match="letters, digits and underscores"):
+        scaled_values(name)
+    assert attention_zoo.names() == sorted(attention_zoo.names())  # an int name made this raise for every caller
+    with pytest.raises(KeyError, match="registered: .*softmax"):
+        attention_zoo.get("sofmax")
+
+
+@dataclasses.dataclass
+class NoDefault:
+    window: int
+
+
+@dataclasses.dataclass
+class CallableOption:
+    feature_map: typing.Callable = torch.relu
+
+
+@dataclasses.dataclass
+class LiteralOption:
+    mode: typing.Literal["a", "b"] = "a"
+
+
+@pytest.mark.parametrize("options, words", [
+    (ScaleOptions(), "an instance of ScaleOptions: pass the class itself"),
+    (NoDefault, "option 'window' of backend 'picky' has no default: give it one"),
+    (CallableOption, "option 'feature_map' of backend 'picky' has type .*Callable.*which a config file cannot hold"),
+    (LiteralOption, "option 'mode' .*Literal.*attention_zoo.options.choice"),
+])
+def test_options_no_preset_could_make_are_refused_at_registration(options, words):
+    """Each was accepted, then failed later: build('picky') with a raw __init__ TypeError, and lra-train
+    for every backend (Hydra cannot store a Callable or Literal schema)."""
+    with pytest.raises(TypeError, match=words):
+        scaled_values("picky", options=options)
+    assert "picky" not in attention_zoo.names()
+
+
+def test_what_is_not_a_backend_class_is_refused_at_registration():
+    with pytest.raises(TypeError, match="decorates a subclass of attention_zoo.Attention"):
+        register("fn", ScaleOptions)(lambda q, k, v, mask: v)
+    with pytest.raises(TypeError, match="decorates a subclass of attention_zoo.Attention"):
+        register("module", ScaleOptions)(torch.nn.Identity)
+    with pytest.raises(TypeError, match=r"has no forward\(self, q, k, v, mask=None\)"):
+        register("empty", ScaleOptions)(type("Empty", (Attention,), {}))
+
+    class NoMask(Attention):
+        def forward(self, q, k, v):
+            return v
+
+    with pytest.raises(TypeError, match=r"cannot be called as forward\(q, k, v, mask\)"):
+        register("no_mask", ScaleOptions)(NoMask)
+    assert not {"fn", "module", "empty", "no_mask"} & set(attention_zoo.names())
+
+
+def test_a_taken_name_is_refused_and_a_redefinition_replaces_the_old_class():
+    with pytest.raises(ValueError, match="'softmax' is taken by attention_zoo.softmax.SoftmaxAttention; register"):
+        scaled_values("softmax")
+    assert attention_zoo.get("softmax").cls.__name__ == "SoftmaxAttention"
+    first = scaled_values("mine")
+    second = scaled_values("mine", forward=lambda self, q, k, v, mask: 3 * v)  # the same class, defined again
+    assert first is not second and attention_zoo.get("mine").cls is second
+    q, k, v = qkv()
+    assert torch.equal(build("mine")(q, k, v), 3 * v)
+    with pytest.raises(ValueError, match="is registered as 'mine' already; one class has one name"):
+        register("mine_too", ScaleOptions)(second)
+
+
+# ----------------------------------------------------------------------------- build() and spec()
+@pytest.mark.parametrize("sizes, field", [
+    (dict(num_heads=0, head_dim=DIM, max_seq_len=16), "num_heads"),
+    (dict(num_heads=HEADS, head_dim=0, max_seq_len=16), "head_dim"),
+    (dict(num_heads=HEADS, head_dim=DIM, max_seq_len=-4), "max_seq_len"),
+    (dict(num_heads=2.0, head_dim=DIM, max_seq_len=16), "num_heads"),
+    (dict(num_heads="2", head_dim=DIM, max_seq_len=16), "num_heads"),
+])
+def test_sizes_that_are_not_whole_positive_numbers_are_refused(sizes, field):
+    """softmax built 0 heads and a negative length without a word; Nyströmformer said 'groups must be a
+    positive integer'."""
+    for name in ("softmax", "nystrom"):
+        with pytest.raises(InvalidOption, match=f"{field}=.* is invalid: it must be a whole number ≥ 1"):
+            attention_zoo.build(name, **sizes)
+
+
+def test_causal_must_be_a_bool():
+    """causal='false' was truthy: a causal module where a bidirectional one was asked for."""
+    with pytest.raises(InvalidOption, match="causal='false' is invalid: it must be true or false"):
+        build("softmax", causal="false")
+
+
+@dataclasses.dataclass
+class TypedOptions:
+    window: int = 4
+    gated: bool = False
+    floor: typing.Optional[float] = None
+    pair: typing.Tuple[int, int] = (1, 2)
+
+    def __post_init__(self):
+        if self.window < 1:  # a user's own rule, which a string would crash
+            raise InvalidOption("window", self.window, "≥ 1")
+
+
+@pytest.mark.parametrize("options, words", [
+    (dict(window="4"), "window='4' is invalid: it must be a whole number"),
+    (dict(window=4.0), "window=4.0 is invalid: it must be a whole number"),
+    (dict(gated="false"), "gated='false' is invalid: it must be true or false"),
+    (dict(gated=0), "gated=0 is invalid: it must be true or false"),
+    (dict(floor="1e-3"), "floor='1e-3' is invalid: it must be a number \\(or null\\)"),
+    (dict(pair=(1, "2")), "pair=\\(1, '2'\\) is invalid"),
+])
+def test_an_option_of_the_wrong_type_is_refused_by_its_annotation(options, words):
+    """Each was kept as given ("false" a truthy string) or crashed the options' own rule with a TypeError."""
+    scaled_values("typed", options=TypedOptions)
+    with pytest.raises(InvalidOption, match=words):
+        attention_zoo.spec("typed", **options)
+    made = attention_zoo.spec("typed", window=2, gated=True, floor=1, pair=[3, 4]).options  # int for float, list for tuple
+    assert (made.window, made.gated, made.floor, made.pair) == (2, True, 1, [3, 4])
+
+
+def test_a_string_for_a_bool_option_of_a_built_in_backend_is_refused():
+    """share_kv='false' was kept as the string: a truthy value, so K and V shared their projection."""
+    with pytest.raises(InvalidOption, match="share_kv='false' is invalid: it must be true or false"):
+        attention_zoo.spec("linformer", share_kv="false")
+
+
+# ----------------------------------------------------------------------------- the forward contract
+@pytest.mark.parametrize("change, error, words", [
+    (lambda q, k, v, mask: (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask), ValueError,
+     r"q has shape \(2, 5, 2, 8\); .*\[batch, heads=2, n, head_dim=8\].*q.transpose\(1, 2\) if yours is"),
+    (lambda q, k, v, mask: (q, k, v, torch.where(mask, 0.0, float("-inf"))), ValueError,
+     "the mask is torch.float32; it must be bool .*an additive mask of 0 and -inf: mask == 0"),
+    (lambda q, k, v, mask: (q, k, v, mask.long()), ValueError, "the mask is torch.int64; .*a 0/1 mask: mask.bool()"),
+    (lambda q, k, v, mask: (q, k, v, mask[:, None, None, :]), ValueError, r"the mask has shape \(2, 1, 1, 5\)"),
+    (lambda q, k, v, mask: (q, k[:, :, :3], v[:, :, :3], mask), ValueError, r"k has shape \(2, 2, 3, 8\)"),
+    (lambda q, k, v, mask: (q, k, v.long(), mask), ValueError, "v is torch.int64 on cpu; .*floating-point"),
+    (lambda q, k, v, mask: (q, k, v.numpy(), mask), TypeError, "v is a ndarray; pass tensors"),
+])
+@pytest.mark.parametrize("name", ["softmax", "performer", "yoso_e"])
+def test_inputs_a_backend_would_read_silently_wrong_are_refused(name, change, error, words):
+    """Before, each backend computed something for most of these: attention across the heads axis for a
+    [batch, n, heads, d] layout, and every real key masked and every padded one kept for an additive mask."""
+    q, k, v = qkv()
+    mask = torch.ones(2, N, dtype=torch.bool)
+    mask[1, 3:] = False
+    attention = build(name).eval()
+    with pytest.raises(error, match=words):
+        attention(*change(q, k, v, mask))
+
+
+def shape(self, q, k, v, mask):
+    return v[..., :3]
+
+
+def pair(self, q, k, v, mask):
+    return v, None
+
+
+def half_precision(self, q, k, v, mask):
+    return v.half()
+
+
+def detached(self, q, k, v, mask):
+    return v.detach() * 2
+
+
+def in_place(self, q, k, v, mask):
+    return q.mul_(0.5) + v
+
+
+def vector_aux(self, q, k, v, mask):
+    self.aux_loss = (q * k).sum(dim=(1, 2, 3))
+    return v
+
+
+def float_aux(self, q, k, v, mask):
+    self.aux_loss = float((q * k).detach().sum())
+    return v
+
+
+@pytest.mark.parametrize("forward, words", [
+    (shape, r"returned shape \(2, 2, 5, 3\) on cpu; it must return v's shape \(2, 2, 5, 8\)"),
+    (pair, "returned a tuple; it must return one tensor of v's shape .*self.aux_loss"),
+    (at_least_float32(pair), "returned a tuple"),  # was AttributeError: 'tuple' object has no attribute 'to'
+    (half_precision, "returned torch.float16 for torch.float32 inputs; return the inputs' dtype"),
+    (detached, "returned a tensor outside the autograd graph of q, k, v"),
+    (in_place, "changed q in place"),
+    (vector_aux, r"set aux_loss to a torch.float32 tensor of shape \(2,\); it must be None or a 0-dim"),
+    (float_aux, "set aux_loss to a float; it must be None or a 0-dim floating tensor"),
+])
+def test_a_backend_breaking_the_contract_is_named_with_its_class(forward, words):
+    """Each came back to the caller as it was: a model failing later in a reshape or a matrix product, or
+    training on (a detached output, a summed vector loss, changed inputs)."""
+    scaled_values("broken", forward)
+    q, k, v = (t.clone() for t in qkv(requires_grad=True))  # non-leaf: in place is allowed by autograd
+    mask = torch.ones(2, N, dtype=torch.bool)
+    with pytest.raises(BackendError, match=f"test_user_backends.scaled_values.<locals>.UserAttention.forward {words}"):
+        build("broken")(q, k, v, mask)
+
+    scaled_values("kept")  # one that keeps it passes, its output and gradients as computed
+    q, k, v = qkv(requires_grad=True)
+    out = build("kept", scale=2.0)(q, k, v, mask)
+    out.sum().backward()
+    assert torch.equal(out, 2 * v) and torch.equal(v.grad, torch.full_like(v, 2.0))
+    scaled_values("autocast", lambda self, q, k, v, mask: (q @ k.transpose(-1, -2)) @ v)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # under autocast any floating dtype may come back
+        assert build("autocast")(*qkv()).dtype == torch.bfloat16
+
+
+# ----------------------------------------------------------------------------- through the harness
+PRESET = "defaults:\n  - /schema_attention_{name}@_here_\nscale: 2.0\n"
+
+
+def harness_model(tmp_path, name, *overrides):
+    """``attention=<name>`` from a preset in a folder of the user's (hydra.searchpath), validated as
+    lra-train validates, and the classifier it builds."""
+    register_configs()
+    (tmp_path / "attention").mkdir(exist_ok=True)
+    (tmp_path / "attention" / f"{name}.yaml").write_text(PRESET.format(name=name))
+    cfg = compose_config(f"hydra.searchpath=[file://{tmp_path}]", f"attention={name}", "task.max_length=16",
+                         "model.num_layers=1", *overrides)
+    validate(cfg)
+    torch.manual_seed(0)
+    return Classifier(cfg.model, cfg.task, attention_spec(cfg), 16), attention_spec(cfg)
+
+
+def batch():
+    ids = torch.randint(1, 10, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.bool)
+    mask[1, 9:] = False
+    return [ids], [mask]
+
+
+def test_through_its_own_preset_a_backend_trains_and_one_outside_the_autograd_graph_is_refused(tmp_path):
+    """A user's backend and preset as lra-train takes them: its options from the preset and the command
+    line, its aux_loss in the loss (the only path from the loss to the Q projection here). A detached
+    aux_loss was added to the loss and trained nothing, without a word; a detached output trained no Q,
+    K or V projection."""
+    def with_aux(self, q, k, v, mask):
+        self.aux_loss = (q.float().square().mean() - 1).abs()
+        return v * self.options.scale
+
+    scaled_values("user_aux", with_aux)
+    model, spec = harness_model(tmp_path, "user_aux", "attention.scale=3")
+    assert spec.options == ScaleOptions(scale=3.0)
+    (model(*batch()).square().mean() + model.aux_loss()).backward()
+    assert model.encoder.blocks[0].attention.query.weight.grad.abs().sum() > 0
+
+    def detached_aux(self, q, k, v, mask):
+        self.aux_loss = (q.float().square().mean() - 1).abs().detach()
+        return v * self.options.scale
+
+    scaled_values("user_detached_aux", detached_aux)
+    model, _ = harness_model(tmp_path, "user_detached_aux")
+    model(*batch())
+    with pytest.raises(BackendError, match="set aux_loss outside the autograd graph .* trains nothing"):
+        model.aux_loss()
+    with torch.no_grad():  # evaluation: nothing to train, nothing refused
+        model(*batch())
+        model.aux_loss()
+
+    scaled_values("user_detached", detached)
+    model, _ = harness_model(tmp_path, "user_detached")
+    with pytest.raises(BackendError, match="outside the autograd graph of q, k, v"):
+        model(*batch())
