@@ -425,7 +425,10 @@ def register_configs() -> None:
     cs.store(name="schema_logger_none", node=LoggerConfig)
     cs.store(name="schema_logger_wandb", node=WandbLoggerConfig)
     for name in attention_zoo.names():
-        cs.store(name=f"schema_attention_{name}", node=attention_schema(attention_zoo.get(name)))
+        schema = attention_schema(attention_zoo.get(name))
+        cs.store(name=f"schema_attention_{name}", node=schema)
+        if not (CONF_DIR / "attention" / f"{name}.yaml").is_file():  # a backend of LRA_ATTENTION_MODULES: its defaults
+            cs.store(group="attention", name=name, node=schema)
     from hydra.core.plugins import Plugins
 
     from hydra_plugins.lra_launcher.local_gpus import LocalGpusLauncher, LocalGpusLauncherConf

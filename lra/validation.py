@@ -90,8 +90,10 @@ def run_label(cfg) -> str:
 def check_attention(cfg: DictConfig) -> None:
     name = cfg.attention.name
     if name not in attention_zoo.names():
-        raise ConfigError(f"attention '{name}' has a preset but no implementation in this version; "
-                          f"implemented: {', '.join(attention_zoo.names())}")
+        named = os.environ.get("LRA_ATTENTION_MODULES") or "unset"
+        raise ConfigError(f"attention '{name}' is registered by no module imported here (LRA_ATTENTION_MODULES: "
+                          f"{named}): a backend of your own needs its module named there; registered: "
+                          f"{', '.join(attention_zoo.names())}")
     try:
         options = attention_spec(cfg).options
     except InvalidOption as error:
@@ -328,6 +330,9 @@ def validate_tool(cfg: DictConfig) -> None:
     """The same checks for lra-profile and lra-fidelity: unknown keys, the dataclass rules, each
     backend's options (lra-fidelity's ``options.<backend>``), and CUDA asked for where there is none;
     first, every field of the tool's schema present (``~key`` deletes one)."""
+    from lra.commands.command_line import check_user_backends
+
+    check_user_backends()
     schema = OmegaConf.get_type(cfg)
     if dataclasses.is_dataclass(schema):
         present = set(cfg.keys())

@@ -33,6 +33,7 @@ def registry_restored():
     registry._REGISTRY.update(before)
     for name in added:
         ConfigStore.instance().repo.pop(f"schema_attention_{name}.yaml", None)
+        ConfigStore.instance().repo.get("attention", {}).pop(f"{name}.yaml", None)  # a preset-less backend's defaults
 
 
 @dataclasses.dataclass

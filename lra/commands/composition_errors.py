@@ -33,8 +33,9 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
             group, _, choice = (cause.missing_cfg_file or "").rpartition("/")
             if group:
                 options = sorted(o for o in cause.options if not o.startswith(("_", "schema_")))  # not the schemas
+                yours = "; a backend of your own: name its module in LRA_ATTENTION_MODULES" if group == "attention" else ""
                 return (f"unknown choice '{choice}' for {group}{_closest(choice, options)}; "
-                        f"valid: {', '.join(options)} (e.g. {group}={options[0]})")
+                        f"valid: {', '.join(options)} (e.g. {group}={options[0]}){yours}")
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and getattr(cause, "full_key", None):
             parent, _, key = str(cause.full_key).rpartition(".")
             keys = valid_keys(parent)

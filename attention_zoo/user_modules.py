@@ -1,0 +1,68 @@
+"""Backends of your own, outside this package: ``LRA_ATTENTION_MODULES`` names the modules that register
+them, imported with the built-in backends. Each entry, comma-separated, is a module path
+(``mylab.attention``, importable from the working folder or an installed package) or a ``.py`` file
+(``~/attn/my_attention.py``). A module that cannot be imported is one line, naming it, where it failed
+and the fix (:class:`UserModuleError`), raised by the next use of the registry (``build``, ``get``,
+``names``) and by the harness's commands before they start: a backend silently missing from a sweep
+would be worse."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import List, Optional
+
+VARIABLE = "LRA_ATTENTION_MODULES"
+
+
+class UserModuleError(ImportError):
+    """A module named in ``LRA_ATTENTION_MODULES`` that could not be imported: one line naming it and the fix."""
+
+
+def entries(value: Optional[str]) -> List[str]:
+    return [entry.strip() for entry in (value or "").split(",") if entry.strip()]
+
+
+def _from_file(entry: str) -> None:
+    path = Path(entry).expanduser().resolve()
+    if not path.is_file():
+        raise UserModuleError(f"{VARIABLE}: {entry} is not a file; name a .py file that registers your backend, or a "
+                              "module path such as mylab.attention")
+    module_name = f"attention_zoo_user_{path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+
+
+def _where(exc: BaseException) -> str:
+    """Where in the user's code the import failed: the innermost frame outside the import machinery."""
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
+              if "importlib" not in frame.filename and not frame.filename.endswith("user_modules.py")]
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" ({Path(exc.filename).name}, line {exc.lineno})"
+    return f" ({Path(frames[-1].filename).name}, line {frames[-1].lineno})" if frames else ""
+
+
+def import_all(value: Optional[str]) -> None:
+    """Import every entry of ``value`` (the variable's text); the first that fails raises :class:`UserModuleError`."""
+    for entry in entries(value):
+        try:
+            if entry.endswith(".py") or os.sep in entry:
+                _from_file(entry)
+            else:
+                importlib.import_module(entry)
+        except UserModuleError:
+            raise
+        except Exception as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
+            raise UserModuleError(f"{VARIABLE}: {entry} failed to import: {type(exc).__name__}: {message}"
+                                  f"{_where(exc)}; fix it, or take it out of {VARIABLE}") from exc

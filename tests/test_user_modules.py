@@ -1,0 +1,121 @@
+"""A backend of your own in one file outside the package: ``LRA_ATTENTION_MODULES`` names it, lra-train
+trains it by name with its options' defaults (no preset needed, a preset of yours still wins), a resume
+without the variable says so, and a module that fails to import is one line naming it and where."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attention_zoo import user_modules
+from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
+
+BACKEND = '''
+from dataclasses import dataclass
+
+import torch
+
+import attention_zoo
+from attention_zoo.options import number
+
+
+@dataclass
+class TemperedOptions:
+    temperature: float = 2.0
+
+    def __post_init__(self):
+        number(self, "temperature", 0.0)
+
+
+@attention_zoo.register("tempered", TemperedOptions)
+class Tempered(attention_zoo.Attention):
+    def forward(self, q, k, v, mask=None):
+        scores = q @ k.transpose(-1, -2) / (self.options.temperature * q.shape[-1] ** 0.5)
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+'''
+RUN = ["trainer=smoke", "trainer.max_steps=2", "model.num_layers=1", *SMALL_LISTOPS]
+
+
+def test_a_backend_in_a_file_of_yours_trains_by_name_and_its_resume_needs_the_file(tmp_path, data_dir):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "tempered.py").write_text(BACKEND)
+    named = {"LRA_ATTENTION_MODULES": str(tmp_path / "mine" / "tempered.py")}
+    run_command(["lra-train", "attention=tempered", "attention.temperature=4", *RUN], tmp_path, data_dir,
+                env_extra=named)
+    (run,) = run_dirs(tmp_path)
+    record = read_json(run / "metrics.json")
+    assert (record["status"], record["attention"]) == ("completed", "tempered")
+    assert "  name: tempered\n  temperature: 4.0\n" in (run / ".hydra" / "resolved.yaml").read_text()
+    killed = run_command(["lra-train", "attention=tempered", *RUN, "hydra.run.dir=killed"], tmp_path, data_dir,
+                         env_extra={**named, "LRA_FAULT": "step:2:SIGKILL"}, check=False)
+    assert killed.returncode != 0
+    resumed = run_command(["lra-train", "resume=killed"], tmp_path, data_dir, check=False)
+    assert resumed.returncode == 2 and resumed.stderr.strip().splitlines()[-1].startswith(
+        "error: attention 'tempered' is registered by no module imported here (LRA_ATTENTION_MODULES: unset): a "
+        "backend of your own needs its module named there; registered: bigbird, "), resumed.stderr
+
+
+def test_its_defaults_stand_in_for_a_preset_and_check_its_keys_and_a_preset_of_yours_wins(tmp_path):
+    """The structured defaults stand in only for a backend without a preset: a preset in hydra.searchpath wins."""
+    (tmp_path / "tempered.py").write_text(BACKEND)
+    (tmp_path / "conf" / "attention").mkdir(parents=True)
+    (tmp_path / "conf" / "attention" / "tempered.yaml").write_text(
+        "defaults:\n  - /schema_attention_tempered@_here_\ntemperature: 5.0\n")
+    script = """
+import sys
+from helpers import compose_config
+from lra.config import register_configs
+from lra.errors import ConfigError
+from lra.validation import validate
+register_configs()
+print(compose_config("attention=tempered").attention.temperature)
+print(compose_config(f"hydra.searchpath=[file://{sys.argv[1]}]", "attention=tempered").attention.temperature)
+try:
+    validate(compose_config("attention=tempered", "+attention.temprature=4"))
+except ConfigError as error:
+    print(error)
+"""
+    shown = subprocess.run([sys.executable, "-c", script, str(tmp_path / "conf")], capture_output=True, text=True,
+                           cwd=tmp_path, env={**os.environ, "LRA_ATTENTION_MODULES": str(tmp_path / "tempered.py"),
+                                              "PYTHONPATH": str(Path(__file__).parent)})
+    assert shown.stdout.splitlines() == ["2.0", "5.0", "unknown key 'attention.temprature' (did you mean 'temperature'?); "
+                                         "valid keys under attention: name, temperature"], shown.stderr[-2000:]
+
+
+@pytest.mark.parametrize("entry, write, said", [
+    ("{tmp}/broken.py", "import torch\n\nx = torh.zeros(1)\n",
+     "{tmp}/broken.py failed to import: NameError: name 'torh' is not defined (broken.py, line 3)"),
+    ("{tmp}/syntax.py", "def forward(:\n", "{tmp}/syntax.py failed to import: SyntaxError: invalid syntax (syntax.py, "
+                                           "line 1)"),
+    ("{tmp}/missing.py", None, "{tmp}/missing.py is not a file; name a .py file that registers your backend, or a "
+                               "module path such as mylab.attention"),
+    ("no_such.module", None, "no_such.module failed to import: ModuleNotFoundError: No module named 'no_such'"),
+])
+def test_a_module_of_yours_that_cannot_be_imported_is_one_line_naming_it(tmp_path, entry, write, said):
+    entry, said = entry.format(tmp=tmp_path), said.format(tmp=tmp_path)
+    if write is not None:
+        (tmp_path / entry.rsplit("/", 1)[1]).write_text(write)
+    with pytest.raises(user_modules.UserModuleError) as error:
+        user_modules.import_all(f" {entry} ,")
+    assert str(error.value).startswith(f"LRA_ATTENTION_MODULES: {said}") and "\n" not in str(error.value)
+
+
+def test_lra_train_and_the_api_stop_on_it_before_anything_runs(tmp_path, data_dir):
+    """Hydra called the backend an unknown choice; the API, build() of any backend, says why instead."""
+    (tmp_path / "broken.py").write_text("raise RuntimeError('my bug\\nsecond line')\n")
+    named = {"LRA_ATTENTION_MODULES": str(tmp_path / "broken.py")}
+    line = (f"LRA_ATTENTION_MODULES: {tmp_path / 'broken.py'} failed to import: RuntimeError: my bug (broken.py, line "
+            "1); fix it, or take it out of LRA_ATTENTION_MODULES")
+    refused = run_command(["lra-train", "attention=tempered", *RUN], tmp_path, data_dir, env_extra=named, check=False)
+    assert refused.returncode == 2 and refused.stderr.strip() == f"error: {line}", refused.stderr
+    assert not (tmp_path / "runs").exists()
+    api = subprocess.run([sys.executable, "-c", "import attention_zoo, json; print(json.dumps(attention_zoo.names()));"
+                          "attention_zoo.build('softmax', num_heads=1, head_dim=4, max_seq_len=4)"],
+                         capture_output=True, text=True, env={**os.environ, **named})
+    assert "softmax" in json.loads(api.stdout) and api.stderr.strip().splitlines()[-1] == \
+        f"attention_zoo.user_modules.UserModuleError: {line}"
