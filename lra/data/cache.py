@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from lra.data import locking
 from lra.errors import UserError
 from lra.faults import fault_point
 from lra.io import atomic_write_text, naming, pid_alive, readable_by_group, remove_stale
@@ -62,11 +63,12 @@ def refresh_manifest(cache_dir: Path, read: dict, fields: dict) -> bool:
     if read.get(MANIFEST_DIGEST) != manifest_digest(read):
         return False
     try:
-        if json.loads((cache_dir / MANIFEST).read_text()).get(MANIFEST_DIGEST) != read[MANIFEST_DIGEST]:
-            return False
-        manifest = {**read, **fields}
-        manifest[MANIFEST_DIGEST] = manifest_digest(manifest)
-        atomic_write_text(cache_dir / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
+        with locking.replacing(cache_dir):  # never over the manifest of a rebuild swapped in meanwhile
+            if json.loads((cache_dir / MANIFEST).read_text()).get(MANIFEST_DIGEST) != read[MANIFEST_DIGEST]:
+                return False
+            manifest = {**read, **fields}
+            manifest[MANIFEST_DIGEST] = manifest_digest(manifest)
+            atomic_write_text(cache_dir / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
     except (UserError, OSError, ValueError, AttributeError):
         return False  # a read-only data folder: the next start compares the contents again
     return True
@@ -123,6 +125,19 @@ class TokenSplit:
             ids_per_doc.append(ids)
             masks_per_doc.append(np.arange(max_length)[None, :] < lengths[:, None])
         return ids_per_doc, masks_per_doc, self.labels[np.asarray(indices)]
+
+
+def heldout(splits: Dict[str, TokenSplit], size: int, seed: int, task: str):
+    """(splits, description) with ``size`` training examples, drawn with ``seed``, as the validation
+    split and the rest as the training split: validation never touches the test split."""
+    train = splits["train"]
+    if size >= len(train):
+        raise UserError(f"task.heldout_size={size} leaves no training examples ({task} has {len(train)}); "
+                        "choose a smaller task.heldout_size")
+    order = np.random.default_rng(seed).permutation(len(train))
+    chosen, rest = np.sort(order[:size]), np.sort(order[size:])
+    return ({**splits, "train": train.select(rest), "val": train.select(chosen)},
+            f"held out: {size} training examples (seed {seed})")
 
 
 class SplitWriter:
@@ -199,8 +214,10 @@ class CacheBuilder:
     ...     builder.commit(settings)
     """
 
-    def __init__(self, cache_dir: Path, num_classes: Optional[int] = None, replace: bool = False):
+    def __init__(self, cache_dir: Path, num_classes: Optional[int] = None, replace: bool = False,
+                 announce: Optional[Callable[[str], None]] = None):
         self.cache_dir = Path(cache_dir)
+        self.announce = announce  # says when the swap waits for jobs loading the cache in place
         self.num_classes = num_classes  # labels must lie in 0 … num_classes − 1 (None: unchecked)
         self.replace = replace  # a rebuild: the cache in place (if any) is swapped out at the commit, not before
         self.writers: Dict[str, SplitWriter] = {}
@@ -259,18 +276,19 @@ class CacheBuilder:
         manifest = json.loads(json.dumps(manifest))  # as a reader will see it (tuples are lists)
         manifest[MANIFEST_DIGEST] = manifest_digest(manifest)
         atomic_write_text(self.staging / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
-        if self.cache_dir.exists() and not (self.cache_dir / MANIFEST).is_file():
-            shutil.rmtree(self.cache_dir)  # a leftover without a manifest is not a cache
-        if self.replace and self.cache_dir.exists():
-            self._swap_in()
-            return manifest
-        try:
-            os.replace(self.staging, self.cache_dir)
-        except OSError:
-            if not (self.cache_dir / MANIFEST).is_file():
-                raise
-            # Another job (same settings) finished first: keep its cache, which readers may hold open.
-            return json.loads((self.cache_dir / MANIFEST).read_text())
+        with locking.replacing(self.cache_dir, self.announce):  # no job is loading the cache in place meanwhile
+            if self.cache_dir.exists() and not (self.cache_dir / MANIFEST).is_file():
+                shutil.rmtree(self.cache_dir)  # a leftover without a manifest is not a cache
+            if self.replace and self.cache_dir.exists():
+                self._swap_in()
+                return manifest
+            try:
+                os.replace(self.staging, self.cache_dir)
+            except OSError:
+                if not (self.cache_dir / MANIFEST).is_file():
+                    raise
+                # Another job (same settings) finished first: keep its cache, which readers may hold open.
+                return json.loads((self.cache_dir / MANIFEST).read_text())
         return manifest
 
 
@@ -315,10 +333,17 @@ def load_cache(cache_dir: Path, rebuild_command: str, settings: Optional[dict] =
             f"the data cache {cache_dir} is damaged ({reason}); rebuild it with: {rebuild_command}"
         )
 
+    with locking.reading(cache_dir):  # one cache throughout, never half of a rebuild swapped in meanwhile
+        return _load(cache_dir, damaged, settings, splits)
+
+
+def _load(cache_dir: Path, damaged: Callable[[str], UserError], settings: Optional[dict],
+          splits: Sequence[str]) -> Tuple[Dict[str, TokenSplit], dict]:
     try:
         manifest = json.loads((cache_dir / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
         raise damaged(f"unreadable {MANIFEST}: {exc}") from None
+    fault_point("cache_load", cache_dir)  # tests: LRA_FAULT=cache_load:1:SIGSTOP holds a load here
     problem = _manifest_problem(manifest, settings)
     if problem:
         raise damaged(f"{MANIFEST} {problem}")

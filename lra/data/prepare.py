@@ -16,12 +16,12 @@ import numpy as np
 from tqdm import tqdm
 
 from lra.config import typed_task
-from lra.data import (byte_text, image, listops, pathfinder, pathfinder_generator, pathfinder_writer, raw_files,
+from lra.data import (byte_text, generated, image, listops, locking, pathfinder, pathfinder_generator, raw_files,
                       retrieval)
-from lra.data.cache import MANIFEST, CacheBuilder, TokenSplit, checked_manifest, load_cache, settings_fingerprint
+from lra.data.cache import (MANIFEST, CacheBuilder, TokenSplit, checked_manifest, heldout, load_cache,
+                            settings_fingerprint)
 from lra.data.sources import AUTO, PATH_OF, SOURCES
 from lra.errors import UserError
-from lra.io import atomic_write_json, check_output_folder
 
 SPLITS = ("train", "val", "test")
 
@@ -87,30 +87,17 @@ def load_task_data(
     conversion = CONVERSIONS[task.name](task, data_dir, train_subset, eval_subset, announce)
     cache_dir = _cache_dir(task, conversion, data_dir)
     command = prepare_command(task, data_dir)
-    raw_folder, existing = None, _existing_manifest(cache_dir)  # None: no cache; {}: an unreadable manifest
-    if prepare and existing is not None and not rebuild:
-        if "raw_folder" not in existing:
-            announce(f"the cache {cache_dir} is damaged (unreadable {MANIFEST}); rebuilding it")
-            rebuild = True
-        raw_folder = conversion.locate()
-        if not rebuild and existing["raw_folder"] != raw_folder:
-            announce(f"the cache was built from {existing['raw_folder']}; rebuilding it from {raw_folder}")
-            rebuild = True
-    if not rebuild and existing and conversion.raw_files is not None and (prepare or conversion.checked_by_train):
-        rebuild = raw_files.stale(task.name, conversion.raw_files, conversion.locate, cache_dir, existing, command,
-                                  announce, rebuild_allowed=prepare or conversion.automatic)
-    if rebuild or not (cache_dir / MANIFEST).is_file():
+    replace, raw_folder = _build_needed(task, conversion, cache_dir, command, prepare, rebuild, announce)
+    if replace or not (cache_dir / MANIFEST).is_file():
         if not (prepare or conversion.automatic):
             raise UserError(f"no prepared {task.name} data ({task.source}) in {data_dir}; prepare it once with: {command}")
-        _writable(cache_dir.parent)
-        kept = " (the cache there is kept until the new one is complete)" if (cache_dir / MANIFEST).is_file() else ""
-        announce(f"preparing {task.name} ({task.source}) into {cache_dir}{kept}")
-        with CacheBuilder(cache_dir, num_classes=task.num_classes, replace=rebuild) as builder:
-            builder.extra["raw_folder"] = raw_folder or conversion.locate()
-            if conversion.raw_files is not None:  # before the build: a change while it reads shows next time
-                builder.extra[raw_files.RAW_FILES] = raw_files.signature(conversion.raw_files)
-            conversion.build(builder, announce)
-            builder.commit(cache_settings(task, conversion))
+        generated.writable(cache_dir.parent)
+        then = "then rebuilding it as asked (--force)" if rebuild else "then using what it prepared"
+        with locking.preparing(cache_dir, f"the {task.name} cache {cache_dir}", announce, then=then) as waited:
+            if waited:  # the job waited for may have prepared it: judged again, as it is now
+                replace, raw_folder = _build_needed(task, conversion, cache_dir, command, prepare, rebuild, announce)
+            if replace or not (cache_dir / MANIFEST).is_file():
+                _build(task, conversion, cache_dir, replace, raw_folder, announce)
     rebuild_with = (f"rm -r {shlex.quote(str(cache_dir))} and run the same command again" if task.source == "generate"
                     else f"{command} --force")  # a release's by its source: under auto, a removed cache is generated
     expected = json.loads(json.dumps(cache_settings(task, conversion)))  # as its manifest records them
@@ -126,6 +113,35 @@ def load_task_data(
     subsets = {"train": train_subset, "val": eval_subset, "test": eval_subset}
     data.splits = {name: split.subset(subsets[name]) for name, split in data.splits.items()}
     return data
+
+
+def _build_needed(task, conversion: Conversion, cache_dir: Path, command: str, prepare: bool, rebuild: bool,
+                  announce) -> Tuple[bool, Optional[str]]:
+    """(whether the cache in place must be rebuilt, the raw folder when it was located to judge that)."""
+    raw_folder, existing = None, _existing_manifest(cache_dir)  # None: no cache; {}: an unreadable manifest
+    if prepare and existing is not None and not rebuild:
+        if "raw_folder" not in existing:
+            announce(f"the cache {cache_dir} is damaged (unreadable {MANIFEST}); rebuilding it")
+            rebuild = True
+        raw_folder = conversion.locate()
+        if not rebuild and existing["raw_folder"] != raw_folder:
+            announce(f"the cache was built from {existing['raw_folder']}; rebuilding it from {raw_folder}")
+            rebuild = True
+    if not rebuild and existing and conversion.raw_files is not None and (prepare or conversion.checked_by_train):
+        rebuild = raw_files.stale(task.name, conversion.raw_files, conversion.locate, cache_dir, existing, command,
+                                  announce, rebuild_allowed=prepare or conversion.automatic)
+    return rebuild, raw_folder
+
+
+def _build(task, conversion: Conversion, cache_dir: Path, replace: bool, raw_folder: Optional[str], announce) -> None:
+    kept = " (the cache there is kept until the new one is complete)" if (cache_dir / MANIFEST).is_file() else ""
+    announce(f"preparing {task.name} ({task.source}) into {cache_dir}{kept}")
+    with CacheBuilder(cache_dir, num_classes=task.num_classes, replace=replace, announce=announce) as builder:
+        builder.extra["raw_folder"] = raw_folder or conversion.locate()
+        if conversion.raw_files is not None:  # before the build: a change while it reads shows next time
+            builder.extra[raw_files.RAW_FILES] = raw_files.signature(conversion.raw_files)
+        conversion.build(builder, announce)
+        builder.commit(cache_settings(task, conversion))
 
 
 def _existing_manifest(cache_dir: Path) -> Optional[dict]:
@@ -161,19 +177,6 @@ def _check_labels(task, splits: Dict[str, TokenSplit], cache_dir: Path) -> None:
     if highest >= task.num_classes:
         raise UserError(f"the prepared {task.name} data ({cache_dir}) has labels up to {highest}, but task.num_classes="
                         f"{task.num_classes}: the cache is damaged; remove it (rm -r {cache_dir}) and prepare it again")
-
-
-def heldout(splits: Dict[str, TokenSplit], size: int, seed: int, task: str):
-    """(splits, description) with ``size`` training examples, drawn with ``seed``, as the validation
-    split and the rest as the training split: validation never touches the test split."""
-    train = splits["train"]
-    if size >= len(train):
-        raise UserError(f"task.heldout_size={size} leaves no training examples ({task} has {len(train)}); "
-                        "choose a smaller task.heldout_size")
-    order = np.random.default_rng(seed).permutation(len(train))
-    chosen, rest = np.sort(order[:size]), np.sort(order[size:])
-    return ({**splits, "train": train.select(rest), "val": train.select(chosen)},
-            f"held out: {size} training examples (seed {seed})")
 
 
 def cache_settings(task, conversion: Conversion) -> dict:
@@ -274,13 +277,6 @@ def prepare_command(task, data_dir: Path) -> str:
     return shlex.join(parts)  # quoted for the shell: paths may hold spaces
 
 
-def _writable(folder: Path) -> None:
-    """The folder under data_dir about to be written (a cache's or generated data's): one line when it
-    cannot be (a file in the way, a read-only disk); data_dir is the setting that chose it."""
-    check_output_folder(folder, "the data directory (data_dir)",
-                        fix="set data_dir=<a writable folder> (or LRA_DATA_DIR; lra-prepare's --data-dir)")
-
-
 def _progress(items: Iterable, total: Optional[int], description: str):
     return tqdm(items, total=total, desc=description, unit="ex", disable=None, mininterval=1.0)
 
@@ -303,7 +299,7 @@ def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
 
     def build(builder: CacheBuilder, announce) -> None:
         if task.source == "generate":
-            _generated_listops(generator, raw_dir, announce)
+            generated.listops_files(generator, raw_dir, announce)
         else:
             listops.find_release(task.path)  # its files are there, or one line says where it looked
         for split in SPLITS:
@@ -320,24 +316,6 @@ def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
     released = task.source == "lra_release"
     return Conversion(settings, build, automatic=True, locate=lambda: str(raw_dir) if released else None,
                       raw_files=(lambda: [raw_dir / f"basic_{s}.tsv" for s in SPLITS]) if released else None)
-
-
-def _generated_listops(settings, raw_dir: Path, announce) -> None:
-    """Generated ListOps in ``raw_dir`` exactly as the generator wrote it (checked against its record,
-    :func:`lra.data.listops.generated_problem`): generated when absent, generated again from the seed
-    when anything differs (an edited label, a removed row), with one line saying so. Never refused:
-    the seed makes the same files again."""
-    problem = listops.generated_problem(settings, raw_dir)
-    if problem is None:
-        return
-    total = settings.num_train + settings.num_val + settings.num_test
-    if problem == listops.NOT_GENERATED:
-        announce(f"ListOps data not found: generating {total:,} examples (seed {settings.seed}) into {raw_dir}")
-    else:
-        announce(f"the generated ListOps in {raw_dir} {problem}: generating it again from seed {settings.seed}")
-    _writable(raw_dir)
-    with tqdm(total=total, desc="generating ListOps", unit="ex", disable=None) as bar:
-        listops.write_generated(settings, raw_dir, progress=bar)
 
 
 # ----------------------------------------------------------------------------- Text
@@ -450,7 +428,7 @@ def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversi
 
     def build(builder: CacheBuilder, announce) -> None:
         if task.source == "generate":
-            _generated_pathfinder(geometry, generator, identity, root, announce)
+            generated.pathfinder_images(geometry, generator, identity, root, announce)
         writers = {split: builder.split(split, num_documents=1, dtype=np.uint8) for split in SPLITS}
         skipped = {split: 0 for split in SPLITS}
         rows = pathfinder.iterate_split_examples(locate(), task.resolution, task.split_seed)
@@ -472,20 +450,6 @@ def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversi
 
     return Conversion(settings, build, automatic=task.source == "generate", locate=lambda: str(locate()),
                       raw_files=release_files if task.source == "lra_release" else None, checked_by_train=False)
-
-
-def _generated_pathfinder(geometry, settings, identity: dict, root: Path, announce) -> None:
-    """Generated Pathfinder images in ``root``, checked against their checksum records before they are
-    read: generated when absent (an interrupted generation resumes), drawn again from the seed where
-    anything differs (:func:`lra.data.pathfinder_writer.repair_release`), with one line saying so."""
-    if not (root / "complete.json").is_file():
-        _writable(root)
-        announce(f"Pathfinder data not found: generating {settings.num_images:,} images (seed {settings.seed}) "
-                 f"into {root}")
-        with tqdm(total=settings.num_images, desc="generating Pathfinder", unit="img", disable=None) as bar:
-            pathfinder_writer.write_release(geometry, settings, root, progress=bar.update)
-        atomic_write_json(root / "complete.json", identity)
-    pathfinder_writer.repair_release(geometry, settings, root, announce)
 
 
 def _resolved(path: Optional[str]) -> Optional[str]:

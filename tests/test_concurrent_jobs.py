@@ -1,0 +1,198 @@
+"""Jobs started together on one data folder (a parallel sweep on a bare machine, lra-prepare run twice, a
+rebuild while a run loads the cache) share one preparation: one job prepares, the others say whom they wait
+for, wait, and use what it prepared; a cache is never swapped under a job that is loading it.
+
+The jobs are real processes started at once. They are synchronised through the data lock itself: the
+first job to hold it stops there (``LRA_FAULT=data_lock:1:SIGSTOP``, once across the jobs with
+``LRA_FAULT_ONCE``), the test waits for the other job's line saying whom it waits for, checks that the
+holder is stopped, and lets it go on (SIGCONT)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from command_server import shell_signal_handling
+from conftest import SMALL_LISTOPS, read_json
+from lra.data import listops
+
+GUARD_S = 240  # a bound on a test gone wrong (a job that never says it waits), not a synchronisation
+TRAIN = ["lra-train", "trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2", "model.num_layers=1",
+         "attention=none"]
+SMALL_PATHFINDER = ["task.generator.num_images=40", "task.generator.images_per_folder=10", "task.generator.workers=1"]
+
+
+class Jobs:
+    """Commands started at once, each with its output (stdout and stderr together) read as it comes."""
+
+    def __init__(self, cwd: Path, data: Path):
+        self.cwd, self.data, self.processes, self.output = cwd, data, [], []
+        self.selector = selectors.DefaultSelector()
+        self.deadline = time.monotonic() + GUARD_S
+
+    def start(self, args, env_extra=None) -> int:
+        env = {**os.environ, "LRA_DATA_DIR": str(self.data), "WANDB_MODE": "disabled", "PYTHONHASHSEED": "0",
+               "PYTHONUNBUFFERED": "1", **(env_extra or {})}
+        env.pop("HYDRA_FULL_ERROR", None)
+        process = subprocess.Popen([str(Path(sys.executable).parent / args[0]), *args[1:]], cwd=self.cwd, env=env,
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   preexec_fn=shell_signal_handling)
+        self.processes.append(process)
+        self.output.append("")
+        os.set_blocking(process.stdout.fileno(), False)
+        self.selector.register(process.stdout, selectors.EVENT_READ, len(self.processes) - 1)
+        return len(self.processes) - 1
+
+    def until(self, pattern: str):
+        """(job, match) of the first line any job prints that matches ``pattern``; None once every job ended
+        without one."""
+        while True:
+            for index, text in enumerate(self.output):
+                found = re.search(pattern, text)
+                if found:
+                    return index, found
+            if not self.selector.get_map():
+                return None
+            remaining = self.deadline - time.monotonic()
+            assert remaining > 0, f"no job printed {pattern!r} in {GUARD_S} s:\n" + "\n---\n".join(self.output)
+            for key, _ in self.selector.select(timeout=remaining):
+                chunk = os.read(key.fileobj.fileno(), 1 << 16)
+                if chunk:
+                    self.output[key.data] += chunk.decode(errors="replace")
+                else:
+                    self.selector.unregister(key.fileobj)
+
+    def stopped(self, index: int) -> bool:
+        """Wait until job ``index`` has stopped (True) or ended (False); it stays waitable either way."""
+        info = os.waitid(os.P_PID, self.processes[index].pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+        return info.si_code == os.CLD_STOPPED
+
+    def finish(self) -> list:
+        """Every job's (exit status, output) once all have ended."""
+        self.until(r"(?!x)x")  # reads every output to its end
+        return [(process.wait(timeout=max(1.0, self.deadline - time.monotonic())), text)
+                for process, text in zip(self.processes, self.output)]
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.kill()
+                process.wait()
+            process.stdout.close()
+
+
+def holder_released(jobs: Jobs, waiting_line: str):
+    """Wait for a job's line saying whom it waits for; check that job waited for is stopped holding the lock
+    and let it go on. Returns (the waiting job, the job it waited for)."""
+    found = jobs.until(waiting_line)
+    assert found is not None, "no job waited for the other:\n" + "\n---\n".join(jobs.output)
+    waiter, match = found
+    (holder,) = [i for i, p in enumerate(jobs.processes) if p.pid == int(match.group("pid"))]
+    assert holder != waiter and jobs.stopped(holder), jobs.output
+    jobs.processes[holder].send_signal(signal.SIGCONT)
+    return waiter, holder
+
+
+def leftovers(folder: Path) -> list:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+WAITING = r"is being prepared by process (?P<pid>\d+) on .*: waiting for it to finish, then using what it prepared"
+
+
+def test_two_trainings_started_at_once_on_a_bare_data_folder_generate_listops_once(tmp_path):
+    """Both generated the same files and built the same cache over each other (each its own minute of the
+    reference set's generation, N times over in a sweep of N parallel jobs)."""
+    data, jobs = tmp_path / "data", Jobs(tmp_path, tmp_path / "data")
+    fault = {"LRA_FAULT": "data_lock:1:SIGSTOP", "LRA_FAULT_ONCE": str(tmp_path / "stopped-once")}
+    try:
+        for run in ("a", "b"):
+            jobs.start([*TRAIN, *SMALL_LISTOPS, f"hydra.run.dir={run}"], fault)
+        waiter, holder = holder_released(jobs, WAITING)
+        results = jobs.finish()
+    finally:
+        jobs.close()
+    assert [code for code, _ in results] == [0, 0], results
+    generating = [i for i, (_, text) in enumerate(results) if "ListOps data not found: generating" in text]
+    assert generating == [holder], "one job generated; the other waited and used its data"
+    assert "preparing listops" not in results[waiter][1]
+    records = [read_json(tmp_path / run / "metrics.json") for run in ("a", "b")]
+    assert all(r["status"] == "completed" for r in records)
+    assert records[0]["data_cache"] == records[1]["data_cache"]
+    assert records[0]["data_content"] == records[1]["data_content"]
+    (cache,) = (data / "listops" / "cache").iterdir()  # the cache alone: no lock file or staging folder stays
+    assert str(cache) == records[0]["data_cache"] and not leftovers(data / "listops" / "generated")
+
+
+def test_two_pathfinder_preparations_share_one_generated_folder(tmp_path):
+    """Two split seeds are two caches of one generated folder: their jobs drew every image twice, over each
+    other's files."""
+    data, jobs = tmp_path / "data", Jobs(tmp_path, tmp_path / "data")
+    fault = {"LRA_FAULT": "data_lock:2:SIGSTOP", "LRA_FAULT_ONCE": str(tmp_path / "stopped-once")}  # 2: the folder's
+    try:
+        for seed in (0, 1):
+            jobs.start(["lra-prepare", "pathfinder", "--data-dir", str(data), *SMALL_PATHFINDER,
+                        f"task.split_seed={seed}"], fault)
+        waiter, holder = holder_released(jobs, r"the generated Pathfinder folder .* " + WAITING)
+        results = jobs.finish()
+    finally:
+        jobs.close()
+    assert [code for code, _ in results] == [0, 0], results
+    generating = [i for i, (_, text) in enumerate(results) if "Pathfinder data not found: generating" in text]
+    assert generating == [holder], results
+    caches = [json.loads(text.strip().splitlines()[-1])["cache"] for _, text in results]
+    assert len(set(caches)) == 2 and leftovers(data / "pathfinder" / "cache") == []
+    (root,) = (data / "pathfinder" / "generated").glob("*/pathfinder32/curv_contour_length_14")
+    assert sorted(p.name for p in (root / "metadata").iterdir()) == [f"{k}.npy" for k in range(4)]
+    assert leftovers(root.parent) == [] and not list(root.rglob(".sample_*"))
+
+
+def test_a_forced_rebuild_waits_for_a_training_that_is_loading_the_cache(tmp_path):
+    """lra-prepare --force swapped the new cache in while the run was checking the old one's files against its
+    manifest: the run then refused its cache as damaged (files of the new cache, the old manifest), or, once
+    past the checksums, trained on arrays other than those its record's fingerprint names."""
+    data, raw = tmp_path / "data", tmp_path / "raw" / "listops-1000"
+    settings = listops.GeneratorSettings(num_train=96, num_val=24, num_test=24, min_length=20, max_length=200)
+    listops.write_tsv_files(settings, raw)
+    source = ["task.source=lra_release", f"task.path={raw}"]
+    prepare = ["lra-prepare", "listops", *source, "--data-dir", str(data)]
+    first = Jobs(tmp_path, data)
+    try:
+        first.start(prepare)
+        assert first.finish()[0][0] == 0, first.output
+    finally:
+        first.close()
+    (cache,) = (data / "listops" / "cache").iterdir()
+    before = json.loads((cache / "manifest.json").read_text())
+    jobs = Jobs(tmp_path, data)
+    try:
+        reader = jobs.start([*TRAIN, *source, "task.max_length=256", "hydra.run.dir=run"],
+                            {"LRA_FAULT": "cache_load:1:SIGSTOP"})
+        assert jobs.stopped(reader), "the run stops while it loads the cache"
+        path = raw / "basic_train.tsv"  # the same expressions, other labels: another cache's arrays
+        header, *rows = path.read_text().splitlines()
+        path.write_text("\n".join([header, *(f"{r.split(chr(9))[0]}\t{(int(r.split(chr(9))[1]) + 1) % 10}"
+                                             for r in rows)]) + "\n")
+        rebuild = jobs.start([*prepare, "--force"])
+        waits = jobs.until(r"waiting for the jobs loading .* before replacing it|\{\"cache\": ")  # or it ended
+        swapped = json.loads((cache / "manifest.json").read_text()) != before
+        jobs.processes[reader].send_signal(signal.SIGCONT)
+        results = jobs.finish()
+    finally:
+        jobs.close()
+    assert [code for code, _ in results] == [0, 0], results
+    record = read_json(tmp_path / "run" / "metrics.json")
+    assert record["status"] == "completed" and record["data_fingerprint"] == before["fingerprint"], record
+    assert not swapped and "waiting for the jobs loading" in waits[1].group(0), "nothing is swapped under a load"
+    assert waits[0] == rebuild
+    after = json.loads((cache / "manifest.json").read_text())
+    assert after["files"]["train.labels.npy"] != before["files"]["train.labels.npy"], "the rebuild took the new labels"
+    assert leftovers(cache.parent) == []
