@@ -166,7 +166,7 @@ def test_every_engine_computes_the_same_estimator_on_bfloat16_rows():
         pytest.skip(str(error))
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 2, 64, 32, requires_grad=True) for _ in range(3))
-    mask = torch.ones(2, 64)
+    mask = torch.ones(2, 64, dtype=torch.bool)
     results = []
     for impl in ("torch", "cpu"):
         module = YosoAttention(2, 32, 64, YosoOptions(num_hashes=8, impl=impl, bf16_rows=True))
@@ -188,7 +188,7 @@ def test_bfloat16_rows_move_a_training_gradient_far_less_than_the_hashes_do():
     two draws of the hashes (the estimator's own noise, which training already averages over)."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(4, 2, 256, 32, requires_grad=True) for _ in range(3))
-    mask = torch.ones(4, 256)
+    mask = torch.ones(4, 256, dtype=torch.bool)
 
     def run(bf16_rows, draw_seed):
         module = YosoAttention(2, 32, 256, YosoOptions(num_hashes=32, hash_code_len=8, impl="torch",
