@@ -52,7 +52,8 @@ def test_a_full_disk_during_lra_prepare_removes_its_partial_files_and_a_rerun_su
 @pytest.mark.parametrize("errno_name, words, fix", [
     ("EROFS", "Read-only file system", "write to a writable file system"),
     ("EACCES", "Permission denied", "write to a folder you may write to"),
-    ("ENOSPC", "No space left on device", "free space on that disk")])
+    ("ENOSPC", "No space left on device", "free space on that disk"),
+    ("EIO", "Input/output error", "the disk failed to read or write it: check the disk (dmesg)")])  # was a "bug" line
 @pytest.mark.parametrize("option", ["--output", "--plot"])
 def test_lra_table_output_to_an_unwritable_place_is_one_line(tmp_path, data_dir, errno_name, words, fix, option):
     """The table and the chart alike: the edge's line for the error (a full disk: free space, not "a folder you

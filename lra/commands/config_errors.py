@@ -29,6 +29,7 @@ DISK_ERRORS = {  # errno → the fix, for errors of the file system a command wr
     errno.EROFS: "write to a writable file system",
     errno.EACCES: "write to a folder you may write to (or fix its permissions)",
     errno.EPERM: "write to a folder you may write to (or fix its permissions)",
+    errno.EIO: "the disk failed to read or write it: check the disk (dmesg) or use another folder",
 }
 
 
