@@ -74,6 +74,11 @@ class TrainWindow:
         """The window's metrics; :class:`TrainingDiverged` (one line naming ``lr_setting``, this stage's
         learning rate, and trainer.grad_clip) if the loss was not finite at one of its steps."""
         loss, correct, nonfinite, aux, predictions = distributed.sum_across(self.sums, ranks).tolist()
+        if nonfinite and self.has_aux and not math.isfinite(aux):
+            raise TrainingDiverged(
+                f"the attention backend's auxiliary loss (aux_loss) was not finite at a step between "
+                f"{step - self.steps + 1} and {step} (read every trainer.log_every steps); no checkpoint was written "
+                f"after it: the backend's own loss diverged (a lower {lr_setting} or trainer.grad_clip may hold it)")
         if nonfinite:
             raise TrainingDiverged(
                 f"the training loss was not finite at a step between {step - self.steps + 1} and {step} (read every "
@@ -346,7 +351,8 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.trainer.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        metrics = {"loss": total_loss, "correct": total_correct, "nonfinite": ~torch.isfinite(total_loss)}
+        checked = total_loss if aux_total is None else total_loss + aux_total  # an aux_loss is in the objective too
+        metrics = {"loss": total_loss, "correct": total_correct, "nonfinite": ~torch.isfinite(checked)}
         if aux_total is not None:
             metrics["aux_loss"] = aux_total
         if predictions is not None:

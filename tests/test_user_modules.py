@@ -119,3 +119,17 @@ def test_lra_train_and_the_api_stop_on_it_before_anything_runs(tmp_path, data_di
                          capture_output=True, text=True, env={**os.environ, **named})
     assert "softmax" in json.loads(api.stdout) and api.stderr.strip().splitlines()[-1] == \
         f"attention_zoo.user_modules.UserModuleError: {line}"
+
+
+def test_an_auxiliary_loss_that_is_not_finite_is_named_at_its_step(tmp_path, data_dir):
+    """It was added to the objective unchecked: the weights went NaN and the next steps' loss was blamed on the
+    learning rate."""
+    (tmp_path / "aux.py").write_text(BACKEND.replace(
+        "        return torch.softmax(scores, dim=-1) @ v",
+        "        self.aux_loss = q.float().sum() * float('nan')\n        return torch.softmax(scores, dim=-1) @ v"))
+    diverged = run_command(["lra-train", "attention=tempered", *RUN, "trainer.log_every=1"], tmp_path, data_dir,
+                           env_extra={"LRA_ATTENTION_MODULES": str(tmp_path / "aux.py")}, check=False)
+    assert diverged.returncode == 1 and diverged.stderr.strip().splitlines()[-1] == (
+        "error: the attention backend's auxiliary loss (aux_loss) was not finite at a step between 1 and 1 (read "
+        "every trainer.log_every steps); no checkpoint was written after it: the backend's own loss diverged (a "
+        "lower trainer.lr or trainer.grad_clip may hold it)"), diverged.stderr
