@@ -201,15 +201,18 @@ def check_preset_choices(choices) -> None:
                           f"alone at the reference setup)")
 
 
-def check_group_names(cfg: DictConfig, choices) -> None:
-    """``task.name``, ``attention.name`` and ``logger.name`` say which file of their group was chosen (Hydra's
-    ``runtime.choices``); set apart from it, the run would train one task, backend or logger with another's
-    settings, recorded under the file's name (``logger.name`` is not the W&B run's name)."""
+def check_group_names(cfg: DictConfig, choices, overrides) -> None:
+    """``task.name``, ``attention.name`` and ``logger.name`` set on the command line (``overrides``, Hydra's
+    ``key=value`` strings) to another than their group's choice (Hydra's ``runtime.choices``): the run
+    would train one task, backend or logger with another's settings, recorded under that name
+    (``logger.name`` is not the W&B run's name). A preset file may name another backend (a variant of
+    it); only the command line is judged."""
     from lra.config import CONF_DIR
 
+    overridden = {str(override).split("=", 1)[0].lstrip("+~") for override in overrides}
     for group in ("task", "attention", "logger"):
         chosen, name = choices.get(group), OmegaConf.select(cfg, f"{group}.name")
-        if chosen is None or name == chosen:
+        if f"{group}.name" not in overridden or chosen is None or name == chosen:
             continue
         files = sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
         fix = f"pass {group}={name}" if name in files else f"pass {group}=<{'|'.join(files)}>"

@@ -12,7 +12,7 @@ from helpers import compose_config
 from lra.config import CONF_DIR
 from lra.errors import ConfigError
 from lra.commands.command_line import check_presets_against_choices
-from lra.validation import check_preset_choices, validate
+from lra.validation import check_group_names, check_preset_choices, validate
 
 # One case per kind of rule: (overrides, the field the error names, words of the rule).
 BAD_CONFIGS = [
@@ -352,3 +352,12 @@ def test_a_backend_beside_a_row_is_refused_unless_it_is_the_rows_own():
         check_presets_against_choices(["-m", "row=yoso_table3/yoso_c_16,yoso_table3/yoso_32", "attention=yoso_c"])
     check_presets_against_choices(["row=yoso_table3/yoso_32", "attention=yoso"])
     check_presets_against_choices(["row=lra_table1/bigbird", "setup=lra_table1/text"])
+
+
+def test_a_preset_may_train_a_variant_of_another_backend_only_the_command_line_name_is_judged():
+    """A preset file of yours (attention=my_yoso16) naming the backend it sets up is a variant, not a contradiction;
+    attention.name=yoso typed beside attention=my_yoso16 is refused as on any other choice."""
+    cfg = compose_config("attention=yoso", "attention.num_hashes=16")
+    check_group_names(cfg, {"attention": "my_yoso16", "task": "listops", "logger": "none"}, ["attention=my_yoso16"])
+    with pytest.raises(ConfigError, match=r"^attention.name=yoso differs from attention=my_yoso16, and a run takes"):
+        check_group_names(cfg, {"attention": "my_yoso16"}, ["attention=my_yoso16", "attention.name=yoso"])

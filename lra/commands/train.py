@@ -124,7 +124,7 @@ def _start_fresh(folder: RunDirectory, cfg: DictConfig, hydra_cfg, multirun: boo
                                   _command_overrides())
     try:
         check_preset_choices(hydra_cfg.runtime.choices)
-        check_group_names(cfg, hydra_cfg.runtime.choices)
+        check_group_names(cfg, hydra_cfg.runtime.choices, hydra_cfg.overrides.task)
         validate(cfg)
     except ConfigError:
         if multirun:
@@ -370,7 +370,7 @@ def _validate_dry_run(overrides: list) -> None:
     if not cfg.resume:
         refuse_one_job_of_a_sweep(hydra_cfg.sweeper.get("params"), hydra_cfg.runtime.choices.get("experiment"), overrides)
         check_preset_choices(hydra_cfg.runtime.choices)
-        check_group_names(cfg, hydra_cfg.runtime.choices)
+        check_group_names(cfg, hydra_cfg.runtime.choices, hydra_cfg.overrides.task)
     if cfg.resume:
         from lra.config import _if_resume  # hydra.run.dir's resolver: the real run's refusal, word for word
 
