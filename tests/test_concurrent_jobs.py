@@ -9,19 +9,24 @@ holder is stopped, and lets it go on (SIGCONT)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from command_server import shell_signal_handling
 from conftest import SMALL_LISTOPS, read_json
-from lra.data import listops
+from lra.data import listops, locking
 
 GUARD_S = 240  # a bound on a test gone wrong (a job that never says it waits), not a synchronisation
 TRAIN = ["lra-train", "trainer=smoke", "trainer.max_steps=2", "trainer.eval_every=2", "model.num_layers=1",
@@ -155,15 +160,12 @@ def test_two_pathfinder_preparations_share_one_generated_folder(tmp_path):
     assert leftovers(root.parent) == [] and not list(root.rglob(".sample_*"))
 
 
-def test_a_forced_rebuild_waits_for_a_training_that_is_loading_the_cache(tmp_path):
-    """lra-prepare --force swapped the new cache in while the run was checking the old one's files against its
-    manifest: the run then refused its cache as damaged (files of the new cache, the old manifest), or, once
-    past the checksums, trained on arrays other than those its record's fingerprint names."""
+def released_listops_cache(tmp_path: Path):
+    """(data folder, raw folder, lra-prepare command, cache) of ListOps release files prepared once."""
     data, raw = tmp_path / "data", tmp_path / "raw" / "listops-1000"
     settings = listops.GeneratorSettings(num_train=96, num_val=24, num_test=24, min_length=20, max_length=200)
     listops.write_tsv_files(settings, raw)
-    source = ["task.source=lra_release", f"task.path={raw}"]
-    prepare = ["lra-prepare", "listops", *source, "--data-dir", str(data)]
+    prepare = ["lra-prepare", "listops", "task.source=lra_release", f"task.path={raw}", "--data-dir", str(data)]
     first = Jobs(tmp_path, data)
     try:
         first.start(prepare)
@@ -171,6 +173,15 @@ def test_a_forced_rebuild_waits_for_a_training_that_is_loading_the_cache(tmp_pat
     finally:
         first.close()
     (cache,) = (data / "listops" / "cache").iterdir()
+    return data, raw, prepare, cache
+
+
+def test_a_forced_rebuild_waits_for_a_training_that_is_loading_the_cache(tmp_path):
+    """lra-prepare --force swapped the new cache in while the run was checking the old one's files against its
+    manifest: the run then refused its cache as damaged (files of the new cache, the old manifest), or, once
+    past the checksums, trained on arrays other than those its record's fingerprint names."""
+    data, raw, prepare, cache = released_listops_cache(tmp_path)
+    source = ["task.source=lra_release", f"task.path={raw}"]
     before = json.loads((cache / "manifest.json").read_text())
     jobs = Jobs(tmp_path, data)
     try:
@@ -196,3 +207,92 @@ def test_a_forced_rebuild_waits_for_a_training_that_is_loading_the_cache(tmp_pat
     after = json.loads((cache / "manifest.json").read_text())
     assert after["files"]["train.labels.npy"] != before["files"]["train.labels.npy"], "the rebuild took the new labels"
     assert leftovers(cache.parent) == []
+
+
+def test_ctrl_c_while_a_rebuild_waits_for_a_load_ends_it_with_the_interrupted_line(tmp_path):
+    """It ended with "unexpected BlockingIOError …: this is a bug in the harness" (status 1): the wait ran inside
+    the except clause of the attempt to lock at once, so the interruption carried that OS error, which the cache
+    builder's cleanup named as the error."""
+    data, _, prepare, cache = released_listops_cache(tmp_path)
+    before = (cache / "manifest.json").read_text()
+    jobs = Jobs(tmp_path, data)
+    try:
+        reader = jobs.start(prepare, {"LRA_FAULT": "cache_load:1:SIGSTOP"})
+        assert jobs.stopped(reader), "the load stops holding the cache"
+        rebuild = jobs.start([*prepare, "--force"])
+        assert jobs.until(r"waiting for the jobs loading .* before replacing it")[0] == rebuild, jobs.output
+        jobs.processes[rebuild].send_signal(signal.SIGINT)
+        jobs.processes[reader].send_signal(signal.SIGCONT)
+        results = jobs.finish()
+    finally:
+        jobs.close()
+    assert results[reader][0] == 0, results
+    code, text = results[rebuild]
+    assert code == 128 + signal.SIGINT and text.strip().splitlines()[-1].startswith("error: interrupted (ctrl-C)"), text
+    assert (cache / "manifest.json").read_text() == before and leftovers(cache.parent) == []
+
+
+def as_user(uid: int, gid: int, body) -> tuple:
+    """(process id, pipe to read) of a child of this process running ``body(write)`` as user ``uid`` of group
+    ``gid`` with umask 022; ``write(text)`` sends a line to the pipe, and an exception is sent as its repr."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            os.close(read_end)
+            os.setgroups([gid])
+            os.setgid(gid)
+            os.setuid(uid)
+            os.umask(0o022)
+            body(lambda text: os.write(write_end, f"{text}\n".encode()))
+        except BaseException as exc:  # noqa: BLE001 (reported to the test)
+            os.write(write_end, f"raised {exc!r}\n".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    return pid, os.fdopen(read_end)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="two users' jobs: started by root as two other users")
+def test_the_jobs_of_two_users_of_a_group_data_folder_share_its_lock():
+    """The second user's job failed at once with "Permission denied" on the lock file the first one held (the
+    first one's umask had left it its own), and so on every later start once the first was killed holding it."""
+    gid, shared = 4321, Path(tempfile.mkdtemp())  # (under TMPDIR: a test's own folder is root's alone)
+    os.chown(shared, 0, gid)
+    os.chmod(shared, 0o2775)
+    cache, lock, children = shared / "cache", locking.lock_path(shared / "cache", "prepare"), []
+
+    def hold(write):
+        with locking.preparing(cache, "the cache", write) as waited:
+            write(f"held after waiting for {waited}; the lock file names {lock.read_text()}")
+            if waited is None:
+                signal.pause()
+
+    def start(uid):
+        pid, says = as_user(uid, gid, hold)
+        children.append(pid)
+        return pid, says
+
+    try:
+        first, first_says = start(1001)
+        assert first_says.readline().startswith("held after waiting for None")
+        second, second_says = start(1002)
+        waits = second_says.readline()
+        assert f"is being prepared by process {first} " in waits, waits
+        os.kill(first, signal.SIGKILL)  # its lock file stays behind, its lock goes
+        held = second_says.readline()
+        assert held.startswith(f"held after waiting for process {first} ") and f"names process {second} " in held, held
+        os.waitpid(second, 0)
+        assert not lock.exists(), "the last holder removed it"
+        lock.write_text("process 1 on a node (lra-train)")  # another user's, made without the group's write
+        os.chown(lock, 1001, gid)
+        os.chmod(lock, 0o644)
+        _, third_says = start(1002)
+        assert third_says.readline().startswith("held after waiting for None"), "flock needs no write access"
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        shutil.rmtree(shared)

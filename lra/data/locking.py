@@ -12,7 +12,8 @@ process ends however it ends (a killed job never leaves a lock held):
   rebuild that ``lra-prepare --force`` swaps in meanwhile; the swap waits the moment the load takes.
 
 Lock files are named ``.<folder>.<kind>.lock`` and removed by their last holder, so that nothing stays
-behind in the data folder. A data folder that cannot take a lock file (a read-only copy, which no job can
+behind in the data folder; one is writable by whoever may write its folder (the jobs of a group's data
+folder share its locks). A data folder that cannot take a lock file (a read-only copy, which no job can
 rebuild either) is read without one.
 """
 
@@ -44,21 +45,48 @@ def _open(path: Path, required: bool) -> Optional[int]:
     try:
         if required:
             path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o666)
-    except OSError:
-        if required:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o666)
+    except OSError as exc:
+        if required and exc.errno not in (errno.EACCES, errno.EPERM):
             raise
-    try:
-        return os.open(path, os.O_RDONLY | flags)  # one made by whoever may write there
-    except OSError:
-        return None
+        try:  # one made by whoever may write there (another user's, in a group's data folder: flock needs no write)
+            return os.open(path, os.O_RDONLY | flags)
+        except OSError:
+            if required:
+                raise exc from None
+            return None
+    _writable_as_its_folder(descriptor, path.parent)
+    return descriptor
+
+
+def _writable_as_its_folder(descriptor: int, folder: Path) -> None:
+    """A lock file writable by whoever may write its folder (a group's shared data folder): another user's job
+    takes the lock and names itself there, as the job that made it does (the umask would leave it the maker's)."""
+    with contextlib.suppress(OSError):  # (not the maker: the maker's job has done it)
+        wanted, mode = os.stat(folder).st_mode & 0o022, os.fstat(descriptor).st_mode & 0o7777
+        if mode & wanted != wanted:
+            os.fchmod(descriptor, mode | wanted)
 
 
 def _holder(descriptor: int) -> str:
     try:
-        return os.pread(descriptor, 400, 0).decode(errors="replace").strip() or "another process"
+        said = " ".join(os.pread(descriptor, 400, 0).decode(errors="replace").split())  # one line, whatever it holds
+        return said[:200] or "another process"
     except OSError:
         return "another process"
+
+
+def _lock_at_once(descriptor: int, operation: int) -> Optional[bool]:
+    """Take the lock if no one holds it: True when taken, False when another holds it, None without flock."""
+    try:
+        fcntl.flock(descriptor, operation | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+            return False
+        if exc.errno in _NO_LOCKS:
+            return None
+        raise
+    return True
 
 
 def _acquire(path: Path, operation: int, required: bool, on_wait: Callable[[str], None]) -> tuple:
@@ -69,14 +97,11 @@ def _acquire(path: Path, operation: int, required: bool, on_wait: Callable[[str]
         if descriptor is None:
             return None, waited
         try:
-            try:
-                fcntl.flock(descriptor, operation | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
-                    if exc.errno in _NO_LOCKS:  # a file system without flock: as before there were locks
-                        os.close(descriptor)
-                        return None, waited
-                    raise
+            locked = _lock_at_once(descriptor, operation)
+            if locked is None:  # a file system without flock: as before there were locks
+                os.close(descriptor)
+                return None, waited
+            if not locked:  # (waited for outside the attempt's except clause: an interruption is no OS error's)
                 if waited is None:
                     waited = _holder(descriptor)
                     on_wait(waited)
