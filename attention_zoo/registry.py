@@ -184,25 +184,61 @@ def checked_forward(forward: Callable) -> Callable:
     the backend's) a tensor of v's shape, device and dtype (any floating dtype under autocast) in the
     autograd graph when v is, q, k, v and the mask not changed in place, ``aux_loss`` None or a 0-dim
     floating tensor. Shapes and flags only: nothing is read back from the device. Under torch.compile the
-    in-place check is left out (it reads version counters, which a graph cannot)."""
+    in-place check is left out (it reads version counters, which a graph cannot), and on tensors made under
+    torch.inference_mode, which have none. A call that passes costs one condition per side (a few µs of host
+    time); the named checks run only to say what failed."""
     if getattr(forward, "checks_contract", False):
         return forward
 
     @functools.wraps(forward)
     def checked(self, q, k, v, mask=None):
-        _check_inputs(self, q, k, v, mask)
+        if not _inputs_fit(self, q, k, v, mask):
+            _check_inputs(self, q, k, v, mask)  # raises, naming what is wrong
         inputs = (q, k, v) if mask is None else (q, k, v, mask)
-        versions = None if torch.compiler.is_compiling() else [t._version for t in inputs]
+        versions = None if torch.compiler.is_compiling() else _versions(inputs)
         out = forward(self, q, k, v, mask)
-        _check_output(self, out, v)
-        if versions is not None and versions != [t._version for t in inputs]:
-            changed = [label for label, t, seen in zip("q k v mask".split(), inputs, versions) if t._version != seen]
+        if not _output_fits(self, out, v):
+            _check_output(self, out, v)  # raises, unless autocast allows out's dtype
+        if versions is not None and versions != _versions(inputs):
+            changed = [label for label, seen, now in zip("q k v mask".split(), versions, _versions(inputs))
+                       if seen != now]
             raise BackendError(f"{_qualified(type(self))}.forward changed {', '.join(changed)} in place (the caller's "
                                "tensors): compute into new tensors (x = x * 2, not x.mul_(2))")
         return out
 
     checked.checks_contract = True
     return checked
+
+
+def _versions(inputs) -> list:
+    """The tensors' version counters (bumped by each in-place change); None for an inference tensor, which has none."""
+    try:
+        return [t._version for t in inputs]
+    except RuntimeError:  # made under torch.inference_mode
+        return [None if t.is_inference() else t._version for t in inputs]
+
+
+_Tensor, _bool = torch.Tensor, torch.bool
+
+
+def _inputs_fit(module: "Attention", q, k, v, mask) -> bool:
+    """:func:`_check_inputs`'s rules as one condition, the cheap test of every call."""
+    if not (isinstance(q, _Tensor) and isinstance(k, _Tensor) and isinstance(v, _Tensor)):
+        return False
+    shape, device = q.shape, q.device
+    return (len(shape) == 4 and shape[1] == module.num_heads and shape[3] == module.head_dim and k.shape == shape
+            and v.shape == shape and q.is_floating_point() and k.is_floating_point() and v.is_floating_point()
+            and k.device == device and v.device == device
+            and (mask is None or (isinstance(mask, _Tensor) and mask.dtype == _bool and mask.device == device
+                                  and mask.shape == (shape[0], shape[2]))))
+
+
+def _output_fits(module: "Attention", out, v) -> bool:
+    """:func:`_check_output`'s rules as one condition for out of v's dtype (else autocast may allow it)."""
+    aux = module.aux_loss
+    return (isinstance(out, _Tensor) and out.shape == v.shape and out.dtype == v.dtype and out.device == v.device
+            and (out.requires_grad or not v.requires_grad or not torch.is_grad_enabled())
+            and (aux is None or (isinstance(aux, _Tensor) and aux.dim() == 0 and aux.is_floating_point())))
 
 
 def _check_inputs(module: "Attention", q, k, v, mask) -> None:

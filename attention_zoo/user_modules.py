@@ -2,9 +2,9 @@
 them, imported with the built-in backends. Each entry, comma-separated, is a module path
 (``mylab.attention``, importable from the working folder or an installed package) or a ``.py`` file
 (``~/attn/my_attention.py``). A module that cannot be imported is one line, naming it, where it failed
-and the fix (:class:`UserModuleError`), raised by the next use of the registry (``build``, ``get``,
-``names``) and by the harness's commands before they start: a backend silently missing from a sweep
-would be worse."""
+and the fix (:class:`UserModuleError`), raised by the next ``build``, ``spec`` or ``make_options``
+and by the harness's commands before they start: a backend silently missing from a sweep would be
+worse. A file named twice (or also as a module path) is imported once; two files of one name are refused."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 VARIABLE = "LRA_ATTENTION_MODULES"
+_PACKAGE = str(Path(__file__).resolve().parent)
+_IMPORTED: Dict[Path, str] = {}  # each file imported here (resolved): its module name; a file named again is not rerun
 
 
 class UserModuleError(ImportError):
@@ -32,7 +34,13 @@ def _from_file(entry: str) -> None:
     if not path.is_file():
         raise UserModuleError(f"{VARIABLE}: {entry} is not a file; name a .py file that registers your backend, or a "
                               "module path such as mylab.attention")
+    if path in _IMPORTED:  # named twice, or also as a module path
+        return
     module_name = f"attention_zoo_user_{path.stem}"
+    if module_name in sys.modules:  # another file of this name: imported as this module, it would replace the first
+        other = getattr(sys.modules[module_name], "__file__", None) or module_name
+        raise UserModuleError(f"{VARIABLE}: {entry} has the file name of {other}, imported before it (both would be "
+                              f"module {module_name}): rename one of them")
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
@@ -41,12 +49,28 @@ def _from_file(entry: str) -> None:
     except BaseException:
         del sys.modules[module_name]
         raise
+    _IMPORTED[path] = module_name
+
+
+def _from_module(entry: str) -> None:
+    """A module path, importable from the working folder as under ``python -m`` (a console script such as
+    lra-train has only its own folder on sys.path)."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    spec = importlib.util.find_spec(entry)
+    origin = Path(spec.origin).resolve() if spec is not None and spec.has_location and spec.origin else None
+    if origin is not None and origin in _IMPORTED:  # named before as a file
+        return
+    module = importlib.import_module(entry)
+    if origin is not None:
+        _IMPORTED.setdefault(origin, module.__name__)
 
 
 def _where(exc: BaseException) -> str:
     """Where in the user's code the import failed: the innermost frame outside the import machinery."""
-    frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
-              if "importlib" not in frame.filename and not frame.filename.endswith("user_modules.py")]
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if "importlib" not in frame.filename]
+    yours = [frame for frame in frames if not frame.filename.startswith(_PACKAGE + os.sep)]  # not register()'s line
+    frames = yours or [frame for frame in frames if not frame.filename.endswith("user_modules.py")]
     if isinstance(exc, SyntaxError) and exc.filename:
         return f" ({Path(exc.filename).name}, line {exc.lineno})"
     return f" ({Path(frames[-1].filename).name}, line {frames[-1].lineno})" if frames else ""
@@ -59,7 +83,7 @@ def import_all(value: Optional[str]) -> None:
             if entry.endswith(".py") or os.sep in entry:
                 _from_file(entry)
             else:
-                importlib.import_module(entry)
+                _from_module(entry)
         except UserModuleError:
             raise
         except Exception as exc:

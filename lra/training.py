@@ -62,10 +62,14 @@ class TrainWindow:
         aux, predictions = metrics.get("aux_loss"), metrics.get("predictions")
         self.has_aux = self.has_aux or aux is not None
         self.counts_predictions = predictions is not None
-        zero = metrics["loss"] * 0
-        values = torch.stack([metrics["loss"].double(), metrics["correct"].double(), metrics["nonfinite"].double(),
+        loss = metrics["loss"]
+        zero = torch.zeros_like(loss)  # not loss * 0, NaN where the loss is: it was read as that step's aux_loss
+        # a non-finite aux_loss at a step whose loss is finite: the backend's own divergence (once the loss is
+        # NaN, the weights are, and the next steps' aux_loss follows: the loss's)
+        aux_first = (~torch.isfinite(aux) & torch.isfinite(loss)) if aux is not None else zero
+        values = torch.stack([loss.double(), metrics["correct"].double(), metrics["nonfinite"].double(),
                               (aux if aux is not None else zero).double(),
-                              (predictions if predictions is not None else zero).double()])
+                              (predictions if predictions is not None else zero).double(), aux_first.double()])
         self.sums = values if self.sums is None else self.sums + values
         self.steps += 1
         self.examples += metrics["examples"]
@@ -73,8 +77,8 @@ class TrainWindow:
     def read(self, ranks: distributed.Ranks, step: int, lr_setting: str = "trainer.lr") -> dict:
         """The window's metrics; :class:`TrainingDiverged` (one line naming ``lr_setting``, this stage's
         learning rate, and trainer.grad_clip) if the loss was not finite at one of its steps."""
-        loss, correct, nonfinite, aux, predictions = distributed.sum_across(self.sums, ranks).tolist()
-        if nonfinite and self.has_aux and not math.isfinite(aux):
+        loss, correct, nonfinite, aux, predictions, aux_first = distributed.sum_across(self.sums, ranks).tolist()
+        if nonfinite and aux_first:
             raise TrainingDiverged(
                 f"the attention backend's auxiliary loss (aux_loss) was not finite at a step between "
                 f"{step - self.steps + 1} and {step} (read every trainer.log_every steps); no checkpoint was written "

@@ -272,6 +272,24 @@ def test_a_backend_breaking_the_contract_is_named_with_its_class(forward, words)
         assert build("autocast")(*qkv()).dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("name", ["softmax", "learned_hash"])
+def test_a_backend_runs_on_inference_mode_tensors(name):
+    """Their version counter, which the in-place check read, does not exist: every call under
+    torch.inference_mode raised, as did a call on its tensors afterwards (learned_hash: its local heads,
+    a backend of their own, too)."""
+    q, k, v = qkv()
+    mask = torch.ones(2, N, dtype=torch.bool)
+    mask[1, 3:] = False
+    attention = build(name, **({"local_heads": 1, "local_pattern": "sliding", "local_window": 2,
+                                "num_buckets": 2} if name == "learned_hash" else {})).eval()
+    with torch.no_grad():
+        expected = attention(q, k, v, mask)
+    with torch.inference_mode():
+        tensors = [t.clone() for t in (q, k, v, mask)]
+        assert torch.equal(attention(*tensors), expected)
+    assert all(t.is_inference() for t in tensors) and torch.equal(attention(*tensors), expected)
+
+
 # ----------------------------------------------------------------------------- through the harness
 PRESET = "defaults:\n  - /schema_attention_{name}@_here_\nscale: 2.0\n"
 

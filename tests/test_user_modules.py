@@ -133,3 +133,92 @@ def test_an_auxiliary_loss_that_is_not_finite_is_named_at_its_step(tmp_path, dat
         "error: the attention backend's auxiliary loss (aux_loss) was not finite at a step between 1 and 1 (read "
         "every trainer.log_every steps); no checkpoint was written after it: the backend's own loss diverged (a "
         "lower trainer.lr or trainer.grad_clip may hold it)"), diverged.stderr
+
+
+def window_of(*steps):
+    """A TrainWindow over steps given as (loss, aux_loss or None), as Trainer.device_step reports them."""
+    import torch
+
+    from lra.training import TrainWindow
+
+    window = TrainWindow()
+    for loss, aux in steps:
+        loss = torch.tensor(loss)
+        metrics = {"loss": loss, "correct": torch.tensor(1), "examples": 4,
+                   "nonfinite": ~torch.isfinite(loss if aux is None else loss + aux)}
+        window.add(metrics if aux is None else {**metrics, "aux_loss": torch.tensor(aux)})
+    return window
+
+
+@pytest.mark.parametrize("steps, blamed", [
+    ([(1.0, float("nan")), (float("nan"), float("nan"))], "auxiliary loss"),
+    ([(1.0, float("inf")), (1.0, 0.5)], "auxiliary loss"),
+    ([(float("nan"), 0.5), (float("nan"), float("nan"))], "training loss"),  # its NaN weights, then the aux's
+    ([(1.0, 0.5), (float("inf"), None)], "training loss"),  # a step without aux_loss: loss · 0 was read as its NaN
+])
+def test_a_non_finite_window_blames_the_loss_that_was_non_finite_first(steps, blamed):
+    from lra.distributed import Ranks
+    from lra.errors import TrainingDiverged
+
+    with pytest.raises(TrainingDiverged, match=f"^the {'attention backend.s ' if blamed[0] == 'a' else ''}{blamed}"):
+        window_of(*steps).read(Ranks(), step=2)
+    assert window_of((1.0, 0.5), (2.0, None)).read(Ranks(), step=2)["train/aux_loss"] == 0.25
+
+
+@pytest.fixture
+def imported_here():
+    """Modules imported in this process by a test, and their backends, taken out again after it."""
+    from attention_zoo import registry
+
+    modules, backends, files = set(sys.modules), dict(registry._REGISTRY), dict(user_modules._IMPORTED)
+    yield
+    for name in set(sys.modules) - modules:
+        del sys.modules[name]
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(backends)
+    user_modules._IMPORTED.clear()
+    user_modules._IMPORTED.update(files)
+
+
+def test_a_module_path_in_the_working_folder_imports_from_a_console_script(tmp_path, monkeypatch, imported_here):
+    """As the docs say; a console script (lra-train) has its own folder, not the working one, on sys.path."""
+    (tmp_path / "mylab_pkg").mkdir()
+    (tmp_path / "mylab_pkg" / "__init__.py").write_text("")
+    (tmp_path / "mylab_pkg" / "tempered.py").write_text(BACKEND.replace('"tempered"', '"tempered_pkg"'))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    user_modules.import_all("mylab_pkg.tempered")
+    import attention_zoo
+
+    assert attention_zoo.get("tempered_pkg").cls.__module__ == "mylab_pkg.tempered"
+
+
+def test_a_file_named_twice_is_imported_once_and_two_files_of_one_name_are_refused(tmp_path, monkeypatch,
+                                                                                    imported_here):
+    """Two files of one name were imported as one module: the second replaced the first's backend (the same class
+    name and backend name) without a word."""
+    import attention_zoo
+
+    for folder, default in (("a", "3.0"), ("b", "2.0")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "mine.py").write_text(
+            BACKEND.replace('"tempered"', '"tempered_twice"').replace("= 2.0", f"= {default}")
+            + "\nopen(__file__ + '.runs', 'a').write('x')\n")
+    monkeypatch.chdir(tmp_path)
+    first = tmp_path / "a" / "mine.py"
+    user_modules.import_all(f"a/mine.py, {first}, ./a/../a/mine.py")
+    assert (tmp_path / "a" / "mine.py.runs").read_text() == "x"
+    with pytest.raises(user_modules.UserModuleError) as error:
+        user_modules.import_all("b/mine.py")
+    assert str(error.value) == (
+        f"LRA_ATTENTION_MODULES: b/mine.py has the file name of {first}, imported before it (both would be module "
+        "attention_zoo_user_mine): rename one of them")
+    assert attention_zoo.build("tempered_twice", num_heads=1, head_dim=4, max_seq_len=4).options.temperature == 3.0
+
+
+def test_a_name_taken_by_a_built_in_is_placed_in_your_file(tmp_path):
+    (tmp_path / "taken.py").write_text(BACKEND.replace('"tempered"', '"softmax"'))
+    with pytest.raises(user_modules.UserModuleError) as error:
+        user_modules.import_all(str(tmp_path / "taken.py"))
+    assert "attention backend name 'softmax' is taken by attention_zoo.softmax.SoftmaxAttention" in str(error.value)
+    assert str(error.value).endswith("(taken.py, line 18); fix it, or take it out of LRA_ATTENTION_MODULES")
