@@ -212,6 +212,7 @@ class Classifier(nn.Module):
         super().__init__()
         self.encoder = Encoder(model_cfg, task_cfg.vocab_size, max_length, attention)
         self.dual_encoder = bool(task_cfg.dual_encoder)
+        self.dual_aux_loss: Optional[torch.Tensor] = None
         width = model_cfg.dim * (4 if self.dual_encoder else 1)
         self.head = nn.Sequential(
             nn.Linear(width, model_cfg.classifier_dim), nn.ReLU(),
@@ -222,14 +223,20 @@ class Classifier(nn.Module):
 
     def forward(self, ids: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]) -> torch.Tensor:
         if self.dual_encoder:
-            x1, x2 = (self.encoder(i, m) for i, m in zip(ids, masks))
+            x1 = self.encoder(ids[0], masks[0])
+            first = attention_aux_loss(self.encoder)  # the second pass replaces each backend's aux_loss
+            x2 = self.encoder(ids[1], masks[1])
+            second = attention_aux_loss(self.encoder)
+            self.dual_aux_loss = None if first is None else (first + second) / 2
             features = torch.cat([x1, x2, x1 * x2, x1 - x2], dim=-1)
         else:
             features = self.encoder(ids[0], masks[0])
         return self.head(features)
 
     def aux_loss(self) -> Optional[torch.Tensor]:
-        return attention_aux_loss(self.encoder)
+        """The backends' auxiliary losses of the last forward; with the dual encoder, the mean over its two
+        documents (each document's batch weighs as a single-document task's batch does)."""
+        return self.dual_aux_loss if self.dual_encoder else attention_aux_loss(self.encoder)
 
 
 def attention_aux_loss(encoder: Encoder) -> Optional[torch.Tensor]:

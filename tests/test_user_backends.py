@@ -346,3 +346,31 @@ def test_through_its_own_preset_a_backend_trains_and_one_outside_the_autograd_gr
     model, _ = harness_model(tmp_path, "user_detached")
     with pytest.raises(BackendError, match="outside the autograd graph of q, k, v"):
         model(*batch())
+
+
+def test_the_dual_encoders_aux_loss_is_the_mean_over_both_documents(tmp_path):
+    """Retrieval runs the one encoder over each document: the second pass replaced every backend's aux_loss, so
+    a learned hash learned its buckets from the second documents alone."""
+    from lra.model import attention_aux_loss
+
+    def with_aux(self, q, k, v, mask):
+        self.aux_loss = q.float().square().mean()
+        return v * self.options.scale
+
+    scaled_values("user_dual", with_aux)
+    register_configs()
+    (tmp_path / "attention").mkdir()
+    (tmp_path / "attention" / "user_dual.yaml").write_text(PRESET.format(name="user_dual"))
+    cfg = compose_config(f"hydra.searchpath=[file://{tmp_path}]", "attention=user_dual", "task=retrieval",
+                         "task.max_length=16", "model.num_layers=1")
+    torch.manual_seed(0)
+    model = Classifier(cfg.model, cfg.task, attention_spec(cfg), 16).eval()  # no dropout: the passes repeat exactly
+    (ids1, ids2), (mask1, mask2) = [torch.randint(1, 200, (2, 16)) for _ in range(2)], [torch.ones(2, 16, dtype=torch.bool)] * 2
+    model([ids1, ids2], [mask1, mask2])
+    both = model.aux_loss()
+    model.encoder(ids1, mask1)
+    first = attention_aux_loss(model.encoder)
+    model.encoder(ids2, mask2)
+    second = attention_aux_loss(model.encoder)
+    assert not torch.allclose(first, second) and torch.allclose(both, (first + second) / 2)
+    assert both.requires_grad
