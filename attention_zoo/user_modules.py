@@ -90,3 +90,13 @@ def import_all(value: Optional[str]) -> None:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
             raise UserModuleError(f"{VARIABLE}: {entry} failed to import: {type(exc).__name__}: {message}"
                                   f"{_where(exc)}; fix it, or take it out of {VARIABLE}") from exc
+
+
+def load(errors: list) -> None:
+    """Import the modules the variable names now; a failure is kept in ``errors`` (the registry's
+    ``USER_MODULE_ERROR``), raised at the next ``build``/``spec`` and by the harness's commands."""
+    errors.clear()
+    try:
+        import_all(os.environ.get(VARIABLE))
+    except UserModuleError as exc:
+        errors.append(exc)

@@ -99,8 +99,7 @@ class _CommandServer:
                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                            env={**os.environ, "PYTHONHASHSEED": "0"})
             cls.commands = frozenset(json.loads(cls.process.stdout.readline())["ready"])
-        if args[0] not in cls.commands or env.get("PYTHONHASHSEED") != "0" or env.get("LRA_ATTENTION_MODULES"):
-            # (the server imported attention_zoo without the modules that variable names)
+        if args[0] not in cls.commands or env.get("PYTHONHASHSEED") != "0":
             return None
         with tempfile.TemporaryDirectory() as folder:
             out, err = Path(folder) / "stdout", Path(folder) / "stderr"
