@@ -12,11 +12,9 @@ from attention_zoo.registry import (Attention, AttentionSpec, Backend, BackendEr
 from attention_zoo import bigbird, learned_hash, linear_transformer, linformer, local, longformer, lsh, none, nystrom, performer, reformer, rfa, sinkhorn, softmax, sparse_transformer, synthesizer, yoso, yoso_e  # noqa: E402,F401
 
 # Then the user's own, outside the package (LRA_ATTENTION_MODULES): a failure is raised at the registry's next use.
-from attention_zoo import user_modules as _user_modules  # noqa: E402
-from attention_zoo.registry import USER_MODULE_ERROR as _USER_MODULE_ERROR, check_user_modules  # noqa: E402
-from attention_zoo.user_modules import UserModuleError  # noqa: E402
+from attention_zoo.user_modules import UserModuleError, check as check_user_modules, load as _load_user_modules  # noqa: E402
 
-_user_modules.load(_USER_MODULE_ERROR)
+_load_user_modules()
 
 __all__ = ["Attention", "AttentionSpec", "Backend", "BackendError", "UserModuleError", "build", "causal_names",
            "check_user_modules", "get", "label", "make_options", "names", "register", "spec"]

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, Optional, Type
 import torch
 from torch import nn
 
+from attention_zoo import user_modules
 from attention_zoo.options import InvalidOption, whole
 
 
@@ -297,15 +298,6 @@ def causal_names() -> list[str]:
     return [name for name in names() if _REGISTRY[name].cls.supports_causal]
 
 
-USER_MODULE_ERROR: list = []  # the UserModuleError of LRA_ATTENTION_MODULES' import (attention_zoo.user_modules)
-
-
-def check_user_modules() -> None:
-    """Raise the error of a module ``LRA_ATTENTION_MODULES`` names that could not be imported, if one was."""
-    if USER_MODULE_ERROR:
-        raise USER_MODULE_ERROR[0]
-
-
 def get(name: str) -> Backend:
     try:
         return _REGISTRY[name]
@@ -319,7 +311,7 @@ def make_options(name: str, **options: Any) -> Any:
     """Build the options dataclass of ``name``; unknown keys raise with the valid ones listed, a value of
     the wrong type (a string for an int, "false" for a bool) :class:`InvalidOption`, as the options' own
     rules do (their ``__post_init__``, which speaks first)."""
-    check_user_modules()  # build and spec come through here: a backend of yours that failed is not "unknown"
+    user_modules.check()  # build and spec come through here: a backend of yours that failed is not "unknown"
     backend = get(name)
     valid = [f.name for f in dataclasses.fields(backend.options) if f.init]
     unknown = [key for key in options if key not in valid]

@@ -14,11 +14,12 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional, Set
 
 VARIABLE = "LRA_ATTENTION_MODULES"
 _PACKAGE = str(Path(__file__).resolve().parent)
-_IMPORTED: Dict[Path, str] = {}  # each file imported here (resolved): its module name; a file named again is not rerun
+_IMPORTED: Set[Path] = set()  # each file imported here (resolved): a file named again is not rerun
+_FAILURE: List["UserModuleError"] = []  # the import's failure, kept for the next use (:func:`check`)
 
 
 class UserModuleError(ImportError):
@@ -49,7 +50,7 @@ def _from_file(entry: str) -> None:
     except BaseException:
         del sys.modules[module_name]
         raise
-    _IMPORTED[path] = module_name
+    _IMPORTED.add(path)
 
 
 def _from_module(entry: str) -> None:
@@ -61,9 +62,9 @@ def _from_module(entry: str) -> None:
     origin = Path(spec.origin).resolve() if spec is not None and spec.has_location and spec.origin else None
     if origin is not None and origin in _IMPORTED:  # named before as a file
         return
-    module = importlib.import_module(entry)
+    importlib.import_module(entry)
     if origin is not None:
-        _IMPORTED.setdefault(origin, module.__name__)
+        _IMPORTED.add(origin)
 
 
 def _where(exc: BaseException) -> str:
@@ -92,11 +93,17 @@ def import_all(value: Optional[str]) -> None:
                                   f"{_where(exc)}; fix it, or take it out of {VARIABLE}") from exc
 
 
-def load(errors: list) -> None:
-    """Import the modules the variable names now; a failure is kept in ``errors`` (the registry's
-    ``USER_MODULE_ERROR``), raised at the next ``build``/``spec`` and by the harness's commands."""
-    errors.clear()
+def load() -> None:
+    """Import the modules the variable names now; a failure is kept, raised by :func:`check`."""
+    _FAILURE.clear()
     try:
         import_all(os.environ.get(VARIABLE))
     except UserModuleError as exc:
-        errors.append(exc)
+        _FAILURE.append(exc)
+
+
+def check() -> None:
+    """Raise the :class:`UserModuleError` of :func:`load`, if its import failed (the next ``build``, ``spec``
+    or ``make_options``, and the harness's commands before they start)."""
+    if _FAILURE:
+        raise _FAILURE[0]

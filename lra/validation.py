@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from omegaconf import DictConfig, OmegaConf
 
 import attention_zoo
+from attention_zoo import user_modules
 from attention_zoo.options import InvalidOption
 from lra import distributed
 from lra.errors import ConfigError
@@ -87,13 +88,21 @@ def run_label(cfg) -> str:
     return pretraining.spt_label(attention, cfg)
 
 
+def check_user_backends() -> None:
+    """The modules of ``LRA_ATTENTION_MODULES`` imported (else Hydra would call their backend an unknown choice)."""
+    try:
+        attention_zoo.check_user_modules()
+    except attention_zoo.UserModuleError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def check_attention(cfg: DictConfig) -> None:
     name = cfg.attention.name
     if name not in attention_zoo.names():
-        named = os.environ.get("LRA_ATTENTION_MODULES") or "unset"
-        raise ConfigError(f"attention '{name}' is registered by no module imported here (LRA_ATTENTION_MODULES: "
-                          f"{named}): a backend of your own needs its module named there; registered: "
-                          f"{', '.join(attention_zoo.names())}")
+        variable = user_modules.VARIABLE
+        raise ConfigError(f"attention '{name}' is registered by no module imported here ({variable}: "
+                          f"{os.environ.get(variable) or 'unset'}): a backend of your own needs its module named "
+                          f"there; registered: {', '.join(attention_zoo.names())}")
     try:
         options = attention_spec(cfg).options
     except InvalidOption as error:
@@ -333,8 +342,6 @@ def validate_tool(cfg: DictConfig) -> None:
     """The same checks for lra-profile and lra-fidelity: unknown keys, the dataclass rules, each
     backend's options (lra-fidelity's ``options.<backend>``), and CUDA asked for where there is none;
     first, every field of the tool's schema present (``~key`` deletes one)."""
-    from lra.commands.command_line import check_user_backends
-
     check_user_backends()
     schema = OmegaConf.get_type(cfg)
     if dataclasses.is_dataclass(schema):

@@ -59,10 +59,10 @@ def _run_child(request: dict, main, replies_fd: int) -> None:
         sys.stderr = sys.__stderr__ = os.fdopen(2, "w", buffering=1, closefd=False)
         sys.argv = [os.path.join(os.path.dirname(sys.executable), request["command"]), *request["args"]]
         if os.environ.get("LRA_ATTENTION_MODULES"):  # what `import attention_zoo` would have imported at start-up
-            from attention_zoo import registry, user_modules
+            from attention_zoo import user_modules
             from lra.config import register_configs
 
-            user_modules.load(registry.USER_MODULE_ERROR)
+            user_modules.load()
             register_configs()
         if "OMP_NUM_THREADS" in os.environ:  # what torch would have read at start-up
             import torch

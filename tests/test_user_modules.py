@@ -170,7 +170,7 @@ def imported_here():
     """Modules imported in this process by a test, and their backends, taken out again after it."""
     from attention_zoo import registry
 
-    modules, backends, files = set(sys.modules), dict(registry._REGISTRY), dict(user_modules._IMPORTED)
+    modules, backends, files = set(sys.modules), dict(registry._REGISTRY), set(user_modules._IMPORTED)
     yield
     for name in set(sys.modules) - modules:
         del sys.modules[name]

@@ -19,6 +19,7 @@ from lra.run import hydra_value, parsed_value, sweep_overrides
 def check(argv: list) -> None:
     """Every check of a command line ``argv`` (``sys.argv[1:]``), in the order Hydra would act."""
     from lra.io import check_folders_given, check_hydra_output_overrides
+    from lra.validation import check_user_backends
 
     check_user_backends()
     check_folders_given(argv, ("resume", "data_dir"))
@@ -29,16 +30,6 @@ def check(argv: list) -> None:
     check_hydra_output_overrides(argv, reads=[data], within=within, runs=True)
     refuse_another_commands_sweep(argv)
     check_presets_against_choices(argv)
-
-
-def check_user_backends() -> None:
-    """The modules of ``LRA_ATTENTION_MODULES`` imported (else Hydra would call their backend an unknown choice)."""
-    import attention_zoo
-
-    try:
-        attention_zoo.check_user_modules()
-    except attention_zoo.UserModuleError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def given(argv: list, key: str) -> Optional[str]:

@@ -9,6 +9,8 @@ from hydra.errors import (ConfigCompositionException, MissingConfigException, Ov
                           SearchPathException)
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, InterpolationResolutionError, ValidationError
 
+from attention_zoo.user_modules import VARIABLE
+
 
 def _closest(word: str, choices: Iterable[str]) -> str:
     match = difflib.get_close_matches(word, list(choices), n=1)
@@ -33,7 +35,7 @@ def explain(exc: BaseException, valid_keys) -> Optional[str]:
             group, _, choice = (cause.missing_cfg_file or "").rpartition("/")
             if group:
                 options = sorted(o for o in cause.options if not o.startswith(("_", "schema_")))  # not the schemas
-                yours = "; a backend of your own: name its module in LRA_ATTENTION_MODULES" if group == "attention" else ""
+                yours = f"; a backend of your own: name its module in {VARIABLE}" if group == "attention" else ""
                 return (f"unknown choice '{choice}' for {group}{_closest(choice, options)}; "
                         f"valid: {', '.join(options)} (e.g. {group}={options[0]}){yours}")
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and getattr(cause, "full_key", None):
