@@ -57,7 +57,7 @@ def build(variant: str, sources: List[Path] = SOURCES) -> Path:
     """The driver built with ``variant``'s flags, cached by the sources' and flags' hash (built once
     per checkout and worker-safe: a finished build is renamed into place)."""
     compiler = os.environ.get("CXX", "c++")
-    flags = ["-std=c++20", "-g", "-Wno-unknown-pragmas", "-DYOSO_SIMT_EMULATION", f"-I{REPO / 'csrc' / 'yoso'}",
+    flags = ["-std=c++20", "-g1", "-Wno-unknown-pragmas", "-DYOSO_SIMT_EMULATION", f"-I{REPO / 'csrc' / 'yoso'}",
              f"-I{SIMT}", *FLAGS[variant]]
     digest = hashlib.sha256(" ".join([compiler, *flags]).encode())
     for path in [*sources, DRIVER, *RUNTIME, *sorted((REPO / "csrc" / "yoso").glob("*.h"))]:
