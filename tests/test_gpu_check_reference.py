@@ -222,13 +222,14 @@ def test_a_step_s_error_line_is_on_the_console_not_only_in_summary_md(tmp_path, 
 
 
 def test_a_reference_slice_cut_short_is_continued_by_the_same_command_in_its_sweep_folder(tmp_path, data_dir):
-    """A slice that outlives its machine (killed at step 30, as at the end of a lease) keeps its checkpoints in
+    """A slice that outlives its machine (killed at step 3, as at the end of a lease) keeps its checkpoints in
     --sweep-dir; the same command there (or on another machine, unpacked at the same path) resumes the run."""
     sweep, out = tmp_path / "sweep", tmp_path / "out"
     command = [sys.executable, "-m", "lra.commands.gpu_check", "--device", "cpu", "--reference", "--rows", "softmax",
                "--sweep-dir", str(sweep), "--limit-s", "300", "--out", str(out), "--",
-               *SMALL_LISTOPS, "trainer=smoke", "trainer.max_steps=60", "trainer.eval_every=20"]
-    killed = environment(data_dir, LRA_FAULT="step:30:SIGKILL", LRA_FAULT_ONCE=str(tmp_path / "killed-once"))
+               *SMALL_LISTOPS, "trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=2",
+               "trainer.checkpoint_every=2"]
+    killed = environment(data_dir, LRA_FAULT="step:3:SIGKILL", LRA_FAULT_ONCE=str(tmp_path / "killed-once"))
     cut = subprocess.run(command, capture_output=True, text=True, timeout=600, env=killed)
     assert cut.returncode == 1, cut.stdout[-3000:] + cut.stderr[-3000:]
     (job,) = [path.parent for path in sweep.rglob("metrics.json")]
@@ -236,7 +237,7 @@ def test_a_reference_slice_cut_short_is_continued_by_the_same_command_in_its_swe
     out.rename(tmp_path / "first-out")
     continued = subprocess.run(command, capture_output=True, text=True, timeout=600, env=killed)
     assert continued.returncode == 0, continued.stdout[-3000:] + continued.stderr[-3000:]
-    assert "resumed from" in (job / "train.log").read_text() and "at step 20" in (job / "train.log").read_text()
+    assert "resumed from" in (job / "train.log").read_text() and "at step 2" in (job / "train.log").read_text()
     assert "runs: 1 completed" in (out / "reference.md").read_text()
 
 
