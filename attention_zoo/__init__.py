@@ -5,8 +5,8 @@
 >>> out = attn(q, k, v, mask)   # [batch, heads, n, head_dim]; mask [batch, n], True = real token
 """
 
-from attention_zoo.registry import (Attention, AttentionSpec, Backend, BackendError, build, causal_names, get, label,
-                                    make_options, names, register, spec)
+from attention_zoo.registry import (Attention, AttentionSpec, Backend, BackendError, build, causal_names, engines, get,
+                                    label, make_options, names, register, spec)
 
 # Importing a backend module registers it.
 from attention_zoo import bigbird, learned_hash, linear_transformer, linformer, local, longformer, lsh, none, nystrom, performer, reformer, rfa, sinkhorn, softmax, sparse_transformer, synthesizer, yoso, yoso_e  # noqa: E402,F401

@@ -72,6 +72,12 @@ class Attention(nn.Module):
         real key too (their masks a bias in both), so a model may read those rows. Default: no."""
         return False
 
+    def engine(self, device: torch.device) -> Optional[str]:
+        """The implementation that computes this module on ``device`` where the machine chooses it, not the
+        options, the device type or the torch build (YOSO's ``impl=auto``: its compiled kernels, or the
+        PyTorch path where they cannot be built): a run records it and resumes only under it. Default: None."""
+        return None
+
     def share_parameters_with(self, first: "Attention") -> None:
         """Called on layers 2… of a model with layer 1's backend; a backend whose options ask for
         cross-layer sharing adopts ``first``'s parameters here. Default: share nothing."""
@@ -286,6 +292,13 @@ def _check_output(module: "Attention", out, v) -> None:
             f"a {type(aux).__name__}"
         raise BackendError(f"{where} set aux_loss to {got}; it must be None or a 0-dim floating tensor in the "
                            "autograd graph (e.g. loss.mean(), not loss.item()), which the trainer adds to its loss")
+
+
+def engines(model: nn.Module, device: torch.device) -> Optional[str]:
+    """The engines (:meth:`Attention.engine`) of ``model``'s attention modules on ``device``, comma-separated, or
+    None where no module has one."""
+    found = {module.engine(device) for module in model.modules() if isinstance(module, Attention)}
+    return ",".join(sorted(found - {None})) or None
 
 
 def names() -> list[str]:

@@ -347,6 +347,10 @@ class YosoAttention(Attention):
     def tau(self) -> int:
         return hash_code_length(self.options.hash_code_len, self.max_seq_len)
 
+    def engine(self, device: torch.device) -> str:
+        """'kernel' (the compiled kernels) or 'torch' (the PyTorch path): what ``impl`` means on ``device``."""
+        return ops.resolve_engine(self.options.impl, device)
+
     @classmethod
     def check_shape(cls, options: YosoOptions, num_heads, head_dim, max_seq_len) -> None:
         """The default τ = ⌈log2 N⌉ exceeds the kernels' codes of at most 20 bits above N = 2^20 positions

@@ -128,13 +128,16 @@ def check_config(path: Path, payload: Dict[str, Any], config_sha256: Optional[st
                     f"{config_sha256[:12]}…); {fix}")
 
 
-def build_identity(device: torch.device, amp_dtype: Optional[torch.dtype]) -> Dict[str, str]:
+def build_identity(device: torch.device, amp_dtype: Optional[torch.dtype],
+                   attention_engine: Optional[str] = None) -> Dict[str, str]:
     """What computed a training checkpoint, besides its config: the torch build (its version names the CUDA or
-    CPU build), the device type and the autocast precision (``trainer.device=auto`` and
-    ``trainer.precision=auto`` choose them at each start). A resume elsewhere would go on computing otherwise
-    than the run began, and its record would name only the last of them."""
-    return {"torch": torch.__version__, "device": device.type,
-            "precision": str(amp_dtype).removeprefix("torch.") if amp_dtype is not None else "float32"}
+    CPU build), the device type, the autocast precision (``trainer.device=auto`` and ``trainer.precision=auto``
+    choose them at each start) and the attention's engine where the machine chooses it
+    (:func:`attention_zoo.engines`: YOSO's compiled kernels or its PyTorch path). A resume elsewhere would go on
+    computing otherwise than the run began, and its record would name only the last of them."""
+    identity = {"torch": torch.__version__, "device": device.type,
+                "precision": str(amp_dtype).removeprefix("torch.") if amp_dtype is not None else "float32"}
+    return identity | ({"attention_engine": attention_engine} if attention_engine else {})
 
 
 def check_build(path: Path, payload: Dict[str, Any], here: Dict[str, str]) -> None:
@@ -148,9 +151,11 @@ def check_build(path: Path, payload: Dict[str, Any], here: Dict[str, str]) -> No
     if not differ:
         return
     where = ", ".join(f"{key}={value}" for key, value in recorded.items() if key in here)
+    kernels = (f" with the compiled kernels (lra-build-kernels {here['device']} says why they do not build here)"
+               if recorded.get("attention_engine") == "kernel" != here.get("attention_engine") else "")
     raise UserError(f"cannot resume from {path}: it was trained with {'; '.join(differ)}, and a run resumes exactly "
-                    f"only as it was computed; resume it where it ran ({where}), or start a new run with the same "
-                    f"overrides; the run's metrics.json is left as it was")
+                    f"only as it was computed; resume it where it ran ({where}){kernels}, or start a new run with the "
+                    f"same overrides; the run's metrics.json is left as it was")
 
 
 def load_training(path: Path) -> Dict[str, Any]:

@@ -146,6 +146,8 @@ class Trainer:
         self.optimizer, self.scheduler = parts.optimizer, parts.scheduler
         self.scaler, self.sampler = parts.scaler, parts.sampler
         self.captured = capture.CapturedStep(self) if cfg.trainer.capture else None
+        engine = attention_zoo.engines(self.model, self.device)  # where the machine chooses it: recorded, and checked
+        self.build = checkpoint.build_identity(self.device, self.amp_dtype, engine)  # at a resume with the rest
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         self.gpu_clock = gpus.GpuClock.of(self.device, ranks.world)
         self.chance = ChanceLevel.of(self.data.splits["val"].labels)
@@ -159,7 +161,8 @@ class Trainer:
                            data_fingerprint=self.data.fingerprint, data_content=self.data.content,
                            data_cache=str(self.data.cache_dir),
                            data_source=self.data.source, data_raw_folder=self.data.raw_folder,
-                           run_dir=str(self.run_dir), **self.describe_stage())
+                           run_dir=str(self.run_dir), attention_engine=self.build.get("attention_engine"),
+                           **self.describe_stage())
 
     stage_name = ""  # the progress line's prefix
     lr_setting = "trainer.lr"  # the setting of this stage's learning rate, named when the loss diverges
@@ -198,7 +201,7 @@ class Trainer:
             "state": asdict(self.state), "best_weights": self.best_weights,
             "config_sha256": self.folder.config_sha256,  # the config it was trained with (try_resume checks it)
             "data_content": self.data.content,  # and the data (check_same_data), should the record be lost
-            "build": checkpoint.build_identity(self.device, self.amp_dtype),  # and what computed it (check_build)
+            "build": self.build,  # and what computed it (check_build)
         })
 
     def save_best(self) -> None:
@@ -230,7 +233,7 @@ class Trainer:
             return False
         path, payload = found
         checkpoint.check_config(path, payload, self.folder.config_sha256)
-        checkpoint.check_build(path, payload, checkpoint.build_identity(self.device, self.amp_dtype))
+        checkpoint.check_build(path, payload, self.build)
         self.check_same_data(previous, payload)
         try:
             self.model.load_state_dict(payload["model"])

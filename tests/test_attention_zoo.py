@@ -111,6 +111,23 @@ def test_none_returns_the_values_and_labels_follow_the_papers():
     assert attention_zoo.label("softmax") == "Softmax" and attention_zoo.label("none") == "None"
 
 
+def test_only_yoso_names_an_engine_and_it_is_the_one_its_impl_takes():
+    """attention_zoo.engines: what a run records as attention_engine and resumes only under (the machine
+    chooses it for impl=auto); None for a backend with one implementation, or whose choice the options,
+    device type and torch build make."""
+    from attention_zoo import _yoso_ops as ops
+
+    cpu = torch.device("cpu")
+    kernels = ops.resolve_engine("auto", cpu)  # 'kernel' where they build (the set-up builds them), else 'torch'
+    engines = {name: attention_zoo.engines(torch.nn.Sequential(build(name)), cpu) for name in BACKENDS}
+    assert {name: engine for name, engine in engines.items() if engine} == {
+        name: kernels for name in ("yoso", "yoso_c") if name in BACKENDS}
+    assert attention_zoo.engines(torch.nn.Sequential(build("yoso", impl="torch"), build("softmax")), cpu) == "torch"
+    if kernels == "kernel":
+        both = torch.nn.Sequential(build("yoso", impl="torch"), build("yoso", impl="cpu"))
+        assert attention_zoo.engines(both, cpu) == "kernel,torch"
+
+
 def test_unknown_backend_lists_the_registered_ones():
     with pytest.raises(KeyError, match="registered: .*softmax"):
         attention_zoo.build("sofmax", num_heads=2, head_dim=32, max_seq_len=64)

@@ -144,3 +144,31 @@ def test_a_resume_writes_best_pt_from_its_checkpoint(run, tmp_path, data_dir):
     written = torch.load(best, weights_only=False)
     assert written["step"] == 3 and written["model"].keys() == held["best_weights"].keys()
     assert all(torch.equal(written["model"][k], held["best_weights"][k]) for k in written["model"])
+
+
+def test_a_yoso_run_resumed_where_its_kernels_cannot_be_built_is_refused(tmp_path, data_dir):
+    """attention.impl=auto takes YOSO's PyTorch path where the compiled kernels cannot be built (with a warning):
+    a run trained on the kernels would have gone on on the PyTorch path, its record naming neither."""
+    yoso = [*RUN, "attention=yoso", "hydra.run.dir=run"]
+    killed = run_command(["lra-train", *yoso], tmp_path, data_dir, env_extra={"LRA_FAULT": "after_checkpoint:2"},
+                         check=False)
+    run = tmp_path / "run"
+    assert killed.returncode != 0 and read_json(run / "metrics.json")["attention_engine"] == "kernel", killed.stderr
+    assert torch.load(run / "checkpoints" / "last.pt", weights_only=False)["build"]["attention_engine"] == "kernel"
+    before = snapshot(run)
+    no_kernels = {"LRA_KERNEL_CACHE": str(tmp_path / "empty-cache"), "CXX": "no-such-compiler"}
+    result = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, env_extra=no_kernels, check=False)
+    line = one_error_line(result)
+    assert "pure-PyTorch implementation" in result.stderr  # impl=auto's warning, before the refusal
+    assert line.startswith(f"error: cannot resume from {run / 'checkpoints' / 'last.pt'}: it was trained with "
+                           "attention_engine kernel (this process: torch), and a run resumes exactly only as it was "
+                           "computed; resume it where it ran ("), line
+    assert "attention_engine=kernel) with the compiled kernels (lra-build-kernels cpu says why they do not build " \
+           "here), or start a new run with the same overrides" in line
+    assert snapshot(run) == before
+    resumed = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)  # where the kernels are
+    assert read_json(run / "metrics.json")["status"] == "completed", resumed.stderr
+    plain = run_command(["lra-train", *RUN, "attention=yoso", "attention.impl=torch", "hydra.run.dir=torch"], tmp_path,
+                        data_dir)
+    assert read_json(tmp_path / "torch" / "metrics.json")["attention_engine"] == "torch", plain.stderr
+    assert read_json(tmp_path / "torch" / "metrics.json")["attention"] == "yoso"
