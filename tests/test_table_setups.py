@@ -211,6 +211,31 @@ def test_cost_columns_say_cpu_and_process_memory_and_never_average_two_devices(t
     assert summary.loc["Softmax", "device"] == "CPU" and pd.isna(summary.loc["YOSO-32", "tokens_per_s"])
 
 
+def test_cost_columns_name_yosos_pytorch_path_and_never_average_it_with_its_kernels(tmp_path, capsys):
+    """A record's attention_engine: YOSO's PyTorch path (impl=auto where the kernels could not be built) is not
+    the kernels' speed; a cell of both has no mean."""
+    write_run(tmp_path / "k0", [*QUICKSTART, "attention=yoso"], 0, 18.0, device=H100, train_tokens_per_second=8e5,
+              peak_memory_mb=300.0, attention_engine="kernel")
+    write_run(tmp_path / "t0", [*QUICKSTART, "attention=yoso_c"], 0, 18.0, device=H100, train_tokens_per_second=2e5,
+              peak_memory_mb=900.0, attention_engine="torch")
+    write_run(tmp_path / "m0", [*QUICKSTART, "attention=yoso", "attention.num_hashes=16"], 0, 18.0, device=H100,
+              train_tokens_per_second=8e5, attention_engine="kernel")
+    write_run(tmp_path / "m1", [*QUICKSTART, "attention=yoso", "attention.num_hashes=16"], 1, 18.0, device=H100,
+              train_tokens_per_second=2e5, attention_engine="torch")
+    write_run(tmp_path / "s0", [*QUICKSTART, "attention=softmax"], 0, 19.0, device=H100, train_tokens_per_second=9e5)
+    table = comparison(collect([tmp_path]), efficiency=True)
+    assert table.loc["YOSO-32", "listops tokens/s"] == "800,000" and table.loc["YOSO-32", "listops peak MB"] == "300"
+    assert table.loc["YOSO-C-16", "listops tokens/s"] == "200,000 (PyTorch path)"
+    assert table.loc["YOSO-C-16", "listops peak MB"] == "900 (PyTorch path)"
+    assert table.loc["YOSO-16", "listops tokens/s"] == "— (runs on YOSO's kernels and on its PyTorch path)"
+    assert table.loc["Softmax", "listops tokens/s"] == "900,000"
+    summary = table.attrs["numbers"].set_index("backend")
+    assert pd.isna(summary.loc["YOSO-16", "tokens_per_s"]) and summary.loc["YOSO-16", "engine"] == "kernel,torch"
+    assert "- (PyTorch path): YOSO computed on its PyTorch path, not its compiled kernels" in table.attrs["legend"]
+    kernels_only = comparison(collect([tmp_path / "k0", tmp_path / "s0"]), efficiency=True)
+    assert "(PyTorch path)" not in kernels_only.attrs["legend"]
+
+
 def test_the_chart_labels_cpu_runs_and_draws_each_rows_spread_over_seeds(tmp_path, capsys):
     from lra.results import chart
 

@@ -10,6 +10,9 @@ them.
   tokens/s is wall-clock throughput on a machine shared with whatever else ran, and ``peak_memory_mb`` is
   the process's peak resident memory (Python, torch, the data), not what the attention holds; such cells
   say ``CPU`` and ``CPU process``. A cell whose seeds ran on both kinds of device has no mean.
+- **YOSO's engine** (:func:`engines_of`, a record's ``attention_engine``): a cell of runs that computed YOSO
+  on its PyTorch path (``impl=auto`` takes it where the compiled kernels cannot be built) says ``PyTorch
+  path``; one whose seeds ran on the kernels and on the PyTorch path has no mean.
 """
 
 from __future__ import annotations
@@ -82,25 +85,36 @@ def parameter_cells(rows: pd.DataFrame) -> list:
     return cells
 
 
-def measured_cell(value: float, kind: Optional[str], on_cpu: str) -> str:
-    """A tokens/s or peak-memory cell: the number, labelled ``on_cpu`` when a CPU measured it; no mean of
-    CPU and GPU runs together."""
+def engines_of(engines: Iterable) -> Optional[str]:
+    """The engines of a cell's runs (their records' ``attention_engine``: ``kernel``, ``torch``), comma-separated,
+    or None when no record names one (a backend with one implementation, an older record)."""
+    found = {part for engine in engines if isinstance(engine, str) for part in engine.split(",") if part}
+    return ",".join(sorted(found)) or None
+
+
+def measured_cell(value: float, kind: Optional[str], on_cpu: str, engine: Optional[str] = None) -> str:
+    """A tokens/s or peak-memory cell: the number, labelled ``on_cpu`` when a CPU measured it and ``PyTorch path``
+    when YOSO ran on it; no mean of CPU and GPU runs together, nor of YOSO's kernels and its PyTorch path."""
+    engine = engine if isinstance(engine, str) else None  # a table's column holds NaN for none
     if kind == MIXED:
         return f"{MISSING} (CPU and GPU runs)"
+    if engine is not None and "," in engine:
+        return f"{MISSING} (runs on YOSO's kernels and on its PyTorch path)"
     if math.isnan(value):
         return MISSING
-    return f"{value:,.0f}" + (f" ({on_cpu})" if kind == CPU else "")
+    labels = [on_cpu] * (kind == CPU) + ["PyTorch path"] * (engine == "torch")
+    return f"{value:,.0f}" + (f" ({', '.join(labels)})" if labels else "")
 
 
-def throughput_cell(value: float, kind: Optional[str]) -> str:
-    return measured_cell(value, kind, "CPU")
+def throughput_cell(value: float, kind: Optional[str], engine: Optional[str] = None) -> str:
+    return measured_cell(value, kind, "CPU", engine)
 
 
-def memory_cell(value: float, kind: Optional[str]) -> str:
-    return measured_cell(value, kind, "CPU process")
+def memory_cell(value: float, kind: Optional[str], engine: Optional[str] = None) -> str:
+    return measured_cell(value, kind, "CPU process", engine)
 
 
-def legend(kinds: Iterable[Optional[str]]) -> list:
+def legend(kinds: Iterable[Optional[str]], engines: Iterable[Optional[str]] = ()) -> list:
     """What the cost columns hold, a line each, for under a table with them."""
     kinds = set(kinds)
     lines = ["tokens/s: training throughput (wall clock, the mean over seeds); peak MB: on a GPU, the peak "
@@ -109,6 +123,9 @@ def legend(kinds: Iterable[Optional[str]]) -> list:
         lines.append("(CPU): measured on a CPU, in wall-clock time on a machine shared with whatever else ran, so "
                      "not a kernel's speed; (CPU process): the process's peak resident memory (Python, torch, the "
                      "data), the same for every attention that fits, not what the attention holds")
+    if any(isinstance(engine, str) and "torch" in engine for engine in engines):
+        lines.append("(PyTorch path): YOSO computed on its PyTorch path, not its compiled kernels (attention_engine="
+                     "torch: attention.impl=torch, or impl=auto where the kernels could not be built)")
     lines.append("params vs Softmax: against the Softmax row of the same setup but for the attention; marked "
                  "outside LRA's ±10 % budget")
     return lines

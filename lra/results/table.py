@@ -94,7 +94,8 @@ def summarize(runs: pd.DataFrame, metric: str = "test_accuracy", exclude_stuck: 
         counted = completed[~stuck] if exclude_stuck else completed
         done = counted[metric].dropna()
         device = efficiency.devices_of(completed["device"] if "device" in completed else [])
-        cost = (lambda field: math.nan if device == efficiency.MIXED
+        engine = efficiency.engines_of(completed.get("attention_engine", []))
+        cost = (lambda field: math.nan if device == efficiency.MIXED or "," in (engine or "")
                 else completed.get(field, pd.Series(dtype=float)).mean())
         rows.append({"backend": name, "task": task, "mean": done.mean() if len(done) else math.nan,
                      "std": done.std(ddof=1) if len(done) > 1 else math.nan, "seeds": len(done),
@@ -105,7 +106,7 @@ def summarize(runs: pd.DataFrame, metric: str = "test_accuracy", exclude_stuck: 
                      "median": done.median() if len(done) else math.nan,
                      "tokens_per_s": cost("train_tokens_per_second"), "peak_memory_mb": cost("peak_memory_mb"),
                      "num_parameters": completed.get("num_parameters", pd.Series(dtype=float)).mean(),
-                     "device": device, "label": group["label"].iloc[0],
+                     "device": device, "engine": engine, "label": group["label"].iloc[0],
                      "setup": _first(group["setup"]) if "setup" in group else None,
                      "preset_row": _first(group["preset_row"]) if "preset_row" in group else None})
     return pd.DataFrame(rows)
@@ -189,13 +190,16 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
     if efficiency or efficiency_task:
         task = efficiency_task or tasks[0]
         rows = summary[summary["task"] == task].set_index("backend").reindex(labels)
-        cells[f"{task} tokens/s"] = [cost.throughput_cell(v, k) for v, k in zip(rows["tokens_per_s"], rows["device"])]
-        cells[f"{task} peak MB"] = [cost.memory_cell(v, k) for v, k in zip(rows["peak_memory_mb"], rows["device"])]
+        cells[f"{task} tokens/s"] = [cost.throughput_cell(v, k, e) for v, k, e in
+                                     zip(rows["tokens_per_s"], rows["device"], rows["engine"])]
+        cells[f"{task} peak MB"] = [cost.memory_cell(v, k, e) for v, k, e in
+                                    zip(rows["peak_memory_mb"], rows["device"], rows["engine"])]
         cells[f"{task} params vs Softmax"] = cost.parameter_cells(rows)
         best[f"{task} tokens/s"], best[f"{task} peak MB"], best[f"{task} params vs Softmax"] = False, False, False
     cells = cells.rename_axis("backend")
-    legend = cell_legend(statistic, exclude_stuck, reference, metric,
-                         summary["device"] if efficiency or efficiency_task else None)
+    shown = efficiency or efficiency_task
+    legend = cell_legend(statistic, exclude_stuck, reference, metric, summary["device"] if shown else None,
+                         summary["engine"] if shown else ())
     cells.attrs = {"best": best.reindex(columns=cells.columns, fill_value=False), "numbers": summary,
                    "statistic": statistic, "metric": metric, "legend": legend, "notes": [n for n in notes if n],
                    "runs": runs}
@@ -252,7 +256,8 @@ def _reference_note(summary: pd.DataFrame, reference: pd.DataFrame) -> str:
         f"the runs of {cells} record no config, so their setup is unknown")
 
 
-def cell_legend(statistic: str, exclude_stuck: bool, reference: Optional[pd.DataFrame], metric: str, devices) -> str:
+def cell_legend(statistic: str, exclude_stuck: bool, reference: Optional[pd.DataFrame], metric: str, devices,
+                engines=()) -> str:
     """What a cell of the table says, for under it."""
     direction = validity.better(metric)
     bold = ("**bold**: the best of a column" if direction == validity.HIGHER and metric.endswith("accuracy") else
@@ -271,7 +276,7 @@ def cell_legend(statistic: str, exclude_stuck: bool, reference: Optional[pd.Data
         lines.append(f"Δ (in brackets after a cell): the cell minus the paper's number, where the runs are {preset}'s "
                      "setup for that row and task; elsewhere the brackets say why there is none")
     if devices is not None:
-        lines += efficiency.legend(devices)
+        lines += efficiency.legend(devices, engines)
     return "how to read the cells:\n" + "\n".join(f"- {line}" for line in lines)
 
 
