@@ -6,7 +6,7 @@
 """
 
 from attention_zoo.registry import (Attention, AttentionSpec, Backend, BackendError, build, causal_names, engines, get,
-                                    label, make_options, names, register, spec)
+                                    label, make_options, names, pin_engines, register, spec)
 
 # Importing a backend module registers it.
 from attention_zoo import bigbird, learned_hash, linear_transformer, linformer, local, longformer, lsh, none, nystrom, performer, reformer, rfa, sinkhorn, softmax, sparse_transformer, synthesizer, yoso, yoso_e  # noqa: E402,F401

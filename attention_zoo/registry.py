@@ -78,6 +78,11 @@ class Attention(nn.Module):
         PyTorch path where they cannot be built): a run records it and resumes only under it. Default: None."""
         return None
 
+    def pin_engine(self, engine: str) -> None:
+        """Compute on ``engine`` (one that :meth:`engine` names) from now on, whatever the machine would choose: a
+        run resumed elsewhere goes on as it began. Called only on a module whose :meth:`engine` names one."""
+        raise NotImplementedError(f"{type(self).__name__} names an engine but cannot be pinned to one")
+
     def share_parameters_with(self, first: "Attention") -> None:
         """Called on layers 2… of a model with layer 1's backend; a backend whose options ask for
         cross-layer sharing adopts ``first``'s parameters here. Default: share nothing."""
@@ -299,6 +304,13 @@ def engines(model: nn.Module, device: torch.device) -> Optional[str]:
     None where no module has one."""
     found = {module.engine(device) for module in model.modules() if isinstance(module, Attention)}
     return ",".join(sorted(found - {None})) or None
+
+
+def pin_engines(model: nn.Module, engine: str) -> None:
+    """:meth:`Attention.pin_engine` on each attention module of ``model`` that names an engine."""
+    for module in model.modules():
+        if isinstance(module, Attention) and type(module).engine is not Attention.engine:
+            module.pin_engine(engine)
 
 
 def names() -> list[str]:

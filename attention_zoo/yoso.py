@@ -347,9 +347,17 @@ class YosoAttention(Attention):
     def tau(self) -> int:
         return hash_code_length(self.options.hash_code_len, self.max_seq_len)
 
+    pinned_engine: Optional[str] = None  # Attention.pin_engine's
+
     def engine(self, device: torch.device) -> str:
-        """'kernel' (the compiled kernels) or 'torch' (the PyTorch path): what ``impl`` means on ``device``."""
-        return ops.resolve_engine(self.options.impl, device)
+        """'kernel' (the compiled kernels) or 'torch' (the PyTorch path): what ``impl`` means on ``device``, or the
+        engine pinned."""
+        return self.pinned_engine or ops.resolve_engine(self.options.impl, device)
+
+    def pin_engine(self, engine: str) -> None:
+        if engine not in ("kernel", "torch"):
+            raise ValueError(f"YOSO has no engine {engine!r}: 'kernel' or 'torch'")
+        self.pinned_engine = engine
 
     @classmethod
     def check_shape(cls, options: YosoOptions, num_heads, head_dim, max_seq_len) -> None:
@@ -373,7 +381,7 @@ class YosoAttention(Attention):
         q, k = q.reshape(flat, n, d), k.reshape(flat, n, d)  # unit rows only inside the op (Setup.normalize)
         key_weight = mask.to(q.dtype).repeat_interleave(heads, dim=0)
         o = self.options
-        engine = ops.resolve_engine(o.impl, q.device, q.dtype)
+        engine = self.pinned_engine or ops.resolve_engine(o.impl, q.device, q.dtype)
         projections = v.shape[-1] if o.backward_projections is None else o.backward_projections
         if self.training or o.eval_hashes == "fresh":
             draws = draw(flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing, projections, None, q.device)

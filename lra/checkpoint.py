@@ -151,11 +151,31 @@ def check_build(path: Path, payload: Dict[str, Any], here: Dict[str, str]) -> No
     if not differ:
         return
     where = ", ".join(f"{key}={value}" for key, value in recorded.items() if key in here)
-    kernels = (f" with the compiled kernels (lra-build-kernels {here['device']} says why they do not build here)"
-               if recorded.get("attention_engine") == "kernel" != here.get("attention_engine") else "")
     raise UserError(f"cannot resume from {path}: it was trained with {'; '.join(differ)}, and a run resumes exactly "
-                    f"only as it was computed; resume it where it ran ({where}){kernels}, or start a new run with the "
-                    f"same overrides; the run's metrics.json is left as it was")
+                    f"only as it was computed; resume it where it ran ({where}), or start a new run with the same "
+                    f"overrides; the run's metrics.json is left as it was")
+
+
+def recorded_engine(payload: Dict[str, Any]) -> Optional[str]:
+    """The attention engine a training checkpoint's build names (:func:`build_identity`), or None."""
+    recorded = payload.get("build") if isinstance(payload, dict) else None
+    return recorded.get("attention_engine") if isinstance(recorded, dict) else None
+
+
+def engine_to_follow(began_on: Optional[str], here: Dict[str, str], source: str) -> Optional[str]:
+    """The engine a run goes on on after ``began_on`` computed it so far (``source``: the checkpoint, or stage 1
+    for stage 2), where this process would choose ``here['attention_engine']``: None where they agree (or one
+    is unknown); 'torch' where it began on YOSO's PyTorch path, there wherever the kernels are; one
+    :class:`UserError` line where it began on the kernels and they cannot be built here."""
+    this = here.get("attention_engine")
+    if not began_on or not this or began_on == this:
+        return None
+    if began_on == "torch":
+        return "torch"
+    raise UserError(f"cannot go on from {source}: it computed YOSO on its compiled kernels (attention_engine "
+                    f"{began_on}), which this process cannot build (this process: {this}), and a run goes on only as "
+                    f"it was computed; build them here (lra-build-kernels {here['device']} says why they do not), or "
+                    f"resume it where it ran; the run's metrics.json is left as it was")
 
 
 def load_training(path: Path) -> Dict[str, Any]:

@@ -53,6 +53,8 @@ def _train(cfg, run: RunDirectory, resolved_config: dict, group: Optional[str], 
         trainer = Trainer(cfg, run, announce, ranks, record=record, attention=attention)
         if encoder is not None:
             trainer.start_from_encoder(encoder)
+            if record.data.get("pretrain_from") is None:  # this run's own stage 1 (not another run's, pretrain.from)
+                trainer.follow_engine(record.data.get("pretrain_attention_engine"), "its stage 1")
         trainer.try_resume(continuing=bool(cfg.resume) and began_earlier)
         logger = start_logger(run.path, trainer.label, cfg.task.name)
         result = trainer.run(logger)

@@ -29,6 +29,7 @@ class Pretrainer(Trainer):
     resumes_field = "pretrain_resumed_at_steps"
     clock_fields = {"wall_seconds": "pretrain_wall_time_seconds"}
     steps_field = "pretrain_steps"
+    engine_field = "pretrain_attention_engine"
 
     def __init__(self, cfg, run: RunDirectory | Path, announce=print, ranks: distributed.Ranks = distributed.Ranks(),
                  record=None, attention=None):

@@ -161,12 +161,13 @@ class Trainer:
                            data_fingerprint=self.data.fingerprint, data_content=self.data.content,
                            data_cache=str(self.data.cache_dir),
                            data_source=self.data.source, data_raw_folder=self.data.raw_folder,
-                           run_dir=str(self.run_dir), attention_engine=self.build.get("attention_engine"),
+                           run_dir=str(self.run_dir), **{self.engine_field: self.build.get("attention_engine")},
                            **self.describe_stage())
 
     stage_name = ""  # the progress line's prefix
     lr_setting = "trainer.lr"  # the setting of this stage's learning rate, named when the loss diverges
     resumes_field = "resumed_at_steps"  # the record's list of the steps this stage was resumed at
+    engine_field = "attention_engine"  # the record's engine of this stage (attention_zoo.engines)
     steps_field = "steps"  # the record's last step of this stage
     clock_fields = {"wall_seconds": "wall_time_seconds", "gpu_seconds": "gpu_seconds"}  # state → record
 
@@ -185,6 +186,15 @@ class Trainer:
     def describe_stage(self) -> dict:
         return {"num_parameters": self.num_parameters, "validation": self.data.validation,
                 "validation_examples": len(self.data.splits["val"])}
+
+    def follow_engine(self, began_on: Optional[str], source: str) -> None:
+        """Go on on the engine ``source`` (the checkpoint, or stage 1) began on: checkpoint.engine_to_follow."""
+        engine = checkpoint.engine_to_follow(began_on, self.build, source)
+        if engine:
+            attention_zoo.pin_engines(self.model, engine)
+            self.build = {**self.build, "attention_engine": engine}
+            self.record.update(**{self.engine_field: engine})
+            self.announce(f"YOSO goes on on its PyTorch path, as {source} computed it (attention_engine={engine})")
 
     def start_from_encoder(self, weights: Dict[str, torch.Tensor]) -> None:
         """Fine-tuning: the encoder takes a pretrained encoder's weights, bit for bit; the head stays fresh."""
@@ -233,6 +243,7 @@ class Trainer:
             return False
         path, payload = found
         checkpoint.check_config(path, payload, self.folder.config_sha256)
+        self.follow_engine(checkpoint.recorded_engine(payload), str(path))
         checkpoint.check_build(path, payload, self.build)
         self.check_same_data(previous, payload)
         try:
@@ -483,6 +494,7 @@ class Trainer:
         record = self.record.data
         logger.summary({"test/accuracy": result["accuracy"], "test/loss": result["loss"],
                         "best_val_accuracy": self.state.best_val_accuracy, "best_step": self.state.best_step,
-                        **{key: record.get(key) for key in ("train_tokens_per_second", "peak_memory_mb",
-                                                            "wall_time_seconds", "num_parameters", "status")}})
+                        **{key: record.get(key) for key in ("train_tokens_per_second", "peak_memory_mb", "device",
+                                                            "wall_time_seconds", "num_parameters", "status",
+                                                            "attention_engine")}})
         return self.record.data

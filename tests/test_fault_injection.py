@@ -146,29 +146,51 @@ def test_a_resume_writes_best_pt_from_its_checkpoint(run, tmp_path, data_dir):
     assert all(torch.equal(written["model"][k], held["best_weights"][k]) for k in written["model"])
 
 
-def test_a_yoso_run_resumed_where_its_kernels_cannot_be_built_is_refused(tmp_path, data_dir):
+NO_KERNELS = {"CXX": "no-such-compiler"}  # with an empty LRA_KERNEL_CACHE: impl=auto takes YOSO's PyTorch path
+
+
+def test_a_yoso_run_on_its_kernels_resumed_where_they_cannot_be_built_is_refused(tmp_path, data_dir):
     """attention.impl=auto takes YOSO's PyTorch path where the compiled kernels cannot be built (with a warning):
-    a run trained on the kernels would have gone on on the PyTorch path, its record naming neither."""
-    yoso = [*RUN, "attention=yoso", "hydra.run.dir=run"]
-    killed = run_command(["lra-train", *yoso], tmp_path, data_dir, env_extra={"LRA_FAULT": "after_checkpoint:2"},
-                         check=False)
+    a run trained on the kernels would have gone on on the PyTorch path, its record naming neither. Between
+    the stages of self-pretraining too (stage 2 starts without a checkpoint of its own)."""
+    no_kernels = {**NO_KERNELS, "LRA_KERNEL_CACHE": str(tmp_path / "empty-cache")}
+    for name, fault, source in (("run", "after_checkpoint:2", "checkpoints/last.pt"),
+                                ("spt", "stage_recorded:1", "its stage 1")):
+        extra = ["pretrain=masked"] * (name == "spt")
+        killed = run_command(["lra-train", *RUN, "attention=yoso", *extra, f"hydra.run.dir={name}"], tmp_path, data_dir,
+                             env_extra={"LRA_FAULT": fault}, check=False)
+        run = tmp_path / name
+        engine = "pretrain_attention_engine" if name == "spt" else "attention_engine"
+        assert killed.returncode != 0 and read_json(run / "metrics.json")[engine] == "kernel", killed.stderr
+        before = snapshot(run)
+        result = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, env_extra=no_kernels, check=False)
+        line = one_error_line(result)
+        assert "pure-PyTorch implementation" in result.stderr  # impl=auto's warning, before the refusal
+        where = run / source if name == "run" else source
+        assert line == (f"error: cannot go on from {where}: it computed YOSO on its compiled kernels (attention_engine "
+                        "kernel), which this process cannot build (this process: torch), and a run goes on only as it "
+                        "was computed; build them here (lra-build-kernels cpu says why they do not), or resume it "
+                        "where it ran; the run's metrics.json is left as it was"), line
+        assert snapshot(run) == before, name
+        resumed = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)  # where the kernels are
+        record = read_json(run / "metrics.json")
+        assert (record["status"], record["attention_engine"]) == ("completed", "kernel"), resumed.stderr
+
+
+def test_a_yoso_run_begun_on_its_pytorch_path_goes_on_on_it_where_the_kernels_are(tmp_path, data_dir):
+    """The PyTorch path is there wherever the kernels are: the resume takes it, says so, and ends as the run
+    never interrupted on it (attention.impl=torch)."""
+    no_kernels = {**NO_KERNELS, "LRA_KERNEL_CACHE": str(tmp_path / "empty-cache")}
+    killed = run_command(["lra-train", *RUN, "attention=yoso", "hydra.run.dir=run"], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "after_checkpoint:2", **no_kernels}, check=False)
     run = tmp_path / "run"
-    assert killed.returncode != 0 and read_json(run / "metrics.json")["attention_engine"] == "kernel", killed.stderr
-    assert torch.load(run / "checkpoints" / "last.pt", weights_only=False)["build"]["attention_engine"] == "kernel"
-    before = snapshot(run)
-    no_kernels = {"LRA_KERNEL_CACHE": str(tmp_path / "empty-cache"), "CXX": "no-such-compiler"}
-    result = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, env_extra=no_kernels, check=False)
-    line = one_error_line(result)
-    assert "pure-PyTorch implementation" in result.stderr  # impl=auto's warning, before the refusal
-    assert line.startswith(f"error: cannot resume from {run / 'checkpoints' / 'last.pt'}: it was trained with "
-                           "attention_engine kernel (this process: torch), and a run resumes exactly only as it was "
-                           "computed; resume it where it ran ("), line
-    assert "attention_engine=kernel) with the compiled kernels (lra-build-kernels cpu says why they do not build " \
-           "here), or start a new run with the same overrides" in line
-    assert snapshot(run) == before
-    resumed = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)  # where the kernels are
-    assert read_json(run / "metrics.json")["status"] == "completed", resumed.stderr
-    plain = run_command(["lra-train", *RUN, "attention=yoso", "attention.impl=torch", "hydra.run.dir=torch"], tmp_path,
-                        data_dir)
-    assert read_json(tmp_path / "torch" / "metrics.json")["attention_engine"] == "torch", plain.stderr
-    assert read_json(tmp_path / "torch" / "metrics.json")["attention"] == "yoso"
+    assert killed.returncode != 0 and read_json(run / "metrics.json")["attention_engine"] == "torch", killed.stderr
+    resumed = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert "YOSO goes on on its PyTorch path, as " in resumed.stdout + resumed.stderr
+    run_command(["lra-train", *RUN, "attention=yoso", "attention.impl=torch", "hydra.run.dir=torch"], tmp_path,
+                data_dir)
+    record, uninterrupted = read_json(run / "metrics.json"), read_json(tmp_path / "torch" / "metrics.json")
+    assert (record["status"], record["attention_engine"], record["resumed_at_steps"]) == ("completed", "torch", [3])
+    for key in ("best_step", "best_val_accuracy", "test_accuracy", "test_loss", "attention_engine"):
+        assert record[key] == uninterrupted[key], key
+    assert read_json(run / "history.json") == read_json(tmp_path / "torch" / "history.json")

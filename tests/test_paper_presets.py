@@ -209,8 +209,9 @@ def test_yoso_table3_smoke_sweep_completes_every_row_and_lines_up_with_the_paper
 
 
 def test_spt_smoke_sweep_pretrains_its_rows_and_tables_them_beside_from_scratch(tmp_path, data_dir):
-    """Two of its rows (every row trains from scratch in the yoso_table3 sweep above, every backend pretrains
-    in test_pretraining.py): each trained with and without self-pretraining, and tabled side by side."""
+    """Two of its rows, each trained with and without self-pretraining (masked) and tabled side by side. Every
+    row trains from scratch in the yoso_table3 sweep above; every backend pretrains in test_pretraining.py,
+    with the causal objective where it has one."""
     assert sweep_list("spt", "row") == sweep_list("yoso_table3", "row")
     sweep, records = run_sweep(tmp_path, data_dir, "experiment=spt", "task=listops",
                                "row=yoso_table3/softmax,yoso_table3/star_yoso_c_16")

@@ -227,13 +227,17 @@ def test_cost_columns_name_yosos_pytorch_path_and_never_average_it_with_its_kern
     assert table.loc["YOSO-32", "listops tokens/s"] == "800,000" and table.loc["YOSO-32", "listops peak MB"] == "300"
     assert table.loc["YOSO-C-16", "listops tokens/s"] == "200,000 (PyTorch path)"
     assert table.loc["YOSO-C-16", "listops peak MB"] == "900 (PyTorch path)"
-    assert table.loc["YOSO-16", "listops tokens/s"] == "— (runs on YOSO's kernels and on its PyTorch path)"
+    assert table.loc["YOSO-16", "listops tokens/s"] == "— (runs on different YOSO engines: kernel, torch)"
     assert table.loc["Softmax", "listops tokens/s"] == "900,000"
     summary = table.attrs["numbers"].set_index("backend")
     assert pd.isna(summary.loc["YOSO-16", "tokens_per_s"]) and summary.loc["YOSO-16", "engine"] == "kernel,torch"
     assert "- (PyTorch path): YOSO computed on its PyTorch path, not its compiled kernels" in table.attrs["legend"]
     kernels_only = comparison(collect([tmp_path / "k0", tmp_path / "s0"]), efficiency=True)
     assert "(PyTorch path)" not in kernels_only.attrs["legend"]
+    write_run(tmp_path / "old", [*QUICKSTART, "attention=yoso"], 1, 18.0, device=H100, train_tokens_per_second=4e5)
+    unrecorded = comparison(collect([tmp_path / "k0", tmp_path / "old"]), efficiency=True)  # a record from before
+    assert unrecorded.loc["YOSO-32", "listops tokens/s"] == "— (runs on different YOSO engines: kernel, unrecorded)"
+    assert comparison(collect([tmp_path / "old"]), efficiency=True).loc["YOSO-32", "listops tokens/s"] == "400,000"
 
 
 def test_the_chart_labels_cpu_runs_and_draws_each_rows_spread_over_seeds(tmp_path, capsys):

@@ -47,6 +47,16 @@ def test_project_runs_are_rows_and_a_crashed_run_is_failed(project, capsys):
     assert rows["None"]["failed"] == 1 and rows["None"]["mean"] is None
 
 
+def test_a_wandb_run_keeps_its_device_and_yoso_engine_in_the_cost_columns(project, capsys):
+    """The trainer logs device and attention_engine to the run's summary: its tokens/s is labelled as a run
+    folder's is."""
+    project.runs = [wandb_run("YOSO-32", 0, 30.0, device="cuda (NVIDIA H100 80GB HBM3)", attention_engine="torch",
+                              train_tokens_per_second=2e5),
+                    wandb_run("Softmax", 0, 31.0, device="cpu (x86_64, 2 threads)", train_tokens_per_second=5e3)]
+    code, out, err = table(["--wandb", "me/lra", "--efficiency"], capsys)
+    assert code == 0 and "| 200,000 (PyTorch path) " in out and "| 5,000 (CPU) " in out, out + err
+
+
 def test_a_run_given_as_folder_and_logged_to_wandb_counts_once(tmp_path, project, capsys):
     """The W&B copy of a run whose folder is in the table is left out with a note; a W&B run of another
     seed joins the cell."""

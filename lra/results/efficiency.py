@@ -12,7 +12,7 @@ them.
   say ``CPU`` and ``CPU process``. A cell whose seeds ran on both kinds of device has no mean.
 - **YOSO's engine** (:func:`engines_of`, a record's ``attention_engine``): a cell of runs that computed YOSO
   on its PyTorch path (``impl=auto`` takes it where the compiled kernels cannot be built) says ``PyTorch
-  path``; one whose seeds ran on the kernels and on the PyTorch path has no mean.
+  path``; one whose seeds ran on the kernels and on the PyTorch path (or did not record which) has no mean.
 """
 
 from __future__ import annotations
@@ -87,8 +87,12 @@ def parameter_cells(rows: pd.DataFrame) -> list:
 
 def engines_of(engines: Iterable) -> Optional[str]:
     """The engines of a cell's runs (their records' ``attention_engine``: ``kernel``, ``torch``), comma-separated,
-    or None when no record names one (a backend with one implementation, an older record)."""
+    with ``unrecorded`` for runs that name none beside runs that do (records from before the field); None when
+    no record names one (a backend with one implementation)."""
+    engines = list(engines)
     found = {part for engine in engines if isinstance(engine, str) for part in engine.split(",") if part}
+    if found and not all(isinstance(engine, str) and engine for engine in engines):
+        found.add("unrecorded")
     return ",".join(sorted(found)) or None
 
 
@@ -99,7 +103,7 @@ def measured_cell(value: float, kind: Optional[str], on_cpu: str, engine: Option
     if kind == MIXED:
         return f"{MISSING} (CPU and GPU runs)"
     if engine is not None and "," in engine:
-        return f"{MISSING} (runs on YOSO's kernels and on its PyTorch path)"
+        return f"{MISSING} (runs on different YOSO engines: {engine.replace(',', ', ')})"
     if math.isnan(value):
         return MISSING
     labels = [on_cpu] * (kind == CPU) + ["PyTorch path"] * (engine == "torch")

@@ -187,6 +187,7 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
     direction = validity.better(metric)
     best = (means.eq(means.max(axis=0) if direction == validity.HIGHER else means.min(axis=0), axis=1)
             & means.notna() & (direction is not None))
+    engines = ()  # of the rows whose cost columns are shown
     if efficiency or efficiency_task:
         task = efficiency_task or tasks[0]
         rows = summary[summary["task"] == task].set_index("backend").reindex(labels)
@@ -195,11 +196,11 @@ def comparison(runs: pd.DataFrame, metric: str = "test_accuracy", reference: Opt
         cells[f"{task} peak MB"] = [cost.memory_cell(v, k, e) for v, k, e in
                                     zip(rows["peak_memory_mb"], rows["device"], rows["engine"])]
         cells[f"{task} params vs Softmax"] = cost.parameter_cells(rows)
+        engines = rows["engine"]
         best[f"{task} tokens/s"], best[f"{task} peak MB"], best[f"{task} params vs Softmax"] = False, False, False
     cells = cells.rename_axis("backend")
-    shown = efficiency or efficiency_task
-    legend = cell_legend(statistic, exclude_stuck, reference, metric, summary["device"] if shown else None,
-                         summary["engine"] if shown else ())
+    legend = cell_legend(statistic, exclude_stuck, reference, metric,
+                         summary["device"] if efficiency or efficiency_task else None, engines)
     cells.attrs = {"best": best.reindex(columns=cells.columns, fill_value=False), "numbers": summary,
                    "statistic": statistic, "metric": metric, "legend": legend, "notes": [n for n in notes if n],
                    "runs": runs}

@@ -76,6 +76,7 @@ def _record(run: WandbRun, metric: str) -> dict:
     finished = summary.get("test_accuracy") is not None
     return {
         **{field: summary.get(field) for field in dict.fromkeys((*validity.TABLE_FIELDS, metric))},
+        "device": summary.get("device"), "attention_engine": summary.get("attention_engine"),
         "label": run.name, "task": task.get("name") if isinstance(task, dict) else task,
         "seed": run.config.get("seed"),
         "status": "completed" if finished else "failed" if run.state in FAILED_STATES else "running",
