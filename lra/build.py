@@ -37,6 +37,7 @@ class Components:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     scaler: torch.amp.GradScaler
     sampler: EpochSampler
+    attention_engine: Optional[str]  # where the machine chooses it (attention_zoo.engines), the same on every rank
 
 
 def build(cfg, attention: attention_zoo.AttentionSpec, announce=print,
@@ -75,6 +76,10 @@ def build(cfg, attention: attention_zoo.AttentionSpec, announce=print,
         model = Classifier(cfg.model, cfg.task, attention, max_length).to(device)
     else:
         model = LanguageModel(cfg.model, cfg.task, attention, max_length, causal=language_model == "causal").to(device)
+    engine = attention_zoo.engines(model, device)
+    distributed.same_across(engine, ranks, "YOSO's engine (its compiled kernels, or its PyTorch path where they cannot "
+                            "be built)", f"build the kernels where each process runs (lra-build-kernels {device.type} "
+                            "says why they do not build), or set attention.impl=torch")
     # Training goes through DDP (gradients averaged over ranks); evaluation uses the plain module.
     ddp = torch.nn.parallel.DistributedDataParallel(model) if ranks.world > 1 else None
     train_model, eval_model = (ddp if ddp is not None else model), model
@@ -93,7 +98,7 @@ def build(cfg, attention: attention_zoo.AttentionSpec, announce=print,
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     sampler = EpochSampler(len(data.splits["train"]), trainer.batch_size, cfg.seed)
     return Components(device, amp_dtype, data, max_length, model, ddp, train_model, eval_model, optimizer, scheduler,
-                      scaler, sampler)
+                      scaler, sampler, engine)
 
 
 def _learning_rates_on(device: torch.device):

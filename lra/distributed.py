@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from lra.errors import ConfigError
+from lra.errors import ConfigError, UserError
 
 
 @dataclass(frozen=True)
@@ -67,3 +67,15 @@ def sum_across(values: torch.Tensor, ranks: Ranks) -> torch.Tensor:
     summed = values.to(torch.float64).clone()
     dist.all_reduce(summed, op=dist.ReduceOp.SUM)
     return summed
+
+
+def same_across(value: Optional[str], ranks: Ranks, what: str, fix: str) -> None:
+    """One :class:`UserError` line on every rank, naming each rank's ``value``, where the ranks' values differ:
+    ``what`` they are, ``fix`` the remedy (a run computed one way on some ranks and another on others)."""
+    if ranks.world == 1:
+        return
+    values: List[Optional[str]] = [None] * ranks.world
+    dist.all_gather_object(values, value)
+    if len(set(values)) > 1:
+        each = ", ".join(f"rank {rank}: {value}" for rank, value in enumerate(values))
+        raise UserError(f"the run's processes differ in {what} ({each}); {fix}")

@@ -146,8 +146,7 @@ class Trainer:
         self.optimizer, self.scheduler = parts.optimizer, parts.scheduler
         self.scaler, self.sampler = parts.scaler, parts.sampler
         self.captured = capture.CapturedStep(self) if cfg.trainer.capture else None
-        engine = attention_zoo.engines(self.model, self.device)  # where the machine chooses it: recorded, and checked
-        self.build = checkpoint.build_identity(self.device, self.amp_dtype, engine)  # at a resume with the rest
+        self.build = checkpoint.build_identity(self.device, self.amp_dtype, parts.attention_engine)  # checked at a resume
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         self.gpu_clock = gpus.GpuClock.of(self.device, ranks.world)
         self.chance = ChanceLevel.of(self.data.splits["val"].labels)

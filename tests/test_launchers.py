@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import SMALL_LISTOPS, read_json, run_command, run_dirs
 from lra.results.table import collect, comparison
@@ -148,3 +149,32 @@ def test_an_optuna_sweep_maximizes_the_runs_objective_and_still_tables_its_runs(
     assert set(best["best_params"]) == {"trainer.lr"}
     # each trial's learning rate is a setup of its own: a row each, named by it
     assert "Test accuracy (%)" in result.stdout and result.stdout.count("| Softmax (trainer.lr=") == 3, result.stdout
+
+
+def _same_engine_check(rank, world, init_file, out):
+    """One rank of test_ranks_that_differ_in_yosos_engine_each_stop_with_one_line."""
+    import torch.distributed as dist
+
+    from lra import distributed
+    from lra.errors import UserError
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    ranks = distributed.Ranks(rank=rank, world=world)
+    distributed.same_across("kernel", ranks, "the engine", "fix it")  # the same everywhere: nothing to say
+    try:
+        distributed.same_across("kernel" if rank == 0 else "torch", ranks, "the engine", "fix it")
+        said = "nothing"
+    except UserError as error:
+        said = str(error)
+    (out / f"{rank}.txt").write_text(said)
+    dist.destroy_process_group()
+
+
+def test_ranks_that_differ_in_yosos_engine_each_stop_with_one_line(tmp_path):
+    """lra.build checks YOSO's engine across the ranks (a node without a compiler takes the PyTorch path under
+    impl=auto): each rank raises the same line, rather than one rank alone, which would leave the others waiting
+    in the next collective."""
+    torch.multiprocessing.spawn(_same_engine_check, args=(2, tmp_path / "init", tmp_path), nprocs=2)
+    for rank in (0, 1):
+        assert (tmp_path / f"{rank}.txt").read_text() == (
+            "the run's processes differ in the engine (rank 0: kernel, rank 1: torch); fix it")
