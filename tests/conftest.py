@@ -77,6 +77,27 @@ def pytest_xdist_auto_num_workers(config):
     return usable_cores()
 
 
+# The modules that take longest on 2 cores (15 s or more each, measured with --junitxml), longest first; the
+# rest follow in file order. pytest-xdist gives a worker a whole module at a time (--dist loadscope), and its
+# own order (the most tests first, turned off below) left these few-test, long modules to the end, where one
+# kept a worker busy for up to a minute and a half after the other had run out of modules.
+LONGEST_FIRST = ("test_gpu_check_reference", "test_cuda_emulation", "test_kernel_build", "test_compile", "test_config",
+                 "test_pretraining", "test_run_folder", "test_config_errors", "test_launchers", "test_lra_presets",
+                 "test_commands", "test_gpu_check", "test_signals", "test_attention_efficiency", "test_profile",
+                 "test_concurrent_jobs", "test_sweep_records", "test_packed_runs", "test_flex_patterns",
+                 "test_paper_presets", "test_cache_rebuild", "test_yoso_speed", "test_provenance")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist >= 3.6 reorders by default
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items):
+    first = {name: rank for rank, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.stem, len(first)))  # stable: a module's tests keep their order
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("lra-data")
