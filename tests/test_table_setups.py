@@ -264,6 +264,23 @@ def test_the_chart_labels_cpu_runs_and_draws_each_rows_spread_over_seeds(tmp_pat
     assert (tmp_path / "chart.png").stat().st_size > 10_000
 
 
+def test_the_chart_names_yosos_pytorch_path_and_why_a_row_of_mixed_engines_is_left_out(tmp_path):
+    from lra.results import chart
+
+    write_run(tmp_path / "s0", [*QUICKSTART, "attention=softmax"], 0, 19.0, device=H100, train_tokens_per_second=9e5,
+              peak_memory_mb=400.0)
+    write_run(tmp_path / "t0", [*QUICKSTART, "attention=yoso"], 0, 18.0, device=H100, train_tokens_per_second=2e5,
+              peak_memory_mb=300.0, attention_engine="torch")
+    for seed, engine in enumerate(("kernel", "torch")):
+        write_run(tmp_path / f"m{seed}", [*QUICKSTART, "attention=yoso_c"], seed, 18.0, device=H100,
+                  train_tokens_per_second=8e5, peak_memory_mb=200.0, attention_engine=engine)
+    warnings = []
+    points = chart.plot(comparison(collect([tmp_path])).attrs["numbers"], tmp_path / "chart.png", "listops",
+                        warnings.append)
+    assert list(points.index) == ["Softmax", "YOSO-32"] and "YOSO-32 (PyTorch path)" in points.attrs["labels"]
+    assert warnings == ["not in the chart (its seeds' speed has no mean: efficiency cells say why): YOSO-C-16"]
+
+
 def test_side_by_side_pairs_rows_of_the_same_setup(tmp_path):
     write_run(tmp_path / "scratch", [*QUICKSTART, "attention=softmax"], 0, 19.0)
     write_run(tmp_path / "scratch1", [*QUICKSTART, "attention=softmax"], 1, 19.0)

@@ -51,7 +51,7 @@ def our_points(summary: pd.DataFrame, task: Optional[str]) -> pd.DataFrame:
         accuracy = accuracy[task].dropna() if task in accuracy.columns else pd.Series(dtype=float)
         std = spread[task].reindex(accuracy.index) if task in spread.columns else pd.Series(dtype=float)
         speed_task = task
-    columns = ["tokens_per_s", "peak_memory_mb", "device", "softmax_row"]
+    columns = ["tokens_per_s", "peak_memory_mb", "device", "engine", "softmax_row"]
     cost = done[done["task"] == speed_task].set_index("backend").reindex(columns=columns)
     points = pd.DataFrame({"accuracy": accuracy, "accuracy_std": std}).join(cost, how="inner")
     points = points.dropna(subset=["accuracy", "tokens_per_s", "peak_memory_mb"])
@@ -108,8 +108,13 @@ def plot(summary: pd.DataFrame, output: Path, task: Optional[str] = None,
 
     points = our_points(summary, task)
     left_out = sorted(set(summary["backend"]) - set(points.index))
-    if left_out:
-        warn(f"not in the chart (no completed run on every task it needs): {', '.join(left_out)}")
+    on_task = summary[(summary["task"] == points.attrs["speed_task"]) & (summary["seeds"] > 0)]
+    unmeasured = sorted(set(on_task["backend"][on_task["tokens_per_s"].isna()]) & set(left_out))
+    if unmeasured:  # no mean speed: its seeds ran on CPU and GPU, or on YOSO's kernels and its PyTorch path
+        warn(f"not in the chart (its seeds' speed has no mean: efficiency cells say why): {', '.join(unmeasured)}")
+    if set(left_out) - set(unmeasured):
+        warn(f"not in the chart (no completed run on every task it needs): "
+             f"{', '.join(name for name in left_out if name not in unmeasured)}")
     if points.empty:
         raise ValueError("no backend has completed runs to plot" + (f" on {task}" if task else " on every task"))
     drawn, speed_task = list(points.index), points.attrs["speed_task"]
@@ -142,6 +147,7 @@ def plot(summary: pd.DataFrame, output: Path, task: Optional[str] = None,
             axes.errorbar(row["speed"], row["accuracy"], yerr=row["accuracy_std"], fmt="none", ecolor="black",
                           elinewidth=0.9, capsize=3, zorder=2.5)
         name += " (CPU)" if mixed and row["device"] == CPU else ""
+        name += " (PyTorch path)" if row["engine"] == "torch" else ""  # YOSO not on its compiled kernels
         labels.append((name, row["speed"], row["accuracy"], row["memory"] * scale, {"fontsize": 8}))
     axes.margins(0.15)
     where = "LRA average" if task is None else task
@@ -159,7 +165,7 @@ def plot(summary: pd.DataFrame, output: Path, task: Optional[str] = None,
         title += (f"\ngrey: the YOSO paper on a GPU (Table 3 accuracy; Table 4 attention-module cost at "
                   f"n = {PAPER_SEQ_LEN:,})")
     axes.set_title(title, fontsize=9)
-    points.attrs.update(title=title, xlabel=axes.get_xlabel())
+    points.attrs.update(title=title, xlabel=axes.get_xlabel(), labels=[label[0] for label in labels])
     axes.grid(alpha=0.3)
     figure.tight_layout()
     axes.set_xlim(axes.get_xlim())  # fixed before the labels are placed in display coordinates
