@@ -279,8 +279,13 @@ def runs_on_cuda(cfg: DictConfig) -> bool:
 
 
 def check_device_and_precision(cfg: DictConfig) -> None:
-    """CUDA asked for where there is none, and mixed precision where it cannot run (CPU)."""
+    """CUDA asked for where there is none, YOSO's kernels for another device than the run's, and mixed precision
+    where it cannot run (CPU)."""
     check_device(cfg.trainer.device, "trainer.device")
+    impl, kind = cfg.attention.get("impl"), "cuda" if runs_on_cuda(cfg) else "cpu"
+    if impl in ("cpu", "cuda") and impl != kind:  # YOSO's kernels for one device, the run on the other
+        raise ConfigError(f"invalid value for attention.impl: '{impl}'; this run is on {kind} (trainer.device="
+                          f"{cfg.trainer.device}) and these kernels are for {impl}: pass attention.impl={kind} (or auto)")
     precision = cfg.trainer.precision.value
     if precision in ("bf16", "fp16") and not runs_on_cuda(cfg):
         raise ConfigError(f"invalid value for trainer.precision: '{precision}'; it needs a CUDA device and this run "

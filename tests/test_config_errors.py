@@ -117,6 +117,22 @@ def test_every_invalid_value_is_one_line_naming_field_value_and_rule(overrides, 
     assert f"pass {field}=" in message or "leave it out" in message, "the line names the fix"
 
 
+@pytest.mark.parametrize("device,impl", [("cpu", "cuda"), ("auto", "cpu"), ("cuda:0", "cpu")])
+def test_yoso_kernels_for_another_device_than_the_runs_are_one_line(monkeypatch, device, impl):
+    """On a CUDA machine (stood in for): the run's first forward had raised the backend's ValueError, after the
+    run folder and its data were made."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError) as error:
+        validate(compose_config("attention=yoso", f"attention.impl={impl}", f"trainer.device={device}"))
+    kind = "cpu" if device == "cpu" else "cuda"
+    assert str(error.value) == (f"invalid value for attention.impl: '{impl}'; this run is on {kind} (trainer.device="
+                                f"{device}) and these kernels are for {impl}: pass attention.impl={kind} (or auto)")
+    validate(compose_config("attention=yoso", f"attention.impl={kind}", f"trainer.device={device}"))
+
+
 def test_every_preset_and_default_is_valid():
     for overrides in ([], ["task=pathfinder"], ["task=text"], ["task=retrieval"], ["task=image"],
                       ["trainer=smoke"], ["logger=wandb"], ["experiment=quickstart"], ["pretrain=masked"],
