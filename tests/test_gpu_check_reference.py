@@ -166,9 +166,9 @@ def test_a_slice_s_overrides_are_refused_with_lra_train_s_own_line_before_anythi
     assert refused("task=text").endswith("a slice is always task=listops (another task: lra-train -m "
                                          "experiment=yoso_table3 task=<it>)")
     assert "continues a slice" in refused(f"resume={tmp_path}")
-    status, printed, _ = check_in_process(capsys, "--reference", "--plan", "--", "task.generator.num_train=64",
-                                          "trainer.lr=0.001,0.002")
-    assert status == 0 and "(24 jobs: 12 rows x seeds 0, packed in one process, as many at a time as the GPU holds)" in printed
+    status, printed, _ = check_in_process(capsys, "--reference", "--rows", "softmax,yoso_32", "--plan", "--",
+                                          "task.generator.num_train=64", "trainer.lr=0.001,0.002")
+    assert status == 0 and "(4 jobs: 2 rows x seeds 0, packed in one process, as many at a time as the GPU holds)" in printed
 
 
 def test_a_sweep_dir_that_cannot_take_the_slice_is_refused_with_one_line_naming_the_fix(tmp_path, capsys):
