@@ -349,10 +349,10 @@ class YosoAttention(Attention):
 
     pinned_engine: Optional[str] = None  # Attention.pin_engine's
 
-    def engine(self, device: torch.device) -> str:
-        """'kernel' (the compiled kernels) or 'torch' (the PyTorch path): what ``impl`` means on ``device``, or the
-        engine pinned."""
-        return self.pinned_engine or ops.resolve_engine(self.options.impl, device)
+    def engine(self, device: torch.device, dtype: torch.dtype = torch.float32) -> str:
+        """'kernel' (the compiled kernels) or 'torch' (the PyTorch path): the engine pinned, else what ``impl``
+        means for tensors of ``dtype`` on ``device``."""
+        return self.pinned_engine or ops.resolve_engine(self.options.impl, device, dtype)
 
     def pin_engine(self, engine: str) -> None:
         if engine not in ("kernel", "torch"):
@@ -381,7 +381,7 @@ class YosoAttention(Attention):
         q, k = q.reshape(flat, n, d), k.reshape(flat, n, d)  # unit rows only inside the op (Setup.normalize)
         key_weight = mask.to(q.dtype).repeat_interleave(heads, dim=0)
         o = self.options
-        engine = self.pinned_engine or ops.resolve_engine(o.impl, q.device, q.dtype)
+        engine = self.engine(q.device, q.dtype)
         projections = v.shape[-1] if o.backward_projections is None else o.backward_projections
         if self.training or o.eval_hashes == "fresh":
             draws = draw(flat, d, v.shape[-1], o.num_hashes, self.tau, o.hashing, projections, None, q.device)

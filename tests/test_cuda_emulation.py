@@ -44,9 +44,8 @@ SHAPES = [  # batch·heads, n, head_dim, value_dim, hashes, τ: every team layou
     (1, 40, 16, 16, 2, 13),  # 32 slices a pair (p = 4: 128, the most), most of them empty
     (1, 45, 128, 128, 3, 5),  # the widest team: 32 lanes of float4 rows
 ]
-# ThreadSanitizer costs ~20x: the shapes that cover the generic team (SHAPES[0]'s, with 12 hash pairs instead of
-# 48) and a templated one, table launches of 2 to 128 slices (blocks of one pair racing on its lists) and the
-# path without shared-memory tables (τ = 20).
+# ThreadSanitizer costs ~20x: the shapes that cover the generic team (SHAPES[0]'s, 12 hash pairs, not 48) and a
+# templated one, launches of 2 to 128 table slices (a pair's blocks racing on its lists), no shared tables (τ = 20).
 RACE_SHAPES = [(2, 37, 24, 24, 6, 6), SHAPES[4], SHAPES[6], SHAPES[7], SHAPES[8]]
 CASES = [pytest.param(v.values[0], s, marks=v.marks, id=f"{'x'.join(map(str, s))}-{v.id}")
          for v, shapes in ((variant("asan"), SHAPES), (variant("tsan"), RACE_SHAPES)) for s in shapes]

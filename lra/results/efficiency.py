@@ -96,13 +96,17 @@ def engines_of(engines: Iterable) -> Optional[str]:
     return ",".join(sorted(found)) or None
 
 
+def engines_mixed(engine) -> bool:
+    """Whether a cell's :func:`engines_of` names more than one: its tokens/s and peak MB have no mean."""
+    return isinstance(engine, str) and "," in engine
+
+
 def measured_cell(value: float, kind: Optional[str], on_cpu: str, engine: Optional[str] = None) -> str:
     """A tokens/s or peak-memory cell: the number, labelled ``on_cpu`` when a CPU measured it and ``PyTorch path``
     when YOSO ran on it; no mean of CPU and GPU runs together, nor of YOSO's kernels and its PyTorch path."""
-    engine = engine if isinstance(engine, str) else None  # a table's column holds NaN for none
     if kind == MIXED:
         return f"{MISSING} (CPU and GPU runs)"
-    if engine is not None and "," in engine:
+    if engines_mixed(engine):
         return f"{MISSING} (runs on different YOSO engines: {engine.replace(',', ', ')})"
     if math.isnan(value):
         return MISSING

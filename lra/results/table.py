@@ -95,7 +95,7 @@ def summarize(runs: pd.DataFrame, metric: str = "test_accuracy", exclude_stuck: 
         done = counted[metric].dropna()
         device = efficiency.devices_of(completed["device"] if "device" in completed else [])
         engine = efficiency.engines_of(completed.get("attention_engine", []))
-        cost = (lambda field: math.nan if device == efficiency.MIXED or "," in (engine or "")
+        cost = (lambda field: math.nan if device == efficiency.MIXED or efficiency.engines_mixed(engine)
                 else completed.get(field, pd.Series(dtype=float)).mean())
         rows.append({"backend": name, "task": task, "mean": done.mean() if len(done) else math.nan,
                      "std": done.std(ddof=1) if len(done) > 1 else math.nan, "seeds": len(done),
