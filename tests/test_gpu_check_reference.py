@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
+import torch
 from omegaconf import OmegaConf
 
 from command_server import shell_signal_handling
-from conftest import SMALL_LISTOPS, one_run, run_command
+from conftest import SMALL_LISTOPS, one_run, run_command, run_dirs
 from lra.commands import gpu_check
 
 
@@ -274,6 +276,19 @@ CHAIN = ["trainer=smoke", "trainer.max_steps=8", "trainer.eval_every=2", "traine
          "trainer.log_every=1", *SMALL_LISTOPS]
 
 
+def alone(root: Path, data_dir: Path, device: str, overrides: list) -> Path:
+    """The run of ``overrides`` uninterrupted, on as many CPU threads as a slice's run recorded in ``device``
+    (joblib gives each local_gpus worker the cores ÷ its jobs; a float sum on other threads may round otherwise)."""
+    threads = int(re.search(r"(\d+) threads", device).group(1))
+    if threads == torch.get_num_threads():  # the forked commands' own
+        return one_run(root, data_dir, overrides)
+    root.mkdir()
+    subprocess.run([gpu_check._tool("lra-train"), *overrides], cwd=root, check=True, capture_output=True,
+                   env=environment(data_dir, OMP_NUM_THREADS=str(threads)))
+    (run,) = run_dirs(root)
+    return run
+
+
 def test_a_slice_cut_at_its_limit_or_stopped_by_sigterm_records_why_and_the_same_command_resumes_it_exactly(
         tmp_path, data_dir):
     """Both runs of a slice stop themselves at a known step (LRA_FAULT=step:3:SIGSTOP: frozen, as a suspended
@@ -329,9 +344,10 @@ def test_a_slice_cut_at_its_limit_or_stopped_by_sigterm_records_why_and_the_same
     assert "runs: 2 completed" in (tmp_path / "done" / "reference.md").read_text()
     resumed = records()
     assert [resumed[job]["resumed_at_steps"] for job in ("0", "1")] == [[2, 4], [2, 4]]
-    once = one_run(tmp_path / "once", data_dir, ["experiment=yoso_table3", "task=listops", "row=yoso_table3/softmax",
-                                                 "seed=0", "trainer.device=cpu", "logger=none", *CHAIN])
+    once = alone(tmp_path / "once", data_dir, resumed["0"]["device"], ["experiment=yoso_table3", "task=listops",
+                 "row=yoso_table3/softmax", "seed=0", "trainer.device=cpu", "logger=none", *CHAIN])
     uninterrupted = json.loads((once / "metrics.json").read_text())
+    assert uninterrupted["device"] == resumed["0"]["device"]
     for field in ("steps", "best_step", "best_val_accuracy", "test_accuracy", "test_loss"):
         assert resumed["0"][field] == uninterrupted[field], field
     assert json.loads((sweep / "0" / "history.json").read_text()) == json.loads((once / "history.json").read_text())
