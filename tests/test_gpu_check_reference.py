@@ -32,11 +32,9 @@ def test_a_reference_slice_runs_its_rows_and_seeds_and_packs_their_records(tmp_p
     --seeds choose a slice, run packed in one process (two at a time here), and its records come back in one
     archive that unpacks beside other slices', each with the config its run trained."""
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--device", "cpu", "--reference",
-                           "--rows", "softmax,yoso_32", "--seeds", "0,1", "--limit-s", "300", "--out", str(out),
-                           "--runs-per-process", "2", "--sweep-dir", str(tmp_path / "sweep"), "--", *SMOKE],
-                          capture_output=True, text=True, timeout=600, env=environment(data_dir))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_command(["lra-gpu-check", "--device", "cpu", "--reference", "--rows", "softmax,yoso_32", "--seeds", "0,1",
+                 "--limit-s", "300", "--out", str(out), "--runs-per-process", "2", "--sweep-dir", str(tmp_path / "sweep"),
+                 "--", *SMOKE], tmp_path, data_dir)
     assert "PackedLauncher" in (tmp_path / "sweep" / "multirun.yaml").read_text()  # two packs of two runs
     reference = (out / "reference.md").read_text()
     assert "runs: 4 completed" in reference
@@ -213,34 +211,13 @@ def test_a_sweep_dir_that_cannot_take_the_slice_is_refused_with_one_line_naming_
 def test_a_step_s_error_line_is_on_the_console_not_only_in_summary_md(tmp_path, data_dir):
     """lra-train refuses a sweep folder inside the data it reads: the check says so on its console."""
     sweep = data_dir / "listops" / "slice"
-    done = subprocess.run([sys.executable, "-m", "lra.commands.gpu_check", "--device", "cpu", "--reference", "--rows",
-                           "softmax", "--sweep-dir", str(sweep), "--out", str(tmp_path / "o"), "--", *SMOKE],
-                          capture_output=True, text=True, timeout=600, env=environment(data_dir))
+    done = run_command(["lra-gpu-check", "--device", "cpu", "--reference", "--rows", "softmax", "--sweep-dir", str(sweep),
+                        "--out", str(tmp_path / "o"), "--", *SMOKE], tmp_path, data_dir, check=False)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     said = [line for line in done.stdout.splitlines() if " said: " in line]
     assert said == [f"[lra-gpu-check] reference ListOps said: error: hydra.sweep.dir: {sweep} is inside the listops "
                     f"data folder {data_dir / 'listops'}, which this command reads; give hydra.sweep.dir a folder "
                     "outside it"], done.stdout
-
-
-def test_a_reference_slice_cut_short_is_continued_by_the_same_command_in_its_sweep_folder(tmp_path, data_dir):
-    """A slice that outlives its machine (killed at step 3, as at the end of a lease) keeps its checkpoints in
-    --sweep-dir; the same command there (or on another machine, unpacked at the same path) resumes the run."""
-    sweep, out = tmp_path / "sweep", tmp_path / "out"
-    command = [sys.executable, "-m", "lra.commands.gpu_check", "--device", "cpu", "--reference", "--rows", "softmax",
-               "--sweep-dir", str(sweep), "--limit-s", "300", "--out", str(out), "--",
-               *SMALL_LISTOPS, "trainer=smoke", "trainer.max_steps=6", "trainer.eval_every=2",
-               "trainer.checkpoint_every=2"]
-    killed = environment(data_dir, LRA_FAULT="step:3:SIGKILL", LRA_FAULT_ONCE=str(tmp_path / "killed-once"))
-    cut = subprocess.run(command, capture_output=True, text=True, timeout=600, env=killed)
-    assert cut.returncode == 1, cut.stdout[-3000:] + cut.stderr[-3000:]
-    (job,) = [path.parent for path in sweep.rglob("metrics.json")]
-    assert (job / "checkpoints" / "last.pt").is_file()
-    out.rename(tmp_path / "first-out")
-    continued = subprocess.run(command, capture_output=True, text=True, timeout=600, env=killed)
-    assert continued.returncode == 0, continued.stdout[-3000:] + continued.stderr[-3000:]
-    assert "resumed from" in (job / "train.log").read_text() and "at step 2" in (job / "train.log").read_text()
-    assert "runs: 1 completed" in (out / "reference.md").read_text()
 
 
 LAUNCHER = """#!{python} -S

@@ -3,7 +3,17 @@
 import subprocess
 import sys
 
-from lra.benchmarks import yoso_speed
+from lra.benchmarks import yoso_speed, yoso_trace
+
+
+def in_process(capsys, main, args):
+    """(exit status, standard output, standard error) of a benchmark's ``main(args)`` in this process."""
+    try:
+        status = main(args)
+    except SystemExit as stopped:
+        status = stopped.code
+    printed = capsys.readouterr()
+    return status, printed.out, printed.err
 
 
 def test_the_cuda_graph_cell_runs_on_cuda_only():
@@ -33,15 +43,13 @@ def test_the_trace_times_a_step_both_ways_and_tables_the_yoso_operators():
     for operator in ("attention_zoo::yoso_fast_hash", "attention_zoo::yoso_cumulation",
                      "attention_zoo::yoso_exact_weight_backward"):
         assert operator in done.stdout
-    refused = subprocess.run([sys.executable, "-m", "lra.benchmarks.yoso_trace", "--device", "cpu", "--steps", "0"],
-                             capture_output=True, text=True)
-    assert refused.returncode == 2 and refused.stderr.strip().endswith("--steps 0: it must be >= 1")
 
 
-def test_bad_benchmark_arguments_are_one_line_before_anything_runs():
-    for module, args, line in (("yoso_speed", ["--head-dim", "0"], "--head-dim 0: it must be >= 1"),
-                               ("yoso_speed", ["--lengths", "64", "0"], "--lengths 0: it must be >= 1"),
-                               ("yoso_trace", ["--device", "cpu", "--num-hashes", "0"], "--num-hashes 0: it must be >= 1")):
-        done = subprocess.run([sys.executable, "-m", f"lra.benchmarks.{module}", *args], capture_output=True, text=True)
-        assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith(line), done.stderr
-        assert "Traceback" not in done.stderr and not done.stdout.strip()
+def test_bad_benchmark_arguments_are_one_line_before_anything_runs(capsys):
+    for main, args, line in ((yoso_speed.main, ["--head-dim", "0"], "--head-dim 0: it must be >= 1"),
+                             (yoso_speed.main, ["--lengths", "64", "0"], "--lengths 0: it must be >= 1"),
+                             (yoso_trace.main, ["--device", "cpu", "--num-hashes", "0"], "--num-hashes 0: it must be >= 1"),
+                             (yoso_trace.main, ["--device", "cpu", "--steps", "0"], "--steps 0: it must be >= 1")):
+        status, printed, errors = in_process(capsys, main, args)
+        assert status == 2 and errors.strip().splitlines()[-1].endswith(line), errors
+        assert "Traceback" not in errors and not printed.strip()
