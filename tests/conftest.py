@@ -165,9 +165,9 @@ def run_dirs(root: Path) -> list:
     return sorted(p.parent for p in (root / "runs").rglob("metrics.json"))
 
 
-def one_run(root: Path, data_dir: Path, overrides: list) -> Path:
+def one_run(root: Path, data_dir: Path, overrides: list, env_extra=None) -> Path:
     """``lra-train *overrides`` in ``root``, uninterrupted: its run folder (the reference a resumed run must equal)."""
-    run_command(["lra-train", *overrides], root, data_dir)
+    run_command(["lra-train", *overrides], root, data_dir, env_extra)
     (run,) = run_dirs(root)
     return run
 

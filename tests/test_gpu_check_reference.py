@@ -12,11 +12,10 @@ import sys
 import tarfile
 from pathlib import Path
 
-import torch
 from omegaconf import OmegaConf
 
 from command_server import shell_signal_handling
-from conftest import SMALL_LISTOPS, one_run, run_command, run_dirs
+from conftest import SMALL_LISTOPS, one_run, run_command
 from lra.commands import gpu_check
 
 
@@ -256,14 +255,8 @@ CHAIN = ["trainer=smoke", "trainer.max_steps=8", "trainer.eval_every=2", "traine
 def alone(root: Path, data_dir: Path, device: str, overrides: list) -> Path:
     """The run of ``overrides`` uninterrupted, on as many CPU threads as a slice's run recorded in ``device``
     (joblib gives each local_gpus worker the cores ÷ its jobs; a float sum on other threads may round otherwise)."""
-    threads = int(re.search(r"(\d+) threads", device).group(1))
-    if threads == torch.get_num_threads():  # the forked commands' own
-        return one_run(root, data_dir, overrides)
-    root.mkdir()
-    subprocess.run([gpu_check._tool("lra-train"), *overrides], cwd=root, check=True, capture_output=True,
-                   env=environment(data_dir, OMP_NUM_THREADS=str(threads)))
-    (run,) = run_dirs(root)
-    return run
+    threads = re.search(r"(\d+) threads", device).group(1)
+    return one_run(root, data_dir, overrides, env_extra={"OMP_NUM_THREADS": threads})
 
 
 def test_a_slice_cut_at_its_limit_or_stopped_by_sigterm_records_why_and_the_same_command_resumes_it_exactly(
