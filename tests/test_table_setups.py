@@ -234,6 +234,8 @@ def test_cost_columns_name_yosos_pytorch_path_and_never_average_it_with_its_kern
     assert "- (PyTorch path): YOSO computed on its PyTorch path, not its compiled kernels" in table.attrs["legend"]
     kernels_only = comparison(collect([tmp_path / "k0", tmp_path / "s0"]), efficiency=True)
     assert "(PyTorch path)" not in kernels_only.attrs["legend"]
+    mixed_only = comparison(collect([tmp_path / "m0", tmp_path / "m1", tmp_path / "s0"]), efficiency=True)
+    assert "(PyTorch path)" not in mixed_only.attrs["legend"]  # no cell says it: the mixed cell has no number
     write_run(tmp_path / "old", [*QUICKSTART, "attention=yoso"], 1, 18.0, device=H100, train_tokens_per_second=4e5)
     unrecorded = comparison(collect([tmp_path / "k0", tmp_path / "old"]), efficiency=True)  # a record from before
     assert unrecorded.loc["YOSO-32", "listops tokens/s"] == "— (runs on different YOSO engines: kernel, unrecorded)"

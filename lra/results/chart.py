@@ -22,7 +22,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from lra.io import atomic_write
-from lra.results.efficiency import CPU, MIXED
+from lra.results.efficiency import CPU, MIXED, on_pytorch_path
 from lra.results.formats import visible
 from lra.results.reference import load_reference
 from lra.results.validity import AVERAGE
@@ -112,9 +112,9 @@ def plot(summary: pd.DataFrame, output: Path, task: Optional[str] = None,
     unmeasured = sorted(set(on_task["backend"][on_task["tokens_per_s"].isna()]) & set(left_out))
     if unmeasured:  # no mean speed: its seeds ran on CPU and GPU, or on YOSO's kernels and its PyTorch path
         warn(f"not in the chart (its seeds' speed has no mean: efficiency cells say why): {', '.join(unmeasured)}")
-    if set(left_out) - set(unmeasured):
-        warn(f"not in the chart (no completed run on every task it needs): "
-             f"{', '.join(name for name in left_out if name not in unmeasured)}")
+    incomplete = [name for name in left_out if name not in unmeasured]
+    if incomplete:
+        warn(f"not in the chart (no completed run on every task it needs): {', '.join(incomplete)}")
     if points.empty:
         raise ValueError("no backend has completed runs to plot" + (f" on {task}" if task else " on every task"))
     drawn, speed_task = list(points.index), points.attrs["speed_task"]
@@ -147,7 +147,7 @@ def plot(summary: pd.DataFrame, output: Path, task: Optional[str] = None,
             axes.errorbar(row["speed"], row["accuracy"], yerr=row["accuracy_std"], fmt="none", ecolor="black",
                           elinewidth=0.9, capsize=3, zorder=2.5)
         name += " (CPU)" if mixed and row["device"] == CPU else ""
-        name += " (PyTorch path)" if row["engine"] == "torch" else ""  # YOSO not on its compiled kernels
+        name += " (PyTorch path)" if on_pytorch_path(row["engine"]) else ""  # not YOSO's kernels
         labels.append((name, row["speed"], row["accuracy"], row["memory"] * scale, {"fontsize": 8}))
     axes.margins(0.15)
     where = "LRA average" if task is None else task

@@ -96,6 +96,12 @@ def engines_of(engines: Iterable) -> Optional[str]:
     return ",".join(sorted(found)) or None
 
 
+def on_pytorch_path(engine) -> bool:
+    """Whether a cell's :func:`engines_of` says YOSO computed on its PyTorch path alone: its cells and chart
+    label say so."""
+    return engine == "torch"
+
+
 def engines_mixed(engine) -> bool:
     """Whether a cell's :func:`engines_of` names more than one: its tokens/s and peak MB have no mean."""
     return isinstance(engine, str) and "," in engine
@@ -110,7 +116,7 @@ def measured_cell(value: float, kind: Optional[str], on_cpu: str, engine: Option
         return f"{MISSING} (runs on different YOSO engines: {engine.replace(',', ', ')})"
     if math.isnan(value):
         return MISSING
-    labels = [on_cpu] * (kind == CPU) + ["PyTorch path"] * (engine == "torch")
+    labels = [on_cpu] * (kind == CPU) + ["PyTorch path"] * on_pytorch_path(engine)
     return f"{value:,.0f}" + (f" ({', '.join(labels)})" if labels else "")
 
 
@@ -131,7 +137,7 @@ def legend(kinds: Iterable[Optional[str]], engines: Iterable[Optional[str]] = ()
         lines.append("(CPU): measured on a CPU, in wall-clock time on a machine shared with whatever else ran, so "
                      "not a kernel's speed; (CPU process): the process's peak resident memory (Python, torch, the "
                      "data), the same for every attention that fits, not what the attention holds")
-    if any(isinstance(engine, str) and "torch" in engine for engine in engines):
+    if any(on_pytorch_path(engine) for engine in engines):
         lines.append("(PyTorch path): YOSO computed on its PyTorch path, not its compiled kernels (attention_engine="
                      "torch: attention.impl=torch, or impl=auto where the kernels could not be built)")
     lines.append("params vs Softmax: against the Softmax row of the same setup but for the attention; marked "
