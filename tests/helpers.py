@@ -24,6 +24,17 @@ needs_kernels = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is
                                    reason="no C++ compiler: the compiled kernels cannot be built here")
 
 
+def main_in_process(main, args, capsys) -> tuple:
+    """A command's ``main(args)`` in this process, as its console script runs it: (exit status, standard output,
+    standard error)."""
+    try:
+        status = main(list(args)) or 0
+    except SystemExit as stopped:
+        status = stopped.code
+    printed = capsys.readouterr()
+    return status, printed.out, printed.err
+
+
 # ----------------------------------------------------------------------------- configs and models
 def compose_config(*overrides):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from command_server import shell_signal_handling
 from conftest import SMALL_LISTOPS, one_run, run_command
+from helpers import main_in_process
 from lra.commands import gpu_check
 
 
@@ -59,12 +60,8 @@ def test_a_reference_slice_runs_its_rows_and_seeds_and_packs_their_records(tmp_p
 
 def check_in_process(capsys, *args):
     """``lra-gpu-check *args`` in this process: (exit status, standard output, its last line on standard error)."""
-    try:
-        status = gpu_check.main(list(args))
-    except SystemExit as stopped:
-        status = stopped.code
-    printed = capsys.readouterr()
-    return status, printed.out, (printed.err.strip().splitlines() or [""])[-1]
+    status, printed, errors = main_in_process(gpu_check.main, args, capsys)
+    return status, printed, (errors.strip().splitlines() or [""])[-1]
 
 
 def test_reference_slice_options_are_checked_before_anything_runs(tmp_path, capsys):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SMALL_LISTOPS, run_command
+from helpers import main_in_process
 from lra.commands.table import main as table_main
 from lra.errors import UserError
 from lra.io import check_output_file, check_output_folder
@@ -110,11 +111,8 @@ def test_lra_table_never_writes_its_table_over_the_record_it_reads(tmp_path, dat
 
 
 def lra_table(*args, capsys):
-    try:
-        table_main([str(a) for a in args])
-    except SystemExit as end:
-        return end.code, capsys.readouterr().err
-    return 0, capsys.readouterr().err
+    status, _, errors = main_in_process(table_main, [str(a) for a in args], capsys)
+    return status, errors
 
 
 def test_lra_table_output_paths(tmp_path, capsys):

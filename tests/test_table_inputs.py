@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_command
+from helpers import main_in_process
 from lra.commands.table import main as table_main
 from lra.results.reading import MAX_BYTES, MAX_DEPTH, Unreadable, read_json
 
@@ -55,13 +56,7 @@ def bounded(args, cwd, timeout=120) -> subprocess.CompletedProcess:
 
 def table_of(args, capsys):
     """lra-table in this process: (exit status, stdout, stderr)."""
-    try:
-        table_main([os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in args])
-        code = 0
-    except SystemExit as end:
-        code = end.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return main_in_process(table_main, [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in args], capsys)
 
 
 # ----------------------------------------------------------------------------- damaged records

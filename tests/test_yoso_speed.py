@@ -3,17 +3,8 @@
 import subprocess
 import sys
 
+from helpers import main_in_process
 from lra.benchmarks import yoso_speed, yoso_trace
-
-
-def in_process(capsys, main, args):
-    """(exit status, standard output, standard error) of a benchmark's ``main(args)`` in this process."""
-    try:
-        status = main(args)
-    except SystemExit as stopped:
-        status = stopped.code
-    printed = capsys.readouterr()
-    return status, printed.out, printed.err
 
 
 def test_the_cuda_graph_cell_runs_on_cuda_only():
@@ -50,6 +41,6 @@ def test_bad_benchmark_arguments_are_one_line_before_anything_runs(capsys):
                              (yoso_speed.main, ["--lengths", "64", "0"], "--lengths 0: it must be >= 1"),
                              (yoso_trace.main, ["--device", "cpu", "--num-hashes", "0"], "--num-hashes 0: it must be >= 1"),
                              (yoso_trace.main, ["--device", "cpu", "--steps", "0"], "--steps 0: it must be >= 1")):
-        status, printed, errors = in_process(capsys, main, args)
+        status, printed, errors = main_in_process(main, args, capsys)
         assert status == 2 and errors.strip().splitlines()[-1].endswith(line), errors
         assert "Traceback" not in errors and not printed.strip()
