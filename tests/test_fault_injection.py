@@ -146,14 +146,16 @@ def test_a_resume_writes_best_pt_from_its_checkpoint(run, tmp_path, data_dir):
     assert all(torch.equal(written["model"][k], held["best_weights"][k]) for k in written["model"])
 
 
-NO_KERNELS = {"CXX": "no-such-compiler"}  # with an empty LRA_KERNEL_CACHE: impl=auto takes YOSO's PyTorch path
+def no_kernels(tmp_path) -> dict:
+    """An environment where YOSO's kernels cannot be built (no compiler, an empty kernel cache): impl=auto takes
+    its PyTorch path."""
+    return {"CXX": "no-such-compiler", "LRA_KERNEL_CACHE": str(tmp_path / "empty-cache")}
 
 
 def test_a_yoso_run_on_its_kernels_resumed_where_they_cannot_be_built_is_refused(tmp_path, data_dir):
     """attention.impl=auto takes YOSO's PyTorch path where the compiled kernels cannot be built (with a warning):
     a run trained on the kernels would have gone on on the PyTorch path, its record naming neither. Between
     the stages of self-pretraining too (stage 2 starts without a checkpoint of its own)."""
-    no_kernels = {**NO_KERNELS, "LRA_KERNEL_CACHE": str(tmp_path / "empty-cache")}
     for name, fault, source in (("run", "after_checkpoint:2", "checkpoints/last.pt"),
                                 ("spt", "stage_recorded:1", "its stage 1")):
         extra = ["pretrain=masked"] * (name == "spt")
@@ -163,7 +165,8 @@ def test_a_yoso_run_on_its_kernels_resumed_where_they_cannot_be_built_is_refused
         engine = "pretrain_attention_engine" if name == "spt" else "attention_engine"
         assert killed.returncode != 0 and read_json(run / "metrics.json")[engine] == "kernel", killed.stderr
         before = snapshot(run)
-        result = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, env_extra=no_kernels, check=False)
+        result = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, env_extra=no_kernels(tmp_path),
+                             check=False)
         line = one_error_line(result)
         assert "pure-PyTorch implementation" in result.stderr  # impl=auto's warning, before the refusal
         where = run / source if name == "run" else source
@@ -180,9 +183,8 @@ def test_a_yoso_run_on_its_kernels_resumed_where_they_cannot_be_built_is_refused
 def test_a_yoso_run_begun_on_its_pytorch_path_goes_on_on_it_where_the_kernels_are(tmp_path, data_dir):
     """The PyTorch path is there wherever the kernels are: the resume takes it, says so, and ends as the run
     never interrupted on it (attention.impl=torch)."""
-    no_kernels = {**NO_KERNELS, "LRA_KERNEL_CACHE": str(tmp_path / "empty-cache")}
     killed = run_command(["lra-train", *RUN, "attention=yoso", "hydra.run.dir=run"], tmp_path, data_dir,
-                         env_extra={"LRA_FAULT": "after_checkpoint:2", **no_kernels}, check=False)
+                         env_extra={"LRA_FAULT": "after_checkpoint:2", **no_kernels(tmp_path)}, check=False)
     run = tmp_path / "run"
     assert killed.returncode != 0 and read_json(run / "metrics.json")["attention_engine"] == "torch", killed.stderr
     resumed = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
