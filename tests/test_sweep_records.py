@@ -82,8 +82,8 @@ def test_a_job_that_fails_before_its_run_starts_is_counted_and_a_continued_sweep
         assert f"failed runs (1):\n- {sweep / '0'}: No space left on device" in table, table
     else:
         assert not (sweep / "0" / "metrics.json").exists()
-        assert "jobs that failed before writing their record: 1 (the console says why, and the folder's train.log " \
-            "where it has one): 0" in table, table
+        assert f"runs in no cell (1; counted failed: no usable record, nor a config that tells the cell):\n- " \
+            f"{sweep / '0'}: no run record: the job ended before writing one" in table, table
     kept = {seed: (sweep / seed / "metrics.json").read_bytes() for seed in ("1", "2")}
     run_command(args, tmp_path, data_dir)  # the disk has room again: the same command trains the failed job alone
     assert read_json(sweep / "0" / "metrics.json")["status"] == "completed"
@@ -126,17 +126,22 @@ def test_a_signal_while_a_failed_start_is_recorded_stops_the_sweep_with_its_advi
 
 
 def test_only_job_folders_without_a_record_are_counted_links_not_followed(tmp_path):
-    from lra.results.callback import unrecorded_jobs
+    """A folder where a job wrote its log, lock or config files but no record, at any depth; never one inside a
+    run folder (a recorded run's own subfolders), nor a folder of other files, nor one reached by a link."""
+    from lra.results.reading import record_files
 
     sweep, outside = tmp_path / "sweep", tmp_path / "outside"
-    for folder in ("0", "1/.hydra", "notes", "plots", "1/wandb/run-1/tmp/code", "2/.hydra", "deep/a/b/c/0"):
+    for folder in ("0", "1/.hydra", "1/pretrain", "notes", "plots", "1/wandb/run-1/tmp/code", "2/.hydra",
+                   "deep/a/b/c/0"):
         (sweep / folder).mkdir(parents=True)
     (sweep / "0" / "train.log").write_text("error: No space left on device\n")  # a job that failed unrecorded
     (sweep / "1" / "metrics.json").write_text("{}")  # a run, whatever it holds
+    (sweep / "1" / "pretrain" / "train.log").write_text("")
     (sweep / "plots" / ".DS_Store").write_text("")
     (sweep / "deep/a/b/c/0" / ".lock").write_text("")
     (outside / "x").mkdir(parents=True)
     (outside / "x" / "train.log").write_text("")
     (sweep / "link").symlink_to(outside)
-    assert unrecorded_jobs(sweep, 1) == [sweep / "0", sweep / "2"]
-    assert unrecorded_jobs(sweep, 5) == [sweep / "deep/a/b/c/0"]
+    jobs = []
+    assert record_files([sweep], recordless=jobs) == [sweep / "1" / "metrics.json"]
+    assert jobs == [sweep / "0", sweep / "2", sweep / "deep/a/b/c/0"]

@@ -89,7 +89,10 @@ def test_records_that_are_no_regular_file_or_too_large_or_too_deep_are_notes_and
     write(sweep / "digits", '{"label": "Softmax", "task": "listops", "seed": 3, "status": "completed", '
                             f'"test_accuracy": {"9" * 5000}}}')
     result = bounded([sweep], tmp_path)
-    assert result.returncode == 0 and result.stdout == expected, result.stderr
+    assert result.returncode == 0, result.stderr
+    table, _, unplaced = result.stdout.partition("\n\nruns in no cell (11; counted failed: no usable record, nor a "
+                                                 "config that tells the cell):\n")
+    assert table + "\n" == expected
     why = {"big": f"{MAX_BYTES + 1:,} bytes, more than the 16 MiB a record or table may hold",
            "dangling": "a broken symbolic link", "deep": "JSON nested deeper than 32 levels",
            "device": "a character device, not a regular file", "digits": "a number of more than 4,300 digits",
@@ -101,6 +104,73 @@ def test_records_that_are_no_regular_file_or_too_large_or_too_deep_are_notes_and
     notes.append(f"note: skipped {sweep / 'scalar' / 'metrics.json'}: a run record needs the fields label, task, "
                  "status, each a name")
     assert result.stderr.splitlines() == sorted(notes)
+    why["scalar"] = "a run record needs the fields label, task, status, each a name"
+    assert unplaced.splitlines() == [f"- {sweep / name}: its run record is damaged ({reason}): the run's result is "
+                                     "lost; run this seed again" for name, reason in sorted(why.items())]
+
+
+RECORDED = Path(__file__).resolve().parent.parent / "docs/gpu/2026-11-27c/records/softmax-seed0"
+
+
+def recorded_run(folder: Path, seed: int, files=("metrics.json", "resolved.yaml")) -> Path:
+    """A copy of a committed reference run (its record and resolved config) as seed ``seed``."""
+    import yaml
+
+    folder.mkdir(parents=True)
+    if "metrics.json" in files:
+        write(folder, {**json.loads((RECORDED / "metrics.json").read_text()), "seed": seed})
+    config = {**yaml.safe_load((RECORDED / "resolved.yaml").read_text()), "seed": seed}
+    if "resolved.yaml" in files:
+        (folder / "resolved.yaml").write_text(yaml.safe_dump(config))
+    if ".hydra" in files:  # what a job writes before its record
+        (folder / ".hydra").mkdir()
+        (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+        (folder / "train.log").write_text("")
+    return folder
+
+
+def test_a_run_without_a_usable_record_is_counted_failed_in_its_cell_in_every_format(tmp_path, capsys):
+    """A job that died before its record (its config files alone) and a run whose record is cut are seeds of
+    their config's cell, failed, in Markdown and in the CSV's numbers; a job folder held by a live process is a
+    run starting now; one without a config either is named under the table."""
+    sweep = tmp_path / "sweep"
+    for seed in (0, 1):
+        recorded_run(sweep / str(seed), seed)
+    recorded_run(sweep / "2", 2, files=(".hydra",))
+    cut = recorded_run(sweep / "3", 3) / "metrics.json"
+    cut.write_text(cut.read_text()[:200])
+    recorded_run(sweep / "4", 4, files=(".hydra",))
+    (sweep / "4" / ".lock").write_text(f"process {os.getpid()} on {os.uname().nodename} since now\n")
+    (sweep / "5").mkdir()
+    (sweep / "5" / "train.log").write_text("OSError: [Errno 28] No space left on device\n")
+    code, out, err = table_of([sweep], capsys)
+    assert code == 0, err
+    assert "| Softmax   | **36.10** ± 0.00 (2, 2 failed, 1 unfinished) |" in out, out
+    assert f"- {sweep / '2'}: no run record: the job ended before writing one" in out
+    assert f"- {sweep / '3'}: its run record is damaged (not JSON: Unterminated string" in out
+    assert f"unfinished runs (1):\n- {sweep / '4'}: running (its process is alive)" in out
+    assert f"runs in no cell (1; counted failed: no usable record, nor a config that tells the cell):\n- " \
+        f"{sweep / '5'}: no run record" in out
+    code, csv, _ = table_of([sweep, "--format", "csv"], capsys)
+    numbers = pd.read_csv(io.StringIO(csv))
+    assert code == 0 and numbers[["seeds", "failed", "unfinished"]].values.tolist() == [[2, 2, 1]], csv
+
+
+def test_runs_of_one_config_trained_on_different_data_are_different_rows(tmp_path, capsys):
+    """The same config pointed at another copy of a release (task.path is no part of a setup): the records'
+    digests of the data they trained on differ, so their cell is split and the note names the data."""
+    sweep = tmp_path / "sweep"
+    for seed, content in ((0, "a" * 16), (1, "b" * 16), (2, "a" * 16)):
+        path = recorded_run(sweep / str(seed), seed) / "metrics.json"
+        write(sweep / str(seed), {**json.loads(path.read_text()), "data_content": content})
+    code, out, err = table_of([sweep], capsys)
+    assert code == 0, err
+    assert "| Softmax                         | **36.10** ± 0.00 (2) |" in out, out
+    assert "| Softmax (data_content=bbbbbbbb) | **36.10** (1)        |" in out, out
+    assert "data_content bbbbbbbb ≠ aaaaaaaa" in out
+    write(sweep / "1", {**json.loads((sweep / "1" / "metrics.json").read_text()), "data_content": "a" * 16})
+    code, out, _ = table_of([sweep], capsys)
+    assert code == 0 and "| Softmax   | **36.10** ± 0.00 (3) |" in out and "data_content" not in out, out
 
 
 def test_the_end_of_sweep_table_reads_its_records_as_lra_table_does(tmp_path):

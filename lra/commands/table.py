@@ -21,7 +21,7 @@ from lra.io import atomic_write_text, check_output_file, kind
 from lra.records import HISTORY, METRICS
 from lra.results import chart, cost, validity, wandb_runs
 from lra.results.formats import note, to_latex, visible
-from lra.results.reading import read_records, record_files, shown_path
+from lra.results.reading import read_found, record_files, shown_path
 from lra.results.reference import REFERENCES, load_reference
 from lra.results.listing import page
 from lra.results.table import comparison, deduplicate, numbers, side_by_side
@@ -84,21 +84,23 @@ def main(argv=None) -> None:
     reference = load_reference(args.reference) if args.reference else None  # a table it cannot use: one line
     warn = note
     unlisted = []
-    files = record_files(args.directories, lambda line: (unlisted.append(line), warn(line)))
+    jobs = []  # run folders without a record
+    files = record_files(args.directories, lambda line: (unlisted.append(line), warn(line)), jobs)
     _check_outputs(args, files)
-    records = read_records(files, warn, args.metric) if args.directories else []
+    records, unplaced = read_found(files, jobs, warn, args.metric) if args.directories else ([], [])
     if args.directories and not records and not args.wandb:
         where = ", ".join(map(shown_path, args.directories))
-        if not files and unlisted:
+        if not files and not jobs and unlisted:
             many = len(unlisted) > 1
             parser.exit(1, f"error: no run record found under {where}, where {len(unlisted)} folder{'s' * many} could "
                            f"not be listed (the note{'s' * many} above name{'s' * (not many)} "
                            f"{'them' if many else 'it'}); give this user read access, or pass folders it can read\n")
-        if not files:
+        if not files and not jobs:
             parser.exit(2, f"error: no run records (metrics.json) under {where}; pass run or sweep folders (runs/<date>/"
                            "<time>, runs/multirun/<date>/<time>)\n")
-        parser.exit(1, f"error: none of the {len(files)} run records under {where} can be tabulated (the notes above "
-                       "say why); pass the folders of runs whose metrics.json is whole\n")
+        without = f" and {len(jobs)} run folders without one" if jobs else ""
+        parser.exit(1, f"error: none of the {len(files)} run records{without} under {where} can be tabulated (the notes "
+                       "above say why); pass the folders of runs whose metrics.json is whole\n")
     if args.cost:  # what the runs cost on a GPU, and a preset × seeds projected (lra/results/cost.py)
         return _emit(parser, args, cost.report(deduplicate(records, warn), args.cost_preset, args.cost_seeds,
                                                args.gpu_share, warn))
@@ -134,7 +136,7 @@ def main(argv=None) -> None:
     if table.empty:
         text = "(no runs found)"
     elif args.format == "markdown":
-        text = page(table, runs, records, every_run=args.runs)
+        text = page(table, runs, records, every_run=args.runs, unplaced=unplaced)
     elif args.format == "latex":
         text = to_latex(table)
     else:

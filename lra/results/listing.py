@@ -4,12 +4,13 @@ their setups and values, the failed and unfinished runs, and (``--runs``) every 
 from __future__ import annotations
 
 import math
-from typing import Iterable, List
+from typing import Iterable, List, Sequence
 
 import pandas as pd
 
 from lra.results import validity
 from lra.results.formats import markdown_cell, to_markdown, visible
+from lra.results.recordless import Unplaced, unplaced_note
 from lra.results.rows import FINISHED, MISSING, label_key
 
 
@@ -115,12 +116,14 @@ def _seed_key(seed):
     return (0, seed) if isinstance(seed, (int, float)) and not _absent(seed) else (1, str(seed))
 
 
-def page(table: pd.DataFrame, runs: pd.DataFrame, records: List[dict], every_run: bool = False) -> str:
+def page(table: pd.DataFrame, runs: pd.DataFrame, records: List[dict], every_run: bool = False,
+         unplaced: Sequence[Unplaced] = ()) -> str:
     """The Markdown table of :func:`lra.results.table.comparison` (or its side-by-side view) with what its
     cells mean, the runs' status, the notes on their setups, validation and values, the failed and
-    unfinished runs and, with ``every_run``, every run the table counts."""
+    unfinished runs, the runs in no cell (``unplaced``) and, with ``every_run``, every run the table counts."""
     counted = table.attrs.get("runs", runs)
-    parts = [to_markdown(table), table.attrs.get("legend", ""), f"runs: {status_counts(runs)}",
-             *table.attrs.get("notes", []), validation_notes(runs), validity.notes(records), failures(records),
+    parts = [to_markdown(table), table.attrs.get("legend", ""),
+             f"runs: {status_counts(runs)}", *table.attrs.get("notes", []), validation_notes(runs),
+             validity.notes(records), failures(records), unplaced_note(unplaced),
              run_list(counted) if every_run else ""]
     return "\n\n".join(part for part in parts if part)

@@ -15,13 +15,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, List
+from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
 from lra.faults import fault_point
 from lra.io import MAX_READ_BYTES as MAX_BYTES
 from lra.io import Unreadable, os_reason, read_bytes
 from lra.records import METRICS
-from lra.results import validity
+from lra.results import recordless, validity
 
 MAX_DEPTH = 32  # a run record nests two levels ({"invalid_values": {...}}, lists of steps)
 REQUIRED = ("label", "task", "status")  # what a record needs to sit in a table
@@ -34,7 +34,7 @@ def missing_required(record: dict) -> list:
 # them, so a file's own are an edit, dropped with a note rather than trusted. (run_dir, which lra-train writes
 # too, is replaced by where the record was read.)
 DERIVED = ("source", validity.INVALID, "setup", "setup_config", "setup_assumed", "preset_row", "row",
-           "row_rank")
+           "row_rank", "stand_in")
 
 
 def read_text(path: Path, limit: int = MAX_BYTES) -> str:
@@ -84,25 +84,33 @@ def nesting(value, stop: int = MAX_DEPTH) -> int:
     return deepest
 
 
-def record_files(paths: Iterable[Path], warn: Callable[[str], None] = lambda message: None) -> List[Path]:
+def record_files(paths: Iterable[Path], warn: Callable[[str], None] = lambda message: None,
+                 recordless: Optional[List[Path]] = None) -> List[Path]:
     """Every ``metrics.json`` under the given run or sweep directories (or given directly), each once
     however often it is reached (overlapping arguments, symbolic links). Every entry of that name counts,
     whatever it is (the reader says what is wrong with one that is no record); a folder that cannot be
-    listed is named with a ``warn``."""
-    found = {}
+    listed is named with a ``warn``. The run folders without a record (:func:`recordless.is_job_folder`) are
+    added to ``recordless``."""
+    found, jobs = {}, {}
     for path in map(Path, paths):
-        for candidate in (sorted(_named_records(path, warn)) if path.is_dir() else [path]):
+        if not path.is_dir():
+            found.setdefault(os.path.realpath(path), path)
+            continue
+        for candidate in sorted(_named_records(path, warn, jobs)):
             found.setdefault(os.path.realpath(candidate), candidate)  # realpath: a loop of links is no error
+    if recordless is not None:
+        recordless.extend(sorted(jobs.values()))
     return list(found.values())
 
 
-def _named_records(folder: Path, warn: Callable[[str], None]) -> Iterator[Path]:
+def _named_records(folder: Path, warn: Callable[[str], None], jobs: dict) -> Iterator[Path]:
     """The entries called ``metrics.json`` in ``folder`` and the folders below it, without recursion: a sweep
     nested however deep is listed. Links to folders are not followed (a link to ``/`` would list the disk);
-    a link to a run folder is named with a ``warn``, as its run is not in the table unless given."""
-    pending = [folder]
+    a link to a run folder is named with a ``warn``, as its run is not in the table unless given. A run folder
+    without a record, outside any run folder, goes into ``jobs`` (by its real path)."""
+    pending = [(folder, False)]
     while pending:
-        current = pending.pop()
+        current, in_run = pending.pop()
         try:
             fault_point("table_list", current)  # tests: LRA_FAULT=table_list:1:EACCES
             with os.scandir(current) as listing:
@@ -111,11 +119,15 @@ def _named_records(folder: Path, warn: Callable[[str], None]) -> Iterator[Path]:
             warn(f"skipped {current}: its files cannot be listed ({os_reason(exc, current)}); the runs in it are "
                  "not in the table")
             continue
+        names = [entry.name for entry in entries]
+        if not in_run and recordless.is_job_folder(names):
+            jobs.setdefault(os.path.realpath(current), current)
+        in_run = in_run or METRICS in names or recordless.is_job_folder(names)
         for entry in entries:
             if entry.name == METRICS:
                 yield Path(entry.path)
             if entry.is_dir(follow_symlinks=False):
-                pending.append(Path(entry.path))
+                pending.append((Path(entry.path), in_run))
             elif entry.is_symlink() and _links_to_run(entry.path):
                 warn(f"not followed: {entry.path}, a link to the run folder {os.path.realpath(entry.path)}; pass that "
                      "folder too to count its run")
@@ -129,12 +141,51 @@ def _links_to_run(link: str) -> bool:
         return False
 
 
+def read_runs(paths: Iterable[Path], warn: Callable[[str], None] = lambda message: None,
+              metric: str = "test_accuracy") -> Tuple[List[dict], List[recordless.Unplaced]]:
+    """The runs under the run or sweep directories ``paths`` (:func:`record_files`, :func:`read_found`)."""
+    jobs: List[Path] = []
+    return read_found(record_files(paths, warn, jobs), jobs, warn, metric)
+
+
+def read_found(files: Iterable[Path], jobs: Iterable[Path], warn: Callable[[str], None] = lambda message: None,
+               metric: str = "test_accuracy") -> Tuple[List[dict], List[recordless.Unplaced]]:
+    """The runs of the records ``files`` (:func:`read_records`) and of the run folders without one ``jobs``,
+    each counted failed in its cell (:func:`recordless.stand_in`); and the runs that no config places
+    (:class:`recordless.Unplaced`), each named with a ``warn``."""
+    unplaced: List[recordless.Unplaced] = []
+    records = read_records(files, warn, metric, unplaced)
+    for folder in jobs:
+        why = recordless.no_record_reason()
+        record = recordless.stand_in(folder, why, warn)
+        if record is None:
+            unplaced.append(recordless.Unplaced(folder, why))
+            warn(f"{folder}: a run folder without a record or a readable config; counted failed, in no cell")
+        else:
+            warn(f"{folder}: a run folder without a record; counted {record['status']} in its cell")
+            records.append(record)
+    return records, unplaced
+
+
 def read_records(paths: Iterable[Path], warn: Callable[[str], None] = lambda message: None,
-                 metric: str = "test_accuracy") -> List[dict]:
-    """The readable run records among ``paths`` (:func:`read_json`); each unreadable one is skipped with a
-    ``warn``, and each value a table cannot use (:mod:`lra.results.validity`, a completed record without
-    ``metric`` too) is left out with one."""
+                 metric: str = "test_accuracy", unplaced: Optional[List[recordless.Unplaced]] = None) -> List[dict]:
+    """The readable run records among ``paths``; each value a table cannot use (:mod:`lra.results.validity`, a
+    completed record without ``metric`` too) is left out with a ``warn``. An unreadable record (:func:`read_json`,
+    or one without its :data:`REQUIRED` fields) is counted failed in the cell of its folder's config
+    (:func:`recordless.stand_in`); without a config it is skipped with a ``warn``, and named in ``unplaced``."""
     records = []
+
+    def damaged(path: Path, reason: str, skipped: str) -> None:
+        why = recordless.damaged_reason(reason)
+        record = recordless.stand_in(Path(path).parent, why, warn)
+        if record is not None:
+            warn(f"{path}: not a usable run record ({reason}); counted failed in the cell of its folder's config")
+            records.append(record)
+            return
+        warn(f"skipped {path}: {skipped}")
+        if unplaced is not None:
+            unplaced.append(recordless.Unplaced(Path(path).parent, why))
+
     for path in paths:
         shown = shown_path(path)
         if shown != str(path):  # pandas, the table's formats and W&B take text; a name that is none is renamed
@@ -144,14 +195,15 @@ def read_records(paths: Iterable[Path], warn: Callable[[str], None] = lambda mes
         try:
             record = read_json(path)
         except Unreadable as exc:
-            warn(f"skipped {path}: not a readable run record ({exc})")
+            damaged(path, str(exc), f"not a readable run record ({exc})")
             continue
         if not isinstance(record, dict) or missing_required(record):
-            warn(f"skipped {path}: a run record needs the fields {', '.join(REQUIRED)}, each a name")
+            needs = f"a run record needs the fields {', '.join(REQUIRED)}, each a name"
+            damaged(path, needs, needs)
             continue
         why = validity.unplaceable(record)
         if why is not None:
-            warn(f"skipped {path}: {why} (the record is damaged or was edited)")
+            damaged(path, why, f"{why} (the record is damaged or was edited)")
             continue
         derived = [key for key in DERIVED if key in record]
         if derived:

@@ -195,6 +195,44 @@ def describe(records: List[dict], warn: Callable[[str], None] = lambda message: 
         config = with_data_source(config, record)
         record["setup_config"], record["setup"] = config, (fingerprint(config) if config else None)
         record["preset_row"] = preset_row(folder) if folder.is_dir() else None
+    for record in records:
+        if record.get("stand_in"):
+            _join_source(record, records)
+    _split_by_data(records)
+
+
+DATA_KEY = "data_content"  # a record's digest of the prepared arrays it trained on (lra.data.prepare)
+
+
+def _split_by_data(records: List[dict]) -> None:
+    """Runs of one setup that trained on different data (their records' :data:`DATA_KEY` differ: the config
+    pointed at another copy of a release, an edited one) are different rows: where a setup's runs disagree, each
+    run's setup names its data by the digest's first 8 digits (null for a record without one)."""
+    groups: Dict[tuple, List[dict]] = {}
+    for record in records:
+        if record.get("setup_config"):
+            groups.setdefault((record["label"], record["task"], record["setup"]), []).append(record)
+    for group in groups.values():
+        if len({r[DATA_KEY] for r in group if isinstance(r.get(DATA_KEY), str)}) < 2:
+            continue
+        for record in group:
+            content = record.get(DATA_KEY)
+            config = {**record["setup_config"], DATA_KEY: content[:8] if isinstance(content, str) else None}
+            record["setup_config"], record["setup"] = config, fingerprint(config)
+
+
+def _join_source(stand_in: dict, records: List[dict]) -> None:
+    """A run without a record (:mod:`lra.results.recordless`) of ``task.source=auto`` cannot say which data
+    it trained on: it joins the one setup of its label and task that is its config with a source chosen."""
+    config = stand_in.get("setup_config")
+    if not config or config.get(SOURCE_KEY) != "auto":
+        return
+    found = {r["setup"]: r["setup_config"] for r in records
+             if not r.get("stand_in") and r.get("setup") and (r["label"], r["task"]) == (stand_in["label"], stand_in["task"])
+             and {**r["setup_config"], SOURCE_KEY: "auto"} == config}
+    if len(found) == 1:
+        ((setup, joined),) = found.items()
+        stand_in.update(setup=setup, setup_config=joined)
 
 
 SOURCE_KEY = "task.source"
@@ -211,8 +249,9 @@ def with_data_source(config: Optional[Dict[str, object]], record: dict) -> Optio
 
 
 def as_preset_sources(setup: Dict[str, object], preset: Dict[str, object]) -> Dict[str, object]:
-    """``setup`` with the data source the preset leaves to ``task.source=auto`` as auto, for comparing the two:
-    a preset's setup is its settings, whichever source of the task's data a run trained on."""
+    """``setup`` with the data source the preset leaves to ``task.source=auto`` as auto, and without the data's
+    digest, for comparing the two: a preset's setup is its settings, whichever data a run trained on."""
+    setup = {key: value for key, value in setup.items() if key != DATA_KEY}  # a preset names no data
     if preset.get(SOURCE_KEY) == "auto" and SOURCE_KEY in setup:
         return {**setup, SOURCE_KEY: "auto"}
     return setup

@@ -20,7 +20,7 @@ import pandas as pd
 from lra.results import efficiency, setups, validity
 from lra.results.listing import page
 from lra.results.paper_setup import NOT_PAPER, PAPER, PRESETS, UNCHECKED, PaperSetups
-from lra.results.reading import modified, read_records, record_files
+from lra.results.reading import modified, read_runs
 from lra.results.rows import (FAILED, FINISHED, MISSING, PAPER_NAMES, STATUS_RANK, TASK_ORDER, base_label,
                               label_key)
 from lra.results.validity import AVERAGE
@@ -67,7 +67,7 @@ def _task_agrees(record: dict, warn) -> bool:
 def collect(directories: Iterable[Path], warn=lambda message: None) -> pd.DataFrame:
     """One row per (backend, setup, task, seed) among the ``metrics.json`` under the given run or sweep
     directories; unreadable records and duplicates are left out, each with a ``warn``."""
-    return pd.DataFrame(deduplicate(read_records(record_files(directories, warn), warn), warn))
+    return pd.DataFrame(deduplicate(read_runs(directories, warn)[0], warn))
 
 
 def _stuck(runs: pd.DataFrame) -> pd.Series:
@@ -326,10 +326,10 @@ def numbers(table: pd.DataFrame, reference: Optional[pd.DataFrame] = None) -> pd
 
 
 def render(directories: List[Path], warn=lambda message: None) -> str:
-    return render_records(read_records(record_files(directories, warn), warn), warn)
+    return render_records(*read_runs(directories, warn), warn=warn)
 
 
-def render_records(records: List[dict], warn=lambda message: None) -> str:
-    """:func:`render` of records already read."""
+def render_records(records: List[dict], warn=lambda message: None, unplaced=()) -> str:
+    """:func:`render` of runs already read (:func:`lra.results.reading.read_runs`)."""
     runs = pd.DataFrame(deduplicate(records, warn))
-    return page(comparison(runs), runs, records)
+    return page(comparison(runs), runs, records, unplaced=unplaced)
