@@ -81,7 +81,7 @@ def test_a_cpu_run_records_no_gpu_time_and_its_training_tokens(tmp_path, data_di
     wall = record["wall_time_seconds"]
     wall = f"{wall:.2f}" if wall < 10 else f"{wall:,.0f}"
     assert f"| None | listops | 0 | completed | CPU | {wall} | — | none (CPU) | — | 2 | 512 |" in out
-    assert "H100-seconds per run, row × task: none (no completed run has GPU time)" in out
+    assert "H100-seconds per run, row × task: none (no completed run has a known GPU time)" in out
     assert out.rstrip().endswith("no projection: the records name no preset (their overrides hold no experiment=); "
                                  "pass --cost-preset NAME")
 
@@ -137,17 +137,20 @@ def test_runs_measured_derived_on_other_gpus_and_on_cpu_each_say_what_they_cost(
               train_tokens=2000, device="cpu (x86_64, 2 threads)")
     out = cost_report(capsys, tmp_path)
     assert f"| Softmax | listops | 0 | completed | {H100} | 2,000 | 0.50 | 1,000 measured | 1,000 | 10 | 1 k |" in out
-    assert f"| YOSO-32 | listops | 0 | completed | {H100} | 3,600 | 0.25 | 900 derived | 900 | 10 | 1 k |" in out
+    assert f"| YOSO-32 | listops | 0 | completed | {H100} | 3,600 | 0.25 assumed | 900 derived | 900 | 10 | 1 k |" \
+        in out
     assert f"| None | listops | 0 | completed | {H200} | 100 | 1.00 | 100 measured | unconverted | 10 | 1 k |" in out
     assert "| None | text | 0 | completed | CPU | 50 | — | none (CPU) | — | 10 | 2 k |" in out
-    assert "a GPU share of 1/4 (the default: 4 runs to a GPU" in out
+    assert "an assumed GPU share of 1/4 (the default: 4 runs to a GPU" in out
     assert "no H100 factor is known for NVIDIA H200" in out
     per_cell = out[out.index("H100-seconds of a completed run, row × task"):out.index("Projection")]
-    assert per_cell.splitlines()[2:] == [  # the H200 run: not averaged into H100-seconds; the CPU run: no GPU time
-        "| backend | listops |", "|:--|--:|", "| None | — + 1 unconverted |", "| Softmax | 1,000 (1) |",
-        "| YOSO-32 | 900 (1) |", ""]
+    assert per_cell.split("\n\n")[1].splitlines() == [  # the H200 run and the CPU run: counted, in no mean
+        "| backend | listops | text |", "|:--|--:|--:|", "| None | — + 1 unconverted | — + 1 on CPU |",
+        "| Softmax | 1,000 measured (1) | — |", "| YOSO-32 | 900 derived (1) | — |"]
+    assert "- not in a mean: 1 unconverted, 1 on CPU (the per-run table says why)" in per_cell
     out = cost_report(capsys, tmp_path / "b", "--gpu-share", "1/2")
-    assert "| 3,600 | 0.50 | 1,800 derived | 1,800 |" in out and "a GPU share of 1/2 (--gpu-share)" in out
+    assert "| 3,600 | 0.50 assumed | 1,800 derived | 1,800 |" in out
+    assert "an assumed GPU share of 1/2 (--gpu-share)" in out
 
 
 def test_a_preset_is_projected_from_its_measured_cells_and_the_total_says_how_much_is_measured(tmp_path, capsys,
@@ -165,11 +168,13 @@ def test_a_preset_is_projected_from_its_measured_cells_and_the_total_says_how_mu
     # Softmax: 2.7 s/token (listops 2,700 s a run) → text 5,400 s; YOSO-32: 0.9 → 900 and 1,800 s; None, not
     # measured: the mean of the measured cells, 1.8 s/token; × 2 seeds, in hours.
     assert "| Softmax | 1.50 measured | 3.00 projected | 4.50 |" in projection
-    assert "| YOSO-32 | 0.50 measured | 1.00 projected | 1.50 |" in projection
+    assert "| YOSO-32 | 0.50 derived | 1.00 projected | 1.50 |" in projection  # its run: from wall time
     assert "| None | 1.00 projected | 2.00 projected | 3.00 |" in projection
     assert "| all rows | 3.00 | 6.00 | 9.00 |" in projection
-    assert "**Total: 9.0 H100-hours** for 6 cells × 2 seeds: 2.00 measured (2 cells, the mean of their runs), 7.0 " \
-           "projected (4 cells)." in projection
+    assert "**Total: 9.0 H100-hours** for 6 cells × 2 seeds: 1.50 measured (1 cell, the mean of their runs), 0.50 " \
+           "derived (1 cell, the mean of their runs), 7.0 projected (4 cells)." in projection
+    assert "- the runs these hours rest on: 3, their GPU-seconds 2 measured and 1 derived (wall time × an assumed " \
+           "GPU share: the per-run table's note)" in projection
     assert "- projected: the H100-seconds per training token of the cell's own runs where they trained another " \
            "setup than the preset's, else of the row's cells with runs (Softmax 2.7, YOSO-32 0.9 s/token), else the " \
            "mean over every cell with runs (1.8 s/token), × the cell's training tokens" in projection
@@ -184,8 +189,9 @@ def test_a_cell_whose_runs_trained_another_schedule_is_projected_from_them_not_m
     projection = out[out.index("Projection"):]
     assert "| Softmax | 0.20 projected | 0.40 projected | 0.60 |" in projection
     assert "| None | 0.20 projected | 0.40 projected | 0.60 |" in projection
-    assert "**Total: 1.8 H100-hours** for 6 cells × 1 seeds: 0.00 measured (0 cells, the mean of their runs), 1.8 " \
-           "projected (6 cells)." in projection
+    assert "**Total: 1.8 H100-hours** for 6 cells × 1 seeds: 0.00 measured (0 cells), 1.8 projected (6 cells)." \
+        in projection
+    assert "- the runs these hours rest on: 1, their GPU-seconds 1 measured and 0 derived\n" in projection
 
 
 def test_the_preset_is_the_one_the_records_name_and_records_of_two_presets_are_refused(tmp_path, capsys, monkeypatch):
@@ -280,12 +286,19 @@ def test_the_committed_gpu_records_cost_and_the_yoso_table3_projection_are_in_th
     prints this very projection. Only Softmax's run is today's preset's setup: the YOSO rows' ran before the
     preset's attention.eval_hashes (and *YOSO-16's backward) changed, so their cells are projected from them."""
     out = cost_report(capsys, REPO / "docs" / "gpu")
-    for row in (f"| Softmax | listops | 0 | completed | {H100} | 545 | 0.25 | 136 derived | 136 | 5,000 | 328 M |",
-                f"| *YOSO-16 | listops | 0 | completed | {H100} | 472 | 0.25 | 118 derived | 118 | 5,000 | 328 M |"):
+    for row in (f"| Softmax | listops | 0 | completed | {H100} | 545 | 0.25 assumed | 136 derived | 136 | 5,000 | "
+                "328 M |",
+                f"| *YOSO-16 | listops | 0 | completed | {H100} | 472 | 0.25 assumed | 118 derived | 118 | 5,000 | "
+                "328 M |"):
         assert row in out
     projection = out[out.index("Projection: experiment=yoso_table3 × 3 seeds"):]
-    assert projection.count(" measured |") == 1 and projection.count(" projected |") == 59
-    assert "| Softmax | 0.11 measured |" in projection and "| YOSO-32 | 0.11 projected |" in projection
+    # every GPU-second here is derived (wall time × an assumed 1/4): no cell of it is measured
+    assert projection.count(" measured |") == 0 and projection.count(" derived |") == 1
+    assert projection.count(" projected |") == 59
+    assert "| Softmax | 0.11 derived |" in projection and "| YOSO-32 | 0.11 projected |" in projection
+    assert ": 0.00 measured (0 cells), 0.11 derived (1 cell, the mean of their runs), 143.5 projected (59 cells)." \
+        in projection
+    assert "- the runs these hours rest on: 4, their GPU-seconds 0 measured and 4 derived" in projection
     assert "- another setup than the preset's (a run's against the preset's job): YOSO-32 on listops " \
            "(attention.eval_hashes fixed ≠ fresh);" in projection
     assert "training tokens of a run: listops 328 M, text 2.62 G, retrieval 7.86 G, image 9.18 G, pathfinder 16.4 G" \

@@ -1,16 +1,18 @@
 """``lra-table DIR... --cost``: what the runs cost on a GPU, and what a preset's table would.
 
-From the records: each run's GPU-seconds (``gpu_seconds``, which :mod:`lra.gpus` measures: wall time
-weighted by the run's share of the GPU) and their H100-seconds; the mean H100-seconds of a run per row ×
-task, a row being one setup as in the table (:func:`lra.results.setups.name_rows`: runs of one label
-trained differently are separate rows); then a preset × seeds in H100-hours, each cell **measured** (the
-mean of its completed runs of the preset's setup) or **projected** (from the H100-seconds per training
-token the runs measured, times the cell's training tokens), with the total split between the two.
+From the records: each run's GPU-seconds and their H100-seconds; the mean H100-seconds of a completed run
+per row × task, a row being one setup as in the table (:func:`lra.results.setups.name_rows`: runs of one
+label trained differently are separate rows), every completed run of the cell counted in it; then a
+preset × seeds in H100-hours.
 
-A record from before ``gpu_seconds`` existed (a CUDA run with a wall time) has its GPU-seconds
-**derived**: wall time × processes × a share of the GPU, ``--gpu-share`` or :data:`DEFAULT_GPU_SHARE`.
-A GPU other than the H100 is converted only with a known factor (:data:`H100_FACTORS`); without one its
-runs are listed unconverted and left out of the projection.
+Every figure says what it rests on, in one vocabulary (:func:`basis_of` decides it): **measured**, the
+record's ``gpu_seconds`` (:mod:`lra.gpus`: wall time weighted by the run's counted share of the GPU);
+**derived**, a record from before ``gpu_seconds`` (a CUDA run with a wall time): wall time × processes × an
+*assumed* share of the GPU, ``--gpu-share`` or :data:`DEFAULT_GPU_SHARE`; a mean is measured only when every
+run in it is, derived when any is. A projected cell is **projected** (the H100-seconds per training token of
+runs, times the cell's training tokens), whatever its runs' basis, which a note gives. A GPU other than the
+H100 is converted only with a known factor (:data:`H100_FACTORS`); without one its runs are counted
+unconverted and left out of the projection.
 
 The record's numbers this report reads are screened as the table's are (:mod:`lra.results.validity`), and
 further: ``processes`` a whole number ≥ 1, ``train_tokens`` a whole number, ``gpu_seconds`` no more than
@@ -31,7 +33,7 @@ import pandas as pd
 
 from lra.errors import ConfigError
 from lra.results import setups, validity
-from lra.results.cost_preset import Cell, preset_cells, preset_of, presets, run_tokens
+from lra.results.cost_preset import preset_cells, preset_of, presets, run_tokens
 from lra.results.formats import markdown_cell
 from lra.results.rows import MISSING, TASK_ORDER, label_key
 
@@ -51,6 +53,9 @@ MOST_SEEDS = 1000  # --cost-seeds: a table is run with a few seeds; more than th
 # gpu_seconds may exceed wall time × processes by a float's rounding (each stretch is summed apart), no more.
 SHARE_ROUNDING = 1e-6
 COST_FIELDS = ("gpu_seconds", "train_tokens")  # the record's numbers this report reads besides the table's
+# What a figure rests on (:func:`basis_of`), and a run without GPU time: what each table prints.
+MEASURED, DERIVED, PROJECTED = "measured", "derived", "projected"
+UNKNOWN, CPU = "unknown", "cpu"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -116,8 +121,9 @@ def parse_share(text: str, fail: Callable[[str], None]) -> Fraction:
 
 @dataclass
 class RunCost:
-    """One record's GPU time. ``basis``: measured (its gpu_seconds), derived (wall time × share × processes),
-    cpu (no GPU time) or unknown (a CUDA record without a usable wall time or gpu_seconds)."""
+    """One record's GPU time. ``basis``: :data:`MEASURED` (its gpu_seconds), :data:`DERIVED` (wall time ×
+    an assumed share × processes), :data:`CPU` (no GPU time) or :data:`UNKNOWN` (a CUDA record without a
+    usable wall time or gpu_seconds)."""
 
     record: dict
     basis: str
@@ -172,23 +178,33 @@ def run_cost(record: dict, gpu_share: Optional[Fraction], warn: Callable[[str], 
     tokens = record.get("train_tokens")
     if tokens is None and "train_tokens" not in invalid:  # a record from before train_tokens: from its config
         tokens = run_tokens(Path(record["run_dir"]), record.get("steps"), warn)
-    cost = RunCost(record, "cpu", name, tokens=None if tokens is None else int(tokens),
+    cost = RunCost(record, CPU, name, tokens=None if tokens is None else int(tokens),
                    preset=preset_of(Path(record["run_dir"]), warn))
     if name is None:
         return cost
     wall = record.get("wall_time_seconds")
     processes = int(record["processes"]) if record.get("processes") is not None else 1  # absent: one
     if "processes" in invalid or "gpu_seconds" in invalid:
-        cost.basis = "unknown"
+        cost.basis = UNKNOWN
     elif record.get("gpu_seconds") is not None:
-        cost.basis, cost.gpu_seconds = "measured", float(record["gpu_seconds"])
+        cost.basis, cost.gpu_seconds = MEASURED, float(record["gpu_seconds"])
         cost.share = cost.gpu_seconds / (wall * processes) if wall else None
     elif wall is not None:
         share = gpu_share if gpu_share is not None else DEFAULT_GPU_SHARE
-        cost.basis, cost.share, cost.gpu_seconds = "derived", float(share), wall * processes * float(share)
+        cost.basis, cost.share, cost.gpu_seconds = DERIVED, float(share), wall * processes * float(share)
     else:
-        cost.basis = "unknown"
+        cost.basis = UNKNOWN
     return cost
+
+
+def basis_of(runs: List[RunCost]) -> str:
+    """The label of a figure computed from ``runs``' GPU-seconds: :data:`MEASURED` only when every one is the
+    record's gpu_seconds; :data:`DERIVED` when any was derived from wall time at an assumed share. The one
+    place the per-run table, the row × task table and the projection take their labels from."""
+    bases = {c.basis for c in runs}
+    if not bases or not bases <= {MEASURED, DERIVED}:
+        raise ValueError(f"no GPU-seconds to label: runs of basis {sorted(bases)}")
+    return MEASURED if bases == {MEASURED} else DERIVED
 
 
 def screen_counts(record: dict, on_gpu: bool, warn: Callable[[str], None], where: str) -> None:
@@ -240,6 +256,8 @@ def report(records: List[dict], preset: Optional[str], seeds: Optional[int], gpu
         parts.append("no projection: the records name no preset (their overrides hold no experiment=); pass "
                      "--cost-preset NAME")
     else:
+        from lra.results.cost_projection import projection  # it reads this module's runs and labels
+
         parts.append(projection(costs, preset, preset_cells(preset), seeds or DEFAULT_SEEDS))
     return "\n\n".join(parts)
 
@@ -279,16 +297,19 @@ def per_run_table(costs: List[RunCost], gpu_share: Optional[Fraction]) -> str:
     for c in costs:
         r = c.record
         device = c.gpu_name if c.gpu_name is not None else "CPU"
-        gpu = {"cpu": "none (CPU)", "unknown": "unknown"}.get(c.basis, f"{_number(c.gpu_seconds)} {c.basis}")
+        gpu = {CPU: "none (CPU)", UNKNOWN: UNKNOWN}.get(c.basis) or f"{_number(c.gpu_seconds)} {basis_of([c])}"
         h100 = (_number(c.h100_seconds) if c.h100_seconds is not None else
                 "unconverted" if c.gpu_seconds is not None else MISSING)
         lines.append(f"| {_cell(c.row_name)} | {_cell(c.task)} | {_cell(r.get('seed'))} | {_cell(r.get('status'))} | "
                      f"{_cell(device)} | {_number(r.get('wall_time_seconds'))} | "
-                     f"{MISSING if c.share is None else f'{c.share:.2f}'} | {gpu} | {h100} | "
+                     f"{_share(c)} | {gpu} | {h100} | "
                      f"{_count(r.get('steps'))} | {_tokens(c.tokens)} |")
     notes = []
-    if any(c.basis == "derived" for c in costs):
-        notes.append(f"derived: a record from before gpu_seconds, wall time × processes × a GPU share of "
+    if any(c.basis == MEASURED for c in costs):
+        notes.append(f"{MEASURED}: the record's gpu_seconds, its wall time at the share of its GPU counted while it "
+                     "ran")
+    if any(c.basis == DERIVED for c in costs):
+        notes.append(f"{DERIVED}: a record from before gpu_seconds, wall time × processes × an assumed GPU share of "
                      f"{gpu_share if gpu_share is not None else DEFAULT_GPU_SHARE}"
                      + (" (--gpu-share)" if gpu_share is not None else
                         f" (the default: {DEFAULT_GPU_SHARE.denominator} runs to a GPU, as lra-gpu-check --reference "
@@ -297,8 +318,8 @@ def per_run_table(costs: List[RunCost], gpu_share: Optional[Fraction]) -> str:
     if unconverted:
         notes.append(f"unconverted: no H100 factor is known for {', '.join(map(_cell, unconverted))}; their runs' "
                      "GPU-seconds are listed as they are, and left out of the H100-seconds and the projection")
-    if any(c.basis == "unknown" for c in costs):
-        notes.append("unknown: a CUDA record without a valid gpu_seconds or wall time, or with an invalid processes "
+    if any(c.basis == UNKNOWN for c in costs):
+        notes.append(f"{UNKNOWN}: a CUDA record without a valid gpu_seconds or wall time, or with an invalid processes "
                      "(a note on standard error names the value)")
     if any(r.get("pretrain_wall_time_seconds") for r in (c.record for c in costs)):
         notes.append("self-pretraining's stage 1 is not counted: its time is pretrain_wall_time_seconds, no GPU "
@@ -307,129 +328,67 @@ def per_run_table(costs: List[RunCost], gpu_share: Optional[Fraction]) -> str:
 
 
 def per_cell_table(costs: List[RunCost], setup_lines: List[str]) -> str:
-    """Mean H100-seconds of a completed run per row × task (its run count beside it), a row being one setup
-    as in the table (``costs`` in its row order; ``setup_lines``: :func:`name_rows`'s notes)."""
+    """Mean H100-seconds of a completed run per row × task, labelled by :func:`basis_of` with its run count,
+    and every other completed run of the cell counted beside it (unconverted, unknown, on CPU), a row being
+    one setup as in the table (``costs`` in its row order; ``setup_lines``: :func:`name_rows`'s notes)."""
+    completed = [c for c in costs if c.record.get("status") == "completed"]
+    if not any(c.gpu_seconds is not None for c in completed):
+        return "H100-seconds per run, row × task: none (no completed run has a known GPU time)"
     rows: Dict[str, Dict[str, List[RunCost]]] = {}
-    for c in costs:
-        if c.record.get("status") == "completed" and c.gpu_seconds is not None:
-            rows.setdefault(c.row_name, {}).setdefault(c.task, []).append(c)
-    if not rows:
-        return "H100-seconds per run, row × task: none (no completed run has GPU time)"
+    for c in completed:
+        rows.setdefault(c.row_name, {}).setdefault(c.task, []).append(c)
     tasks = sorted({t for cells in rows.values() for t in cells}, key=lambda t: (TASK_ORDER.index(t) if t in
                                                                                  TASK_ORDER else len(TASK_ORDER), t))
-    lines = ["H100-seconds of a completed run, row × task (mean, the runs in brackets):", "",
+    lines = ["H100-seconds of a completed run, row × task (mean, what it rests on, the runs in it in brackets; + "
+             "the cell's other completed runs):", "",
              "| backend | " + " | ".join(map(_cell, tasks)) + " |", "|:--|" + "--:|" * len(tasks)]
     for row, cells in rows.items():
-        texts = []
-        for task in tasks:
-            runs = cells.get(task, [])
-            converted = [c.h100_seconds for c in runs if c.h100_seconds is not None]
-            text = f"{_number(sum(converted) / len(converted))} ({len(converted)})" if converted else MISSING
-            if len(converted) < len(runs):
-                text += f" + {len(runs) - len(converted)} unconverted"
-            texts.append(text)
-        lines.append(f"| {_cell(row)} | " + " | ".join(texts) + " |")
-    notes = setups.setup_notes(setup_lines, pd.DataFrame())  # the setups apart (no runs: not the bare ones)
+        lines.append(f"| {_cell(row)} | " + " | ".join(_cell_text(cells.get(task, [])) for task in tasks) + " |")
+    labels = {basis_of(converted) for cells in rows.values() for runs in cells.values()
+              if (converted := [c for c in runs if c.h100_seconds is not None])}
+    meaning = {MEASURED: "every run in the mean recorded its gpu_seconds",
+               DERIVED: "some or all of the runs' GPU-seconds derived from wall time at an assumed GPU share"}
+    notes = ["- " + "; ".join(f"{name}: {meaning[name]}" for name in (MEASURED, DERIVED) if name in labels)] \
+        if labels else []  # none when each run with GPU time is unconverted
+    apart = [(n, what) for what in ("unconverted", UNKNOWN, "on CPU")
+             if (n := sum(_apart(c) == what for c in completed))]
+    if apart:
+        notes.append("- not in a mean: " + ", ".join(f"{n} {what}" for n, what in apart)
+                     + " (the per-run table says why)")
+    unfinished = len(costs) - len(completed)
+    if unfinished:
+        notes.append(f"- not in these cells: {unfinished} run{'s' * (unfinished != 1)} not completed (the per-run "
+                     "table lists them)")
+    notes = ["\n".join(notes), *setups.setup_notes(setup_lines, pd.DataFrame())]  # the setups apart (not the bare)
     return "\n".join(lines) + "".join(f"\n\n{note}" for note in notes)
 
 
-def projection(costs: List[RunCost], preset: str, cells: List[Cell], seeds: int) -> str:
-    """The H100-hours of ``preset``'s cells × ``seeds``: a cell with completed runs of the preset's setup
-    (:func:`of_cell`) measured on a converted GPU is their mean (its runs' H100-seconds per training token ×
-    the cell's training tokens); a cell with only runs of another setup (trainer.max_steps=10, say) is
-    projected from theirs; any other cell from the rate of its row's cells with runs, else of every such
-    cell."""
-    by_cell = {(cell.label, cell.task): cell for cell in cells}
-    own: Dict[tuple, List[RunCost]] = {}
-    other: Dict[tuple, List[RunCost]] = {}
-    for c in costs:
-        key = (c.label, c.task)
-        if (c.preset == preset and key in by_cell and c.record.get("status") == "completed"
-                and c.h100_seconds is not None and c.tokens):
-            (own if of_cell(c, by_cell[key]) else other).setdefault(key, []).append(c)
-    rescaled = set(other) - set(own)  # cells with runs of another setup only: projected from their runs
-    measured = {key: [c.h100_seconds / c.tokens for c in runs] for key, runs in {**other, **own}.items()}
-    header = f"Projection: experiment={preset} × {seeds} seed{'s' * (seeds != 1)}, in H100-hours"
-    if not measured:
-        return (f"{header}: none, as no completed run of {preset}'s cells has H100 time (runs of the preset, on a GPU "
-                "with a known factor, with their training tokens)")
-    rate = {key: sum(values) / len(values) for key, values in measured.items()}
-    row_rates: Dict[str, List[float]] = {}
-    for (label, _), value in rate.items():
-        row_rates.setdefault(label, []).append(value)
-    overall = sum(rate.values()) / len(rate)
-    rows = list(dict.fromkeys(cell.label for cell in cells))
-    tasks = list(dict.fromkeys(cell.task for cell in cells))
-    hours: Dict[tuple, float] = {}
-    lines = [header + ":", "", "| backend | " + " | ".join(map(_cell, tasks)) + " | row |",
-             "|:--|" + "--:|" * (len(tasks) + 1)]
-    for label in rows:
-        texts = []
-        for task in tasks:
-            cell = by_cell.get((label, task))
-            if cell is None:
-                texts.append(MISSING)
-                continue
-            key = (label, task)
-            per_token = rate.get(key)
-            if per_token is None:  # the row's measured rate, else every measured cell's
-                per_token = _mean(row_rates.get(label)) if label in row_rates else overall
-            hours[key] = per_token * cell.tokens * seeds / 3600
-            texts.append(f"{hours[key]:.2f} {'measured' if key in rate and key not in rescaled else 'projected'}")
-        row_total = sum(hours.get((label, task), 0.0) for task in tasks)
-        lines.append(f"| {_cell(label)} | " + " | ".join(texts) + f" | {row_total:.2f} |")
-    exact = [key for key in rate if key not in rescaled]
-    measured_hours = sum(hours[key] for key in exact)
-    total = sum(hours.values())
-    by_task = [sum(h for (_, t), h in hours.items() if t == task) for task in tasks]
-    lines.append("| all rows | " + " | ".join(f"{h:.2f}" for h in by_task) + f" | {total:.2f} |")
-    tokens = {}
-    for cell in cells:
-        tokens.setdefault(cell.task, set()).add(cell.tokens)
-    measured_rows = sorted(row_rates, key=rows.index)
-    lines += ["", f"**Total: {total:.1f} H100-hours** for {len(hours)} cells × {seeds} seeds: "
-              f"{measured_hours:.2f} measured ({len(exact)} cell{'s' * (len(exact) != 1)}, the mean of their runs), "
-              f"{total - measured_hours:.1f} projected ({len(hours) - len(exact)} cells).", "",
-              "- projected: the H100-seconds per training token of the cell's own runs where they trained another "
-              "setup than the preset's, else of the row's cells with runs ("
-              + ", ".join(f"{_cell(label)} {_mean(row_rates[label]):.3g}" for label in measured_rows)
-              + f" s/token), else the mean over every cell with runs ({overall:.3g} s/token), × the cell's training "
-              "tokens (steps × batch × length × documents, from the preset's schedule); how attention's cost grows "
-              "with length and how evaluation's share differs between tasks are not modelled",
-              *_apart_note([other[key][0] for key in by_cell if key in rescaled], by_cell),
-              "- training tokens of a run: " + ", ".join(
-                  f"{_cell(task)} {' / '.join(_tokens(n) for n in sorted(tokens[task]))}" for task in tasks)]
-    if any(cell.pretrains for cell in cells):
-        lines.append("- self-pretraining's stage 1 is not in these hours (its runs record no GPU time for it)")
-    return "\n".join(lines)
+def _apart(cost: RunCost) -> Optional[str]:
+    """Why a completed run is in no mean of H100-seconds (None: it is in one)."""
+    if cost.h100_seconds is not None:
+        return None
+    return {CPU: "on CPU", UNKNOWN: UNKNOWN}.get(cost.basis, "unconverted")
 
 
-def of_cell(cost: RunCost, cell: Cell) -> bool:
-    """Whether a run of the preset trained ``cell`` as the preset does: its training tokens, and its setup
-    (:mod:`lra.results.setups`) where both are known (a record without a config, or a cell whose job cannot
-    be resolved, is taken by its tokens alone)."""
-    config = cost.record.get("setup_config")
-    return cost.tokens == cell.tokens and (config is None or cell.setup_config is None or not setups.differences(
-        setups.as_preset_sources(config, cell.setup_config), cell.setup_config))
+def _cell_text(runs: List[RunCost]) -> str:
+    """A row × task cell: ``mean basis (n)``, then `` + k unconverted``, `` + k unknown``, `` + k on CPU``, so
+    that every completed run of the cell is counted."""
+    converted = [c for c in runs if c.h100_seconds is not None]
+    text = MISSING
+    if converted:
+        mean = sum(c.h100_seconds for c in converted) / len(converted)
+        text = f"{_number(mean)} {basis_of(converted)} ({len(converted)})"
+    for what in ("unconverted", UNKNOWN, "on CPU"):
+        count = sum(_apart(c) == what for c in runs)
+        text += f" + {count} {what}" if count else ""
+    return text
 
 
-def _apart_note(runs: List[RunCost], by_cell: Dict[tuple, Cell]) -> List[str]:
-    """The note on the cells projected from their own runs of another setup: how each cell's first run differs
-    from the preset's job (its setup's keys, else its training tokens)."""
-    apart = []
-    for run in runs:
-        cell, config = by_cell[(run.label, run.task)], run.record.get("setup_config")
-        found = setups.differences(setups.as_preset_sources(config, cell.setup_config), cell.setup_config) \
-            if config and cell.setup_config else []
-        found = found or [f"training tokens {run.tokens:,} ≠ {cell.tokens:,}"]
-        apart.append(f"{_cell(cell.label)} on {_cell(cell.task)} ({setups.compact(found)})")
-    if not apart:
-        return []
-    return ["- another setup than the preset's (a run's against the preset's job): " + "; ".join(apart)]
-
-
-def _mean(values: Optional[List[float]]) -> Optional[float]:
-    return sum(values) / len(values) if values else None
+def _share(cost: RunCost) -> str:
+    """The per-run table's GPU share: the measured one, or the one a derived run is assumed to have had."""
+    if cost.share is None:
+        return MISSING
+    return f"{cost.share:.2f}" + (" assumed" if cost.basis == DERIVED else "")
 
 
 def _cell(value) -> str:
