@@ -30,7 +30,7 @@ def test_cells_mean_std_missing_failed_and_complete_row_averages(tmp_path):
     assert table.loc["Softmax", "listops"] == f"{37.25:.2f} ± {std:.2f} (2)"
     assert table.loc["Softmax", "average"] == f"{(37.25 + 64.0) / 2:.2f}"
     assert table.loc["None", "text"] == "failed" and table.loc["None", "average"] == "—"
-    assert table.loc["YOSO-32", "text"] == "—", "a running job is not a result"
+    assert table.loc["YOSO-32", "text"] == "— (1 unfinished)", "a running job is not a result, but a run"
 
 
 def test_lra_table_command_formats(tmp_path, capsys):

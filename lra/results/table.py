@@ -1,8 +1,9 @@
 """Comparison tables from run records: setups (rows) × tasks (columns), mean ± std over seeds.
 
 A row is one setup (:mod:`lra.results.setups`): runs of one label trained differently are separate rows,
-never merged. A cell with no completed run is shown as missing (``—``) or ``failed``, never as 0; a cell
-with some failed seeds says so, and so does one with seeds stuck at chance. A row's average is given only
+never merged. A cell with no completed run is shown as missing (``—``; ``— (1 unfinished)`` while a run
+is on its way) or ``failed``, never as 0; a cell with some failed seeds says so, and so does one with
+seeds stuck at chance. A row's average is given only
 when every task column of that row is complete. The best mean per column is bold. Optionally each cell
 carries its delta against a published table (shipped in ``lra/results/paper_numbers/``), drawn only where
 the runs were trained as the paper's preset trains that row (:mod:`lra.results.paper_setup`), and each
@@ -220,6 +221,8 @@ def _cell(row, statistic: str, exclude_stuck: bool) -> str:
         return f"stuck ({row['stuck']} of {row['completed']} at chance, excluded)"
     if invalid:
         return f"invalid ({row['invalid']}{note})"
+    if row["unfinished"]:  # no result yet, which is not no run: "— (1 unfinished)", "— (1 failed, 1 unfinished)"
+        return f"{MISSING} ({note.removeprefix(', ')})"
     return FAILED if row["failed"] else MISSING
 
 
