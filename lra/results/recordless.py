@@ -72,4 +72,5 @@ def unplaced_note(unplaced: List[Unplaced]) -> str:
     from lra.results.formats import visible
 
     lines = "\n".join(visible(f"- {item.folder}: {item.why}") for item in unplaced)
-    return f"runs in no cell ({len(unplaced)}; counted failed: no usable record, nor a config that tells the cell):\n{lines}"
+    return (f"runs in no cell ({len(unplaced)}; counted failed: no usable record, nor a config that tells the "
+            f"cell):\n{lines}")

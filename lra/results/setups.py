@@ -228,8 +228,8 @@ def _join_source(stand_in: dict, records: List[dict]) -> None:
     if not config or config.get(SOURCE_KEY) != "auto":
         return
     found = {r["setup"]: r["setup_config"] for r in records
-             if not r.get("stand_in") and r.get("setup") and (r["label"], r["task"]) == (stand_in["label"], stand_in["task"])
-             and {**r["setup_config"], SOURCE_KEY: "auto"} == config}
+             if not r.get("stand_in") and r.get("setup") and r["label"] == stand_in["label"]
+             and r["task"] == stand_in["task"] and {**r["setup_config"], SOURCE_KEY: "auto"} == config}
     if len(found) == 1:
         ((setup, joined),) = found.items()
         stand_in.update(setup=setup, setup_config=joined)
