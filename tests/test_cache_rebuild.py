@@ -92,16 +92,16 @@ def test_an_explicit_task_path_is_not_served_another_folders_cache(tmp_path):
     assert record["status"] == "failed" and not record.get("steps")
 
 
-def release(folder, seed=4, flip=False):
-    """A small ListOps release in ``folder`` (its labels shifted by one with ``flip``)."""
+def release(folder, seed=4, reordered=False):
+    """A small ListOps release in ``folder`` (its training rows in reverse order with ``reordered``: still rows
+    of the release, each labelled with its value, but other data)."""
     target = folder / "lra_release" / "listops-1000"
     listops.write_tsv_files(listops.GeneratorSettings(seed=seed, num_train=96, num_val=24, num_test=24, min_length=20,
                                                       max_length=200), target)
-    if flip:
+    if reordered:
         path = target / "basic_train.tsv"
         header, *rows = path.read_text().splitlines()
-        path.write_text("\n".join([header, *(f"{r.split(chr(9))[0]}\t{(int(r.split(chr(9))[1]) + 1) % 10}"
-                                             for r in rows)]) + "\n")
+        path.write_text("\n".join([header, *reversed(rows)]) + "\n")
     return folder
 
 
@@ -117,7 +117,7 @@ def test_a_resume_whose_data_changed_since_it_trained_is_refused(tmp_path, recor
     if record_lost:
         (tmp_path / "run" / "metrics.json").write_text('{"label": "Soft')
     before = (tmp_path / "run" / "metrics.json").read_bytes()
-    release(tmp_path / "raw", flip=True)  # the same files, other labels
+    release(tmp_path / "raw", reordered=True)  # the same files, their rows in another order
     result = run_command(["lra-train", f"resume={tmp_path / 'run'}"], tmp_path, data, check=False)
     line = last_line(result)
     assert result.returncode == 1 and "it trained on other data (fingerprint " in line, result.stderr
@@ -197,8 +197,8 @@ def test_changed_user_files_are_prepared_again_or_refused_never_served_stale(tmp
 
 def test_listops_from_the_release_survives_a_touch_and_a_deleted_release_and_follows_a_change(tmp_path):
     """The release's cache is named by its folder, not its files' times: a touched file trains on the same data
-    (task.source=auto generated ListOps instead), a deleted release trains on its cache, changed labels
-    rebuild it with one line."""
+    (task.source=auto generated ListOps instead), a deleted release trains on its cache, a changed file
+    rebuilds it with one line."""
     data, raw = tmp_path / "data", release(tmp_path / "raw")
     common = ["task.max_length=256", "trainer=smoke", "trainer.max_steps=2"]
     run_command(["lra-train", "task.source=lra_release", f"task.path={raw}", *common, "hydra.run.dir=a"],
@@ -213,7 +213,7 @@ def test_listops_from_the_release_survives_a_touch_and_a_deleted_release_and_fol
     run_command(["lra-train", *common, "hydra.run.dir=c"], tmp_path, data)
     assert read_json(tmp_path / "c" / "metrics.json")["data_fingerprint"] == fingerprint
     moved.rename(raw)
-    release(raw, flip=True)
+    release(raw, reordered=True)
     changed = run_command(["lra-train", "task.source=lra_release", f"task.path={raw}", *common, "hydra.run.dir=d"],
                           tmp_path, data)
     assert "differ from those the cache was prepared from" in changed.stdout + changed.stderr

@@ -13,7 +13,7 @@ import hashlib
 import math
 import pickle
 from pathlib import Path
-from typing import Iterator, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -137,12 +137,32 @@ def read_cifar_python(root: Path) -> Iterator[Tuple[str, np.ndarray, int]]:
     """(split, RGB image, label) in tensorflow-datasets' order: train = ``train[:90%]``, val =
     ``train[90%:]`` of the 50,000 training images, test = the test batch."""
     batches = [read_batch(root / name) for name in TRAIN_BATCHES]
+    test_images, test_labels = read_batch(root / TEST_BATCH)
+    _check_batches_whole(root, [images for images, _ in batches], test_images)
     images = np.concatenate([b[0] for b in batches])
     labels = np.concatenate([b[1] for b in batches])
     order = tfds_order("train", len(labels))
     cut = int(round(TRAIN_FRACTION * len(labels)))
     for position, index in enumerate(order):
         yield ("train" if position < cut else "val"), images[index], int(labels[index])
-    images, labels = read_batch(root / TEST_BATCH)
-    for index in tfds_order("test", len(labels)):
-        yield "test", images[index], int(labels[index])
+    for index in tfds_order("test", len(test_labels)):
+        yield "test", test_images[index], int(test_labels[index])
+
+
+def _check_batches_whole(root: Path, train_images: List[np.ndarray], test_images: np.ndarray) -> None:
+    """The split into ``train[:90%]`` and ``train[90%:]`` takes the release's training batches: as many images in
+    each (10,000), no batch a copy of another. A batch cut short or copied over another raises naming them."""
+    counts = [len(images) for images in train_images]
+    usual = max(set(counts), key=lambda count: (counts.count(count), -counts.index(count)))  # the most common
+    for name, count in zip(TRAIN_BATCHES, counts):
+        if count != usual:
+            others = [other for other, other_count in zip(TRAIN_BATCHES, counts) if other_count == usual]
+            raise UserError(f"{root / name} holds {count:,} images but {', '.join(others)} {usual:,} each (every "
+                            "training batch of CIFAR-10 holds 10,000): the batch is cut or not CIFAR-10's; re-extract "
+                            "cifar-10-python.tar.gz")
+    seen: Dict[str, str] = {}
+    for name, images in zip(BATCHES, [*train_images, test_images]):
+        first = seen.setdefault(hashlib.sha256(np.ascontiguousarray(images).tobytes()).hexdigest(), name)
+        if first != name:
+            raise UserError(f"{root / name} holds the same images as {root / first} (a copy?): every CIFAR-10 batch "
+                            "holds images of its own; re-extract cifar-10-python.tar.gz")

@@ -25,6 +25,7 @@ import numpy as np
 
 from attention_zoo.options import number, whole
 from lra.data.cache import sha256_file
+from lra.data.raw_text import without_byte_order_mark
 from lra.errors import UserError
 from lra.faults import fault_point
 from lra.io import atomic_write_text, naming, remove_stale
@@ -173,18 +174,43 @@ def release_ids(source: str, where: str) -> np.ndarray:
 
 
 def evaluate_tokens(tokens: Sequence[str]) -> int:
-    """The value of a tokenised expression (``[OP a b … X``), computed with a stack."""
-    stack: List[list] = [[]]
-    for token in tokens:
-        if token in OPERATORS:
-            stack.append([token])
-        elif token == "X":
-            op, *args = stack.pop()
-            stack[-1].append(apply_operator(op, args))
-        else:
-            stack[-1].append(int(token))
-    (value,) = stack[0]
+    """The value of a tokenised expression (``[OP a b … X``); a malformed one raises ValueError saying why."""
+    value, malformed = expression_value(tokens)
+    if malformed is not None:
+        raise ValueError(f"malformed ListOps expression: {malformed}")
     return value
+
+
+def expression_value(tokens: Sequence[str]) -> Tuple[Optional[int], Optional[str]]:
+    """(value, None) of a tokenised expression (``]`` written ``X``), or (None, what makes it malformed)."""
+    open_operators: List[Tuple[str, int, List[int]]] = []  # (operator, its token number, its arguments' values)
+    value, ended_at = None, None
+    for position, token in enumerate(tokens, start=1):
+        if ended_at is not None:
+            shown = "]" if token == "X" else token
+            return None, f"token {position} ({shown!r}) follows the end of the expression at token {ended_at}"
+        if token in OPERATORS:
+            open_operators.append((token, position, []))
+            continue
+        if token == "X":
+            if not open_operators:
+                return None, f"the ']' at token {position} closes no operator"
+            operator, opened_at, arguments = open_operators.pop()
+            if not arguments:
+                return None, f"{operator!r} at token {opened_at} has no arguments"
+            token_value = apply_operator(operator, arguments)
+        else:
+            token_value = int(token)
+        if open_operators:
+            open_operators[-1][2].append(token_value)
+        else:
+            value, ended_at = token_value, position
+    if open_operators:
+        operator, opened_at, _ = open_operators[-1]
+        return None, f"{operator!r} at token {opened_at} is never closed by a ']'"
+    if value is None:
+        return None, "it has no token"
+    return value, None
 
 
 def apply_operator(op: str, args: Sequence[int]) -> int:
@@ -323,11 +349,18 @@ def find_release(path: Optional[str], strict: bool = True) -> Path:
 
 def read_tsv_rows(path: Path) -> Iterator[Tuple[int, str, int]]:
     """Yield (line number, source, label) of an official ListOps TSV file; an empty file, a missing
-    header, a malformed row, a label that is not a whole number or bytes that are not UTF-8 raise
-    a :class:`UserError` naming the file and line."""
+    header, a malformed row, a label that is not a whole number, bytes that are not UTF-8 or a carriage
+    return other than a CRLF line ending raise a :class:`UserError` naming the file and line. A leading
+    byte-order mark is read past (:mod:`lra.data.raw_text`)."""
 
     def decoded(handle):
         for line, raw in enumerate(handle, start=1):
+            if line == 1:
+                raw = without_byte_order_mark(raw)
+            if b"\r" in raw and b"\r" in raw.removesuffix(b"\n").removesuffix(b"\r"):
+                raise UserError(f"{path}:{line}: a carriage return (CR) inside a line: the file's lines end in CR "
+                                "alone (old Mac line endings) or it is damaged; the release's end in LF: convert them "
+                                "(tr '\\r' '\\n' < old.tsv > new.tsv) or re-extract the release")
             try:
                 yield raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -342,19 +375,25 @@ def read_tsv_rows(path: Path) -> Iterator[Tuple[int, str, int]]:
             if header is None:
                 raise UserError(f"{path} is empty; expected the header 'Source<TAB>Target' and one row per example")
             if header != ["Source", "Target"]:
-                raise UserError(f"{path}:1: expected the header 'Source<TAB>Target', found {header!r}")
+                raise UserError(f"{path}:1: expected the header 'Source<TAB>Target', found {header!r}; the file is "
+                                "damaged or not a ListOps TSV (the release's basic_*.tsv start with that header)")
             for row in reader:
                 line_number = reader.line_num
                 if len(row) != 2:
                     raise UserError(f"{path}:{line_number}: expected 2 tab-separated fields (Source, Target), "
                                     f"found {len(row)}")
-                try:
-                    label = int(row[1])
-                except ValueError:
-                    raise UserError(f"{path}:{line_number}: the label {row[1][:20]!r} is not a whole number") from None
-                yield line_number, row[0], label
+                yield line_number, row[0], _label(row[1], f"{path}:{line_number}")
         except csv.Error as exc:
             raise UserError(f"{path}:{reader.line_num}: not a well-formed TSV row ({exc})") from None
+
+
+def _label(text: str, where: str) -> int:
+    """The label column as the release writes it, ASCII digits alone: ``int`` would also take ``+2``, ``0_2``,
+    `` 2 `` and other scripts' digits."""
+    if not (text.isascii() and text.isdigit()):
+        raise UserError(f"{where}: the label {ascii(text[:20])} is not a whole number written in the digits 0-9; the "
+                        "file is damaged or not a ListOps TSV")
+    return int(text)
 
 
 def read_tsv(path: Path) -> Iterator[Tuple[str, int]]:

@@ -5,7 +5,9 @@ the generator in :mod:`lra.data.pathfinder_writer` also writes.
 <label> ...``. The split is a seeded 80/10/10 permutation of all metadata lines (files in numeric
 order, lines in file order); zero-byte images (present in the release) are skipped and counted.
 Refused, each in one line naming it: a metadata file not named ``<k>.npy``, a line naming an image that
-another line names (it would leak between splits), and an image other than 8-bit greyscale (mode L).
+another line names (it would leak between splits), and an image other than 8-bit greyscale (mode L). The
+images of a named folder that no line names (its metadata file lost lines?) are left out with a note. A
+leading byte-order mark is read past (:mod:`lra.data.raw_text`).
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from lra.data.pathfinder_generator import release_folder_name
+from lra.data.raw_text import without_byte_order_mark
 from lra.errors import UserError
 
 SPLIT_FRACTIONS = {"train": 0.8, "val": 0.1, "test": 0.1}
+RELEASE_IMAGE = re.compile(r"sample_[0-9]+\.png")  # the release's (and the generator's) image names
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,8 @@ def read_metadata(root: Path) -> List[Entry]:
     named: Dict[str, str] = {}
     for file in metadata_files(root):
         width = None  # the fields of the file's first line: a line cut short has fewer
-        for number, line in enumerate(file.read_text(errors="replace").splitlines(), start=1):
+        text = without_byte_order_mark(file.read_bytes()).decode(errors="replace")
+        for number, line in enumerate(text.splitlines(), start=1):
             fields = line.split()
             if not fields:
                 continue
@@ -89,6 +94,29 @@ def read_metadata(root: Path) -> List[Entry]:
             raise UserError(f"{file} holds no metadata line (the release's name 1,000 images each): it is cut or "
                             "damaged; re-extract the Pathfinder release")
     return entries
+
+
+def unnamed_images(entries: List[Entry]) -> List[Tuple[Path, int, str]]:
+    """(folder, how many, the metadata file naming its images) for each folder the metadata names that holds
+    images no line names: the generator writes one line per image it saves, so these mean a metadata file lost
+    its last lines (cut at a line boundary, it reads as whole), or strays. Zero-byte images, which the release
+    holds, carry nothing and are let be; a folder that cannot be listed is passed over (reading its images
+    names the problem)."""
+    named = {os.path.normpath(entry.image) for entry in entries}
+    folders: Dict[Path, str] = {}
+    for entry in entries:
+        folders.setdefault(entry.image.parent, entry.source.rsplit(":", 1)[0])
+    found = []
+    for folder, metadata in folders.items():
+        try:
+            with os.scandir(folder) as listing:
+                count = sum(1 for item in listing if RELEASE_IMAGE.fullmatch(item.name)
+                            and os.path.normpath(item.path) not in named and item.stat().st_size > 0)
+        except OSError:
+            continue
+        if count:
+            found.append((folder, count, metadata))
+    return found
 
 
 def assign_splits(count: int, seed: int) -> np.ndarray:
@@ -126,9 +154,14 @@ def read_pixels(entry: Entry, resolution: int) -> Optional[np.ndarray]:
     return pixels.reshape(-1)
 
 
-def iterate_split_examples(root: Path, resolution: int, seed: int) -> Iterator[Tuple[str, Optional[np.ndarray], int]]:
-    """(split, pixels or None when empty, label) for every metadata line, in metadata order."""
+def iterate_split_examples(root: Path, resolution: int, seed: int, announce: Callable[[str], None] = print
+                           ) -> Iterator[Tuple[str, Optional[np.ndarray], int]]:
+    """(split, pixels or None when empty, label) for every metadata line, in metadata order; the images no
+    line names (:func:`unnamed_images`) are left out, each folder's with an ``announce``."""
     names = list(SPLIT_FRACTIONS)
     entries = read_metadata(root)
+    for folder, count, metadata in unnamed_images(entries):
+        announce(f"note: {count:,} images in {folder} are named by no metadata line and left out: {metadata} may be "
+                 "cut (the release names every image of a folder); re-extract the Pathfinder release if so")
     for entry, split in zip(entries, assign_splits(len(entries), seed)):
         yield names[split], read_pixels(entry, resolution), entry.label

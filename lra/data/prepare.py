@@ -16,8 +16,8 @@ import numpy as np
 from tqdm import tqdm
 
 from lra.config import typed_task
-from lra.data import (byte_text, generated, image, listops, locking, pathfinder, pathfinder_generator, raw_files,
-                      retrieval)
+from lra.data import (byte_text, generated, image, listops, listops_rows, locking, pathfinder, pathfinder_generator,
+                      raw_files, retrieval)
 from lra.data.cache import (MANIFEST, CacheBuilder, TokenSplit, checked_manifest, heldout, load_cache,
                             settings_fingerprint)
 from lra.data.sources import AUTO, PATH_OF, SOURCES
@@ -305,8 +305,7 @@ def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
         for split in SPLITS:
             writer = builder.split(split, num_documents=1, dtype=np.uint8)
             path = raw_dir / f"basic_{split}.tsv"
-            for line, source, label in _progress(listops.read_tsv_rows(path), None, f"tokenising {split}"):
-                writer.add([listops.release_ids(source, where := f"{path}:{line}")], label, where=where)
+            listops_rows.add_tsv_rows(path, writer, lambda rows: _progress(rows, None, f"tokenising {split}"))
 
     settings = {
         "raw": identity,
@@ -431,7 +430,7 @@ def _pathfinder(task, data_dir, train_subset, eval_subset, announce) -> Conversi
             generated.pathfinder_images(geometry, generator, identity, root, announce)
         writers = {split: builder.split(split, num_documents=1, dtype=np.uint8) for split in SPLITS}
         skipped = {split: 0 for split in SPLITS}
-        rows = pathfinder.iterate_split_examples(locate(), task.resolution, task.split_seed)
+        rows = pathfinder.iterate_split_examples(locate(), task.resolution, task.split_seed, announce)
         for split, pixels, label in _progress(rows, None, "reading Pathfinder images"):
             if pixels is None:
                 skipped[split] += 1

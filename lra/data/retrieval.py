@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
+from lra.data.raw_text import without_byte_order_mark
 from lra.errors import UserError
 
 FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
@@ -28,9 +29,12 @@ def find_release(path: Optional[str]) -> Path:
 
 
 def read_pairs(path: Path) -> Iterator[Tuple[bytes, bytes, int]]:
-    """(text1, text2, label) per line of one AAN TSV; a malformed line raises naming file and line."""
+    """(text1, text2, label) per line of one AAN TSV; a malformed line raises naming file and line. A leading
+    byte-order mark is read past (:mod:`lra.data.raw_text`)."""
     with open(path, "rb") as handle:
         for line_number, line in enumerate(handle, start=1):
+            if line_number == 1:
+                line = without_byte_order_mark(line)
             fields = line.rstrip(b"\r\n").split(b"\t")
             if len(fields) != 5:
                 raise UserError(f"{path}:{line_number}: expected 5 tab-separated fields "
