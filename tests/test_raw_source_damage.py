@@ -112,6 +112,14 @@ def test_an_aclimdb_review_without_text_is_refused_naming_it(tmp_path, content, 
                        "re-extract aclImdb_v1.tar.gz there")
 
 
+def test_a_folder_named_like_an_aclimdb_review_is_refused_naming_the_fix(tmp_path):
+    root = write_aclimdb(tmp_path / "raw")
+    folder = root / "train" / "pos" / "12_9.txt"
+    folder.mkdir()
+    assert refusal(tmp_path, root, TEXT) == (f"cannot read {folder.resolve()} (Is a directory): a folder named like a "
+                                             "review: move it out, or re-extract aclImdb_v1.tar.gz there")
+
+
 def test_lra_prepare_refuses_an_emptied_aclimdb_class_folder_in_one_line(tmp_path, data_dir):
     root = write_aclimdb(tmp_path / "raw")
     shutil.rmtree(root / "train" / "pos")

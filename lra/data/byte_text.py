@@ -82,7 +82,9 @@ def read_aclimdb(files: List[Tuple[Path, int]]) -> Iterator[Tuple[bytes, int]]:
         try:
             raw = file.read_bytes()
         except OSError as exc:
-            raise UserError(f"cannot read {file}: {exc.strerror}") from None
+            fix = ("a folder named like a review: move it out" if file.is_dir() else
+                   "make it readable for this user") + ", or re-extract aclImdb_v1.tar.gz there"
+            raise UserError(f"cannot read {file} ({exc.strerror}): {fix}") from None
         review = raw.strip()
         if not review:
             found = "is empty (0 bytes)" if not raw else f"holds only whitespace ({len(raw)} bytes)"
