@@ -131,12 +131,14 @@ def check_config(path: Path, payload: Dict[str, Any], config_sha256: Optional[st
 def build_identity(device: torch.device, amp_dtype: Optional[torch.dtype],
                    attention_engine: Optional[str] = None) -> Dict[str, str]:
     """What computed a training checkpoint, besides its config: the torch build (its version names the CUDA or
-    CPU build), the device type, the autocast precision (``trainer.device=auto`` and ``trainer.precision=auto``
+    CPU build), the device type (on a CPU, its thread count: :func:`check_threads`), the autocast precision (``trainer.device=auto`` and ``trainer.precision=auto``
     choose them at each start) and the attention's engine where the machine chooses it
     (:func:`attention_zoo.engines`: YOSO's compiled kernels or its PyTorch path). A resume elsewhere would go on
     computing otherwise than the run began, and its record would name only the last of them."""
     identity = {"torch": torch.__version__, "device": device.type,
                 "precision": str(amp_dtype).removeprefix("torch.") if amp_dtype is not None else "float32"}
+    if device.type == "cpu":  # a CPU run's last digits depend on how many threads split its reductions
+        identity["cpu_threads"] = str(torch.get_num_threads())
     return identity | ({"attention_engine": attention_engine} if attention_engine else {})
 
 
@@ -154,6 +156,22 @@ def check_build(path: Path, payload: Dict[str, Any], here: Dict[str, str]) -> No
     raise UserError(f"cannot resume from {path}: it was trained with {'; '.join(differ)}, and a run resumes exactly "
                     f"only as it was computed; resume it where it ran ({where}), or start a new run with the same "
                     f"overrides; the run's metrics.json is left as it was")
+
+
+def check_threads(path: Path, payload: Dict[str, Any], here: Dict[str, str]) -> None:
+    """A CPU checkpoint is resumed only on the thread count it was computed on (its build's ``cpu_threads``):
+    a CPU run's last digits depend on how its reductions are split, and a process started on another count
+    does not compute as one started on that count, whatever it sets later (MKL keeps what it read at start).
+    One :class:`UserError` line naming the ``OMP_NUM_THREADS`` to resume with; nothing where either count is
+    unknown (a GPU run, a checkpoint from before the field)."""
+    recorded = payload.get("build") if isinstance(payload, dict) else None
+    threads = recorded.get("cpu_threads") if isinstance(recorded, dict) else None
+    if not isinstance(threads, str) or "cpu_threads" not in here or threads == here["cpu_threads"]:
+        return
+    raise UserError(f"cannot resume from {path}: it was computed on {threads} CPU threads and this process runs on "
+                    f"{here['cpu_threads']}, and a CPU run's last digits depend on its thread count: resume it with "
+                    f"OMP_NUM_THREADS={threads} set, as it went on exactly only as it was computed; the run's "
+                    "metrics.json is left as it was")
 
 
 def recorded_engine(payload: Dict[str, Any]) -> Optional[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,13 +21,14 @@ from tqdm import tqdm
 
 import attention_zoo
 from lra import capture, checkpoint, distributed, gpus, packing
+from lra.train_window import TrainWindow
 from lra.build import build
 from lra.chance import ChanceLevel
 from lra.config import typed
 from lra.data.cache import TokenSplit
 from lra.determinism import NondeterminismLog
-from lra.errors import TrainingDiverged, UserError
-from lra.io import atomic_write_json
+from lra.errors import UserError
+from lra.io import Unreadable, atomic_write_json, read_bytes
 from lra.profiling.measure import process_peak_mb
 from lra.records import HISTORY, RunRecord, describe_device, git_commit
 from lra.run import RunDirectory
@@ -46,53 +48,6 @@ class TrainState:
     wall_seconds: float = 0.0
     gpu_seconds: Optional[float] = None  # lra.gpus.GpuClock: None on CPU, or unknown (an older checkpoint)
     resumed_at_steps: List[int] = field(default_factory=list)  # one entry per resume (kill, preemption)
-
-
-class TrainWindow:
-    """Training metrics since the last read, summed on the device: reading them is the loop's only
-    device-to-host transfer between evaluations (every ``log_every`` steps and at each evaluation
-    or checkpoint, so that a resumed run reads the same windows as an uninterrupted one)."""
-
-    def __init__(self):
-        self.steps, self.examples, self.sums, self.has_aux, self.counts_predictions = 0, 0, None, False, False
-
-    def add(self, metrics: dict) -> None:
-        """``correct`` counts right predictions out of ``predictions`` (a device count: predicted tokens
-        in pretraining) or, without it, out of ``examples``."""
-        aux, predictions = metrics.get("aux_loss"), metrics.get("predictions")
-        self.has_aux = self.has_aux or aux is not None
-        self.counts_predictions = predictions is not None
-        loss = metrics["loss"]
-        zero = torch.zeros_like(loss)  # not loss * 0, NaN where the loss is: it was read as that step's aux_loss
-        # a non-finite aux_loss at a step whose loss is finite: the backend's own divergence (once the loss is
-        # NaN, the weights are, and the next steps' aux_loss follows: the loss's)
-        aux_first = (~torch.isfinite(aux) & torch.isfinite(loss)) if aux is not None else zero
-        values = torch.stack([loss.double(), metrics["correct"].double(), metrics["nonfinite"].double(),
-                              (aux if aux is not None else zero).double(),
-                              (predictions if predictions is not None else zero).double(), aux_first.double()])
-        self.sums = values if self.sums is None else self.sums + values
-        self.steps += 1
-        self.examples += metrics["examples"]
-
-    def read(self, ranks: distributed.Ranks, step: int, lr_setting: str = "trainer.lr") -> dict:
-        """The window's metrics; :class:`TrainingDiverged` (one line naming ``lr_setting``, this stage's
-        learning rate, and trainer.grad_clip) if the loss was not finite at one of its steps."""
-        loss, correct, nonfinite, aux, predictions, aux_first = distributed.sum_across(self.sums, ranks).tolist()
-        if nonfinite and aux_first:
-            raise TrainingDiverged(
-                f"the attention backend's auxiliary loss (aux_loss) was not finite at a step between "
-                f"{step - self.steps + 1} and {step} (read every trainer.log_every steps); no checkpoint was written "
-                f"after it: the backend's own loss diverged (a lower {lr_setting} or trainer.grad_clip may hold it)")
-        if nonfinite:
-            raise TrainingDiverged(
-                f"the training loss was not finite at a step between {step - self.steps + 1} and {step} (read every "
-                f"trainer.log_every steps); no checkpoint was written after it: start a new run with a lower "
-                f"{lr_setting} or with trainer.grad_clip set")
-        predicted = predictions if self.counts_predictions else self.examples * ranks.world
-        metrics = {"train/loss": loss / (self.steps * ranks.world), "train/accuracy": 100.0 * correct / max(predicted, 1)}
-        if self.has_aux:
-            metrics["train/aux_loss"] = aux / (self.steps * ranks.world)
-        return metrics
 
 
 def to_device(arrays, device: torch.device) -> list:
@@ -231,9 +186,9 @@ class Trainer:
         found = self.folder.training_checkpoint(self.checkpoint_dir)
         previous = self.folder.read_record()  # before this process's record replaces it
         if found is None:
-            recorded = previous.get(self.steps_field) if continuing else None
-            if isinstance(recorded, int) and recorded > self.cfg.trainer.checkpoint_every:  # one was saved since
-                raise UserError(f"cannot resume {self.folder.path}: its record reached step {recorded}, but its "
+            recorded = self.steps_reached(previous) if continuing else None
+            if recorded is not None and recorded > self.cfg.trainer.checkpoint_every:  # one was saved since
+                raise UserError(f"cannot resume {self.folder.path}: it reached step {recorded}, but its "
                                 f"checkpoint {self.checkpoint_dir / checkpoint.LAST} is missing; put it back, or start "
                                 f"a new run with the same overrides (its metrics.json is left as it was)")
             self.record.confirm()
@@ -243,6 +198,7 @@ class Trainer:
         path, payload = found
         checkpoint.check_config(path, payload, self.folder.config_sha256)
         self.follow_engine(checkpoint.recorded_engine(payload), str(path))
+        checkpoint.check_threads(path, payload, self.build)
         checkpoint.check_build(path, payload, self.build)
         self.check_same_data(previous, payload)
         try:
@@ -263,6 +219,19 @@ class Trainer:
         self.note_resume(self.state.step, previous)
         self.announce(f"resumed from {path} at step {self.state.step}")
         return True
+
+    def steps_reached(self, record: dict) -> Optional[int]:
+        """The last step this stage is known to have reached: its record's, else (a record cut or lost) the last
+        its history logged; None where neither says."""
+        steps = record.get(self.steps_field)
+        if isinstance(steps, int) and not isinstance(steps, bool):
+            return steps
+        try:
+            logged = [entry.get("step") for entry in json.loads(read_bytes(self.stage_dir / HISTORY))]
+        except (Unreadable, ValueError, TypeError, AttributeError, RecursionError):  # none, or not a list of entries
+            return None
+        logged = [step for step in logged if isinstance(step, int) and not isinstance(step, bool)]
+        return max(logged) if logged else None
 
     def note_resume(self, step: int, previous: dict) -> None:
         """Add ``step`` to the steps this stage was resumed at, in its state and its record. The checkpoint's

@@ -120,7 +120,9 @@ def test_a_resume_by_another_build_or_device_is_refused(run, tmp_path, data_dir,
     record naming only the last: a mix no single setup computes."""
     last = run / "checkpoints" / "last.pt"
     payload = torch.load(last, weights_only=False)
-    assert payload["build"] == {"torch": torch.__version__, "device": "cpu", "precision": "float32"}
+    assert payload["build"] == {"torch": torch.__version__, "device": "cpu", "precision": "float32",
+                                "cpu_threads": payload["build"]["cpu_threads"]}
+    assert payload["build"]["cpu_threads"].isdigit()
     payload["build"].update(other)
     torch.save(payload, last)
     before = snapshot(run)

@@ -145,18 +145,24 @@ def test_a_resume_takes_only_this_runs_training_checkpoint(tmp_path, data_dir, r
     assert (run / "metrics.json").read_bytes() == before, "a failed resume leaves the record as it was"
 
 
-def test_a_resume_whose_checkpoint_went_missing_is_refused_not_started_again(tmp_path, data_dir):
-    """The record shows a step past the first checkpoint, but last.pt is gone (deleted, never copied with the
-    folder): training again from step 0 would overwrite the run's best checkpoint and history."""
+@pytest.mark.parametrize("record", ["whole", "cut"])
+def test_a_resume_whose_checkpoint_went_missing_is_refused_not_started_again(tmp_path, data_dir, record):
+    """The record shows a step past the first checkpoint, or (the record cut) the history does, but last.pt is
+    gone (deleted, never copied with the folder): training again from step 0 would overwrite the run's best
+    checkpoint and history."""
     killed = run_command(["lra-train", *SHORT, "trainer.max_steps=6"], tmp_path, data_dir,
                          env_extra={"LRA_FAULT": "step:5:SIGTERM"}, check=False)
     (run,) = run_dirs(tmp_path)
     assert killed.returncode == 143 and read_json(run / "metrics.json")["steps"] >= 4
     (run / "checkpoints" / "last.pt").unlink()
+    reached = read_json(run / "metrics.json")["steps"]
+    if record == "cut":
+        (run / "metrics.json").write_text((run / "metrics.json").read_text()[:100])
+        reached = max(entry["step"] for entry in read_json(run / "history.json"))  # the last evaluation's
     before = snapshot(run)
     result = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False)
     line = last_line(result)
-    assert result.returncode == 1 and line.startswith(f"error: cannot resume {run}: its record reached step ")
+    assert result.returncode == 1 and line.startswith(f"error: cannot resume {run}: it reached step {reached}, "), line
     assert f"{run / 'checkpoints' / 'last.pt'} is missing" in line and "start a new run" in line, line
     after = snapshot(run)
     assert after.pop("train.log").startswith(before.pop("train.log")) and after == before  # the log told, the rest kept

@@ -132,6 +132,37 @@ def test_sigkill_anywhere_then_resume_gives_identical_results(tmp_path, data_dir
     assert not list(run.rglob("*.tmp")), "no temporary checkpoint file may survive"
 
 
+def test_a_resume_on_another_cpu_thread_count_is_refused_naming_the_count_and_on_it_is_identical(tmp_path, data_dir):
+    """A CPU run's last digits depend on its thread count (how its reductions are split): a resume on another
+    count is refused in one line naming the OMP_NUM_THREADS to set, and with it the run ends bit for bit as the
+    run uninterrupted on that count."""
+    threads, other = 2, 1
+    expected_metrics, expected_history, expected_weights = final_state(
+        one_run(tmp_path / "uninterrupted", data_dir, RESUMABLE, {"OMP_NUM_THREADS": str(threads)}))
+    assert expected_metrics["device"].endswith(f", {threads} threads)")
+    tmp_path = tmp_path / "killed"
+    killed = run_command(["lra-train", *RESUMABLE], tmp_path, data_dir, check=False,
+                         env_extra={"LRA_FAULT": "step:8", "OMP_NUM_THREADS": str(threads)})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (run,) = run_dirs(tmp_path)
+    before = (run / "metrics.json").read_bytes()
+    refused = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False,
+                          env_extra={"OMP_NUM_THREADS": str(other)})
+    line = refused.stderr.strip().splitlines()[-1]
+    assert refused.returncode == 1 and line == (
+        f"error: cannot resume from {run / 'checkpoints' / 'last.pt'}: it was computed on {threads} CPU threads and "
+        f"this process runs on {other}, and a CPU run's last digits depend on its thread count: resume it with "
+        f"OMP_NUM_THREADS={threads} set, as it went on exactly only as it was computed; the run's metrics.json is "
+        "left as it was"), refused.stderr
+    assert (run / "metrics.json").read_bytes() == before
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, env_extra={"OMP_NUM_THREADS": str(threads)})
+    metrics, history, weights = final_state(run)
+    assert metrics["device"] == expected_metrics["device"] and history == expected_history
+    assert metrics["test_accuracy"] == expected_metrics["test_accuracy"]
+    for name, tensor in expected_weights.items():
+        assert torch.equal(weights[name], tensor), name
+
+
 def test_learning_rate_schedule_is_linear_warmup_then_linear_decay():
     factors = [linear_warmup_decay(s, warmup=4, total=12, start=0.04, end=0.0) for s in range(13)]
     assert factors[0] == pytest.approx(0.04) and factors[4] == pytest.approx(1.0) and factors[12] == 0.0

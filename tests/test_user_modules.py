@@ -139,7 +139,7 @@ def window_of(*steps):
     """A TrainWindow over steps given as (loss, aux_loss or None), as Trainer.device_step reports them."""
     import torch
 
-    from lra.training import TrainWindow
+    from lra.train_window import TrainWindow
 
     window = TrainWindow()
     for loss, aux in steps:
