@@ -93,11 +93,15 @@ RAW_CASES = {  # id: (task overrides, the raw data writer, words of the error)
     "listops no header": (["task=listops", "task.source=lra_release"], lambda r: write_listops(r, LISTOPS_ROWS[1:]),
                           "basic_train.tsv:1: expected the header 'Source<TAB>Target'"),
     "aan label inf": (["task=retrieval"], lambda r: write_aan(r, b"inf\tid1\tid2\tone\ttwo\n"),
-                      "new_aan_pairs.train.tsv:1: the label is inf, expected 0 or 1"),
+                      "new_aan_pairs.train.tsv:1: the label is 'inf', expected 0 or 1"),
     "aan label 0.5": (["task=retrieval"], lambda r: write_aan(r, b"0.5\tid1\tid2\tone\ttwo\n"),
-                      "new_aan_pairs.train.tsv:1: the label is 0.5, expected 0 or 1"),
+                      "new_aan_pairs.train.tsv:1: the label is '0.5', expected 0 or 1"),
     "aan label nan": (["task=retrieval"], lambda r: write_aan(r, b"nan\tid1\tid2\tone\ttwo\n"),
-                      "new_aan_pairs.train.tsv:1: the label is nan, expected 0 or 1"),
+                      "new_aan_pairs.train.tsv:1: the label is 'nan', expected 0 or 1"),
+    "aan label 1_0": (["task=retrieval"], lambda r: write_aan(r, b"1_0\tid1\tid2\tone\ttwo\n"),
+                      "new_aan_pairs.train.tsv:1: the label is '1_0', expected 0 or 1 (written 0, 1, 0.0 or 1.0)"),
+    "aan label +1": (["task=retrieval"], lambda r: write_aan(r, b"+1\tid1\tid2\tone\ttwo\n"),
+                     "new_aan_pairs.train.tsv:1: the label is '+1', expected 0 or 1"),
     "aan empty tsv": (["task=retrieval"], lambda r: write_aan(r, b""), "the train split is empty"),
     "aclimdb no files": (["task=text", "task.source=aclimdb"], lambda r: write_aclimdb(r, files=False),
                          "no reviews (*.txt) in"),
@@ -122,7 +126,7 @@ def test_bad_raw_data_is_one_error_naming_file_and_line_and_nothing_is_cached(tm
 
 @pytest.mark.parametrize("task, write, expected", [
     ("listops", lambda r: write_listops(r, [*LISTOPS_ROWS[:2], "( ( [MAX 1 2 ] ) )\t42"]), "the label is 42"),
-    ("retrieval", lambda r: write_aan(r, b"inf\tid1\tid2\tone\ttwo\n"), "the label is inf"),
+    ("retrieval", lambda r: write_aan(r, b"inf\tid1\tid2\tone\ttwo\n"), "the label is 'inf'"),
 ])
 def test_lra_prepare_and_lra_train_refuse_bad_raw_data_with_one_line(tmp_path, data_dir, task, write, expected):
     raw = tmp_path / "raw"

@@ -7,6 +7,7 @@ encoding sees exactly the file's bytes.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
@@ -28,6 +29,9 @@ def find_release(path: Optional[str]) -> Path:
                     "point --path (lra-train's task.path) at the extracted LRA release")
 
 
+LABEL = re.compile(rb"[01](\.0*)?")  # a float column in the release: 1 or 1.0
+
+
 def read_pairs(path: Path) -> Iterator[Tuple[bytes, bytes, int]]:
     """(text1, text2, label) per line of one AAN TSV; a malformed line raises naming file and line. A leading
     byte-order mark is read past (:mod:`lra.data.raw_text`)."""
@@ -39,15 +43,11 @@ def read_pairs(path: Path) -> Iterator[Tuple[bytes, bytes, int]]:
             if len(fields) != 5:
                 raise UserError(f"{path}:{line_number}: expected 5 tab-separated fields "
                                 f"(label, id1, id2, text1, text2), found {len(fields)}")
-            try:
-                value = float(fields[0])
-            except ValueError:
-                raise UserError(f"{path}:{line_number}: the label {fields[0][:20]!r} is not a number") from None
-            if value not in (0.0, 1.0):  # inf, nan and 0.5 too
-                raise UserError(f"{path}:{line_number}: the label is {fields[0][:20].decode(errors='replace')}, "
-                                "expected 0 or 1")
-            label = int(value)
-            yield fields[3], fields[4], label
+            if not LABEL.fullmatch(fields[0]):  # 0.5, inf, nan, and what float() reads besides: "+1", "1_0", " 1"
+                raise UserError(f"{path}:{line_number}: the label is {fields[0][:20].decode(errors='replace')!r}, "
+                                "expected 0 or 1 (written 0, 1, 0.0 or 1.0): the file is damaged or not the LRA "
+                                "release; re-extract it")
+            yield fields[3], fields[4], int(fields[0][:1])
 
 
 def count_lines(path: Path) -> int:
