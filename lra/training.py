@@ -50,6 +50,17 @@ class TrainState:
     resumed_at_steps: List[int] = field(default_factory=list)  # one entry per resume (kill, preemption)
 
 
+def earlier_commits(previous: dict) -> dict:
+    """``earlier_git_commits``: the commits the earlier processes of a resumed run ran, where they differ from
+    this one's (``git_commit``, the last), in order, from its previous record; {} where every process ran this."""
+    held = previous.get("earlier_git_commits")
+    earlier = [commit for commit in held if isinstance(commit, str)] if isinstance(held, list) else []
+    before = previous.get("git_commit")
+    if isinstance(before, str) and before != git_commit() and earlier[-1:] != [before]:
+        earlier.append(before)
+    return {"earlier_git_commits": earlier} if earlier else {}
+
+
 def to_device(arrays, device: torch.device) -> list:
     """Host arrays as tensors on ``device``; on CUDA through pinned memory, so that the copy is
     asynchronous and the host runs ahead."""
@@ -251,7 +262,7 @@ class Trainer:
         self.state.resumed_at_steps = [*held, step]
         clocks = {record_field: getattr(self.state, state_field) for state_field, record_field in self.clock_fields.items()
                   if getattr(self.state, state_field) is not None}
-        self.record.update(**{self.resumes_field: self.state.resumed_at_steps}, **clocks)
+        self.record.update(**{self.resumes_field: self.state.resumed_at_steps}, **clocks, **earlier_commits(previous))
 
     def check_same_data(self, record: dict, payload: dict) -> None:
         """A resume trains on the data its record and its checkpoint say the run trained on (the digest of the

@@ -145,6 +145,27 @@ def test_a_resume_takes_only_this_runs_training_checkpoint(tmp_path, data_dir, r
     assert (run / "metrics.json").read_bytes() == before, "a failed resume leaves the record as it was"
 
 
+def test_a_run_resumed_under_another_commit_records_the_commits_it_ran(tmp_path, data_dir):
+    """git_commit is the last process's; the earlier ones, where they differ, stay in earlier_git_commits."""
+    from lra.records import git_commit
+
+    run_command(["lra-train", *SHORT, "trainer.max_steps=6"], tmp_path, data_dir,
+                env_extra={"LRA_FAULT": "step:3:SIGTERM"}, check=False)
+    (run,) = run_dirs(tmp_path)
+    record = read_json(run / "metrics.json")
+    (run / "metrics.json").write_text(json.dumps({**record, "git_commit": "a" * 40}))  # as an older checkout wrote it
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    resumed = read_json(run / "metrics.json")
+    assert resumed["status"] == "completed" and resumed["git_commit"] == git_commit()
+    assert resumed["earlier_git_commits"] == ["a" * 40]
+    killed_again = run_command(["lra-train", *SHORT, "trainer.max_steps=6"], tmp_path / "same", data_dir,
+                               env_extra={"LRA_FAULT": "step:3:SIGTERM"}, check=False)
+    assert killed_again.returncode == 143
+    (same,) = run_dirs(tmp_path / "same")
+    run_command(["lra-train", f"resume={same}"], tmp_path / "same", data_dir)
+    assert "earlier_git_commits" not in read_json(same / "metrics.json"), "one commit throughout: nothing to add"
+
+
 @pytest.mark.parametrize("record", ["whole", "cut"])
 def test_a_resume_whose_checkpoint_went_missing_is_refused_not_started_again(tmp_path, data_dir, record):
     """The record shows a step past the first checkpoint, or (the record cut) the history does, but last.pt is
