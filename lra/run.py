@@ -375,11 +375,18 @@ class RunDirectory:
             atomic_write_text(self.path / RESOLVED, OmegaConf.to_yaml(cfg, resolve=True))
             self._config_sha256 = None
 
-    def saved_overrides(self) -> list:
+    def saved_overrides(self, strict: bool = False) -> list:
+        """The overrides the run saved (:data:`OVERRIDES`), [] without that file; where it is no YAML list of
+        texts, [] too, or with ``strict`` a ValueError saying why (a resume compares them with its own)."""
         path = self.path / OVERRIDES
         try:
-            return [str(o) for o in OmegaConf.load(path)] if path.is_file() else []
-        except Exception:
+            saved = OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else []
+            if not isinstance(saved, list) or not all(isinstance(o, str) for o in saved):
+                raise ValueError("it is no YAML list of overrides such as trainer=smoke")
+            return saved
+        except Exception as exc:
+            if strict:
+                raise ValueError(" ".join(str(exc).split())[:200] or type(exc).__name__) from None
             return []
 
     def load_resolved(self, complete: Callable[[DictConfig], DictConfig]) -> DictConfig:

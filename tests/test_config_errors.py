@@ -185,6 +185,11 @@ def test_every_preset_and_default_is_valid():
     (["~seed"], "~seed deletes a key every run needs; set it instead (seed=<value>)"),
     (["~resume"], "~resume deletes a key every run needs"),
     (["~trainer.lrr"], "unknown key 'trainer.lrr' (did you mean 'lr'?)"),
+    # a deleted group then set: "Error merging override model.dim=2", a bug line for +task.foo=1
+    (["~model", "model.dim=2"], "model.dim=2 sets a key of model, which ~model deletes from the config: every run needs "
+                                "a model, so leave ~model out (pass model=<lra|profile|reference> to choose another)"),
+    (["~task", "+task.foo=1"], "+task.foo=1 sets a key of task, which ~task deletes from the config"),
+    (["~trainer"], "trainer=smoke chooses trainer, which ~trainer deletes from the config: every run needs a trainer"),
     # "unknown key 'attention.num_hashes'; valid keys under attention: " (an empty list)
     (["row=yoso_table3/yoso_32", "attention=softmax"], "row=yoso_table3/yoso_32 trains attention=yoso with its own "
                                                        "settings, and attention=softmax contradicts it: pass "
@@ -240,6 +245,7 @@ DRY_RUNS = [
     (["experiment=lra_table1"], ["--cfg", "hydra"]),  # printed the sweep's config as if it were one job's
     (["setup=lra_table1/listops", "task=text"], ["--cfg", "job"]),
     (["attention.name=yoso"], ["--cfg", "job"]),  # printed softmax's options under yoso's name
+    (["~model", "model.dim=2"], ["--cfg", "job"]),
     (["~data_dir"], ["--cfg", "job"]),  # the dry run's line was "unknown key 'data_dir' (did you mean 'data_dir'?)"  # trained Text with ListOps' model and schedule
 ]
 

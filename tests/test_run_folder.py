@@ -450,6 +450,34 @@ def test_resume_with_a_damaged_saved_config_is_one_line(tmp_path, data_dir, cont
     assert not (run / "metrics.json").exists()
 
 
+def test_resume_with_a_damaged_overrides_file_is_one_line_and_restoring_it_resumes(tmp_path, data_dir):
+    """A resume compares its overrides with those the run saved: a damaged .hydra/overrides.yaml was "unexpected
+    HydraException … a bug in the harness", for the resume and its dry run alike."""
+    killed = run_command(["lra-train", *RESUMABLE, "hydra.run.dir=run"], tmp_path, data_dir,
+                         env_extra={"LRA_FAULT": "after_checkpoint:2"}, check=False)
+    assert killed.returncode != 0
+    run = tmp_path / "run"
+    saved = run / ".hydra" / "overrides.yaml"
+    good = saved.read_text()
+    for damage, reason in (("- trainer=smoke\n- trainer.max_steps\n", "'trainer.max_steps' is no override: missing EQUAL"),
+                           ("garbage\n", "it is no YAML list of overrides"), ("- [1, 2]\n", "it is no YAML list"),
+                           ("", "it is no YAML list")):
+        saved.write_text(damage)
+        before = snapshot(run)
+        for flags in ([], ["--cfg", "job"]):
+            result = run_command(["lra-train", f"resume={run}", *flags], tmp_path, data_dir, check=False)
+            (line,) = result.stderr.strip().splitlines()
+            assert result.returncode == 1 and line.startswith(
+                f"error: cannot resume {run}: its .hydra/overrides.yaml is unreadable ({reason}"), (damage, line)
+            assert line.endswith("restore it (a YAML list of the run's overrides, [] for none: its .hydra/hydra.yaml "
+                                 "lists them under hydra.overrides.task), or start a new run with the same overrides "
+                                 "instead") and result.stdout == "", line
+            assert snapshot(run) == before, "a refused resume changes nothing"
+    saved.write_text(good)
+    run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
+    assert read_json(run / "metrics.json")["status"] == "completed"
+
+
 def test_resume_beside_hydra_run_dir_is_one_line_and_writes_nothing_there_or_where_it_points(tmp_path, data_dir):
     """``resume=`` with ``hydra.run.dir=``: Hydra made that folder and left it empty (a resume continues in its own);
     now one line, exit 2, before either is touched, whether ``resume=`` names a run or not (a missing folder,

@@ -1,5 +1,9 @@
 """Every job of a sweep leaves a record, and the sweep's table shows every failed or refused job."""
 
+import fcntl
+import os
+import socket
+
 import pytest
 
 from conftest import SMALL_LISTOPS, read_json, run_command
@@ -105,6 +109,54 @@ def test_a_failed_start_s_folder_is_taken_only_by_its_own_job(tmp_path, data_dir
     line = single.stderr.strip().splitlines()[-1]
     assert single.returncode == 2 and "resume=" not in line, line
     assert "that failed before it started (no saved config, no checkpoint: nothing to resume)" in line, line
+
+
+def test_a_job_whose_folder_another_process_holds_is_left_to_it_and_the_sweep_exits_1(tmp_path, data_dir):
+    """Two identical sweeps into one folder: the second met a job the first was training, logged that its folder was
+    in use, printed "1 running" and exited 0. The job is still left to that process, untouched, and the sweep now
+    ends with one line counting it; once the folder is free, the same command finishes the sweep."""
+    sweep = tmp_path / "sweep"
+    args = ["lra-train", "-m", "seed=0,1", *SHORT, f"hydra.sweep.dir={sweep}"]
+    killed = run_command(args, tmp_path, data_dir, env_extra={"LRA_FAULT": "step:3"}, check=False)  # job 1's first
+    assert killed.returncode == -9 or killed.returncode == 137, killed.stderr
+    assert read_json(sweep / "1" / "metrics.json")["status"] == "running"
+    lock = open(sweep / "1" / ".lock", "r+")  # another process (this one) holds job 1's folder, as a live run does
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write(f"process {os.getpid()} on {socket.gethostname()} (since now)")
+        lock.flush()
+        held = {p: p.read_bytes() for p in (sweep / "1").rglob("*") if p.is_file() and p.name != ".lock"}
+        first = (sweep / "0" / "metrics.json").read_bytes()
+        result = run_command(args, tmp_path, data_dir, check=False)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert f"the run directory {sweep / '1'} is in use by process {os.getpid()}" in result.stdout + result.stderr
+        assert result.stderr.strip().splitlines()[-1] == (
+            f"error: 1 of the sweep's 2 runs did not finish (another process holds its folder, or its resume failed); "
+            f"the table above and {sweep / 'table.md'} list each: once that process has ended, continue the sweep with "
+            f"the same command and hydra.sweep.dir={sweep} (finished jobs are kept, unfinished ones resume)")
+        assert f"unfinished runs (1):\n- {sweep / '1'}: running (its process is alive)" in (sweep / "table.md").read_text()
+        assert {p: p.read_bytes() for p in held} == held and (sweep / "0" / "metrics.json").read_bytes() == first
+    finally:
+        lock.close()
+    run_command(args, tmp_path, data_dir)  # the folder free again: the same command resumes job 1, exit 0
+    assert [read_json(sweep / job / "metrics.json")["status"] for job in ("0", "1")] == ["completed"] * 2
+
+
+@pytest.mark.parametrize("subdir, said", [("same", "gives job 1 the folder of job 0 ({sweep}/same)"),
+                                          (".", "gives job 0 the sweep's own folder, where no run is written")])
+def test_a_sweep_subdir_that_is_the_same_for_every_job_is_named_as_the_cause(tmp_path, data_dir, subdir, said):
+    """hydra.sweep.subdir without the job's number gives every job one folder: the sweep stopped at the second job
+    blaming hydra.sweep.dir ("holds another sweep"); now the line names the subdir and its fix."""
+    sweep = tmp_path / "sweep"
+    result = run_command(["lra-train", "-m", "seed=0,1", *SHORT, f"hydra.sweep.dir={sweep}",
+                          f"hydra.sweep.subdir={subdir}"], tmp_path, data_dir, check=False)
+    job = 1 if subdir == "same" else 0
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"error: the sweep stopped at job {job}: hydra.sweep.subdir={subdir} {said.format(sweep=sweep)}: give each job "
+        "a folder of its own (leave hydra.sweep.subdir out for its default ${hydra.job.num}), in a new "
+        "hydra.sweep.dir"), result.stderr
+    if subdir == "same":
+        assert read_json(sweep / "same" / "metrics.json")["seed"] == 0, "job 0's run is left as it ended"
 
 
 def test_a_sweep_that_resumes_a_run_writes_no_failure_into_it_and_counts_none(tmp_path, data_dir):

@@ -30,6 +30,32 @@ def check(argv: list) -> None:
     check_hydra_output_overrides(argv, reads=[data], within=within, runs=True)
     refuse_another_commands_sweep(argv)
     check_presets_against_choices(argv)
+    refuse_settings_of_a_deleted_group(argv)
+
+
+def refuse_settings_of_a_deleted_group(argv: list) -> None:
+    """``~<group>`` (``~trainer``) beside an override that chooses or sets that group (``trainer=smoke``,
+    ``trainer.max_steps=2``): Hydra fails on the second with "Error merging override", naming neither."""
+    groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir() and p.name != "hydra"}
+    deleted = [a.split("=", 1)[0][1:] for a in argv if a.startswith("~") and a.split("=", 1)[0][1:] in groups]
+    for group in deleted:
+        for argument in argv:
+            key = argument.split("=", 1)[0]
+            if "=" in argument and not key.startswith("~") and key.lstrip("+").split(".")[0] == group:
+                choices = "|".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
+                raise ConfigError(f"{argument} {'chooses' if '.' not in key else 'sets a key of'} {group}, which "
+                                  f"~{group} deletes from the config: every run needs a {group}, so leave ~{group} out "
+                                  f"(pass {group}=<{choices}> to choose another)")
+
+
+ENV_SET = "hydra.job.env_set."  # Hydra's free-form dict of the environment variables it sets for the job
+
+
+def env_set_added(argv: list) -> list:
+    """``argv`` with each ``hydra.job.env_set.<NAME>=<value>`` as ``++hydra.job.env_set.<NAME>=<value>``: Hydra
+    sets each variable of that dict for the job, yet its schema takes a new name there only with ``+`` (or
+    ``++``, set or add), and refused ``hydra.job.env_set.OMP_NUM_THREADS=1`` as an unknown key."""
+    return [f"++{a}" if "=" in a and a.startswith(ENV_SET) else a for a in argv]
 
 
 def given(argv: list, key: str) -> Optional[str]:

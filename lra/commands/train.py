@@ -16,12 +16,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from lra import signals, validation
-from lra.commands import command_line, config_errors
+from lra.commands import command_line, config_errors, hydra_settings
 from lra.config import CONF_DIR, register_configs, register_resolvers, saved_run_config, typed
 from lra.errors import ConfigError, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
-from lra.run import FolderTaken, RunDirectory, not_a_run, resume_command
+from lra.run import HYDRA_FILES, OVERRIDES, FolderTaken, RunDirectory, not_a_run, resume_command
 from lra.validation import check_group_names, check_preset_choices, validate
 
 log = logging.getLogger("lra.train")
@@ -179,7 +179,10 @@ def refuse_changes_on_resume(folder: RunDirectory, overrides: list, saved_config
     parser = OverridesParser.create()
 
     def meaning(override: str) -> tuple:
-        parsed = parser.parse_override(override)
+        try:
+            parsed = parser.parse_override(override)
+        except Exception as exc:  # only a saved one can fail: Hydra parsed the command line's
+            raise ValueError(f"{override!r} is no override: {' '.join(str(exc).split())}") from None
         value = parsed.value()  # Hydra keeps 01 a string; the config's int field reads it as 1
         return parsed.key_or_group, int(value) if isinstance(value, str) and value.strip().isdigit() else value
 
@@ -195,7 +198,13 @@ def refuse_changes_on_resume(folder: RunDirectory, overrides: list, saved_config
         return saved_value == value
 
     given = {o: meaning(o) for o in overrides if meaning(o)[0] != "resume"}
-    saved = {o: meaning(o) for o in folder.saved_overrides()}
+    try:
+        saved = {o: meaning(o) for o in folder.saved_overrides(strict=True)}
+    except Exception as exc:  # the file damaged or edited: which overrides change the run cannot be told
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise UserError(f"cannot resume {folder.path}: its {OVERRIDES} is unreadable ({reason}); restore it (a YAML "
+                        f"list of the run's overrides, [] for none: its {HYDRA_FILES}/hydra.yaml lists them under "
+                        "hydra.overrides.task), or start a new run with the same overrides instead") from None
     changes = [o for o, said in given.items() if said not in saved.values() and not holds(*said)]
     if not changes:
         return
@@ -306,11 +315,33 @@ def _taken_in_sweep(exc: FolderTaken, folder: RunDirectory, hydra_cfg) -> UserEr
     write into that other sweep: the sweep ends at this job with this line and the error's status, with no
     table printed as if the other sweep's runs were this one's."""
     sweep = shlex.quote(str(Path(hydra_cfg.sweep.dir).resolve()))
+    shared = _shared_subdir(folder, hydra_cfg)
+    if shared:
+        return type(exc)(f"the sweep stopped at job {hydra_cfg.job.num}: hydra.sweep.subdir={shared}: give each job a "
+                         "folder of its own (leave hydra.sweep.subdir out for its default ${hydra.job.num}), in a new "
+                         "hydra.sweep.dir")
     holder = folder.holder()
     taken = f"is in use by {holder}" if holder else f"already holds {folder.describe()}"
     return type(exc)(f"the sweep stopped at job {hydra_cfg.job.num}: {folder.path} {taken}, which this command does "
                      f"not continue; hydra.sweep.dir={sweep} holds another sweep (or one made with other settings): "
                      "continue it with its own command and settings, or choose another hydra.sweep.dir")
+
+
+def _shared_subdir(folder: RunDirectory, hydra_cfg) -> Optional[str]:
+    """``hydra.sweep.subdir`` as written, with what it did wrong, where it gave this job the sweep folder itself or
+    the folder another job of the sweep saved its config in (a subdir the same for every job); None otherwise."""
+    subdir = OmegaConf.to_container(hydra_cfg.sweep, resolve=False).get("subdir")
+    if folder.path == Path(hydra_cfg.sweep.dir).resolve():
+        return f"{subdir} gives job {hydra_cfg.job.num} the sweep's own folder, where no run is written"
+    if any(key in str(subdir) for key in ("hydra.job.num", "hydra.job.id")):
+        return None  # a folder of its own by construction: what holds it is another sweep's
+    try:  # the job that wrote the folder's config files, as Hydra numbered it
+        other = OmegaConf.select(OmegaConf.load(folder.path / HYDRA_FILES / "hydra.yaml"), "hydra.job.num")
+    except Exception:
+        return None
+    if not isinstance(other, int) or other == hydra_cfg.job.num:
+        return None
+    return f"{subdir} gives job {hydra_cfg.job.num} the folder of job {other} ({folder.path})"
 
 
 def _end_worker(stopped: signals.Interrupted) -> None:
@@ -367,6 +398,7 @@ def _validate_dry_run(overrides: list) -> None:
     hydra_cfg = cfg.hydra
     with open_dict(cfg):
         del cfg["hydra"]
+    hydra_settings.check(hydra_cfg)
     if not cfg.resume:
         refuse_one_job_of_a_sweep(hydra_cfg.sweeper.get("params"), hydra_cfg.runtime.choices.get("experiment"), overrides)
         check_preset_choices(hydra_cfg.runtime.choices)
@@ -386,15 +418,27 @@ def _validate_dry_run(overrides: list) -> None:
 
 def main() -> None:
     """Console entry: Hydra errors become one line (set HYDRA_FULL_ERROR=1 for a traceback)."""
+    sys.argv[1:] = command_line.env_set_added(sys.argv[1:])
     config_errors.at_the_edge(command_line.check)(sys.argv[1:])  # before Hydra makes hydra.run.dir
     config_errors.run_app(run, _valid_keys, check_shown=_validate_dry_run)
     from lra.results.callback import ENDED_SWEEPS
 
-    if ENDED_SWEEPS and ENDED_SWEEPS[-1][0]:  # every job ran; a script or scheduler must still see the failures
-        failed, runs, table = ENDED_SWEEPS[-1]
-        print(f"error: {failed} of the sweep's {runs} runs failed; the table above and {table} list each with its "
-              "error (its record and train.log say more)", file=sys.stderr)
+    if ENDED_SWEEPS and (ENDED_SWEEPS[-1][0] or ENDED_SWEEPS[-1][1]):  # every job ran: a script or scheduler
+        print(f"error: {_shortfall(*ENDED_SWEEPS[-1])}", file=sys.stderr)  # must still see what did not finish
         sys.exit(1)
+
+
+def _shortfall(failed: int, unfinished: int, runs: int, table: Path) -> str:
+    """The line that ends a sweep whose runs did not all complete: those that failed, and those it could not
+    finish (another process holds the folder, or a resume failed), with where each is listed."""
+    if not unfinished:
+        return (f"{failed} of the sweep's {runs} runs failed; the table above and {table} list each with its error "
+                "(its record and train.log say more)")
+    what = f"{failed} of the sweep's {runs} runs failed and {unfinished} did not finish" if failed else \
+        f"{unfinished} of the sweep's {runs} runs did not finish"
+    return (f"{what} (another process holds its folder, or its resume failed); the table above and {table} list "
+            f"each: once that process has ended, continue the sweep with the same command and "
+            f"hydra.sweep.dir={shlex.quote(str(Path(table).parent))} (finished jobs are kept, unfinished ones resume)")
 
 
 if __name__ == "__main__":

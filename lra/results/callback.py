@@ -1,5 +1,5 @@
 """A Hydra callback that prints and saves the comparison table at the end of every multirun, and counts
-its failed runs for ``lra-train``'s exit status (:data:`ENDED_SWEEPS`)."""
+its failed and unfinished runs for ``lra-train``'s exit status (:data:`ENDED_SWEEPS`)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-# (failed runs, runs, the sweep's table.md) of each multirun this process ended: lra-train exits 1 when the
-# last one has a failed run (its jobs all ran: one failure never stops a sweep).
+# (failed runs, unfinished runs, runs, the sweep's table.md) of each multirun this process ended: lra-train exits
+# 1 when the last one has a run that failed or did not finish (its jobs all ran: one failure never stops a sweep).
+# A run neither completed nor failed once every job has run is one this sweep could not finish: another process
+# holds its folder (its record says running), or its resume failed (it still says interrupted).
 ENDED_SWEEPS: list = []
+FINISHED = ("completed", "failed")
 
 
 class ComparisonTableCallback(Callback):
@@ -25,6 +28,7 @@ class ComparisonTableCallback(Callback):
         records, unplaced = read_runs([sweep_dir], note)
         text = render_records(records, note, unplaced)
         failed = sum(record["status"] == "failed" for record in records) + len(unplaced)
-        ENDED_SWEEPS.append((failed, len(records) + len(unplaced), sweep_dir / "table.md"))
+        unfinished = sum(record["status"] not in FINISHED for record in records)
+        ENDED_SWEEPS.append((failed, unfinished, len(records) + len(unplaced), sweep_dir / "table.md"))
         print(f"\nTest accuracy (%), mean ± std (seeds) — {sweep_dir}\n\n{text}\n", flush=True)
         atomic_write_text(sweep_dir / "table.md", text + "\n")
