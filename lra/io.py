@@ -192,6 +192,15 @@ def check_folders_given(argv: Sequence[str], keys: Iterable[str]) -> None:
             raise ConfigError(f"{key} is empty (an unset shell variable?); give {key} a folder, or leave it out")
 
 
+def check_data_dir_variable() -> None:
+    """``LRA_DATA_DIR`` set to whitespace alone (a stray space in a shell profile): one line, where the config
+    would make a folder named so (set to nothing, it is unset: ./data)."""
+    value = os.environ.get("LRA_DATA_DIR", "")
+    if value and not value.strip():
+        raise ConfigError(f"LRA_DATA_DIR is {value!r}, whitespace alone; set it to the data folder, or unset it "
+                          "(./data is the default)")
+
+
 def check_hydra_output_overrides(argv: Sequence[str], reads: Iterable[Path | str] = (),
                                  within: Iterable[tuple] = (), runs: bool = False) -> None:
     """``hydra.run.dir=`` and ``hydra.sweep.dir=`` on a command line: Hydra makes those folders before

@@ -242,7 +242,8 @@ def test_a_read_only_output_folder_is_one_line_for_every_command(tmp_path, data_
 
 def test_a_data_folder_that_is_a_loop_of_links_or_an_empty_lra_data_dir_is_handled(tmp_path):
     """A loop of symbolic links as the data folder was pathlib's 'Symlink loop' traceback; LRA_DATA_DIR set
-    but empty made the working folder the data folder (its caches among the user's files), not ./data."""
+    but empty made the working folder the data folder (its caches among the user's files), not ./data; set to
+    whitespace alone it made a folder named so."""
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
     generate = ["lra-prepare", "listops", *[o for o in SMALL_LISTOPS if "max_length=256" not in o]]
@@ -255,6 +256,11 @@ def test_a_data_folder_that_is_a_loop_of_links_or_an_empty_lra_data_dir_is_handl
     (tmp_path / "work").mkdir()
     run_command(generate, tmp_path / "work", "")  # LRA_DATA_DIR=""
     assert [p.name for p in (tmp_path / "work").iterdir()] == ["data"] and (tmp_path / "work" / "data" / "listops").is_dir()
+    for args in (generate, ["lra-train", "trainer=smoke", "hydra.run.dir=run"]):  # LRA_DATA_DIR=" ": no folder " "
+        line = one_error_line(run_command(args, tmp_path / "work", " ", check=False), code=2)
+        assert line.endswith("LRA_DATA_DIR is ' ', whitespace alone; set it to the data folder, or unset it (./data "
+                             "is the default)"), line
+    assert [p.name for p in (tmp_path / "work").iterdir()] == ["data"]
 
 
 def test_a_run_folder_in_the_data_it_reads_is_refused(tmp_path, data_dir):

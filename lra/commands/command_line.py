@@ -18,11 +18,13 @@ from lra.run import hydra_value, parsed_value, sweep_overrides
 
 def check(argv: list) -> None:
     """Every check of a command line ``argv`` (``sys.argv[1:]``), in the order Hydra would act."""
-    from lra.io import check_folders_given, check_hydra_output_overrides
+    from lra.io import check_data_dir_variable, check_folders_given, check_hydra_output_overrides
     from lra.validation import check_user_backends
 
     check_user_backends()
     check_folders_given(argv, ("resume", "data_dir"))
+    if given(argv, "data_dir") is None:
+        check_data_dir_variable()
     refuse_run_dir_beside_resume(argv)
     refuse_slurm_without_slurm(argv)
     data = Path(data_dir(argv))  # the data folder itself, and each task's folder in it (its caches)
