@@ -270,6 +270,15 @@ def test_a_resume_whose_saved_config_was_edited_is_refused_until_it_is_put_back(
     line = refused_resume(run, tmp_path, data_dir, "it is not this run's checkpoint, or the run's config was edited "
                                                    "since (the checkpoint was trained with a .hydra/resolved.yaml of")
     assert "put the run's own files back, or start a new run with the settings you want" in line
+    (run / ".hydra" / "resolved.yaml").write_text(saved.replace("  lr: 0.0001\n", "  lr: -1.0\n"))
+    before = run_files(run)
+    for flags in ([], ["--cfg", "job"]):  # a value validation refuses: no override can fix a resume's config
+        result = run_command(["lra-train", f"resume={run}", *flags], tmp_path, data_dir, check=False)
+        (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert result.returncode == 2 and line.startswith(
+            f"error: cannot resume {run}: the config it saved is refused (invalid value for trainer.lr: -1.0"), line
+        assert line.endswith(f"and a resume takes no overrides: restore {run / '.hydra' / 'resolved.yaml'} as the run "
+                             "wrote it, or start a new run with a valid value") and run_files(run) == before, line
     (run / ".hydra" / "resolved.yaml").write_text(saved)
     run_command(["lra-train", f"resume={run}"], tmp_path, data_dir)
     assert json.loads((run / "metrics.json").read_text())["status"] == "completed"

@@ -21,7 +21,7 @@ from lra.config import CONF_DIR, register_configs, register_resolvers, saved_run
 from lra.errors import ConfigError, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
-from lra.run import HYDRA_FILES, OVERRIDES, FolderTaken, RunDirectory, not_a_run, resume_command
+from lra.run import HYDRA_FILES, OVERRIDES, RESOLVED, FolderTaken, RunDirectory, not_a_run, resume_command
 from lra.validation import check_group_names, check_preset_choices, validate
 
 log = logging.getLogger("lra.train")
@@ -164,9 +164,21 @@ def _start_resume(folder: RunDirectory, hydra_cfg) -> Optional[DictConfig]:
         return None
     with open_dict(cfg):
         cfg.resume = str(folder.path)
-    validate(cfg)
+    validate_saved(folder, cfg)
     folder.attach_log()
     return cfg
+
+
+def validate_saved(folder: RunDirectory, cfg: DictConfig) -> None:
+    """:func:`validate` of the config a run saved: a resume takes no overrides, so a value refused there (the
+    file edited, or written by a version that allowed it) is named with the fixes a resume has."""
+    try:
+        validate(cfg)
+    except ConfigError as exc:
+        reason = str(exc).split("; ")[0]
+        raise ConfigError(f"cannot resume {folder.path}: the config it saved is refused ({reason}), and a resume "
+                          f"takes no overrides: restore {folder.path / RESOLVED} as the run wrote it, or start a new "
+                          "run with a valid value") from None
 
 
 def refuse_changes_on_resume(folder: RunDirectory, overrides: list, saved_config: DictConfig) -> None:
@@ -413,6 +425,7 @@ def _validate_dry_run(overrides: list) -> None:
         folder = RunDirectory(cfg.resume)
         cfg = folder.load_resolved(saved_run_config)
         refuse_changes_on_resume(folder, overrides, cfg)
+        return validate_saved(folder, cfg)
     validate(cfg)
 
 
