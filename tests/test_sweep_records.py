@@ -165,8 +165,11 @@ def test_a_sweep_that_resumes_a_run_writes_no_failure_into_it_and_counts_none(tm
     before = (run / "metrics.json").read_bytes()
     sweep = tmp_path / "sweep"
     result = run_command(["lra-train", "-m", f"resume={run}", f"hydra.sweep.dir={sweep}"], tmp_path, data_dir)
-    assert "already completed" in result.stdout and "failed" not in (sweep / "table.md").read_text().split("how to")[0]
+    table = (sweep / "table.md").read_text()
+    assert "already completed" in result.stdout and "failed" not in table.split("how to")[0]
     assert (run / "metrics.json").read_bytes() == before
+    assert "| Softmax   | **" in table and "runs: 1 completed" in table, "the resumed run is the sweep's: tabled"
+    assert sorted(p.name for p in sweep.iterdir()) == ["multirun.yaml", "table.md"], "no empty job folder left"
 
 
 def test_a_signal_while_a_failed_start_is_recorded_stops_the_sweep_with_its_advice(tmp_path, data_dir):

@@ -249,6 +249,8 @@ def _run_job(cfg: DictConfig, worker: bool):
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     group = sweep_group(Path(hydra_cfg.sweep.dir)) if multirun else None
     folder = RunDirectory(cfg.resume or hydra_cfg.runtime.output_dir, main=_rank_zero())
+    if multirun and cfg.resume and Path(hydra_cfg.runtime.output_dir).resolve() != folder.path.resolve():
+        RunDirectory(hydra_cfg.runtime.output_dir).remove_if_empty()  # the job's folder Hydra made: the run is elsewhere
     try:
         started = _start_resume(folder, hydra_cfg) if cfg.resume else _start_fresh(folder, cfg, hydra_cfg, multirun)
         if started is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
 # (failed runs, unfinished runs, runs, the sweep's table.md) of each multirun this process ended: lra-train exits
 # 1 when the last one has a run that failed or did not finish (its jobs all ran: one failure never stops a sweep).
@@ -13,6 +14,24 @@ from hydra.experimental.callback import Callback
 # holds its folder (its record says running), or its resume failed (it still says interrupted).
 ENDED_SWEEPS: list = []
 FINISHED = ("completed", "failed")
+
+
+def resumed_runs(config) -> list:
+    """The run folders a sweep's ``resume=`` override names (``-m resume=A,B``: each job resumes a run where it
+    lies, outside the sweep's folder), as Hydra parses them."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = OmegaConf.select(config, "hydra.overrides.task", default=None) or []
+    try:
+        parsed = OverridesParser.create().parse_overrides([str(override) for override in overrides])
+    except Exception:  # the sweep ran its jobs: its overrides parsed then; nothing to add if they do not now
+        return []
+    folders = []
+    for override in parsed:
+        if override.key_or_group == "resume":
+            values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+            folders += [Path(str(value)) for value in values if value not in (None, "")]
+    return [folder for folder in folders if folder.is_dir()]
 
 
 class ComparisonTableCallback(Callback):
@@ -25,7 +44,7 @@ class ComparisonTableCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         # A sweep over other settings than the seed gives each setup its own row (lra.results.setups).
         # Its runs are read as lra-table reads them: a job without a record is counted failed.
-        records, unplaced = read_runs([sweep_dir], note)
+        records, unplaced = read_runs([sweep_dir, *resumed_runs(config)], note)
         text = render_records(records, note, unplaced)
         failed = sum(record["status"] == "failed" for record in records) + len(unplaced)
         unfinished = sum(record["status"] not in FINISHED for record in records)
