@@ -167,12 +167,15 @@ def test_lra_fidelity_smoke_on_a_trained_checkpoint(tmp_path, data_dir):
     assert "Mean angle falls as m grows at every n: **yes**" in result.stdout
     best = tmp_path / "run" / "checkpoints" / "best.pt"
     best.write_bytes(best.read_bytes()[:100])  # a damaged checkpoint: one line, not a traceback
-    damaged = run_command(["lra-fidelity", "preset=smoke", "checkpoint=run", "hydra.run.dir=out2"], tmp_path, data_dir,
+    report_files = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.suffix != ".log"}
+    damaged = run_command(["lra-fidelity", "preset=smoke", "checkpoint=run", "hydra.run.dir=out"], tmp_path, data_dir,
                           check=False)
     last = damaged.stderr.strip().splitlines()[-1]
     assert damaged.returncode == 1 and last.startswith("error: cannot capture from checkpoint=run: the weights in "
                                                        "run/checkpoints/best.pt are unreadable"), last
     assert "Traceback" not in damaged.stderr and "resume" not in last and "pass another run as checkpoint=" in last
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.suffix != ".log"} == report_files, \
+        "the earlier report stays until a run's inputs are taken (its log says why it stopped)"
     best.unlink()  # a run that has not validated yet: its last weights, said loudly, never silently
     latest = run_command(["lra-fidelity", "preset=smoke", "sections=[oracles]", "checkpoint=run", "hydra.run.dir=out3"],
                          tmp_path, data_dir)

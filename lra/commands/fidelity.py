@@ -65,7 +65,6 @@ def run(cfg: DictConfig) -> None:
 
     validate_tool(cfg)
     out_dir = tool_output_dir(cfg, reads=_reads(cfg.checkpoint))
-    report.remove_outputs(out_dir)  # a folder's files describe one run: never this run's beside an earlier one's
     where = ""
     if cfg.checkpoint:
         sources.load_run_config(Path(cfg.checkpoint))  # a run folder, else one line
@@ -78,6 +77,8 @@ def run(cfg: DictConfig) -> None:
     rows = measure(cfg, device)
     title = (f"attention fidelity on {device}: random q, k, v of {cfg.num_heads} heads × {cfg.head_dim} "
              f"(q·k/√d std {cfg.score_std}), seeds {list(cfg.seeds)}{where}")
+    # A folder's files describe one run: an earlier one's go once this one's inputs were taken and measured
+    report.remove_outputs(out_dir)
     report.write(rows, out_dir, title, {"oracles": skipped_budgets(rows.get("oracles", []), cfg.oracle_budgets)})
     atomic_write_text(out_dir / "fidelity_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     print((out_dir / "fidelity.md").read_text())
