@@ -270,3 +270,28 @@ def test_steps_that_name_no_step_or_one_twice_or_come_with_the_reference_slice_a
     assert refused("--steps", "tests,tests").endswith("--steps lists tests more than once; a step runs once: list each once")
     assert refused("--steps", "sweep", "--reference").endswith("--reference runs the reference slice alone: give one")
     assert refused("--device", "cpu", "--quick", "--steps", "kernels-bert").endswith("--quick has no BERT-shape benchmark")
+
+
+def test_an_empty_folder_option_or_another_commands_out_folder_is_one_line_and_nothing_is_written(tmp_path, capsys):
+    """--out "" was the working folder (its summary.md replaced); an --out holding an lra-profile report had some
+    of its files replaced and the rest kept, and the check named them all as its own."""
+    for option in ("--out", "--sweep-dir"):
+        with pytest.raises(SystemExit) as ended:
+            gpu_check.main(["--plan", "--reference", option, ""] if option == "--sweep-dir" else ["--plan", option, ""])
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert ended.value.code == 2 and line == (f"lra-gpu-check: error: argument {option}: empty (an unset shell "
+                                                  "variable?); give it a folder, or leave it out"), line
+    report = tmp_path / "profile"
+    report.mkdir()
+    (report / "profile.md").write_text("an lra-profile report")
+    for plan in ([], ["--plan"]):  # the check itself, and the plan that makes the checks the real run makes
+        with pytest.raises(SystemExit) as ended:
+            gpu_check.main([*plan, "--device", "cpu", "--quick", "--steps", "kernels", "--out", str(report)])
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert ended.value.code != 0 and line == (
+            f"error: --out {report} holds other files (profile.md) and no lra-gpu-check summary: the steps would "
+            "replace some of them and leave the rest; give --out a new or empty folder (leave it out for a new dated "
+            "one)"), line
+    assert [p.name for p in report.iterdir()] == ["profile.md"]
+    (report / "summary.md").write_text("# lra-gpu-check --quick on cpu: x\n")  # an earlier check's folder: its own
+    gpu_check.refuse_another_commands_out(report)

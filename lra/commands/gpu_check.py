@@ -58,6 +58,7 @@ from lra import signals
 from lra.commands.config_errors import at_the_edge
 from lra.commands.gpu_steps import Step, run_step, tail_of
 from lra.commands.reference_slice import Slice, check_sweep_dir, listed, pack_records, table3_rows, TABLE3_ROWS
+from lra.errors import UserError
 from lra.io import atomic_write_text, check_output_folder
 from lra.records import REPO_ROOT, git_commit
 from lra.run import hydra_value
@@ -328,7 +329,7 @@ def options() -> argparse.ArgumentParser:
     parser.add_argument("--rows", default=None, help="with --reference: Table 3 rows, comma-separated (default every "
                         "row of conf/row/yoso_table3)")
     parser.add_argument("--seeds", default=None, help="with --reference: seeds, comma-separated (default 0)")
-    parser.add_argument("--sweep-dir", type=Path, default=None,
+    parser.add_argument("--sweep-dir", type=folder_argument, default=None,
                         help="with --reference: the sweep's folder, kept (default a scratch folder); the same command "
                         "continues it, here or on another machine it was unpacked on at the same path")
     parser.add_argument("--limit-s", type=float, default=None,
@@ -338,8 +339,34 @@ def options() -> argparse.ArgumentParser:
     parser.add_argument("overrides", nargs="*", help="with --reference: Hydra overrides for its runs, after the "
                         "reference setup's (e.g. trainer.max_steps=100 for a shorter check), checked as lra-train checks them")
     parser.add_argument("--plan", action="store_true", help="print the steps, their commands and limits; run nothing")
-    parser.add_argument("--out", type=Path, default=None, help="default: runs/gpu-check/<date>/<time>")
+    parser.add_argument("--out", type=folder_argument, default=None, help="default: runs/gpu-check/<date>/<time>; a "
+                        "new or empty folder, or an earlier lra-gpu-check's")
     return parser
+
+
+def folder_argument(value: str) -> Path:
+    """A folder option's value; empty (an unset shell variable) would be the working folder, its files replaced."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("empty (an unset shell variable?); give it a folder, or leave it out")
+    return Path(value)
+
+
+SUMMARY_HEAD = "# lra-gpu-check"  # how summary.md begins (summary): the folder is an earlier check's
+
+
+def refuse_another_commands_out(out: Path) -> None:
+    """--out holding files but no lra-gpu-check summary (an lra-profile report, say): the steps would replace
+    some of them and leave the rest, one folder contradicting itself. One line, before any step runs."""
+    try:
+        names = sorted(entry.name for entry in out.iterdir())
+    except OSError:  # missing (made later), or what check_output_folder named
+        return
+    summary_file = out / "summary.md"
+    if not names or (summary_file.is_file() and summary_file.read_text(errors="replace").startswith(SUMMARY_HEAD)):
+        return
+    shown = ", ".join(names[:4]) + (", …" if len(names) > 4 else "")
+    raise UserError(f"--out {out} holds other files ({shown}) and no lra-gpu-check summary: the steps would replace "
+                    "some of them and leave the rest; give --out a new or empty folder (leave it out for a new dated one)")
 
 
 def step_refused(name: str, quick: bool) -> Optional[str]:
@@ -414,12 +441,15 @@ def main(argv=None) -> int:
     if args.plan:  # the checks the real run makes first, so that a plan that passes runs
         if args.out is not None:
             check_output_folder(args.out, "--out")
+            refuse_another_commands_out(args.out)
         if sweep_dir is not None:
             check_sweep_dir(sweep_dir, planned, args.out)
         print(describe(make_steps(Path(tempfile.gettempdir()) / "lra-gpu-check-<scratch>")))
         return 0
     out = args.out or Path("runs") / "gpu-check" / datetime.datetime.now().strftime("%Y-%m-%d/%H-%M-%S")
     check_output_folder(out, "--out")  # a file there, a read-only disk: one line, before any step runs
+    refuse_another_commands_out(out)
+    began = time.time()
     if sweep_dir is not None:
         check_sweep_dir(sweep_dir, planned, out)
     out.mkdir(parents=True, exist_ok=True)
@@ -451,7 +481,8 @@ def main(argv=None) -> int:
                 "; continue the slice with the same command" if sweep_dir is not None else "")
             raise interrupted from None
     atomic_write_text(out / "summary.md", summary(steps, args.device, args.quick, time.perf_counter() - started))
-    print(f"[lra-gpu-check] wrote {out}/: {', '.join(sorted(p.name for p in out.iterdir()))}")
+    written = sorted(p.name for p in out.iterdir() if p.stat().st_mtime >= began - 1)  # not an earlier check's
+    print(f"[lra-gpu-check] wrote {out}/: {', '.join(written)}")
     return 0 if all(s.status in ("passed", "skipped") for s in steps) else 1
 
 
