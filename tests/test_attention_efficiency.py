@@ -4,7 +4,8 @@ import pytest
 
 import attention_zoo
 from conftest import SMALL_LISTOPS, read_json, run_dirs
-from helpers import train_in_process
+from helpers import main_in_process, train_in_process
+from lra.benchmarks import attention_memory
 from lra.benchmarks.attention_memory import EAGER, table
 
 SUBQUADRATIC = [n for n in attention_zoo.names() if attention_zoo.get(n).cls.subquadratic]
@@ -32,3 +33,33 @@ def test_subquadratic_backends_use_under_a_quarter_of_eager_softmax_memory_at_81
     assert frame.loc[EAGER, "peak_mb"] > 1.5 * one_score_matrix_mb  # the scores, their softmax and gradients
     ratios = frame.drop(index=EAGER)["vs_eager_softmax"]
     assert (ratios < 0.25).all(), frame.to_string()
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--n", "-5"], "--n -5: it must be >= 1"),
+    (["--n", "0"], "--n 0: it must be >= 1"),
+    (["--heads", "0", "--backends", "softmax"], "--heads 0: it must be >= 1"),
+    (["--head-dim", "0"], "--head-dim 0: it must be >= 1"),
+    (["--device", "cuda"], "--device cuda: no CUDA device here"),
+    (["--device", "bogus"], "argument --device: invalid choice: 'bogus' (choose from 'cpu', 'cuda')"),
+    (["--backends", "nosuch"], "argument --backends: invalid choice: 'nosuch' (choose from "
+                               + ", ".join(f"'{name}'" for name in attention_zoo.names()) + ")"),
+])
+def test_the_memory_benchmark_refuses_bad_arguments_in_one_line_before_measuring(args, line, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(attention_memory, "run_cell", lambda *a: pytest.fail("measured despite bad arguments"))
+    status, printed, errors = main_in_process(attention_memory.main, args, capsys)
+    assert status == 2 and errors.strip().splitlines()[-1].endswith(f": error: {line}"), errors
+    assert "Traceback" not in errors and not printed.strip()
+
+
+def test_a_backend_that_fails_is_its_row_and_the_memory_benchmark_exits_1(monkeypatch, capsys):
+    rows = [{"backend": EAGER, "n": 64, "peak_mb": 2.0}, {"backend": "softmax", "n": 64, "peak_mb": 1.0},
+            {"backend": "yoso", "n": 64, "peak_mb": None, "error": "RuntimeError: broken"}]
+    monkeypatch.setattr(attention_memory, "measure_cells", lambda names, *a: [r for r in rows if r["backend"] in names])
+    status, printed, errors = main_in_process(attention_memory.main, ["--n", "64", "--backends", "softmax", "yoso"],
+                                              capsys)
+    assert status == 1 and errors.strip() == "error: 1 backends failed: yoso: RuntimeError: broken", errors
+    assert "| softmax " in printed and "0.5" in printed

@@ -17,7 +17,8 @@ from attention_zoo._common import seeded_normal
 from attention_zoo._yoso_build import KernelUnavailable
 from attention_zoo.yoso import draw, sample_op, seeded_draws_op
 from conftest import SMALL_LISTOPS
-from helpers import compose_model, forward_backward
+from helpers import compose_model, forward_backward, main_in_process
+from lra.benchmarks import compile_speed
 from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.loggers import NullLogger
 
@@ -142,3 +143,16 @@ def test_a_compiled_run_killed_and_resumed_ends_identical_to_the_uninterrupted_c
     assert resumed.state.history == whole.state.history
     for name, tensor in whole.model.state_dict().items():
         assert torch.equal(resumed.model.state_dict()[name], tensor), name
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--steps", "0", "--attention", "none"], "--steps 0: it must be >= 1"),
+    (["--steps", "1", "--batch", "-2"], "--batch -2: it must be >= 1"),
+    (["--attention", "nosuch"], "argument --attention: invalid choice: 'nosuch' (choose from "
+                                + ", ".join(f"'{p.stem}'" for p in sorted((CONF_DIR / "attention").glob("*.yaml"))) + ")"),
+])
+def test_the_compile_benchmark_refuses_bad_arguments_in_one_line_before_building(args, line, monkeypatch, capsys):
+    monkeypatch.setattr(compile_speed, "measure", lambda *a: pytest.fail("measured despite bad arguments"))
+    status, printed, errors = main_in_process(compile_speed.main, args, capsys)
+    assert status == 2 and errors.strip().splitlines()[-1].endswith(f": error: {line}"), errors
+    assert "Traceback" not in errors and not printed.strip()

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import main_in_process
 from lra.benchmarks.yoso_cost import gpu, hashing, kernels, report, softmax_h100
 from lra.benchmarks.yoso_cost.call import Call, max_of_poisson, measured
 from lra.benchmarks.yoso_cost.gpu import H100, RTX_2080_TI, Kernel
@@ -127,11 +128,22 @@ def test_the_command_prints_the_calibration_and_the_projection_with_its_crossove
     assert text.count("crossover with SDPA-bf16, YOSO atomic: ") == 2
     assert "| phase | kernel | sorted µs | atomic µs |" in text
     assert "| forward | fast_hash (q, k) |" in text and "**forward + backward**" in text
+
+
+@pytest.mark.parametrize("out, status, line", [
+    ("", 2, "python -m lra.benchmarks.yoso_cost: error: --out is empty (an unset shell variable?); give --out a file, "
+            "or leave it out"),
+    ("{tmp}/a file/x.md", 1, "error: --out: {tmp}/a file is a file, not a folder; give --out a path in another folder "
+                             "(a missing one is created)"),
+    ("{tmp}", 1, "error: --out: {tmp} is a folder; give --out a file name (e.g. {tmp}/table.md)"),
+])
+def test_a_bad_out_path_is_refused_in_one_line_before_the_report_is_made(out, status, line, tmp_path, monkeypatch,
+                                                                        capsys):
     (tmp_path / "a file").write_text("kept")
-    bad = subprocess.run([sys.executable, "-m", "lra.benchmarks.yoso_cost", "--out", str(tmp_path / "a file" / "x.md")],
-                         capture_output=True, text=True)
-    assert bad.returncode == 1 and bad.stderr.startswith("error: cannot write"), bad.stderr
-    assert (tmp_path / "a file").read_text() == "kept"
+    monkeypatch.setattr(report, "report", lambda *a: pytest.fail("reported despite a bad --out"))
+    code, printed, errors = main_in_process(report.main, ["--out", out.format(tmp=tmp_path)], capsys)
+    assert code == status and errors.strip().splitlines()[-1] == line.format(tmp=tmp_path), errors
+    assert not printed and (tmp_path / "a file").read_text() == "kept"
 
 
 def test_a_uniform_call_meets_one_token_per_hash_at_the_default_code_length():

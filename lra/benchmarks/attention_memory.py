@@ -73,12 +73,20 @@ def main(argv=None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=8192)
-    parser.add_argument("--backends", nargs="+", default=[b for b in attention_zoo.names()])
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--backends", nargs="+", default=[b for b in attention_zoo.names()],
+                        choices=attention_zoo.names(), metavar="NAME", help="default: every registered backend")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--heads", type=int, default=2)
     parser.add_argument("--head-dim", type=int, default=32)
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    for value, name in ((args.n, "--n"), (args.heads, "--heads"), (args.head_dim, "--head-dim")):
+        if value < 1:
+            parser.error(f"{name} {value}: it must be >= 1")
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
     if args.one:
         for name in args.one.split(","):
             print(json.dumps(measure_one(name, args.n, args.device, args.heads, args.head_dim)), flush=True)
@@ -86,6 +94,11 @@ def main(argv=None) -> None:
     frame = table(args.backends, args.n, args.device, args.heads, args.head_dim)
     print(f"peak memory of forward + backward, n = {args.n}, batch 1, {args.heads} heads of {args.head_dim}, {args.device}")
     print(frame.round(3).to_markdown())
+    failed = frame[frame["peak_mb"].isna()]
+    if len(failed):
+        reasons = failed["error"] if "error" in failed else ["no result"] * len(failed)
+        parser.exit(1, f"error: {len(failed)} backends failed: "
+                       + "; ".join(f"{name}: {reason}" for name, reason in zip(failed.index, reasons)) + "\n")
 
 
 if __name__ == "__main__":

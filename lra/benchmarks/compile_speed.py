@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 
+from lra.commands.config_errors import at_the_edge
 from lra.config import CONF_DIR, register_configs, register_resolvers
 from lra.profiling.measure import timed
 from lra.training import Trainer
@@ -71,12 +72,18 @@ def bare_loop_step(trainer: Trainer, steps: int) -> float:
     return per_step(step, steps, trainer.device)
 
 
+@at_the_edge
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--attention", nargs="+", default=["softmax", "yoso", "nystrom", "none"])
+    parser.add_argument("--attention", nargs="+", default=["softmax", "yoso", "nystrom", "none"],
+                        choices=sorted(path.stem for path in (CONF_DIR / "attention").glob("*.yaml")), metavar="NAME",
+                        help="attention configs (default: softmax yoso nystrom none)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--batch", type=int, default=8)
     args = parser.parse_args(argv)
+    for value, name in ((args.steps, "--steps"), (args.batch, "--batch")):
+        if value < 1:
+            parser.error(f"{name} {value}: it must be >= 1")
     register_configs()
     register_resolvers()
     rows = [measure(name, compiled, args.steps, args.batch) for name in args.attention for compiled in (False, True)]

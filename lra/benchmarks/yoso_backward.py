@@ -19,6 +19,7 @@ import torch
 
 import attention_zoo
 from attention_zoo.yoso_e import LowerBoundExpectation
+from lra.commands.config_errors import at_the_edge
 
 
 def inputs(batch_heads: int, n: int, d: int, seed: int):
@@ -68,6 +69,7 @@ def measure(n: int, d: int, hashes: int, draws: int, projections, device: str) -
     return pd.DataFrame(rows)
 
 
+@at_the_edge
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=512)
@@ -75,8 +77,16 @@ def main(argv=None) -> None:
     parser.add_argument("--hashes", type=int, default=32)
     parser.add_argument("--draws", type=int, default=20)
     parser.add_argument("--projections", type=int, nargs="+", default=[1, 4, 8, 16])
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = parser.parse_args(argv)
+    if args.n < 2:
+        parser.error(f"--n {args.n}: it must be >= 2 (τ = log2 n bits a code)")
+    for value, name in ((args.head_dim, "--head-dim"), (args.hashes, "--hashes"), (args.draws, "--draws"),
+                        (min(args.projections), "--projections")):
+        if value < 1:
+            parser.error(f"{name} {value}: it must be >= 1")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
     table = measure(args.n, args.head_dim, args.hashes, args.draws, [None, *args.projections], args.device)
     print(f"n = {args.n}, head_dim = {args.head_dim}, m = {args.hashes}, τ = {math.ceil(math.log2(args.n))}, "
           f"{args.draws} draws")

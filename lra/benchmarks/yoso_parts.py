@@ -17,6 +17,7 @@ import torch
 
 from attention_zoo import _yoso_ops as ops
 from attention_zoo.yoso import draw
+from lra.commands.config_errors import at_the_edge
 from lra.profiling.measure import best_of
 
 
@@ -44,6 +45,7 @@ def measure(n: int, device: str, batch_heads: int, hashes: int, head_dim: int, r
     }
 
 
+@at_the_edge
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
@@ -53,6 +55,14 @@ def main(argv=None) -> None:
     parser.add_argument("--head-dim", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
+    if min(args.lengths) < 2:
+        parser.error(f"--lengths {min(args.lengths)}: it must be >= 2 (τ = log2 n bits a code)")
+    for value, name in ((args.batch_heads, "--batch-heads"), (args.hashes, "--hashes"), (args.head_dim, "--head-dim"),
+                        (args.repeats, "--repeats")):
+        if value < 1:
+            parser.error(f"{name} {value}: it must be >= 1")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
     ops.resolve_engine(args.device, torch.device(args.device))  # builds the kernels, or says why it cannot
     rows = [measure(n, args.device, args.batch_heads, args.hashes, args.head_dim, args.repeats) for n in args.lengths]
     print(pd.DataFrame(rows).round(1).to_markdown(index=False))

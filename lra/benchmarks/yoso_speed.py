@@ -39,6 +39,7 @@ import pandas as pd
 from lra.commands.config_errors import at_the_edge
 from lra.benchmarks import peaks
 from lra.determinism import deterministic_algorithms
+from lra.io import atomic_write_text, check_output_file
 from lra.profiling.measure import MB, best_of, run_cell, step_peak_bytes
 
 BF16 = "bf16 autocast"
@@ -215,6 +216,10 @@ def main(argv=None) -> None:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
+    if args.json is not None:
+        if not args.json.strip():
+            parser.error("--json is empty (an unset shell variable?); give --json a file, or leave it out")
+        args.json = check_output_file(args.json, "--json")
     if args.one:  # a CPU cell in its own process: its failure is its row, as measure_here makes it on CUDA
         try:
             row = measure(args.one, args.lengths[0], args.device, args.batch_heads, args.head_dim, args.repeats)
@@ -231,9 +236,8 @@ def main(argv=None) -> None:
             rows.append(cell_runner(cell, n, args.device, args.batch_heads, args.head_dim, args.repeats))
             print(row_line(rows[-1]), flush=True)
             print(json.dumps(rows[-1]), file=sys.stderr)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(rows, handle, indent=1)
+    if args.json is not None:
+        atomic_write_text(args.json, json.dumps(rows, indent=1))
     print("\n" + report(rows))
     print("\n" + peaks.gate_note(torch.cuda.get_device_name() if args.device == "cuda" else None))
     failed = [row for row in rows if row.get("error", "out of memory") != "out of memory"]

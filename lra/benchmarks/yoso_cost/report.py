@@ -25,7 +25,6 @@ import argparse
 import csv
 from dataclasses import dataclass, replace
 from importlib import resources
-from pathlib import Path
 from typing import Dict, List, Optional
 
 from lra.benchmarks.yoso_cost import authors_kernels as paper
@@ -324,11 +323,21 @@ def report(lengths: List[int]) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m lra.benchmarks.yoso_cost", description=__doc__.split("\n")[0])
     parser.add_argument("--lengths", type=_length, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384, 32768])
-    parser.add_argument("--out", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--out", default=None, help="also write the report here")
     parser.add_argument("--measured", action="store_true",
                         help="instead: the model against every committed H100 measurement (docs/gpu), per row "
                              "its file, projection, ratio and whether it was fitted or validated")
     args = parser.parse_args(argv)
+    if args.out is not None:
+        from lra.errors import UserError
+        from lra.io import check_output_file
+
+        if not args.out.strip():
+            parser.error("--out is empty (an unset shell variable?); give --out a file, or leave it out")
+        try:
+            args.out = check_output_file(args.out, "--out")
+        except UserError as exc:
+            parser.exit(exc.exit_code, f"error: {exc}\n")
     if args.measured:
         try:
             text = compare.report(compare.rows())
