@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -40,6 +39,7 @@ from typing import Dict
 import torch
 
 from attention_zoo._common import package_folder
+from attention_zoo._yoso_build_failure import WORKER_FAILED, explain_failure as _explain_failure
 
 SOURCE_DIR = package_folder("attention_zoo.csrc") / "yoso"  # csrc/yoso in the repository
 CPU_SOURCES = ["yoso_cpu.cpp", "yoso_cpu_gradients.cpp"]
@@ -49,7 +49,6 @@ HEADERS = ["yoso_math.h", "yoso_buckets.h", "yoso_checks.h", "yoso_cuda_kernels.
            "yoso_cuda_host.h", "yoso_simt.h"]
 COMPLETE_STAMP = "build.complete"  # written after a successful build; nothing in the folder changes after it
 BUILD_LOG = "build.log"  # the last build's full output
-WORKER_FAILED = "lra-yoso-build-failed: "  # the build worker's own summary of why it failed
 
 
 class KernelUnavailable(RuntimeError):
@@ -58,11 +57,17 @@ class KernelUnavailable(RuntimeError):
 
 _loaded: Dict[str, ModuleType] = {}
 _failed: Dict[str, str] = {}
+WORKER_STARTED: list = []  # callables run once a build's worker has started (lra-build-kernels' fault point)
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("LRA_KERNEL_CACHE") or Path.home() / ".cache" / "lra-harness" / "kernels"
-    return Path(root)
+    """``$LRA_KERNEL_CACHE``, or the default when it is unset or empty; whitespace alone (a stray space in a
+    shell profile) is refused with one line rather than made a folder named so."""
+    root = os.environ.get("LRA_KERNEL_CACHE", "")
+    if root and not root.strip():
+        raise KernelUnavailable(f"LRA_KERNEL_CACHE is {root!r}, whitespace alone; set it to the kernel cache folder, "
+                                "or unset it (~/.cache/lra-harness/kernels is the default)")
+    return Path(root or Path.home() / ".cache" / "lra-harness" / "kernels")
 
 
 def _cpu_identity() -> bytes:
@@ -294,25 +299,29 @@ def _import_checked(name: str, build_directory: Path) -> tuple:
 def _build_once(build: BuildPlan, build_directory: Path, clear: bool = False, damage: str = "") -> None:
     """Build into ``build_directory`` under its exclusive lock, unless a job we waited for finished it
     intact; ``clear`` starts from an empty folder (the stamp first, so no one takes it for finished; files
-    are unlinked, never rewritten in place, so a process that has the old library loaded keeps it)."""
+    are unlinked, never rewritten in place, so a process that has the old library loaded keeps it). A build
+    interrupted (a signal: KeyboardInterrupt) leaves the folder empty, so that the next one starts clean."""
     try:
         build_directory.mkdir(parents=True, exist_ok=True)
         os.chmod(build_directory, 0o755)  # a shared kernel cache stays readable by the group
         with _exclusive_build(build_directory):
             if _damage(build_directory, build.name) is None and not (clear and not damage):
                 return  # built (or repaired) by the job we waited for
-            if clear:
-                for path in sorted(build_directory.iterdir(), key=lambda path: path.name != COMPLETE_STAMP):  # stamp 1st
-                    if path.name != "build.flock":
-                        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-            _compile_in_worker(build)
-            stamp = build_directory / f".{COMPLETE_STAMP}.{os.getpid()}"
-            record = {"name": build.name, "torch": torch.__version__, "cflags": _cpu_flags(build.kind),
-                      "cuda_arch_list": build.arch_list, "nvcc_release": build.nvcc_release,
-                      "sources": sorted(set(build.sources) | set(HEADERS)),
-                      "library": _library_record(build_directory / f"{build.name}.so")}
-            stamp.write_text(json.dumps(record) + "\n")
-            os.replace(stamp, build_directory / COMPLETE_STAMP)
+            try:
+                if clear:
+                    _empty(build_directory)
+                _compile_in_worker(build)
+                stamp = build_directory / f".{COMPLETE_STAMP}.{os.getpid()}"
+                record = {"name": build.name, "torch": torch.__version__, "cflags": _cpu_flags(build.kind),
+                          "cuda_arch_list": build.arch_list, "nvcc_release": build.nvcc_release,
+                          "sources": sorted(set(build.sources) | set(HEADERS)),
+                          "library": _library_record(build_directory / f"{build.name}.so")}
+                stamp.write_text(json.dumps(record) + "\n")
+                os.replace(stamp, build_directory / COMPLETE_STAMP)
+            except KeyboardInterrupt:
+                if not (build_directory / COMPLETE_STAMP).exists():  # unfinished: nothing of it stays
+                    _empty(build_directory)
+                raise
     except OSError as error:  # a cache folder that cannot be made or written (a file in its place)
         if error.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST):
             raise
@@ -323,6 +332,13 @@ def _build_once(build: BuildPlan, build_directory: Path, clear: bool = False, da
             (f"{kernels} are damaged ({damage}) and cannot be rebuilt there ({what}): delete that folder (its owner "
              "can), or" if damage else f"cannot build {kernels} ({what});")
             + " set LRA_KERNEL_CACHE to a folder you can write, or attention.impl=torch") from error
+
+
+def _empty(build_directory: Path) -> None:
+    """Remove everything in ``build_directory`` but its lock file, the stamp first."""
+    for path in sorted(build_directory.iterdir(), key=lambda path: path.name != COMPLETE_STAMP):
+        if path.name != "build.flock":
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 def _import_built(name: str, build_directory: Path) -> ModuleType:
@@ -342,11 +358,20 @@ def _compile_in_worker(build: BuildPlan) -> None:
                                *build.argv(), "--parent", str(os.getpid())],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
+        for hook in WORKER_STARTED:
+            hook()
         output, _ = worker.communicate()
-    except BaseException:  # interrupted here (Ctrl-C): stop the build as its parent's death would
+    except BaseException:  # interrupted here (a signal): stop the build as its parent's death would
         with contextlib.suppress(ProcessLookupError):
             os.kill(worker.pid, signal.SIGTERM)
         worker.wait()
+        deadline = time.monotonic() + 30  # and let ninja (in the worker's process group) stop its compilers
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(worker.pid, 0)
+            except OSError:
+                break
+            time.sleep(0.05)
         raise
     log, verbose = cache_dir() / build.name / BUILD_LOG, os.environ.get("LRA_KERNEL_VERBOSE") == "1"
     try:
@@ -357,34 +382,6 @@ def _compile_in_worker(build: BuildPlan) -> None:
         sys.stderr.write(output)
     if worker.returncode:
         raise KernelUnavailable(_explain_failure(build.kind, output, log))
-
-
-_COMPILER_ERROR = re.compile(r"\b(?:error|fatal\s*):|\bld: cannot |undefined reference to ")
-
-
-def _explain_failure(kind: str, output: str, log) -> str:
-    """One line for a failed build: the compiler's first error line (else the worker's own summary),
-    the setting responsible where one is set, the fix, and where the full output is."""
-    lines = [line.strip() for line in output.splitlines()]
-    cause = (next((line for line in lines if _COMPILER_ERROR.search(line) and not line.startswith("FAILED:")), None)
-             or next((line[len(WORKER_FAILED):] for line in lines if line.startswith(WORKER_FAILED)), None)
-             or next((line for line in reversed(lines) if line), "the build worker exited with no output"))
-    cause, env, cuda = (cause if len(cause) <= 300 else cause[:297] + "..."), os.environ, kind == "cuda"
-    culprits = [  # (the setting, whether this cause is its doing, the fix)
-        ("LRA_KERNEL_CPU_ARCH", re.search(r"march|target CPU", cause),
-         "is not a -march this compiler knows: set one it lists (e.g. x86-64-v3), or unset it for native"),
-        ("TORCH_CUDA_ARCH_LIST", cuda and re.search(r"arch|sm_|compute_", cause, re.I),
-         "is not a list of GPU architectures torch and nvcc build: set one such as '8.0 9.0+PTX'"),
-        ("CXX", "compiler" in cause.lower() or env.get("CXX", "\0") in cause,
-         "does not work as a C++ compiler: set CXX to one that does (e.g. g++), or unset it"),
-        ("CUDA_HOME", cuda and re.search(r"nvcc|cuda", cause, re.I),
-         f"has no working nvcc matching torch.version.cuda {torch.version.cuda}: install one, or fix CUDA_HOME"),
-    ]
-    settings = [f"{name}={shlex.quote(env[name])}" for name, *_ in culprits if env.get(name)]
-    fix = next((f"{name}={shlex.quote(env[name])} {why}" for name, blamed, why in culprits if env.get(name) and blamed),
-               f"fix the C++ compiler (with OpenMP){' or the CUDA toolkit' if cuda else ''}"
-               + (f" or these settings: {', '.join(settings)}" if settings else ""))
-    return f"building the YOSO {kind.upper()} kernels failed: {cause}; {fix}; or set attention.impl=torch (full output: {log})"
 
 
 def _worker(build: BuildPlan, parent: int) -> None:

@@ -15,6 +15,7 @@ import torch
 
 import attention_zoo
 from attention_zoo import _yoso_build, _yoso_ops as ops
+from conftest import run_command
 from helpers import needs_kernels
 
 
@@ -302,3 +303,30 @@ def test_a_killed_kernel_build_leaves_no_compiler_running(tmp_path):
     finally:
         job.kill()
     assert not list((tmp_path / "cache").rglob("*.so"))
+
+
+@needs_kernels
+def test_lra_build_kernels_answers_each_signal_with_one_line_and_leaves_no_half_build(tmp_path):
+    """A signal while the build's worker runs (delivered there by LRA_FAULT, no sleeps) ends lra-build-kernels
+    as every command: one ``error:`` line, 128 + the signal's number, no traceback; the worker is stopped and
+    the unfinished build removed (its lock file alone stays, as before a first build), so that the next run
+    builds cleanly."""
+    env = {"LRA_KERNEL_CACHE": str(tmp_path / "cache")}
+    for name, code, words in [("SIGINT", 130, "interrupted (ctrl-C)"), ("SIGTERM", 143, "interrupted (SIGTERM)"),
+                              ("SIGHUP", 129, "interrupted (SIGHUP)")]:
+        result = run_command(["lra-build-kernels", "cpu"], tmp_path, tmp_path, check=False,
+                             env_extra={**env, "LRA_FAULT": f"kernel_build:1:{name}"})
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert result.returncode == code and errors == [result.stderr.strip().splitlines()[-1]], result.stderr
+        assert errors[0].startswith(f"error: {words}") and "Traceback" not in result.stderr, result.stderr
+        (folder,) = (tmp_path / "cache").iterdir()
+        assert [path.name for path in folder.iterdir()] == ["build.flock"], name  # as before a first build
+
+
+def test_a_kernel_cache_variable_of_whitespace_alone_is_one_line(tmp_path):
+    result = run_command(["lra-build-kernels", "cpu"], tmp_path, tmp_path, check=False,
+                         env_extra={"LRA_KERNEL_CACHE": " "})
+    assert result.returncode == 1 and result.stderr.strip().splitlines() == [
+        "error: LRA_KERNEL_CACHE is ' ', whitespace alone; set it to the kernel cache folder, or unset it "
+        "(~/.cache/lra-harness/kernels is the default)"], result.stderr
+    assert list(tmp_path.iterdir()) == []

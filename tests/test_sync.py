@@ -275,13 +275,14 @@ def test_dry_run_checks_every_run_and_prints_commands_a_shell_can_run(tmp_path, 
     (["--projcet", "lra"], "unrecognized arguments: --projcet lra"),
     (["--timeout", "nan"], "argument --timeout: 'nan' is not a number of seconds > 0"),
     (["--timeout", "0"], "argument --timeout: '0' is not a number of seconds > 0"),
+    (["--timeout", "1e300"], "argument --timeout: '1e300' is more than a day (86400 s), the longest timeout"),
     # each was passed on, and wandb sync failed run after run
     (["-p", ""], "argument -p/--project: '' is no name (empty, an unset shell variable?"),
     (["--replace-tags", "junk"], "argument --replace-tags: 'junk' is not OLD=NEW pairs"),
     # "" was the current folder; a file was "no such directory"
     ([""], "error: a directory argument is empty (an unset shell variable?)"),
     (["notes.txt"], "notes.txt: a file, not a folder"),
-], ids=["misspelled option", "timeout nan", "timeout 0", "empty project", "tag renames", "empty folder", "a file"])
+], ids=["misspelled option", "timeout nan", "timeout 0", "timeout past a day", "empty project", "tag renames", "empty folder", "a file"])
 def test_a_mistake_on_the_command_line_stops_before_wandb_runs(tmp_path, fake_wandb, args, words):
     offline_run(tmp_path / "run", "g0")
     (tmp_path / "notes.txt").write_text("x")
@@ -297,6 +298,7 @@ def test_help_lists_what_goes_to_wandb_sync(tmp_path, fake_wandb):
     for flags, *_ in PASSED_ON:
         assert flags[-1] in passed_on
     assert "--include-synced" in passed_on and "--timeout SECONDS" in text and "default 60" in text
+    assert "at most 86400" in text
 
 
 WHOLE = framed(RECORDS)  # chunks at 7 (a record), 24 (the long one's first piece), 32,768 (its middle), ...

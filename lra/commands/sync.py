@@ -33,6 +33,7 @@ from lra.commands.config_errors import at_the_edge
 from lra.io import atomic_write_text
 
 DEFAULT_TIMEOUT_S = 60.0
+MAX_TIMEOUT_S = 86400.0  # a day: far past any sync that will still finish, and within what a subprocess timeout takes
 STOP_PATIENCE_S = 5.0  # how long a timed-out or interrupted wandb gets to end after SIGTERM, before SIGKILL
 def _name(text: str) -> str:
     """A W&B name given on the command line: not empty (an unset shell variable), no surrounding spaces."""
@@ -178,6 +179,9 @@ def _timeout(text: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0 (e.g. --timeout 300)")
+    if value > MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than a day ({MAX_TIMEOUT_S:.0f} s), the longest timeout; "
+                                         "give at most that (e.g. --timeout 3600)")
     return value
 
 
@@ -191,8 +195,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="check every run and print the wandb sync command each would get; upload nothing")
     parser.add_argument("--timeout", type=_timeout, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"give up on a run whose wandb sync has not finished after this long (default "
-                             f"{DEFAULT_TIMEOUT_S:.0f}; an unreachable server makes wandb retry for ever); the runs "
-                             "after it are not tried")
+                             f"{DEFAULT_TIMEOUT_S:.0f}, at most {MAX_TIMEOUT_S:.0f}: a day; an unreachable server makes wandb retry "
+                             "for ever); the runs after it are not tried")
     passed = parser.add_argument_group("passed on to wandb sync")
     for flags, metavar, kind, text in PASSED_ON:
         passed.add_argument(*flags, metavar=metavar, type=kind, help=text)
