@@ -45,9 +45,12 @@ def test_an_allocation_that_cannot_fit_is_a_recorded_out_of_memory_cell():
 
 def test_sparse_pattern_impl_reaches_only_the_backends_with_a_flex_path(tmp_path):
     """flex on a CPU is local's error row (FlexAttention has no CPU backward and the cell measures one; the key
-    reached it), not a crash, while softmax, which has no impl option, is measured as without the key."""
+    reached it), not a crash, while softmax, which has no impl option, is measured as without the key; a cell
+    that failed so makes the command fail, with one line."""
     result = run_command(["lra-profile", "preset=smoke", "sparse_pattern_impl=flex", "backends=[local,softmax]",
-                          "lengths=[256]", "hydra.run.dir=flex"], tmp_path, tmp_path)
+                          "lengths=[256]", "hydra.run.dir=flex"], tmp_path, tmp_path, check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1 and last.startswith("error: 1 of 2 cells failed (the first: local at n = 256: "), last
     flex = pd.read_csv(tmp_path / "flex" / "profile.csv").set_index("backend")
     assert "backward" in flex.loc["local", "error"] and "cpu" in flex.loc["local", "error"].lower()
     assert pd.isna(flex.loc["softmax", "error"]) and flex.loc["softmax", "step_ms"] > 0

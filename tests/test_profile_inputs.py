@@ -202,3 +202,12 @@ def test_a_profile_without_the_kernels_fails_and_its_folder_holds_this_run_alone
     assert "- yoso" in (out / "profile_config.yaml").read_text()
     assert (f"removed the previous run's profile.json, exponents.csv, profile.md, profile.png, profile_config.yaml "
             f"from {out}") in result.stdout + result.stderr
+    mixed = run_command(["lra-profile", "backends=[yoso,none]", "lengths=[64]", "num_heads=1", "head_dim=8",
+                         "repeats=1", f"output_dir={tmp_path / 'mixed'}", f"hydra.run.dir={tmp_path / 'run2'}"],
+                        tmp_path, tmp_path, check=False,
+                        env_extra={"CXX": str(tmp_path / "no-compiler"), "LRA_KERNEL_CACHE": str(tmp_path / "kc")})
+    last = mixed.stderr.strip().splitlines()[-1]  # one cell measured, one that should have been: not a success
+    assert mixed.returncode == 1 and last.startswith("error: 1 of 2 cells failed (the first: yoso at n = 64: the "
+                                                     "compiled YOSO kernels are unavailable"), mixed.stderr
+    assert last.endswith(f"; see {tmp_path / 'mixed' / 'profile.md'}")
+    assert pd.read_csv(tmp_path / "mixed" / "profile.csv").set_index("backend").loc["none", "step_ms"] > 0

@@ -147,6 +147,15 @@ def run(cfg: DictConfig) -> None:
     if rows and len(failed) == len(rows):
         raise UserError(f"every cell failed (the first: {failed[0]['backend']} at n = {failed[0]['n']}: "
                         f"{failed[0]['error']}); see {out_dir / 'profile.md'}")
+    broken = [row for row in failed if not is_limit(row["error"])]
+    if broken:  # not a length beyond the device's memory or the time given: a cell that should have run
+        raise UserError(f"{len(broken)} of {len(rows)} cells failed (the first: {broken[0]['backend']} at n = "
+                        f"{broken[0].get('n')}: {broken[0]['error']}); see {out_dir / 'profile.md'}")
+
+
+def is_limit(error: str) -> bool:
+    """Whether a cell's error is a limit the profile measures (out of memory, or over timeout_s), not a failure."""
+    return error == "out of memory" or error.startswith("timed out after ")
 
 
 def check_dry_run(overrides: list) -> None:

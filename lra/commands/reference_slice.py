@@ -281,15 +281,21 @@ def pack_records(sweep: Path, target: Path) -> int:
     each in a folder named by its label and seed (the job's folder where the record is unreadable, or where
     two runs share a label and seed), so that the slices of several machines unpack side by side; the number
     of runs packed."""
+    from lra.io import atomic_write
+
     runs = sorted(record.parent for record in sweep.rglob("metrics.json"))
     names = [_record_name(run, sweep) for run in runs]
-    with tarfile.open(target, "w:gz") as archive:
-        for run, name in zip(runs, names):
-            if names.count(name) > 1:
-                name = f"{name}-job-{_slug(str(run.relative_to(sweep)))}"
-            for source, packed in PACKED.items():
-                if (run / source).is_file():
-                    archive.add(run / source, arcname=f"{name}/{packed}")
+
+    def write(handle) -> None:  # whole, then renamed over the last archive: a kill meanwhile leaves that one
+        with tarfile.open(fileobj=handle, mode="w:gz") as archive:
+            for run, name in zip(runs, names):
+                if names.count(name) > 1:
+                    name = f"{name}-job-{_slug(str(run.relative_to(sweep)))}"
+                for source, packed in PACKED.items():
+                    if (run / source).is_file():
+                        archive.add(run / source, arcname=f"{name}/{packed}")
+
+    atomic_write(target, write, mode="wb")
     return len(runs)
 
 
