@@ -171,10 +171,13 @@ def _start_resume(folder: RunDirectory, hydra_cfg) -> Optional[DictConfig]:
 
 def validate_saved(folder: RunDirectory, cfg: DictConfig) -> None:
     """:func:`validate` of the config a run saved: a resume takes no overrides, so a value refused there (the
-    file edited, or written by a version that allowed it) is named with the fixes a resume has."""
+    file edited, or written by a version that allowed it) is named with the fixes a resume has. What the
+    machine lacks (a stage-1 folder gone, a backend's module not named) keeps its own line and fix."""
     try:
         validate(cfg)
     except ConfigError as exc:
+        if not str(exc).startswith("invalid value for "):
+            raise
         reason = str(exc).split("; ")[0]
         raise ConfigError(f"cannot resume {folder.path}: the config it saved is refused ({reason}), and a resume "
                           f"takes no overrides: restore {folder.path / RESOLVED} as the run wrote it, or start a new "
