@@ -13,6 +13,11 @@ class ConfigError(UserError):
     exit_code = 2
 
 
+class InvalidValue(ConfigError):
+    """A value the validation refuses (``invalid value for <key>: …``); its line says which value to pass
+    instead, which a resume, taking no overrides, cannot (lra.commands.train.validate_saved)."""
+
+
 class TrainingDiverged(UserError, FloatingPointError):
     """The training loss stopped being finite: a run of these settings cannot go on (its line names the
     settings to change); a FloatingPointError too, as it was before it had a type of its own."""

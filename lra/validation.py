@@ -17,17 +17,17 @@ import attention_zoo
 from attention_zoo import user_modules
 from attention_zoo.options import InvalidOption
 from lra import distributed
-from lra.errors import ConfigError
+from lra.errors import ConfigError, InvalidValue
 from lra.adamw_limits import check_adamw_steps
 from lra.config import TrainRunConfig, pools_by_cls, typed
 
 GROUPS = ("task", "model", "trainer", "pretrain", "logger")
 
 
-def invalid(path: str, error: InvalidOption) -> ConfigError:
+def invalid(path: str, error: InvalidOption) -> InvalidValue:
     value = error.value if not isinstance(error.value, str) else f"'{error.value}'"
     names_a_fix = "leave it out" in error.rule or "pass " in error.rule
-    return ConfigError(f"invalid value for {path}: {value}; it must be {error.rule}"
+    return InvalidValue(f"invalid value for {path}: {value}; it must be {error.rule}"
                        + ("" if names_a_fix else f": pass {path}=<such a value>"))
 
 
@@ -137,7 +137,7 @@ def check_flex_path(cfg: DictConfig) -> None:
                            dtype=torch.float32, head_dim=cfg.model.head_dim, deterministic=cfg.trainer.deterministic,
                            backward=True, padded_rows_read=pooling_of(cfg) == "mean_unmasked")
     if reason:
-        raise ConfigError(f"invalid value for attention.impl: 'flex'; {reason}")
+        raise InvalidValue(f"invalid value for attention.impl: 'flex'; {reason}")
 
 
 def check_cls_position(cfg: DictConfig) -> None:
@@ -147,7 +147,7 @@ def check_cls_position(cfg: DictConfig) -> None:
     claimed = getattr(attention_spec(cfg).options, "cls_token", None)
     prepended = pools_by_cls(cfg.model.pooling)
     if claimed is not None and claimed != prepended:
-        raise ConfigError(f"invalid value for attention.cls_token: {str(claimed).lower()}; it must be "
+        raise InvalidValue(f"invalid value for attention.cls_token: {str(claimed).lower()}; it must be "
                           f"{str(prepended).lower()} with model.pooling={pooling_of(cfg)} "
                           f"(position 0 is a CLS token only under model.pooling=cls): leave attention.cls_token "
                           f"unset, it follows model.pooling")
@@ -174,7 +174,7 @@ def check_whole_images(cfg: DictConfig) -> None:
     a plumbing run's speed knob, with the training's truncation warning."""
     task = cfg.task
     if task.name == "image" and task.max_length < IMAGE_PIXELS:
-        raise ConfigError(f"invalid value for task.max_length: {task.max_length}; it must be at least the "
+        raise InvalidValue(f"invalid value for task.max_length: {task.max_length}; it must be at least the "
                           f"{IMAGE_PIXELS} pixels of each image of task=image: pass task.max_length={IMAGE_PIXELS}")
 
 
@@ -257,10 +257,10 @@ def check_pretraining(cfg: DictConfig) -> None:
         return
     batch, trainer = cfg.pretrain.batch_size, cfg.trainer
     if batch % trainer.grad_accumulation:
-        raise ConfigError(f"invalid value for pretrain.batch_size: {batch}; it must be a multiple of "
+        raise InvalidValue(f"invalid value for pretrain.batch_size: {batch}; it must be a multiple of "
                           f"trainer.grad_accumulation={trainer.grad_accumulation}: pass pretrain.batch_size=<such a value>")
     if trainer.train_subset is not None and trainer.train_subset < batch:
-        raise ConfigError(f"invalid value for pretrain.batch_size: {batch}; it must be at most trainer.train_subset="
+        raise InvalidValue(f"invalid value for pretrain.batch_size: {batch}; it must be at most trainer.train_subset="
                           f"{trainer.train_subset}: pass pretrain.batch_size=<such a value>")
     try:
         check_adamw_steps(OmegaConf.to_object(cfg.trainer), cfg.pretrain.lr, "pretrain.lr")
@@ -284,11 +284,11 @@ def check_device_and_precision(cfg: DictConfig) -> None:
     check_device(cfg.trainer.device, "trainer.device")
     impl, kind = cfg.attention.get("impl"), "cuda" if runs_on_cuda(cfg) else "cpu"
     if impl in ("cpu", "cuda") and impl != kind:  # YOSO's kernels for one device, the run on the other
-        raise ConfigError(f"invalid value for attention.impl: '{impl}'; this run is on {kind} (trainer.device="
+        raise InvalidValue(f"invalid value for attention.impl: '{impl}'; this run is on {kind} (trainer.device="
                           f"{cfg.trainer.device}) and these kernels are for {impl}: pass attention.impl={kind} (or auto)")
     precision = cfg.trainer.precision.value
     if precision in ("bf16", "fp16") and not runs_on_cuda(cfg):
-        raise ConfigError(f"invalid value for trainer.precision: '{precision}'; it needs a CUDA device and this run "
+        raise InvalidValue(f"invalid value for trainer.precision: '{precision}'; it needs a CUDA device and this run "
                           "is on the CPU: pass trainer.precision=fp32 (or auto)")
 
 
@@ -300,7 +300,7 @@ def check_capture(cfg: DictConfig) -> None:
 
     why = refusal(cfg.trainer, runs_on_cuda(cfg), distributed.world_size())
     if why:
-        raise ConfigError(f"invalid value for trainer.capture: true; {why}")
+        raise InvalidValue(f"invalid value for trainer.capture: true; {why}")
 
 
 def deleted_key(path: str) -> str:

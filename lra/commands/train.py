@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from lra import signals, validation
 from lra.commands import command_line, config_errors, hydra_settings
 from lra.config import CONF_DIR, register_configs, register_resolvers, saved_run_config, typed
-from lra.errors import ConfigError, UserError
+from lra.errors import ConfigError, InvalidValue, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
 from lra.run import HYDRA_FILES, OVERRIDES, RESOLVED, FolderTaken, RunDirectory, not_a_run, resume_command
@@ -175,9 +175,7 @@ def validate_saved(folder: RunDirectory, cfg: DictConfig) -> None:
     machine lacks (a stage-1 folder gone, a backend's module not named) keeps its own line and fix."""
     try:
         validate(cfg)
-    except ConfigError as exc:
-        if not str(exc).startswith("invalid value for "):
-            raise
+    except InvalidValue as exc:
         reason = str(exc).split("; ")[0]
         raise ConfigError(f"cannot resume {folder.path}: the config it saved is refused ({reason}), and a resume "
                           f"takes no overrides: restore {folder.path / RESOLVED} as the run wrote it, or start a new "
