@@ -131,8 +131,9 @@ def check_config(path: Path, payload: Dict[str, Any], config_sha256: Optional[st
 def build_identity(device: torch.device, amp_dtype: Optional[torch.dtype],
                    attention_engine: Optional[str] = None) -> Dict[str, str]:
     """What computed a training checkpoint, besides its config: the torch build (its version names the CUDA or
-    CPU build), the device type (on a CPU, its thread count: :func:`check_threads`), the autocast precision (``trainer.device=auto`` and ``trainer.precision=auto``
-    choose them at each start) and the attention's engine where the machine chooses it
+    CPU build), the device type (on a CPU, its thread count: :func:`check_threads`), the autocast precision
+    (``trainer.device=auto`` and ``trainer.precision=auto`` choose them at each start) and the attention's
+    engine where the machine chooses it
     (:func:`attention_zoo.engines`: YOSO's compiled kernels or its PyTorch path). A resume elsewhere would go on
     computing otherwise than the run began, and its record would name only the last of them."""
     identity = {"torch": torch.__version__, "device": device.type,

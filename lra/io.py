@@ -192,11 +192,12 @@ def check_folders_given(argv: Sequence[str], keys: Iterable[str]) -> None:
             raise ConfigError(f"{key} is empty (an unset shell variable?); give {key} a folder, or leave it out")
 
 
-def check_data_dir_variable() -> None:
-    """``LRA_DATA_DIR`` set to whitespace alone (a stray space in a shell profile): one line, where the config
-    would make a folder named so (set to nothing, it is unset: ./data)."""
+def check_data_dir_variable(overrides: Sequence[str]) -> None:
+    """``LRA_DATA_DIR`` set to whitespace alone (a stray space in a shell profile) where the ``overrides`` give no
+    ``data_dir=``: one line, where the config would make a folder named so (set to nothing, it is unset: ./data)."""
     value = os.environ.get("LRA_DATA_DIR", "")
-    if value and not value.strip():
+    given = any(override.split("=", 1)[0].lstrip("+") == "data_dir" for override in overrides if "=" in override)
+    if value and not value.strip() and not given:
         raise ConfigError(f"LRA_DATA_DIR is {value!r}, whitespace alone; set it to the data folder, or unset it "
                           "(./data is the default)")
 

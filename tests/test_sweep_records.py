@@ -198,5 +198,5 @@ def test_only_job_folders_without_a_record_are_counted_links_not_followed(tmp_pa
     (outside / "x" / "train.log").write_text("")
     (sweep / "link").symlink_to(outside)
     jobs = []
-    assert record_files([sweep], recordless=jobs) == [sweep / "1" / "metrics.json"]
+    assert record_files([sweep], without_record=jobs) == [sweep / "1" / "metrics.json"]
     assert jobs == [sweep / "0", sweep / "2", sweep / "deep/a/b/c/0"]

@@ -23,8 +23,7 @@ def check(argv: list) -> None:
 
     check_user_backends()
     check_folders_given(argv, ("resume", "data_dir"))
-    if given(argv, "data_dir") is None:
-        check_data_dir_variable()
+    check_data_dir_variable(argv)
     refuse_run_dir_beside_resume(argv)
     refuse_slurm_without_slurm(argv)
     data = Path(data_dir(argv))  # the data folder itself, and each task's folder in it (its caches)

@@ -34,8 +34,8 @@ def main(argv=None) -> None:
         if getattr(args, option) is not None and not getattr(args, option).strip():
             parser.error(f"--{option.replace('_', '-')} is empty (an unset shell variable?); give it a folder, or "
                          "leave it out")
-    if args.data_dir is None and not any(o.split("=", 1)[0].lstrip("+") == "data_dir" for o in args.overrides):
-        check_data_dir_variable()
+    if args.data_dir is None:
+        check_data_dir_variable(args.overrides)
     for override in args.overrides:
         key = override.split("=", 1)[0].lstrip("+~")
         if key == "task" and override.split("=", 1)[-1] != args.task:

@@ -13,7 +13,6 @@ from omegaconf import OmegaConf
 # A run neither completed nor failed once every job has run is one this sweep could not finish: another process
 # holds its folder (its record says running), or its resume failed (it still says interrupted).
 ENDED_SWEEPS: list = []
-FINISHED = ("completed", "failed")
 
 
 def resumed_runs(config) -> list:
@@ -39,6 +38,7 @@ class ComparisonTableCallback(Callback):
         from lra.io import atomic_write_text
         from lra.results.formats import note
         from lra.results.reading import read_runs
+        from lra.results.rows import FINISHED
         from lra.results.table import render_records  # pandas: only when a sweep has ended
 
         sweep_dir = Path(config.hydra.sweep.dir)

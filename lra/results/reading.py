@@ -85,12 +85,12 @@ def nesting(value, stop: int = MAX_DEPTH) -> int:
 
 
 def record_files(paths: Iterable[Path], warn: Callable[[str], None] = lambda message: None,
-                 recordless: Optional[List[Path]] = None) -> List[Path]:
+                 without_record: Optional[List[Path]] = None) -> List[Path]:
     """Every ``metrics.json`` under the given run or sweep directories (or given directly), each once
     however often it is reached (overlapping arguments, symbolic links). Every entry of that name counts,
     whatever it is (the reader says what is wrong with one that is no record); a folder that cannot be
     listed is named with a ``warn``. The run folders without a record (:func:`recordless.is_job_folder`) are
-    added to ``recordless``."""
+    added to ``without_record``."""
     found, jobs = {}, {}
     for path in map(Path, paths):
         if not path.is_dir():
@@ -98,8 +98,8 @@ def record_files(paths: Iterable[Path], warn: Callable[[str], None] = lambda mes
             continue
         for candidate in sorted(_named_records(path, warn, jobs)):
             found.setdefault(os.path.realpath(candidate), candidate)  # realpath: a loop of links is no error
-    if recordless is not None:
-        recordless.extend(sorted(jobs.values()))
+    if without_record is not None:
+        without_record.extend(sorted(jobs.values()))
     return list(found.values())
 
 
@@ -120,9 +120,10 @@ def _named_records(folder: Path, warn: Callable[[str], None], jobs: dict) -> Ite
                  "not in the table")
             continue
         names = [entry.name for entry in entries]
-        if not in_run and recordless.is_job_folder(names):
+        job = recordless.is_job_folder(names)
+        if job and not in_run:
             jobs.setdefault(os.path.realpath(current), current)
-        in_run = in_run or METRICS in names or recordless.is_job_folder(names)
+        in_run = in_run or job or METRICS in names
         for entry in entries:
             if entry.name == METRICS:
                 yield Path(entry.path)
@@ -156,10 +157,9 @@ def read_found(files: Iterable[Path], jobs: Iterable[Path], warn: Callable[[str]
     unplaced: List[recordless.Unplaced] = []
     records = read_records(files, warn, metric, unplaced)
     for folder in jobs:
-        why = recordless.no_record_reason()
-        record = recordless.stand_in(folder, why, warn)
+        record = recordless.stand_in(folder, recordless.NO_RECORD, warn)
         if record is None:
-            unplaced.append(recordless.Unplaced(folder, why))
+            unplaced.append(recordless.Unplaced(folder, recordless.NO_RECORD))
             warn(f"{folder}: a run folder without a record or a readable config; counted failed, in no cell")
         else:
             warn(f"{folder}: a run folder without a record; counted {record['status']} in its cell")

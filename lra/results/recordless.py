@@ -30,9 +30,8 @@ def is_job_folder(entries: List[str]) -> bool:
     return METRICS not in entries and any(mark in entries for mark in JOB_MARKS)
 
 
-def no_record_reason() -> str:
-    return ("no run record: the job ended before writing one (a full disk, or killed as it started); its train.log, "
-            "where it has one, or the sweep's console says why; run this seed again")
+NO_RECORD = ("no run record: the job ended before writing one (a full disk, or killed as it started); its train.log, "
+             "where it has one, or the sweep's console says why; run this seed again")
 
 
 def damaged_reason(reason: str) -> str:
