@@ -5,9 +5,9 @@ layout, which each reader checks as it would without the mark."""
 
 from __future__ import annotations
 
-UTF8_BOM = b"\xef\xbb\xbf"
+import codecs
 
 
 def without_byte_order_mark(start: bytes) -> bytes:
     """``start`` (a file's first line, or the whole file) without a leading UTF-8 byte-order mark."""
-    return start.removeprefix(UTF8_BOM)
+    return start.removeprefix(codecs.BOM_UTF8)
