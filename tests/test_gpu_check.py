@@ -295,3 +295,32 @@ def test_an_empty_folder_option_or_another_commands_out_folder_is_one_line_and_n
     assert [p.name for p in report.iterdir()] == ["profile.md"]
     (report / "summary.md").write_text("# lra-gpu-check --quick on cpu: x\n")  # an earlier check's folder: its own
     gpu_check.refuse_another_commands_out(report)
+
+
+@pytest.mark.parametrize("fails", [True, False])
+def test_a_failed_steps_run_folders_are_kept_where_its_lines_say_and_a_passed_checks_scratch_is_removed(tmp_path, fails):
+    """A failed step's lines name a run folder in the check's scratch folder: the folder is kept, and the
+    summary and the console say where; a check whose steps all passed leaves no scratch behind."""
+    record = tmp_path / "scratch-was.txt"
+    script = ("import pathlib, sys\n"
+              "run = pathlib.Path(sys.argv[1]) / 'tests' / '0'\n"
+              "run.mkdir(parents=True)\n"
+              "(run / 'train.log').write_text('what went wrong')\n"
+              f"pathlib.Path({str(record)!r}).write_text(str(run.parent.parent))\n"
+              f"print(f'error: the run failed; its log is {{run}}/train.log'); sys.exit({int(fails)})\n")
+    driver = ("import sys\n"
+              "from lra.commands import gpu_check\n"
+              f"gpu_check.plan = lambda device, quick, jobs, scratch: [gpu_check.Step('tests', [sys.executable, '-c', "
+              f"{script!r}, str(scratch)], 60, 'tests.log')]\n"
+              "sys.exit(gpu_check.main(['--device', 'cpu', '--out', sys.argv[1]]))\n")
+    done = subprocess.run([sys.executable, "-c", driver, str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=120)
+    scratch = record.read_text()
+    assert done.returncode == int(fails), done.stderr
+    assert os.path.isfile(f"{scratch}/tests/0/train.log") == fails
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert (f"run folders are kept in {scratch}" in summary) == fails
+    assert (f"run folders are kept in {scratch}" in done.stdout) == fails
+    if fails:
+        import shutil
+        shutil.rmtree(scratch)

@@ -56,7 +56,7 @@ from typing import List, Optional
 import attention_zoo
 from lra import signals
 from lra.commands.config_errors import at_the_edge
-from lra.commands.gpu_steps import Step, run_step, tail_of
+from lra.commands.gpu_steps import Step, error_line, keep_scratch_of_failures, run_step, tail_of
 from lra.commands.reference_slice import Slice, check_sweep_dir, listed, pack_records, table3_rows, TABLE3_ROWS
 from lra.errors import UserError
 from lra.io import atomic_write_text, check_output_folder
@@ -289,12 +289,6 @@ def stopped_slice_note(step: Step, sweep_dir: Optional[Path]) -> str:
             f"in {sweep_dir}: finished runs are kept, unfinished ones resume from their last checkpoints.")
 
 
-def error_line(step: Step) -> Optional[str]:
-    """The last ``error:`` line a failed step printed (the command's own words for what went wrong)."""
-    lines = [line.strip() for note in step.notes for line in note.splitlines() if line.strip().startswith("error:")]
-    return lines[-1] if lines else None
-
-
 def summary(steps: List[Step], device: str, quick: bool, total_s: float) -> str:
     import torch
 
@@ -454,9 +448,9 @@ def main(argv=None) -> int:
         check_sweep_dir(sweep_dir, planned, out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="lra-gpu-check-") as scratch_name:
-        scratch = Path(scratch_name)
-        steps = make_steps(scratch)
+    scratch = Path(tempfile.mkdtemp(prefix="lra-gpu-check-"))
+    steps = make_steps(scratch)
+    try:
         try:
             for step in steps:
                 print(f"[lra-gpu-check] {step.name} ...", flush=True)
@@ -480,6 +474,8 @@ def main(argv=None) -> int:
             interrupted.advice = f"the steps that finished are summarized in {out / 'summary.md'}" + (
                 "; continue the slice with the same command" if sweep_dir is not None else "")
             raise interrupted from None
+    finally:
+        keep_scratch_of_failures(steps, scratch)
     atomic_write_text(out / "summary.md", summary(steps, args.device, args.quick, time.perf_counter() - started))
     written = sorted(p.name for p in out.iterdir() if p.stat().st_mtime >= began - 1)  # not an earlier check's
     print(f"[lra-gpu-check] wrote {out}/: {', '.join(written)}")

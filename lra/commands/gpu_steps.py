@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -135,3 +136,22 @@ def tail_of(path: Path, lines: int = 15) -> str:
     """The last ``lines`` lines of a step's file (summary.md quotes them), or nothing when it is not there."""
     text = path.read_text(errors="replace").strip().splitlines() if path.is_file() else []
     return "\n".join(text[-lines:])
+
+
+def keep_scratch_of_failures(steps: List[Step], scratch: Path) -> None:
+    """Remove the check's scratch folder, unless a step failed: its lines may name a run folder there, so
+    the folder is kept and each failed step's summary says where. (A step stopped at its limit or by a
+    signal says what became of its runs in its own note.)"""
+    failed = [step for step in steps if step.status.startswith("failed")]
+    if not failed or not any(scratch.iterdir()):
+        shutil.rmtree(scratch, ignore_errors=True)
+        return
+    for step in failed:
+        step.advice.append(f"The check's run folders are kept in {scratch}: remove it when done.")
+    print(f"[lra-gpu-check] a step failed: its run folders are kept in {scratch}", flush=True)
+
+
+def error_line(step: Step) -> Optional[str]:
+    """The last ``error:`` line a failed step printed (the command's own words for what went wrong)."""
+    lines = [line.strip() for note in step.notes for line in note.splitlines() if line.strip().startswith("error:")]
+    return lines[-1] if lines else None
