@@ -223,11 +223,17 @@ def check_hydra_output_overrides(argv: Sequence[str], reads: Iterable[Path | str
             if runs and key == "hydra.sweep.dir" and any((path / name).exists() for name in ("metrics.json", ".hydra")):
                 raise UserError(f"hydra.sweep.dir: {path} is a run's folder (its metrics.json or .hydra); a sweep's "
                                 f"jobs never write into a run: give hydra.sweep.dir a new folder")
-            for folder, what in within:
-                folder = Path(os.path.abspath(Path(folder).expanduser())).resolve()
-                if path == folder or folder in path.parents:
-                    raise UserError(f"{key}: {path} is {'' if path == folder else 'inside '}{what} {folder}, which this "
-                                    f"command reads; give {key} a folder outside it")
+            check_outside(path, key, within)
+
+
+def check_outside(path: Path, setting: str, within: Iterable[tuple], reader: str = "this command") -> None:
+    """``path`` (an output folder, resolved) is neither of nor inside any of ``within``'s (folder, what it
+    is) pairs, which ``reader`` reads: one :class:`UserError` line naming ``setting`` otherwise."""
+    for folder, what in within:
+        folder = Path(os.path.abspath(Path(folder).expanduser())).resolve()
+        if path == folder or folder in path.parents:
+            raise UserError(f"{setting}: {path} is {'' if path == folder else 'inside '}{what} {folder}, which "
+                            f"{reader} reads; give {setting} a folder outside it")
 
 
 MAX_READ_BYTES = 16 * 2**20  # a run record is a few kB, a paper's table less: 16 MiB is damage, not a record

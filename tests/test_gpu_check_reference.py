@@ -167,7 +167,7 @@ def test_a_slice_s_overrides_are_refused_with_lra_train_s_own_line_before_anythi
     assert status == 0 and "(4 jobs: 2 rows x seeds 0, packed in one process, as many at a time as the GPU holds)" in printed
 
 
-def test_a_sweep_dir_that_cannot_take_the_slice_is_refused_with_one_line_naming_the_fix(tmp_path, capsys):
+def test_a_sweep_dir_that_cannot_take_the_slice_is_refused_with_one_line_naming_the_fix(tmp_path, capsys, monkeypatch):
     def refused(sweep, *extra, status=2):
         code, printed, line = check_in_process(capsys, "--device", "cpu", "--reference", "--rows", "softmax",
                                                "--sweep-dir", str(sweep), "--out", str(tmp_path / "o"), *extra,
@@ -202,18 +202,25 @@ def test_a_sweep_dir_that_cannot_take_the_slice_is_refused_with_one_line_naming_
     line = refused(tmp_path / "s", "--out", str(tmp_path / "s" / "out"), status=1)
     assert line.endswith("lie one inside the other (lra-table would count the packed records as runs of the slice): "
                          "give them separate folders")
+    monkeypatch.setenv("LRA_DATA_DIR", str(tmp_path / "data"))  # lra-train would refuse it only once the slice ran
+    assert refused(tmp_path / "data" / "listops" / "slice", status=1) == (
+        f"error: --sweep-dir: {tmp_path / 'data' / 'listops' / 'slice'} is inside the listops data folder "
+        f"{tmp_path / 'data' / 'listops'}, which lra-train reads; give --sweep-dir a folder outside it")
+    assert refused(tmp_path / "data", status=1).startswith(f"error: --sweep-dir: {tmp_path / 'data'} is a folder")
 
 
 def test_a_step_s_error_line_is_on_the_console_not_only_in_summary_md(tmp_path, data_dir):
-    """lra-train refuses a sweep folder inside the data it reads: the check says so on its console."""
-    sweep = data_dir / "listops" / "slice"
-    done = run_command(["lra-gpu-check", "--device", "cpu", "--reference", "--rows", "softmax", "--sweep-dir", str(sweep),
-                        "--out", str(tmp_path / "o"), "--", *SMOKE], tmp_path, data_dir, check=False)
+    """The slice's run meets a full disk as it writes its first checkpoint: the check says the sweep's line
+    on its console."""
+    done = run_command(["lra-gpu-check", "--device", "cpu", "--reference", "--rows", "softmax", "--sweep-dir",
+                        str(tmp_path / "slice"), "--out", str(tmp_path / "o"), "--", *SMOKE], tmp_path, data_dir,
+                       env_extra={"LRA_FAULT": "checkpoint_write:1:ENOSPC"}, check=False)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     said = [line for line in done.stdout.splitlines() if " said: " in line]
-    assert said == [f"[lra-gpu-check] reference ListOps said: error: hydra.sweep.dir: {sweep} is inside the listops "
-                    f"data folder {data_dir / 'listops'}, which this command reads; give hydra.sweep.dir a folder "
-                    "outside it"], done.stdout
+    assert said == ["[lra-gpu-check] reference ListOps said: error: 1 of the sweep's 1 runs failed; the table above "
+                    f"and {tmp_path / 'slice' / 'table.md'} list each with its error (its record and train.log say "
+                    "more)"], done.stdout
+    assert "No space left on device" in (tmp_path / "slice" / "table.md").read_text()
 
 
 LAUNCHER = """#!{python} -S

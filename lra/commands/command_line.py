@@ -26,9 +26,7 @@ def check(argv: list) -> None:
     check_data_dir_variable(argv)
     refuse_run_dir_beside_resume(argv)
     refuse_slurm_without_slurm(argv)
-    data = Path(data_dir(argv))  # the data folder itself, and each task's folder in it (its caches)
-    within = [(data / path.stem, f"the {path.stem} data folder") for path in sorted((CONF_DIR / "task").glob("*.yaml"))]
-    check_hydra_output_overrides(argv, reads=[data], within=within, runs=True)
+    check_hydra_output_overrides(argv, reads=[data_dir(argv)], within=task_data_folders(argv), runs=True)
     refuse_another_commands_sweep(argv)
     check_presets_against_choices(argv)
     refuse_settings_of_a_deleted_group(argv)
@@ -67,6 +65,13 @@ def given(argv: list, key: str) -> Optional[str]:
 
 def multirun(argv: list) -> bool:
     return bool({"-m", "--multirun"} & set(argv))
+
+
+def task_data_folders(argv: list) -> list:
+    """(folder, what it is) for each task's folder in the data folder ``argv`` names (its caches): no run's
+    output may lie in one."""
+    data = Path(data_dir(argv))
+    return [(data / path.stem, f"the {path.stem} data folder") for path in sorted((CONF_DIR / "task").glob("*.yaml"))]
 
 
 def data_dir(argv: list) -> str:

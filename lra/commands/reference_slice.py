@@ -20,7 +20,7 @@ from typing import Callable, Iterator, List, Optional
 
 from lra.errors import ConfigError, UserError
 from lra.packing import pack_size
-from lra.io import check_output_folder
+from lra.io import check_output_folder, check_outside
 from lra.records import REPO_ROOT, read_record
 from lra.run import PACKED, hydra_value
 
@@ -230,7 +230,11 @@ def _cuda_assumed(assume: bool) -> Iterator[None]:
 def check_sweep_dir(sweep_dir: Path, planned: Slice, out: Optional[Path]) -> None:
     """``--sweep-dir`` can take this slice: a folder that can be written (one line otherwise, as for any
     output folder), apart from ``--out``, and empty or holding this very slice."""
-    check_output_folder(sweep_dir, "--sweep-dir")
+    from lra.commands.command_line import data_dir, task_data_folders
+
+    lra_train = planned.command(sweep_dir)  # the folder is lra-train's hydra.sweep.dir, checked as lra-train would
+    check_output_folder(sweep_dir, "--sweep-dir", reads=[data_dir(lra_train)])
+    check_outside(sweep_dir.resolve(), "--sweep-dir", task_data_folders(lra_train), reader="lra-train")
     if out is not None:
         out, sweep = Path(out).resolve(), sweep_dir.resolve()
         if out == sweep or sweep in out.parents or out in sweep.parents:
