@@ -256,3 +256,44 @@ def test_an_unnamed_empty_pathfinder_image_is_let_be(tmp_path):
     expected = prepare(tmp_path, tmp_path / "release", PATHFINDER, "before").content
     (folder / "imgs" / "1" / "sample_999.png").write_bytes(b"")
     assert prepare(tmp_path, tmp_path / "release", PATHFINDER, "after").content == expected
+
+
+# ----------------------------------------------------------------------------- release row counts
+def prepare_noting(tmp_path, raw, overrides, data_name):
+    notes = []
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        task = compose(config_name="config", overrides=[*overrides, f"task.path={raw}"]).task
+    data = load_task_data(task, tmp_path / data_name, announce=notes.append, prepare=True)
+    return data, [note for note in notes if note.startswith("note:")]
+
+
+def test_a_release_file_cut_at_a_line_boundary_or_inside_its_last_line_is_named_in_a_note(tmp_path, monkeypatch):
+    """A download cut at a line boundary reads as whole, and one cut inside Retrieval's last text leaves a
+    shorter text: each file's row count is held to the release's (here the fixture's), a note naming the file."""
+    from lra.data import retrieval
+
+    folder = write_aan(tmp_path / "aan")
+    rows = len((folder / "new_aan_pairs.train.tsv").read_bytes().splitlines())
+    monkeypatch.setattr(retrieval, "RELEASE_PAIRS", {"train": rows, "val": rows, "test": rows})
+    listops_folder = write_listops_release(tmp_path / "ops") / "basic_val.tsv"
+    monkeypatch.setattr(listops, "RELEASE_ROWS", {"train": 30, "val": 6, "test": 6})
+    assert prepare_noting(tmp_path, tmp_path / "aan", ["task=retrieval"], "whole")[1] == []
+    assert prepare_noting(tmp_path, tmp_path / "ops", LISTOPS, "whole-ops")[1] == []
+
+    train = folder / "new_aan_pairs.train.tsv"
+    train.write_bytes(train.read_bytes()[:-1].rsplit(b"\n", 1)[0] + b"\n")  # the last line gone, at its boundary
+    assert prepare_noting(tmp_path, tmp_path / "aan", ["task=retrieval"], "boundary")[1] == [
+        f"note: {train} holds {rows - 1:,} rows where the LRA release's holds {rows:,}: if it should be the release, "
+        "it is cut or edited; re-extract the release"]
+    train.write_bytes(train.read_bytes()[:-3])  # and the line before it cut inside its text2
+    data, notes = prepare_noting(tmp_path, tmp_path / "aan", ["task=retrieval"], "inside")
+    assert notes == [f"note: {train} holds {rows - 1:,} rows where the LRA release's holds {rows:,} and its last line "
+                     "has no line end (cut inside it?): if it should be the release, it is cut or edited; re-extract "
+                     "the release"]
+    assert len(data.splits["train"]) == rows - 1
+
+    lines = listops_folder.read_text().splitlines()
+    listops_folder.write_text("\n".join(lines[:-1]) + "\n")
+    assert prepare_noting(tmp_path, tmp_path / "ops", LISTOPS, "cut-ops")[1] == [
+        f"note: {listops_folder.resolve()} holds 5 rows where the LRA release's holds 6: if it should be the release, "
+        "it is cut or edited; re-extract the release"]

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from lra.config import typed_task
 from lra.data import (byte_text, generated, image, listops, listops_rows, locking, pathfinder, pathfinder_generator,
-                      raw_files, retrieval)
+                      raw_files, raw_text, retrieval)
 from lra.data.cache import (MANIFEST, CacheBuilder, TokenSplit, checked_manifest, heldout, load_cache,
                             settings_fingerprint)
 from lra.data.sources import AUTO, PATH_OF, SOURCES
@@ -306,6 +306,8 @@ def _listops(task, data_dir, train_subset, eval_subset, announce) -> Conversion:
             writer = builder.split(split, num_documents=1, dtype=np.uint8)
             path = raw_dir / f"basic_{split}.tsv"
             listops_rows.add_tsv_rows(path, writer, lambda rows: _progress(rows, None, f"tokenising {split}"))
+            if task.source == "lra_release":
+                raw_text.note_unlike_release(path, len(writer), listops.RELEASE_ROWS[split], announce)
 
     settings = {
         "raw": identity,
@@ -360,6 +362,7 @@ def _retrieval(task, data_dir, train_subset, eval_subset, announce) -> Conversio
             path = folder / name
             for text1, text2, label in _progress(retrieval.read_pairs(path), retrieval.count_lines(path), f"encoding {split}"):
                 writer.add([byte_text.encode_bytes(text1, limit), byte_text.encode_bytes(text2, limit)], label)
+            raw_text.note_unlike_release(path, len(writer), retrieval.RELEASE_PAIRS[split], announce)
 
     return Conversion(settings, build, automatic=False, locate=lambda: str(retrieval.find_release(task.path)),
                       raw_files=lambda: [retrieval.find_release(task.path) / name for name in retrieval.FILES.values()])

@@ -15,6 +15,7 @@ from lra.data.raw_text import without_byte_order_mark
 from lra.errors import UserError
 
 FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
+RELEASE_PAIRS = {"train": 147_086, "val": 18_090, "test": 17_437}  # the lines of each file in the LRA release
 
 
 def find_release(path: Optional[str]) -> Path:
