@@ -226,14 +226,14 @@ def test_the_preset_is_the_one_the_records_name_and_records_of_two_presets_are_r
 
 @pytest.mark.parametrize("gpu_seconds, why", [(-3, "gpu_seconds is -3, below 0"),
                                                (0, "gpu_seconds is 0 for a run that trained 10 steps")])
-def test_an_invalid_gpu_time_is_left_out_with_a_note(tmp_path, capsys, gpu_seconds, why):
+def test_an_invalid_gpu_time_is_unknown_with_a_note(tmp_path, capsys, gpu_seconds, why):
     """A negative GPU time, or none at all for a run that trained (which would cost its row nothing)."""
     write_run(tmp_path / "a", "Softmax", "listops", 0, preset=None, wall_time_seconds=10.0, gpu_seconds=gpu_seconds,
               device=f"cuda ({H100})", gpu_name=H100)
     table_main([str(tmp_path), "--cost"])
     out, err = capsys.readouterr()
     assert "| Softmax | listops | 0 | completed | NVIDIA H100 80GB HBM3 | 10 | — | unknown | — |" in out
-    assert f"note: {tmp_path / 'a' / 'metrics.json'}: {why}; left out of the table" in err
+    assert f"note: {tmp_path / 'a' / 'metrics.json'}: {why}; its GPU time is taken as unknown" in err
 
 
 def test_a_wall_time_of_0_for_a_run_that_trained_is_left_out_of_the_table_with_a_note(tmp_path, capsys):

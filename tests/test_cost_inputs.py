@@ -130,7 +130,8 @@ def test_gpu_seconds_beyond_wall_time_times_processes_is_unknown_with_a_note(tmp
 
 @pytest.mark.parametrize("tokens, why", [(2.5, "train_tokens is 2.5, not a whole number; its training tokens are "
                                                 "taken as unknown"),
-                                         ("many", "train_tokens is 'many', not a number; left out of the table")])
+                                         ("many", "train_tokens is 'many', not a number; its training tokens are "
+                                                  "taken as unknown")])
 def test_train_tokens_that_are_no_whole_number_are_unknown_not_taken_from_the_config(tmp_path, capsys, tokens, why):
     """The run's config would give 1,000 tokens (10 steps × batch 10 × length 10): a damaged record's count is
     not replaced by a guess."""

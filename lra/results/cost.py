@@ -53,6 +53,8 @@ MOST_SEEDS = 1000  # --cost-seeds: a table is run with a few seeds; more than th
 # gpu_seconds may exceed wall time × processes by a float's rounding (each stretch is summed apart), no more.
 SHARE_ROUNDING = 1e-6
 COST_FIELDS = ("gpu_seconds", "train_tokens")  # the record's numbers this report reads besides the table's
+UNKNOWN_WHEN_INVALID = {"gpu_seconds": "its GPU time is taken as unknown",
+                        "train_tokens": "its training tokens are taken as unknown"}
 # What a figure rests on (:func:`basis_of`), and a run without GPU time: what each table prints.
 MEASURED, DERIVED, PROJECTED = "measured", "derived", "projected"
 UNKNOWN, CPU = "unknown", "cpu"
@@ -171,7 +173,7 @@ def gpu_name(record: dict) -> Optional[str]:
 def run_cost(record: dict, gpu_share: Optional[Fraction], warn: Callable[[str], None]) -> RunCost:
     """What ``record`` (read by :func:`lra.results.reading.read_records`) cost on its GPU."""
     where = str(Path(record["run_dir"]) / "metrics.json")
-    validity.screen(record, COST_FIELDS, warn, where)
+    validity.screen(record, COST_FIELDS, warn, where, consequences=UNKNOWN_WHEN_INVALID)
     name = gpu_name(record)
     screen_counts(record, name is not None, warn, where)
     invalid = record.get(validity.INVALID, {})
@@ -216,7 +218,8 @@ def screen_counts(record: dict, on_gpu: bool, warn: Callable[[str], None], where
     problems = {}
     tokens = record.get("train_tokens")
     if tokens is not None and tokens != int(tokens):
-        problems["train_tokens"] = (f"train_tokens is {tokens}, not a whole number", "its training tokens are")
+        problems["train_tokens"] = (f"train_tokens is {tokens}, not a whole number",
+                                    UNKNOWN_WHEN_INVALID["train_tokens"])
     if on_gpu:
         processes, why = record.get("processes"), None
         if processes is not None and not (validity.is_number(processes) and math.isfinite(processes)
@@ -225,17 +228,17 @@ def screen_counts(record: dict, on_gpu: bool, warn: Callable[[str], None], where
         elif processes is not None:
             why = validity.problem("processes", processes)  # beyond any run
         if why is not None:
-            problems["processes"] = (why, "its GPU time is")
+            problems["processes"] = (why, UNKNOWN_WHEN_INVALID["gpu_seconds"])
         gpu, wall = record.get("gpu_seconds"), record.get("wall_time_seconds")
         processes = 1 if processes is None else processes
         if why is None and gpu is not None and wall is not None and gpu > wall * processes * (1 + SHARE_ROUNDING):
             problems["gpu_seconds"] = (f"gpu_seconds is {gpu:g} for {wall:g} s of wall time × {processes:g} "
                                        f"process{'es' * (processes != 1)}: a share of its GPU above 1",
-                                       "its GPU time is")
+                                       UNKNOWN_WHEN_INVALID["gpu_seconds"])
     for field, (why, what) in problems.items():
         found[field] = why
         record[field] = None
-        warn(f"{where}: {why}; {what} taken as unknown")
+        warn(f"{where}: {why}; {what}")
 
 
 # ----------------------------------------------------------------------------- the report

@@ -8,7 +8,7 @@ the value. A table never averages it into ``inf ± nan``."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
 # Fields every table reads; lra-table adds its --metric.
 TABLE_FIELDS = ("test_accuracy", "best_val_accuracy", "train_tokens_per_second", "peak_memory_mb", "wall_time_seconds",
@@ -74,16 +74,19 @@ def problem_in(record: dict, field: str) -> Optional[str]:
     return why
 
 
-def screen(record: dict, fields: Iterable[str], warn: Callable[[str], None], where: str) -> None:
+def screen(record: dict, fields: Iterable[str], warn: Callable[[str], None], where: str,
+           consequences: Optional[Dict[str, str]] = None) -> None:
     """Set each field of ``fields`` whose value is invalid to None in ``record`` and name it in
-    ``record[INVALID]``, with a ``warn`` line naming ``where`` (the record's file)."""
+    ``record[INVALID]``, with a ``warn`` line naming ``where`` (the record's file) and what becomes of the
+    value: ``consequences[field]`` where the caller's report says otherwise than a table."""
     found = record.setdefault(INVALID, {})
     for field in dict.fromkeys(fields):
         why = problem_in(record, field)
         if why is not None:
             found[field] = why
             record[field] = None
-            warn(f"{where}: {why}; " + ("taken as unknown (not counted)" if field in FLAGS else "left out of the table"))
+            default = "taken as unknown (not counted)" if field in FLAGS else "left out of the table"
+            warn(f"{where}: {why}; {(consequences or {}).get(field, default)}")
 
 
 def require(record: dict, field: str, warn: Callable[[str], None], where: str) -> None:
