@@ -22,7 +22,9 @@ The rules:
   block ends, so a record is never left half-updated by an interruption.
 - Before a command's edge is reached (its imports: torch alone takes seconds) and after it is left,
   :func:`guard_startup`'s handler ends the process at once with the same line and status: nothing is
-  being written then.
+  being written then. Once the last exit handler has run, the interpreter's own teardown (which puts
+  Python's handlers back to the default action) ignores these signals: the command's work and its last
+  line are done, and it ends a moment later with its own status, not silently with the signal's.
 - A process that stops the processes it started may say why before it signals them: it names a file
   in their environment (:data:`STOP_NOTE`) and writes the reason there (lra-gpu-check's time limit);
   their interruption then reads ``interrupted (SIGTERM: <that reason>)``.
@@ -30,6 +32,7 @@ The rules:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -133,6 +136,15 @@ def guard_startup() -> None:
     for number in HANDLED:
         if _takes_over(signal.getsignal(number)):
             signal.signal(number, _end_outside_the_edge)
+    atexit.register(_ignore_signals_in_teardown)  # registered first, so it runs last
+
+
+def _ignore_signals_in_teardown() -> None:
+    """The last exit handler: the policy's signals ignored through the interpreter's teardown, which would
+    otherwise reset them to the default action and let a late signal end a finished command silently."""
+    for number in HANDLED:
+        if signal.getsignal(number) in (_handle, _end_outside_the_edge):
+            signal.signal(number, signal.SIG_IGN)
 
 
 @contextlib.contextmanager

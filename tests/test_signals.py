@@ -286,6 +286,27 @@ print("not reached")
     assert ignored.stdout == "alive\n", "nohup's ignored SIGHUP stays ignored"
 
 
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_in_the_interpreters_teardown_after_a_finished_command_is_ignored(number):
+    """Once the exit handlers have run, Python's teardown puts its signal handlers back to the default
+    action: a SIGTERM then (here from an object deleted in the teardown, as a late ``kill`` would land) ended a
+    command that had done everything and printed its last line with 143 and no line. It is ignored there:
+    the command ends with its own status."""
+    ended = subprocess.run([sys.executable, "-c", f"""
+import os, signal, sys
+sys.argv[0] = "/venv/bin/lra-table"
+import lra.commands
+class Late:
+    def __del__(self):
+        os.kill(os.getpid(), {int(number)})
+        os.write(1, b"the teardown went on\\n")
+late = Late()
+print("done", flush=True)
+sys.exit(0)
+"""], capture_output=True, text=True, timeout=60, preexec_fn=shell_signal_handling)
+    assert (ended.returncode, ended.stdout, ended.stderr) == (0, "done\nthe teardown went on\n", "")
+
+
 class _SignalledWhilePickled:
     """Sends this process SIGTERM while torch.save pickles it: a signal inside the zip writer."""
 
