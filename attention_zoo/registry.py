@@ -100,6 +100,8 @@ class Backend:
 
 _REGISTRY: Dict[str, Backend] = {}
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # attention=<name>, conf/attention/<name>.yaml, schema_attention_<name>
+NOT_NAMES = ("null", "true", "false", "nan", "inf")  # Hydra's override grammar reads these as values, in any case
+RESERVED_OPTIONS = ("name", "defaults")  # the config's attention.name, and Hydra's defaults list
 
 
 class BackendError(RuntimeError):
@@ -116,6 +118,9 @@ def register(name: str, options: Type[Any]) -> Callable[[Type[Attention]], Type[
     if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ValueError(f"attention backend name {name!r} is not usable: use letters, digits and underscores, "
                          "starting with a letter (it becomes attention=<name> and conf/attention/<name>.yaml)")
+    if name.lower() in NOT_NAMES:
+        raise ValueError(f"attention backend name {name!r} is not usable: the command line reads attention={name} as "
+                         f"the value {name.lower()}, not a name; choose another")
     _check_options_class(name, options)
 
     def decorate(cls: Type[Attention]) -> Type[Attention]:
@@ -154,13 +159,37 @@ def _check_options_class(name: str, options: Any) -> None:
     for option in dataclasses.fields(options):
         if not option.init:
             continue
+        if option.name in RESERVED_OPTIONS or option.name.startswith("_"):
+            raise TypeError(f"option '{option.name}' of backend '{name}' has a name the config keeps for itself "
+                            f"(attention.name, Hydra's defaults and _keys_): rename it")
         if option.default is dataclasses.MISSING and option.default_factory is dataclasses.MISSING:
             raise TypeError(f"option '{option.name}' of backend '{name}' has no default: give it one "
                             f"(build('{name}', ...) and attention={name} start from every option's default)")
-        if not _plain(hints.get(option.name, Any)):
-            raise TypeError(f"option '{option.name}' of backend '{name}' has type {hints[option.name]!r}, which a "
+        hint = hints.get(option.name, Any)
+        if not _plain(hint):
+            raise TypeError(f"option '{option.name}' of backend '{name}' has type {hint!r}, which a "
                             "config file cannot hold: use int, float, bool, str, an Enum, or Optional/List/Dict/Tuple "
                             "of them (a choice of behaviours: a str checked by attention_zoo.options.choice)")
+        default = option.default if option.default_factory is dataclasses.MISSING else option.default_factory()
+        if not _fits(default, hint):
+            raise TypeError(f"option '{option.name}' of backend '{name}' defaults to {default!r}, which is not "
+                            f"{_type_rule(hint)}: give it a default of its type"
+                            + (f" or declare it Optional[{getattr(hint, '__name__', hint)}]" if default is None else ""))
+        _check_config_holds(name, option.name, hint, default)
+
+
+def _check_config_holds(name: str, option: str, hint: Any, default: Any) -> None:
+    """What OmegaConf, which holds every config, cannot (a tuple of mixed types, a list of tuples): one line."""
+    from omegaconf import OmegaConf
+
+    probe = dataclasses.make_dataclass("Probe", [(option, hint, dataclasses.field(default_factory=lambda: default))])
+    try:
+        OmegaConf.structured(probe)
+    except Exception as exc:
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise TypeError(f"option '{option}' of backend '{name}' has type {hint!r}, which a config file cannot hold "
+                        f"({said}): use int, float, bool, str, an Enum, or Optional/List/Dict/Tuple of one of them") \
+            from None
 
 
 def _plain(hint: Any) -> bool:

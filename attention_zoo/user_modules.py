@@ -8,13 +8,14 @@ worse. A file named twice (or also as a module path) is imported once; two files
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import os
 import sys
 import traceback
 from pathlib import Path
-from typing import List, Optional, Set
+from typing import Dict, List, Optional, Set
 
 VARIABLE = "LRA_ATTENTION_MODULES"
 _PACKAGE = str(Path(__file__).resolve().parent)
@@ -67,9 +68,14 @@ def _from_module(entry: str) -> None:
         _IMPORTED.add(origin)
 
 
-def _where(exc: BaseException) -> str:
-    """Where in the user's code the import failed: the innermost frame outside the import machinery."""
+def _where(exc: BaseException, entry: str = "") -> str:
+    """Where in the user's code the import failed: the innermost frame in the file named (``entry``), else the
+    innermost one outside the import machinery."""
     frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if "importlib" not in frame.filename]
+    named = Path(entry).expanduser().resolve() if entry.endswith(".py") else None
+    in_file = [frame for frame in frames if named is not None and Path(frame.filename).resolve() == named]
+    if in_file and not isinstance(exc, SyntaxError):
+        return f" ({named.name}, line {in_file[-1].lineno})"
     yours = [frame for frame in frames if not frame.filename.startswith(_PACKAGE + os.sep)]  # not register()'s line
     frames = yours or [frame for frame in frames if not frame.filename.endswith("user_modules.py")]
     if isinstance(exc, SyntaxError) and exc.filename:
@@ -87,10 +93,14 @@ def import_all(value: Optional[str]) -> None:
                 _from_module(entry)
         except UserModuleError:
             raise
+        except SystemExit as exc:  # argparse at import, sys.exit(): the command would end without a word
+            raise UserModuleError(f"{VARIABLE}: {entry} exited while it was imported (SystemExit {exc.code!r}"
+                                  f"{_where(exc, entry)}): a module that registers backends must not parse the command "
+                                  f"line or exit at import; fix it, or take it out of {VARIABLE}") from None
         except Exception as exc:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
             raise UserModuleError(f"{VARIABLE}: {entry} failed to import: {type(exc).__name__}: {message}"
-                                  f"{_where(exc)}; fix it, or take it out of {VARIABLE}") from exc
+                                  f"{_where(exc, entry)}; fix it, or take it out of {VARIABLE}") from exc
 
 
 def load() -> None:
@@ -107,3 +117,19 @@ def check() -> None:
     or ``make_options``, and the harness's commands before they start)."""
     if _FAILURE:
         raise _FAILURE[0]
+
+
+def source_of(cls: type) -> Optional[Dict[str, str]]:
+    """``{"file", "sha256"}``: the file that defines ``cls`` and the digest of its bytes, for a backend defined outside
+    this package (a backend of yours: the harness's git commit does not name its code; what that file imports is
+    not covered); None for a built-in backend, or where the class has no file that can be read."""
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if not path:
+        return None
+    path = Path(path).resolve()
+    if str(path).startswith(_PACKAGE + os.sep):
+        return None
+    try:
+        return {"file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    except OSError:
+        return None

@@ -129,18 +129,37 @@ def check_config(path: Path, payload: Dict[str, Any], config_sha256: Optional[st
 
 
 def build_identity(device: torch.device, amp_dtype: Optional[torch.dtype],
-                   attention_engine: Optional[str] = None) -> Dict[str, str]:
+                   attention_engine: Optional[str] = None, attention_code: Optional[str] = None) -> Dict[str, str]:
     """What computed a training checkpoint, besides its config: the torch build (its version names the CUDA or
     CPU build), the device type (on a CPU, its thread count: :func:`check_threads`), the autocast precision
     (``trainer.device=auto`` and ``trainer.precision=auto`` choose them at each start) and the attention's
     engine where the machine chooses it
-    (:func:`attention_zoo.engines`: YOSO's compiled kernels or its PyTorch path). A resume elsewhere would go on
-    computing otherwise than the run began, and its record would name only the last of them."""
+    (:func:`attention_zoo.engines`: YOSO's compiled kernels or its PyTorch path), and for a backend of the user's
+    the SHA-256 of the file that defines it (``attention_code``: :func:`check_attention_code`). A resume elsewhere
+    would go on computing otherwise than the run began, and its record would name only the last of them."""
     identity = {"torch": torch.__version__, "device": device.type,
                 "precision": str(amp_dtype).removeprefix("torch.") if amp_dtype is not None else "float32"}
     if device.type == "cpu":  # a CPU run's last digits depend on how many threads split its reductions
         identity["cpu_threads"] = str(torch.get_num_threads())
-    return identity | ({"attention_engine": attention_engine} if attention_engine else {})
+    return identity | ({"attention_engine": attention_engine} if attention_engine else {}) | (
+        {"attention_code": attention_code} if attention_code else {})
+
+
+def check_attention_code(path: Path, payload: Dict[str, Any], here: Dict[str, str], file: Optional[str]) -> None:
+    """A checkpoint of a backend of the user's (``LRA_ATTENTION_MODULES``) is resumed only by the code that
+    trained it: the SHA-256 of the file defining the backend (``file`` here) must be its build's
+    ``attention_code``. An edited file, or another file registering the name, would train the rest of the
+    run as another attention, and the record would not know. One :class:`UserError` line otherwise."""
+    recorded = payload.get("build") if isinstance(payload, dict) else None
+    code = recorded.get("attention_code") if isinstance(recorded, dict) else None
+    if not isinstance(code, str) or code == here.get("attention_code"):
+        return
+    now = f"{file}, whose SHA-256 is now {here['attention_code'][:12]}…" if here.get("attention_code") else \
+        "a built-in backend of that name"
+    raise UserError(f"cannot resume from {path}: it was trained by a backend of yours defined in a file of SHA-256 "
+                    f"{code[:12]}… and this process computes it with {now}: a run goes on only with the code it "
+                    f"began with; restore that file (LRA_ATTENTION_MODULES), or start a new run with the same "
+                    f"overrides; the run's metrics.json is left as it was")
 
 
 def check_build(path: Path, payload: Dict[str, Any], here: Dict[str, str]) -> None:

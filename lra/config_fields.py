@@ -14,10 +14,12 @@ from attention_zoo.options import InvalidOption
 
 
 def attention_schema(backend: attention_zoo.Backend, with_name: bool = True) -> type:
-    """A dataclass with ``name`` (unless not ``with_name``) plus the backend's own options."""
+    """A dataclass with ``name`` (unless not ``with_name``) plus the backend's own options (its ``init`` fields)."""
     fields = [("name", str, field(default=backend.name))] if with_name else []
     types = typing.get_type_hints(backend.options)  # resolves string annotations
     for option in dataclasses.fields(backend.options):
+        if not option.init:  # the options' own state (set in __post_init__), no setting
+            continue
         default = (
             field(default_factory=option.default_factory)
             if option.default_factory is not dataclasses.MISSING

@@ -23,6 +23,12 @@ HISTORY = "history.json"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def source_fields(source: Optional[dict]) -> dict:
+    """The record's fields naming the code of a backend of the user's (``attention_zoo.user_modules.source_of``:
+    the file that defines it and its SHA-256), which the run's git commit does not name; none for a built-in."""
+    return {} if not source else {"attention_file": source["file"], "attention_file_sha256": source["sha256"]}
+
+
 @functools.lru_cache(maxsize=None)  # HEAD does not move during a run: ask git once
 def git_commit() -> str:
     """HEAD of the checkout this package runs from, with ``-dirty`` if tracked files changed. An

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 import attention_zoo
+from attention_zoo import user_modules
 from lra import capture, checkpoint, distributed, gpus, packing
 from lra.train_window import TrainWindow
 from lra.build import build
@@ -30,7 +31,7 @@ from lra.determinism import NondeterminismLog
 from lra.errors import UserError
 from lra.io import Unreadable, atomic_write_json, read_bytes
 from lra.profiling.measure import process_peak_mb
-from lra.records import HISTORY, RunRecord, describe_device, git_commit
+from lra.records import HISTORY, RunRecord, describe_device, git_commit, source_fields
 from lra.run import RunDirectory
 from lra.validation import attention_spec, run_label
 
@@ -112,7 +113,9 @@ class Trainer:
         self.optimizer, self.scheduler = parts.optimizer, parts.scheduler
         self.scaler, self.sampler = parts.scaler, parts.sampler
         self.captured = capture.CapturedStep(self) if cfg.trainer.capture else None
-        self.build = checkpoint.build_identity(self.device, self.amp_dtype, parts.attention_engine)  # checked at a resume
+        self.attention_source = user_modules.source_of(attention_zoo.get(self.attention_name).cls)  # a backend of yours
+        self.build = checkpoint.build_identity(self.device, self.amp_dtype, parts.attention_engine,  # checked at a resume
+                                               (self.attention_source or {}).get("sha256"))
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         self.gpu_clock = gpus.GpuClock.of(self.device, ranks.world)
         self.chance = ChanceLevel.of(self.data.splits["val"].labels)
@@ -127,7 +130,7 @@ class Trainer:
                            data_cache=str(self.data.cache_dir),
                            data_source=self.data.source, data_raw_folder=self.data.raw_folder,
                            run_dir=str(self.run_dir), **{self.engine_field: self.build.get("attention_engine")},
-                           **self.describe_stage())
+                           **self.describe_stage(), **source_fields(self.attention_source))
 
     stage_name = ""  # the progress line's prefix
     lr_setting = "trainer.lr"  # the setting of this stage's learning rate, named when the loss diverges
@@ -209,6 +212,7 @@ class Trainer:
         path, payload = found
         checkpoint.check_config(path, payload, self.folder.config_sha256)
         self.follow_engine(checkpoint.recorded_engine(payload), str(path))
+        checkpoint.check_attention_code(path, payload, self.build, (self.attention_source or {}).get("file"))
         checkpoint.check_threads(path, payload, self.build)
         checkpoint.check_build(path, payload, self.build)
         self.check_same_data(previous, payload)

@@ -155,6 +155,9 @@ def test_every_preset_and_default_is_valid():
     # in Hydra's composition (or a line cut after "while composing config:").
     (["task=null"], "task=null: a config group takes one of its choices, not null; pass task=<choice>"),
     (["+model=null"], "model=null: a config group takes one of its choices, not null"),
+    # attention=none is a backend's name, not null: the group the command line read as a value is blamed
+    (["trainer=true", "attention=none"], "trainer=true: a config group takes one of its choices, not the value true"),
+    (["attention=none", "task=NULL"], "task=NULL: a config group takes one of its choices, not null"),
     (["task=[listops,text]"], "task=[listops,text]: a config group takes one choice, not a list; to train each of them, "
                               "sweep them: -m task=listops,text"),
     (["--config-dir", "no/such/folder"], "/no/such/folder' not found; pass an existing folder to --config-dir, or "

@@ -64,9 +64,11 @@ def build(name, **options):
 
 
 # ----------------------------------------------------------------------------- register()
-@pytest.mark.parametrize("name", ["my attn", "conf/attention", "", "1st", "dotted.name", 3])
+@pytest.mark.parametrize("name", ["my attn", "conf/attention", "", "1st", "dotted.name", 3, "nan", "Inf", "TRUE",
+                                  "false", "null"])
 def test_a_name_no_config_can_hold_is_refused_and_the_registry_still_lists(name):
-    with pytest.raises(ValueError, match="letters, digits and underscores"):
+    """attention=nan was read as a float by the command line, so a backend so named could never be chosen."""
+    with pytest.raises(ValueError, match="letters, digits and underscores|reads attention=.* as the value"):
         scaled_values(name)
     assert attention_zoo.names() == sorted(attention_zoo.names())  # an int name made this raise for every caller
     with pytest.raises(KeyError, match="registered: .*softmax"):
@@ -88,11 +90,25 @@ class LiteralOption:
     mode: typing.Literal["a", "b"] = "a"
 
 
+def options_with(annotation, default):
+    return dataclasses.make_dataclass("Options", [("knob", annotation, dataclasses.field(default_factory=lambda: default))])
+
+
 @pytest.mark.parametrize("options, words", [
     (ScaleOptions(), "an instance of ScaleOptions: pass the class itself"),
     (NoDefault, "option 'window' of backend 'picky' has no default: give it one"),
     (CallableOption, "option 'feature_map' of backend 'picky' has type .*Callable.*which a config file cannot hold"),
     (LiteralOption, "option 'mode' .*Literal.*attention_zoo.options.choice"),
+    # Each was registered, then every command (lra-train attention=softmax too) was a Hydra traceback:
+    (options_with(int, None), r"option 'knob' of backend 'picky' defaults to None, which is not a whole number: give "
+                              r"it a default of its type or declare it Optional\[int\]"),
+    (options_with(int, 1.5), "defaults to 1.5, which is not a whole number"),
+    (options_with(bool, 1), "defaults to 1, which is not true or false"),
+    (options_with(typing.Tuple[int, str], (1, "a")), r"option 'knob' .*Tuple\[int, str\], which a config file cannot "
+                                                     r"hold \(Value 'a' of type 'str' could not be converted"),
+    (options_with(typing.List[typing.Tuple[int, int]], [(1, 2)]), "which a config file cannot hold"),
+    (dataclasses.make_dataclass("Named", [("name", str, "mine")]), "option 'name' .* a name the config keeps for itself"),
+    (dataclasses.make_dataclass("Defaults", [("defaults", int, 1)]), "option 'defaults' .* keeps for itself"),
 ])
 def test_options_no_preset_could_make_are_refused_at_registration(options, words):
     """Each was accepted, then failed later: build('picky') with a raw __init__ TypeError, and lra-train
@@ -100,6 +116,30 @@ def test_options_no_preset_could_make_are_refused_at_registration(options, words
     with pytest.raises(TypeError, match=words):
         scaled_values("picky", options=options)
     assert "picky" not in attention_zoo.names()
+
+
+@dataclasses.dataclass
+class CountingOptions:
+    scale: float = 1.0
+    calls: int = dataclasses.field(default=0, init=False)  # the options' own state, no setting
+    seen: int = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        self.seen = 0
+
+
+def test_options_own_fields_outside_init_are_no_settings_of_the_config():
+    """A field with init=False is state the options keep: it was a config key, which the options refused as
+    an unknown keyword (or, without a default, a Hydra traceback) in every lra-train."""
+    from omegaconf import OmegaConf
+
+    from lra.config import register_configs
+    from lra.config_fields import attention_schema
+
+    scaled_values("counting", options=CountingOptions)
+    register_configs()
+    assert list(OmegaConf.structured(attention_schema(attention_zoo.get("counting")))) == ["name", "scale"]
+    assert build("counting", scale=2.0).options.calls == 0
 
 
 def test_what_is_not_a_backend_class_is_refused_at_registration():

@@ -87,6 +87,38 @@ except ConfigError as error:
                                          "valid keys under attention: name, temperature"], shown.stderr[-2000:]
 
 
+def test_a_run_records_the_file_of_your_backend_and_resumes_only_with_that_code(tmp_path, data_dir):
+    """The harness's git commit does not name your code: the record holds the file and its SHA-256, and a
+    resume with the file edited (or another file registering the name) is one line, not half a run of each."""
+    import hashlib
+
+    mine = tmp_path / "tempered.py"
+    mine.write_text(BACKEND)
+    named = {"LRA_ATTENTION_MODULES": str(mine)}
+    chain = ["trainer.max_steps=4", "trainer.checkpoint_every=2", "trainer.eval_every=2", "hydra.run.dir=killed"]
+    killed = run_command(["lra-train", "attention=tempered", *RUN, *chain], tmp_path, data_dir,
+                         env_extra={**named, "LRA_FAULT": "step:3:SIGKILL"}, check=False)
+    assert killed.returncode != 0 and (tmp_path / "killed" / "checkpoints" / "last.pt").is_file()
+    record = read_json(tmp_path / "killed" / "metrics.json")
+    digest = hashlib.sha256(BACKEND.encode()).hexdigest()
+    assert (record["attention_file"], record["attention_file_sha256"]) == (str(mine), digest)
+    mine.write_text(BACKEND.replace("torch.softmax(scores, dim=-1) @ v", "v * 1.0"))
+    refused = run_command(["lra-train", "resume=killed"], tmp_path, data_dir, env_extra=named, check=False)
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines()[-1] == (
+        f"error: cannot resume from {tmp_path / 'killed' / 'checkpoints' / 'last.pt'}: it was trained by a backend of "
+        f"yours defined in a file of SHA-256 {digest[:12]}… and this process computes it with {mine}, whose SHA-256 is "
+        f"now {hashlib.sha256(mine.read_bytes()).hexdigest()[:12]}…: a run goes on only with the code it began with; "
+        "restore that file (LRA_ATTENTION_MODULES), or start a new run with the same overrides; the run's "
+        "metrics.json is left as it was"), refused.stderr
+    assert read_json(tmp_path / "killed" / "metrics.json") == record
+    mine.write_text(BACKEND)
+    run_command(["lra-train", "resume=killed"], tmp_path, data_dir, env_extra=named)
+    assert read_json(tmp_path / "killed" / "metrics.json")["status"] == "completed"
+    builtin = run_command(["lra-train", "attention=softmax", *RUN], tmp_path / "builtin", data_dir, env_extra=named)
+    (run,) = run_dirs(tmp_path / "builtin")
+    assert "attention_file" not in read_json(run / "metrics.json"), builtin.stdout
+
+
 @pytest.mark.parametrize("entry, write, said", [
     ("{tmp}/broken.py", "import torch\n\nx = torh.zeros(1)\n",
      "{tmp}/broken.py failed to import: NameError: name 'torh' is not defined (broken.py, line 3)"),
@@ -95,6 +127,11 @@ except ConfigError as error:
     ("{tmp}/missing.py", None, "{tmp}/missing.py is not a file; name a .py file that registers your backend, or a "
                                "module path such as mylab.attention"),
     ("no_such.module", None, "no_such.module failed to import: ModuleNotFoundError: No module named 'no_such'"),
+    ("{tmp}/exits.py", "import sys\n\nsys.exit(3)\n", "{tmp}/exits.py exited while it was imported (SystemExit 3 "
+                                                   "(exits.py, line 3)): a module that registers backends must not "
+                                                   "parse the command line or exit at import"),
+    ("{tmp}/parses.py", "import argparse\n\nargparse.ArgumentParser().parse_args(['--x'])\n",
+     "{tmp}/parses.py exited while it was imported (SystemExit 2 (parses.py, line 3))"),
 ])
 def test_a_module_of_yours_that_cannot_be_imported_is_one_line_naming_it(tmp_path, entry, write, said):
     entry, said = entry.format(tmp=tmp_path), said.format(tmp=tmp_path)

@@ -152,9 +152,17 @@ def _group_choice_line(exc: BaseException) -> Optional[str]:
                  if "=" in a and not a.startswith("-")]
     groups = [(key, value) for key, value in overrides if "." not in key]  # a group's choice: key=option
     if "Config group override must be a string or a list" in text:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parser = OverridesParser.create()
         for key, value in groups:
-            if value.lower() in ("null", "none", ""):
-                return (f"{key}={value}: a config group takes one of its choices, not null; pass {key}=<choice> "
+            try:
+                parsed = parser.parse_overrides([f"{key}={value}"])[0].value() if value else None
+            except Exception:  # not this one: Hydra's own line names it
+                continue
+            if parsed is None or isinstance(parsed, (bool, int, float)):
+                what = "null" if parsed is None else f"the value {value} (the command line reads it so)"
+                return (f"{key}={value}: a config group takes one of its choices, not {what}; pass {key}=<choice> "
                         "(--help lists them), or leave it at its default")
     if "Merge error" in text and "is not a subclass of" in text:
         for key, value in groups:
