@@ -238,13 +238,17 @@ def checked_forward(forward: Callable) -> Callable:
         inputs = (q, k, v) if mask is None else (q, k, v, mask)
         versions = None if torch.compiler.is_compiling() else _versions(inputs)
         out = forward(self, q, k, v, mask)
-        if not _output_fits(self, out, v):
-            _check_output(self, out, v)  # raises, unless autocast allows out's dtype
-        if versions is not None and versions != _versions(inputs):
-            changed = [label for label, seen, now in zip("q k v mask".split(), versions, _versions(inputs))
-                       if seen != now]
-            raise BackendError(f"{_qualified(type(self))}.forward changed {', '.join(changed)} in place (the caller's "
-                               "tensors): compute into new tensors (x = x * 2, not x.mul_(2))")
+        try:
+            if not _output_fits(self, out, v):
+                _check_output(self, out, v)  # raises, unless autocast allows out's dtype
+            if versions is not None and versions != _versions(inputs):
+                changed = [label for label, seen, now in zip("q k v mask".split(), versions, _versions(inputs))
+                           if seen != now]
+                raise BackendError(f"{_qualified(type(self))}.forward changed {', '.join(changed)} in place (the "
+                                   "caller's tensors): compute into new tensors (x = x * 2, not x.mul_(2))")
+        except BackendError as error:
+            error.backend = type(self)  # whose code to fix (lra's error line names a backend of yours so)
+            raise
         return out
 
     checked.checks_contract = True

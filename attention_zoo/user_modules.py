@@ -133,3 +133,22 @@ def source_of(cls: type) -> Optional[Dict[str, str]]:
         return {"file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     except OSError:
         return None
+
+
+def culprit(exc: BaseException) -> Optional[str]:
+    """``"<file>, line <n>"`` (or the file alone) where ``exc`` comes from the code of a backend of yours: a
+    contract :class:`~attention_zoo.registry.BackendError` of one of your classes, or an error whose innermost
+    frame in your files or this package (libraries such as torch passed over) is in one of your files. None
+    where it is the package's own, or no file of yours is involved."""
+    backend = getattr(exc, "backend", None)
+    if isinstance(backend, type):
+        source = source_of(backend)
+        return source["file"] if source else None
+    yours = {str(path) for path in _IMPORTED}
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        path = str(Path(frame.filename).resolve()) if frame.filename and not frame.filename.startswith("<") else ""
+        if path in yours:
+            return f"{path}, line {frame.lineno}"
+        if path.startswith(_PACKAGE + os.sep) or path.startswith(str(Path(_PACKAGE).parent / "lra") + os.sep):
+            return None
+    return None

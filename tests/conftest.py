@@ -122,6 +122,8 @@ class _CommandServer:
             cls.commands = frozenset(json.loads(cls.process.stdout.readline())["ready"])
         if args[0] not in cls.commands or env.get("PYTHONHASHSEED") != "0":
             return None
+        if env.get("LRA_ATTENTION_MODULES") and args[0] in ("lra-fidelity", "lra-profile"):
+            return None  # their schemas list the backends as imported at start-up, before the server forks
         with tempfile.TemporaryDirectory() as folder:
             out, err = Path(folder) / "stdout", Path(folder) / "stderr"
             request = {"command": args[0], "args": list(args[1:]), "cwd": str(cwd), "env": env,

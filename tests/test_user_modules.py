@@ -111,12 +111,36 @@ def test_a_run_records_the_file_of_your_backend_and_resumes_only_with_that_code(
         "restore that file (LRA_ATTENTION_MODULES), or start a new run with the same overrides; the run's "
         "metrics.json is left as it was"), refused.stderr
     assert read_json(tmp_path / "killed" / "metrics.json") == record
+    measured = run_command(["lra-fidelity", "preset=smoke", "checkpoint=killed", "hydra.run.dir=fidelity"], tmp_path,
+                           data_dir, env_extra=named, check=False)  # its weights mean nothing to the edited code
+    assert measured.returncode == 1 and measured.stderr.strip().splitlines()[-1].startswith(
+        f"error: cannot capture from checkpoint=killed: it was trained by a backend of yours defined in a file of "
+        f"SHA-256 {digest[:12]}… and this process has {mine}, of SHA-256 "), measured.stderr
     mine.write_text(BACKEND)
     run_command(["lra-train", "resume=killed"], tmp_path, data_dir, env_extra=named)
     assert read_json(tmp_path / "killed" / "metrics.json")["status"] == "completed"
     builtin = run_command(["lra-train", "attention=softmax", *RUN], tmp_path / "builtin", data_dir, env_extra=named)
     (run,) = run_dirs(tmp_path / "builtin")
     assert "attention_file" not in read_json(run / "metrics.json"), builtin.stdout
+
+
+@pytest.mark.parametrize("forward, said", [
+    ("raise ValueError('my slip')", "ValueError: my slip ({log}): it comes from the code of your attention backend "
+                                    "({file}, line 24); fix it there"),
+    ("return v[:, :, :-1]", "BackendError: attention_zoo_user_tempered.Tempered.forward returned shape"),
+])
+def test_a_failure_in_the_code_of_your_backend_is_blamed_on_it_not_on_the_harness(tmp_path, data_dir, forward, said):
+    """Its errors were called bugs in the harness, to be reported to the harness's authors."""
+    mine = tmp_path / "tempered.py"
+    mine.write_text(BACKEND.replace("return torch.softmax(scores, dim=-1) @ v", forward))
+    failed = run_command(["lra-train", "attention=tempered", *RUN, "hydra.run.dir=run"], tmp_path, data_dir,
+                         env_extra={"LRA_ATTENTION_MODULES": str(mine)}, check=False)
+    line = failed.stderr.strip().splitlines()[-1]
+    assert failed.returncode == 1 and line.startswith("error: " + said.format(
+        log=f"its traceback is in {tmp_path / 'run' / 'train.log'}", file=mine)), failed.stderr
+    assert line.endswith(f"it comes from the code of your attention backend ({mine}{', line 24' * ('slip' in forward)}); "
+                         "fix it there") and "bug in the harness" not in line
+    assert read_json(tmp_path / "run" / "metrics.json")["status"] == "failed"
 
 
 @pytest.mark.parametrize("entry, write, said", [

@@ -186,8 +186,21 @@ def bug_line(exc: BaseException) -> str:
         except OSError:
             print(text, end="", file=sys.stderr)
     where = f"its traceback is in {written[0]}" if written else "its traceback is above"
+    yours = _backend_of_yours(exc)
+    if yours is not None:
+        return f"{what} ({where}): it comes from the code of your attention backend ({yours}); fix it there"
     return (f"unexpected {what} ({where}); this is a bug in the harness, not in your input: please report it "
             f"with {'that file' if written else 'that traceback'}")
+
+
+def _backend_of_yours(exc: BaseException, chained: bool = True) -> Optional[str]:
+    """Where in a backend of the user's (``LRA_ATTENTION_MODULES``) ``exc`` (``chained``: or an exception it was
+    raised from or while handling) comes from, or None."""
+    import sys
+
+    user_modules = sys.modules.get("attention_zoo.user_modules")
+    found = causes(exc) if chained else [exc]
+    return None if user_modules is None else next(filter(None, map(user_modules.culprit, found)), None)
 
 
 def exit_on_user_error(exc, folder=None) -> None:
@@ -225,6 +238,10 @@ def at_the_edge(main):
             try:
                 return main(*args, **kwargs)
             except (Exception, KeyboardInterrupt) as exc:
+                exit_on_failure(exc)
+            except SystemExit as exc:  # the harness's own exits pass; one raised in a backend of yours is its failure
+                if _backend_of_yours(exc, chained=False) is None:
+                    raise
                 exit_on_failure(exc)
 
     return wrapped

@@ -55,11 +55,31 @@ def load_run_config(run_dir: Path):
         raise UserError(f"checkpoint={run_dir} is not an lra-train run directory (no {RESOLVED}); "
                         "pass a run folder such as runs/<date>/<time>")
     try:
-        return read_saved_config(path, saved_run_config)
+        cfg = read_saved_config(path, saved_run_config)
     except ValueError as exc:
         raise UserError(f"cannot capture from checkpoint={run_dir}: its {RESOLVED}, which says how to rebuild the "
                         f"run's model, is unreadable ({exc}); put the run's own {RESOLVED} back, or pass another run "
                         "as checkpoint=") from None
+    check_backend_code(Path(run_dir), cfg)
+    return cfg
+
+
+def check_backend_code(run_dir: Path, cfg) -> None:
+    """The run's attention is registered here, and a backend of the user's by the file it trained with (its
+    record's ``attention_file_sha256``): its weights mean nothing to other code. One line otherwise."""
+    import attention_zoo
+    from attention_zoo import user_modules
+    from lra.run import RunDirectory
+    from lra.validation import check_attention
+
+    check_attention(cfg)
+    recorded = (RunDirectory(run_dir).read_record() or {}).get("attention_file_sha256")
+    source = user_modules.source_of(attention_zoo.get(cfg.attention.name).cls) or {}
+    if isinstance(recorded, str) and recorded != source.get("sha256"):
+        now = f"{source['file']}, of SHA-256 {source['sha256'][:12]}…" if source else "a built-in backend of that name"
+        raise UserError(f"cannot capture from checkpoint={run_dir}: it was trained by a backend of yours defined in a "
+                        f"file of SHA-256 {recorded[:12]}… and this process has {now}; restore that file "
+                        "(LRA_ATTENTION_MODULES), or pass another run as checkpoint=")
 
 
 NO_BEST = f"{checkpoint.LAST}: the run has no {checkpoint.BEST} yet"  # what a capture from the last weights says
