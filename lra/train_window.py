@@ -43,6 +43,12 @@ class TrainWindow:
                 f"the attention backend's auxiliary loss (aux_loss) was not finite at a step between "
                 f"{step - self.steps + 1} and {step} (read every trainer.log_every steps); no checkpoint was written "
                 f"after it: the backend's own loss diverged (a lower {lr_setting} or trainer.grad_clip may hold it)")
+        if nonfinite and step - self.steps + 1 == 1 and nonfinite == self.steps * ranks.world:
+            raise TrainingDiverged(
+                "the training loss was not finite at step 1, before any update, so neither the learning rate nor "
+                "gradient clipping caused it: the model's forward gave non-finite values on its first batch (an "
+                "attention backend's output, say: lra-fidelity measures each on random inputs); no checkpoint was "
+                "written")
         if nonfinite:
             raise TrainingDiverged(
                 f"the training loss was not finite at a step between {step - self.steps + 1} and {step} (read every "

@@ -226,6 +226,23 @@ def test_a_non_finite_window_blames_the_loss_that_was_non_finite_first(steps, bl
     assert window_of((1.0, 0.5), (2.0, None)).read(Ranks(), step=2)["train/aux_loss"] == 0.25
 
 
+@pytest.mark.parametrize("steps, step, said", [
+    ([(float("nan"), None), (float("nan"), None)], 2, "at step 1, before any update, so neither the learning rate"),
+    ([(1.0, None), (float("nan"), None)], 2, "at a step between 1 and 2 (read every trainer.log_every steps); no "
+                                             "checkpoint was written after it: start a new run with a lower trainer.lr"),
+    ([(float("nan"), None), (float("nan"), None)], 3, "at a step between 2 and 3"),  # updates came before
+])
+def test_a_loss_not_finite_from_the_first_step_is_not_blamed_on_the_learning_rate(steps, step, said):
+    """A backend whose output is NaN on the first batch: no update had happened, yet the line advised a lower
+    learning rate or gradient clipping."""
+    from lra.distributed import Ranks
+    from lra.errors import TrainingDiverged
+
+    with pytest.raises(TrainingDiverged, match="^the training loss was not finite " + said.replace("(", r"\(")
+                       .replace(")", r"\)")):
+        window_of(*steps).read(Ranks(), step=step)
+
+
 @pytest.fixture
 def imported_here():
     """Modules imported in this process by a test, and their backends, taken out again after it."""
