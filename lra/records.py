@@ -29,6 +29,27 @@ def source_fields(source: Optional[dict]) -> dict:
     return {} if not source else {"attention_file": source["file"], "attention_file_sha256": source["sha256"]}
 
 
+def changed_backend_code(record: dict) -> Optional[str]:
+    """How the code of a run's backend of the user's (its record's :func:`source_fields`) differs from what this
+    process has registered under its name: a phrase, or None where it is the same (or a built-in's run, or no
+    backend of that name is registered: that has its own line)."""
+    import attention_zoo
+    from attention_zoo import user_modules
+
+    recorded = record.get("attention_file_sha256")
+    if not isinstance(recorded, str) or not isinstance(record.get("attention"), str):
+        return None
+    try:
+        source = user_modules.source_of(attention_zoo.get(record["attention"]).cls) or {}
+    except KeyError:
+        return None
+    if source.get("sha256") == recorded:
+        return None
+    now = f"{source['file']}, of SHA-256 {source['sha256'][:12]}…" if source else "a built-in backend of that name"
+    return (f"it was trained by a backend of yours defined in a file of SHA-256 {recorded[:12]}… "
+            f"({record.get('attention_file')}) and this process has {now}")
+
+
 @functools.lru_cache(maxsize=None)  # HEAD does not move during a run: ask git once
 def git_commit() -> str:
     """HEAD of the checkout this package runs from, with ``-dirty`` if tracked files changed. An

@@ -395,6 +395,12 @@ class RunDirectory:
         try:
             return read_saved_config(self.path / RESOLVED, complete)
         except ValueError as exc:
+            from lra.records import changed_backend_code
+
+            changed = changed_backend_code(self.read_record())  # an option of yours renamed: the cause, not the file
+            if changed:
+                raise UserError(f"cannot resume {self.path}: {changed}, whose options no longer read its {RESOLVED} "
+                                f"({exc}); restore that file (LRA_ATTENTION_MODULES), or start a new run") from None
             raise UserError(f"cannot resume {self.path}: its {RESOLVED} is unreadable ({exc}); start a new run with "
                             "the same overrides instead") from None
 

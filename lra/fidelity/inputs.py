@@ -67,18 +67,14 @@ def load_run_config(run_dir: Path):
 def check_backend_code(run_dir: Path, cfg) -> None:
     """The run's attention is registered here, and a backend of the user's by the file it trained with (its
     record's ``attention_file_sha256``): its weights mean nothing to other code. One line otherwise."""
-    import attention_zoo
-    from attention_zoo import user_modules
+    from lra.records import changed_backend_code
     from lra.run import RunDirectory
     from lra.validation import check_attention
 
     check_attention(cfg)
-    recorded = (RunDirectory(run_dir).read_record() or {}).get("attention_file_sha256")
-    source = user_modules.source_of(attention_zoo.get(cfg.attention.name).cls) or {}
-    if isinstance(recorded, str) and recorded != source.get("sha256"):
-        now = f"{source['file']}, of SHA-256 {source['sha256'][:12]}…" if source else "a built-in backend of that name"
-        raise UserError(f"cannot capture from checkpoint={run_dir}: it was trained by a backend of yours defined in a "
-                        f"file of SHA-256 {recorded[:12]}… and this process has {now}; restore that file "
+    changed = changed_backend_code(RunDirectory(run_dir).read_record() or {})
+    if changed:
+        raise UserError(f"cannot capture from checkpoint={run_dir}: {changed}; restore that file "
                         "(LRA_ATTENTION_MODULES), or pass another run as checkpoint=")
 
 
