@@ -115,7 +115,7 @@ def test_a_run_records_the_file_of_your_backend_and_resumes_only_with_that_code(
                            data_dir, env_extra=named, check=False)  # its weights mean nothing to the edited code
     assert measured.returncode == 1 and measured.stderr.strip().splitlines()[-1].startswith(
         f"error: cannot capture from checkpoint=killed: it was trained by a backend of yours defined in a file of "
-        f"SHA-256 {digest[:12]}… and this process has {mine}, of SHA-256 "), measured.stderr
+        f"SHA-256 {digest[:12]}… ({mine}) and this process has {mine}, of SHA-256 "), measured.stderr
     mine.write_text(BACKEND)
     run_command(["lra-train", "resume=killed"], tmp_path, data_dir, env_extra=named)
     assert read_json(tmp_path / "killed" / "metrics.json")["status"] == "completed"
