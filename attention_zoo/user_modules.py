@@ -34,8 +34,9 @@ def entries(value: Optional[str]) -> List[str]:
 def _from_file(entry: str) -> None:
     path = Path(entry).expanduser().resolve()
     if not path.is_file():
-        raise UserModuleError(f"{VARIABLE}: {entry} is not a file; name a .py file that registers your backend, or a "
-                              "module path such as mylab.attention")
+        colons = " (entries are separated by commas, not colons)" if os.pathsep in entry else ""
+        raise UserModuleError(f"{VARIABLE}: {entry} is not a file{colons}; name a .py file that registers your backend, "
+                              "or a module path such as mylab.attention")
     if path in _IMPORTED:  # named twice, or also as a module path
         return
     module_name = f"attention_zoo_user_{path.stem}"

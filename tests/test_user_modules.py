@@ -151,6 +151,8 @@ def test_a_failure_in_the_code_of_your_backend_is_blamed_on_it_not_on_the_harnes
     ("{tmp}/missing.py", None, "{tmp}/missing.py is not a file; name a .py file that registers your backend, or a "
                                "module path such as mylab.attention"),
     ("no_such.module", None, "no_such.module failed to import: ModuleNotFoundError: No module named 'no_such'"),
+    ("{tmp}/a.py:{tmp}/b.py", None, "{tmp}/a.py:{tmp}/b.py is not a file (entries are separated by commas, not "
+                                    "colons)"),
     ("{tmp}/exits.py", "import sys\n\nsys.exit(3)\n", "{tmp}/exits.py exited while it was imported (SystemExit 3 "
                                                    "(exits.py, line 3)): a module that registers backends must not "
                                                    "parse the command line or exit at import"),
