@@ -172,6 +172,33 @@ def test_a_sweep_that_resumes_a_run_writes_no_failure_into_it_and_counts_none(tm
     assert sorted(p.name for p in sweep.iterdir()) == ["multirun.yaml", "table.md"], "no empty job folder left"
 
 
+def test_a_resume_sweep_counts_each_refused_job_failed_names_it_and_tables_only_the_runs_it_went_on_with(
+        tmp_path, data_dir):
+    """-m resume=A,B,C with a typo or a sweep's folder among them: each job is refused as a lone resume would be,
+    and the sweep exited 0, tabling a sweep's untouched runs as its own. The same command, once the typo's run is
+    there, goes on with it and names only what is still refused."""
+    import shutil
+
+    run_command(["lra-train", "-m", "seed=0,1", *SHORT, f"hydra.sweep.dir={tmp_path / 'done'}"], tmp_path, data_dir)
+    before = (tmp_path / "done" / "0" / "metrics.json").read_bytes()
+    sweep = tmp_path / "sweep"
+    values = [tmp_path / "done" / "0", tmp_path / "typo", tmp_path / "done"]
+    command = ["lra-train", "-m", f"resume={','.join(map(str, values))}", f"hydra.sweep.dir={sweep}"]
+    for refused_jobs in ([1, 2], [2]):
+        result = run_command(command, tmp_path, data_dir, check=False)
+        assert result.returncode == 1 and result.stderr.strip().splitlines()[-1] == (
+            f"error: {len(refused_jobs)} of the sweep's 3 runs failed; the table above and {sweep / 'table.md'} list "
+            "each with its error (its record and train.log say more)"), result.stderr
+        table = (sweep / "table.md").read_text()
+        refused = table.split("jobs refused before they resumed (their runs are left as they were):\n")[1]
+        assert [line.split(":")[0] for line in refused.splitlines()] == [
+            f"- job {n}, resume={values[n]}" for n in refused_jobs]
+        assert "not an lra-train run directory" in refused
+        assert f"runs: {3 - len(refused_jobs)} completed" in table, "the sweep's folder given is no run of this sweep"
+        shutil.copytree(tmp_path / "done" / "1", tmp_path / "typo", dirs_exist_ok=True)
+    assert (tmp_path / "done" / "0" / "metrics.json").read_bytes() == before
+
+
 def test_a_signal_while_a_failed_start_is_recorded_stops_the_sweep_with_its_advice(tmp_path, data_dir):
     sweep = tmp_path / "sweep"
     result = run_command(["lra-train", "-m", "seed=0,1", *SHORT, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir,

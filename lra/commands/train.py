@@ -21,6 +21,7 @@ from lra.config import CONF_DIR, register_configs, register_resolvers, saved_run
 from lra.errors import ConfigError, InvalidValue, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
+from lra.results.callback import clear_refused_resume, note_refused_resume
 from lra.run import HYDRA_FILES, OVERRIDES, RESOLVED, FolderTaken, RunDirectory, not_a_run, resume_command
 from lra.validation import check_group_names, check_preset_choices, validate
 
@@ -252,6 +253,8 @@ def _run_job(cfg: DictConfig, worker: bool):
     folder = RunDirectory(cfg.resume or hydra_cfg.runtime.output_dir, main=_rank_zero())
     if multirun and cfg.resume and Path(hydra_cfg.runtime.output_dir).resolve() != folder.path.resolve():
         RunDirectory(hydra_cfg.runtime.output_dir).remove_if_empty()  # the job's folder Hydra made: the run is elsewhere
+    if multirun and cfg.resume:
+        clear_refused_resume(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # an earlier attempt's, if it was refused
     try:
         started = _start_resume(folder, hydra_cfg) if cfg.resume else _start_fresh(folder, cfg, hydra_cfg, multirun)
         if started is None:
@@ -292,6 +295,12 @@ def _failed_in_sweep(folder: RunDirectory, cfg: DictConfig, hydra_cfg, line: str
     """A sweep's failed job: recorded where it failed before its run did (a signal meanwhile stops the sweep
     as anywhere else), then NaN for the sweeper; the sweep goes on."""
     try:
+        if cfg.resume and folder.read_record().get("status") != "failed":  # refused: the run is as it was; the
+            # sweep's end counts the job failed and names it (a run that failed as it went on records that itself)
+            try:
+                note_refused_resume(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num, str(cfg.resume), line)
+            except OSError as exc:  # a full disk: the console's line remains
+                log.error("error: the refusal could not be noted in %s: %s", hydra_cfg.sweep.dir, exc)
         _record_failed_start(folder, cfg, hydra_cfg, line)
     except KeyboardInterrupt as exc:  # raised once the record is whole (signals.deferred)
         _stop(exc, folder, hydra_cfg, True, worker)
