@@ -178,3 +178,34 @@ def test_ranks_that_differ_in_yosos_engine_each_stop_with_one_line(tmp_path):
     for rank in (0, 1):
         assert (tmp_path / f"{rank}.txt").read_text() == (
             "the run's processes differ in the engine (rank 0: kernel, rank 1: torch); fix it")
+
+
+@pytest.mark.parametrize("killed", ["joblib", "submitit"])
+def test_a_job_process_killed_under_a_process_launcher_is_one_line_with_the_continuing_command(tmp_path, monkeypatch,
+                                                                                               killed):
+    """local_gpus (joblib) and submitit_local lose a job's process to SIGKILL (the out-of-memory killer): each
+    launcher stops the sweep with its own error, which ended the sweep as a bug of the harness."""
+    from joblib.externals.loky.process_executor import TerminatedWorkerError
+    from submitit.core.utils import UncompletedJobError
+
+    from lra.commands import config_errors
+    from lra.results import callback
+
+    monkeypatch.setattr(callback, "STARTED_SWEEPS", [tmp_path / "sweep"])
+    error = TerminatedWorkerError("A worker process managed by the executor was unexpectedly terminated.\n\nThe "
+                                  "exit codes of the workers are {SIGKILL(-9)}\nDetailed tracebacks …") \
+        if killed == "joblib" else UncompletedJobError("Job 7 (task: 0) with path x has not produced any output "
+                                                       "(state: FINISHED)\nNo error stream produced.")
+    try:
+        try:
+            raise error
+        except Exception as inner:  # as Hydra's launch passes it on
+            raise RuntimeError("launch failed") from inner
+    except RuntimeError as outer:
+        line, status = config_errors.failure(outer)
+    assert status == 1 and line.startswith(f"a job's process of the sweep died without a word ({type(error).__name__}: "
+                                           + ("The exit codes of the workers are {SIGKILL(-9)})" if killed == "joblib"
+                                              else "Job 7 (task: 0) with path x has not produced any output (state: "
+                                                   "FINISHED))"))
+    assert line.endswith(f"continue it with the same command and hydra.sweep.dir={tmp_path / 'sweep'}: finished jobs "
+                         "are kept, unfinished ones resume from their last checkpoints (lra-table lists them)")

@@ -123,10 +123,34 @@ def failure(exc: BaseException) -> Optional[tuple]:
             return str(cause), 1
         if isinstance(cause, UserError) and cause is exc.__cause__:  # raised through a library (Hydra's instantiate)
             return str(cause), cause.exit_code
-    for line in (os_error_line(exc), path_kind_line(exc), _memory_line(exc)):
+    for line in (os_error_line(exc), path_kind_line(exc), _memory_line(exc), _killed_job_line(exc)):
         if line is not None:
             return line, 1
     return None
+
+
+# What a launcher raises when a job's process died without a word (SIGKILL: the out-of-memory killer, kill -9)
+KILLED_JOB_ERRORS = ("TerminatedWorkerError", "UncompletedJobError")  # joblib's (local_gpus), submitit's
+
+
+def _killed_job_line(exc: BaseException) -> Optional[str]:
+    """A sweep whose launcher lost a job's process: the launcher stops the sweep (joblib ends its other workers'
+    jobs too, their records left running); the same command continues it, resuming each unfinished run."""
+    import sys
+
+    killed = next((cause for cause in causes(exc) if type(cause).__name__ in KILLED_JOB_ERRORS), None)
+    if killed is None:
+        return None
+    said = " ".join(str(killed).split())
+    codes = said[said.find("The exit codes"):].split(" Detailed")[0] if "The exit codes" in said else \
+        said.split(" No error stream")[0][:200]
+    callback = sys.modules.get("lra.results.callback")
+    sweeps = callback.STARTED_SWEEPS if callback is not None else []
+    again = f"hydra.sweep.dir={sweeps[-1]}" if sweeps else "the sweep's hydra.sweep.dir"
+    return (f"a job's process of the sweep died without a word ({type(killed).__name__}: {codes}): SIGKILL is the "
+            f"out-of-memory killer's signal, or a kill -9; the launcher stopped the sweep, and the runs it was running "
+            f"say running; continue it with the same command and {again}: finished jobs are kept, unfinished ones "
+            f"resume from their last checkpoints (lra-table lists them)")
 
 
 def exit_on_known_failure(exc: BaseException) -> None:

@@ -66,7 +66,13 @@ def resumed_runs(config) -> list:
     return [folder for folder in folders if folder.is_dir() and not not_a_run(str(folder))]  # not a sweep's folder
 
 
+STARTED_SWEEPS: list = []  # the folder of each multirun this process started (named by a line if it dies)
+
+
 class ComparisonTableCallback(Callback):
+    def on_multirun_start(self, config, **kwargs) -> None:
+        STARTED_SWEEPS.append(Path(config.hydra.sweep.dir))
+
     def on_multirun_end(self, config, **kwargs) -> None:
         from lra.io import atomic_write_text
         from lra.results.formats import note
