@@ -77,6 +77,9 @@ def resume_command(folder) -> str:
     return f'lra-train "{argument}"' if not re.search(r'[$`"\\!]', argument) else f"lra-train {shlex.quote(argument)}"
 
 
+_HELD_HERE: set = set()  # the run folders whose lock this process holds now (RunDirectory.claim … release)
+
+
 def not_a_run(folder) -> Optional[str]:
     """The line refusing ``resume=<folder>`` where the folder holds no run's saved config; None where it does."""
     folder = Path(folder)
@@ -223,6 +226,7 @@ class RunDirectory:
         handle.write(f"process {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})")
         handle.flush()
         self._lock_handle = handle
+        _HELD_HERE.add(self.path.resolve())
         for folder in (self.path, self.path / HYDRA_FILES, self.path / PRETRAIN):  # a kill's leftovers, now it is ours
             if folder.is_dir():
                 self.remove_interrupted_writes(folder)
@@ -299,6 +303,8 @@ class RunDirectory:
         found = re.match(r"process (\d+) on (\S+) ", text)
         if found is None or found.group(2) != socket.gethostname():
             return None
+        if int(found.group(1)) == os.getpid():  # this process (a sweep's, whose job let it go): alive, not holding it
+            return self.path.resolve() in _HELD_HERE
         return pid_alive(int(found.group(1)))
 
     def _occupied(self) -> UserError:
@@ -335,6 +341,7 @@ class RunDirectory:
         if self._lock_handle is not None:
             self._lock_handle.close()  # closing the descriptor releases the flock
             self._lock_handle = None
+            _HELD_HERE.discard(self.path.resolve())
 
     # ------------------------------------------------------------------ files (only once owned)
     def _check_owned(self) -> None:

@@ -227,3 +227,15 @@ def test_only_job_folders_without_a_record_are_counted_links_not_followed(tmp_pa
     jobs = []
     assert record_files([sweep], without_record=jobs) == [sweep / "1" / "metrics.json"]
     assert jobs == [sweep / "0", sweep / "2", sweep / "deep/a/b/c/0"]
+
+def test_a_run_this_process_let_go_is_not_called_alive_though_its_lock_names_this_process(tmp_path):
+    """A sweep's job whose resume failed leaves the folder's lock naming the sweep's own process, which is alive:
+    the end-of-sweep table said the run was running, where it was killed earlier and waits for its resume."""
+    from lra.run import RunDirectory
+
+    folder = RunDirectory(tmp_path / "run")
+    folder.claim(fresh=True)
+    assert RunDirectory(tmp_path / "run").last_holder_alive() is True
+    folder.release()
+    assert f"process {os.getpid()} on " in (tmp_path / "run" / ".lock").read_text()
+    assert RunDirectory(tmp_path / "run").last_holder_alive() is False

@@ -52,6 +52,11 @@ def _overrides(hydra_cfg) -> list:
     return [str(o) for o in hydra_cfg.overrides.task]
 
 
+def _resumes_by_override(hydra_cfg) -> bool:
+    """Whether a job's command line gives it ``resume=`` (``-m resume=A,B``), not a sweep job continuing its run."""
+    return any(o.split("=", 1)[0].lstrip("+~") == "resume" for o in _overrides(hydra_cfg) if "=" in o)
+
+
 def _record_failed_start(folder: RunDirectory, cfg: DictConfig, hydra_cfg, line: str) -> None:
     """A sweep job that failed in its own folder before its run started (its config refused, its config
     files unwritable on a full disk, ...) leaves a record there, ``failed`` with the error line, its task,
@@ -253,7 +258,7 @@ def _run_job(cfg: DictConfig, worker: bool):
     folder = RunDirectory(cfg.resume or hydra_cfg.runtime.output_dir, main=_rank_zero())
     if multirun and cfg.resume and Path(hydra_cfg.runtime.output_dir).resolve() != folder.path.resolve():
         RunDirectory(hydra_cfg.runtime.output_dir).remove_if_empty()  # the job's folder Hydra made: the run is elsewhere
-    if multirun and cfg.resume:
+    if multirun and _resumes_by_override(hydra_cfg):
         clear_refused_resume(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # an earlier attempt's, if it was refused
     try:
         started = _start_resume(folder, hydra_cfg) if cfg.resume else _start_fresh(folder, cfg, hydra_cfg, multirun)
@@ -295,8 +300,9 @@ def _failed_in_sweep(folder: RunDirectory, cfg: DictConfig, hydra_cfg, line: str
     """A sweep's failed job: recorded where it failed before its run did (a signal meanwhile stops the sweep
     as anywhere else), then NaN for the sweeper; the sweep goes on."""
     try:
-        if cfg.resume and folder.read_record().get("status") != "failed":  # refused: the run is as it was; the
-            # sweep's end counts the job failed and names it (a run that failed as it went on records that itself)
+        # -m resume=A,B refused: the run is as it was; the sweep's end counts the job failed and names it (a run
+        # that failed as it went on records that itself)
+        if _resumes_by_override(hydra_cfg) and folder.read_record().get("status") != "failed":
             try:
                 note_refused_resume(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num, str(cfg.resume), line)
             except OSError as exc:  # a full disk: the console's line remains
