@@ -30,6 +30,19 @@ def check(argv: list) -> None:
     refuse_another_commands_sweep(argv)
     check_presets_against_choices(argv)
     refuse_settings_of_a_deleted_group(argv)
+    refuse_sweeper_params(argv)
+
+
+def refuse_sweeper_params(argv: list) -> None:
+    """``hydra.sweeper.params…`` set on the command line of the basic sweeper: Hydra fails merging it into the
+    schema's null (an AssertionError, an AttributeError), naming neither the key nor the way to sweep."""
+    if any(a.split("=", 1)[0].lstrip("+") == "hydra/sweeper" for a in argv if "=" in a):
+        return  # another sweeper (optuna): its params are its own
+    for argument in argv:
+        key = argument.split("=", 1)[0].lstrip("+~")
+        if "=" in argument and (key == "hydra.sweeper.params" or key.startswith("hydra.sweeper.params.")):
+            raise ConfigError(f"{argument}: hydra.sweeper.params is where a preset (an experiment config) lists its "
+                              "sweep; on the command line sweep the key itself, e.g. lra-train -m seed=0,1")
 
 
 def refuse_settings_of_a_deleted_group(argv: list) -> None:
