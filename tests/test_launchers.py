@@ -209,3 +209,14 @@ def test_a_job_process_killed_under_a_process_launcher_is_one_line_with_the_cont
                                                    "FINISHED))"))
     assert line.endswith(f"continue it with the same command and hydra.sweep.dir={tmp_path / 'sweep'}: finished jobs "
                          "are kept, unfinished ones resume from their last checkpoints (lra-table lists them)")
+
+
+def test_a_thread_count_refusal_in_a_local_gpus_worker_says_where_the_count_comes_from(tmp_path, monkeypatch):
+    """The refusal advised OMP_NUM_THREADS=2 to a worker that had it set: joblib's cores ÷ workers wins there."""
+    from lra import checkpoint
+    from lra.errors import UserError
+
+    monkeypatch.setenv("LRA_SWEEP_PARENT", "1")
+    with pytest.raises(UserError, match=r"resume it with OMP_NUM_THREADS=2 set outside hydra/launcher=local_gpus \(its "
+                                        r"workers run on cores ÷ hydra.launcher.n_jobs threads"):
+        checkpoint.check_threads(tmp_path / "last.pt", {"build": {"cpu_threads": "2"}}, {"cpu_threads": "1"})
