@@ -239,3 +239,25 @@ def test_a_run_this_process_let_go_is_not_called_alive_though_its_lock_names_thi
     folder.release()
     assert f"process {os.getpid()} on " in (tmp_path / "run" / ".lock").read_text()
     assert RunDirectory(tmp_path / "run").last_holder_alive() is False
+
+
+def test_a_job_whose_folder_another_process_is_starting_a_run_in_is_left_to_it(tmp_path, data_dir):
+    """The same sweep started twice: the other process holds job 1's folder and has not saved its config yet. The
+    sweep stopped there, saying the folder held another sweep; the job is left to that process and counted
+    unfinished, as one whose run that process is training."""
+    sweep = tmp_path / "sweep"
+    (sweep / "1").mkdir(parents=True)
+    lock = open(sweep / "1" / ".lock", "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock.write(f"process {os.getpid()} on {socket.gethostname()} (since now)")
+        lock.flush()
+        result = run_command(["lra-train", "-m", "seed=0,1", *SHORT, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir,
+                             check=False)
+    finally:
+        lock.close()
+    assert result.returncode == 1 and result.stderr.strip().splitlines()[-1].startswith(
+        "error: 1 of the sweep's 2 runs did not finish (another process holds its folder"), result.stderr
+    assert read_json(sweep / "0" / "metrics.json")["status"] == "completed"
+    assert f"- {sweep / '1'}: no run record yet: a live process holds the folder" in (sweep / "table.md").read_text()
+    assert sorted(p.name for p in (sweep / "1").iterdir()) == [".lock"], "left untouched"

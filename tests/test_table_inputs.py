@@ -140,7 +140,7 @@ def test_a_run_without_a_usable_record_is_counted_failed_in_its_cell_in_every_fo
     cut = recorded_run(sweep / "3", 3) / "metrics.json"
     cut.write_text(cut.read_text()[:200])
     recorded_run(sweep / "4", 4, files=(".hydra",))
-    (sweep / "4" / ".lock").write_text(f"process {os.getpid()} on {os.uname().nodename} since now\n")
+    (sweep / "4" / ".lock").write_text(f"process {os.getppid()} on {os.uname().nodename} since now\n")  # alive
     (sweep / "5").mkdir()
     (sweep / "5" / "train.log").write_text("OSError: [Errno 28] No space left on device\n")
     code, out, err = table_of([sweep], capsys)

@@ -273,7 +273,11 @@ def _run_job(cfg: DictConfig, worker: bool):
                 f"{result['best_val_accuracy']:.2f} at step {result['best_step']}); run: {folder.path}")
         config_errors.log_to_file(line, "INFO")  # while train.log is still the run's
     except UserError as exc:
-        if multirun and isinstance(exc, FolderTaken):  # no record of its own to say so: the sweep ends here
+        # A folder a live process is starting a run in (no config saved there yet): the same sweep started twice
+        # (its multirun.yaml let this command in); left to that process, counted unfinished at the sweep's end.
+        starting = type(exc) is FolderTaken and folder.holder() is not None and not folder.holds_run() and \
+            not _shared_subdir(folder, hydra_cfg)
+        if multirun and isinstance(exc, FolderTaken) and not starting:  # no record to say so: the sweep ends here
             config_errors.exit_on_user_error(_taken_in_sweep(exc, folder, hydra_cfg))
         if multirun:  # the sweep goes on; the job's record (and log) says why it stopped
             log.error("error: %s", exc)

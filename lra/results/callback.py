@@ -91,8 +91,9 @@ class ComparisonTableCallback(Callback):
         if refused:
             text += "\n\njobs refused before they resumed (their runs are left as they were):\n" + "\n".join(
                 f"- job {r['job']}, resume={r['resume']}: {r['error']}" for r in refused)
-        failed = sum(record["status"] == "failed" for record in records) + len(unplaced) + len(refused)
-        unfinished = sum(record["status"] not in FINISHED for record in records)
+        starting = sum(item.running for item in unplaced)  # held by a live process: another process's job
+        failed = sum(record["status"] == "failed" for record in records) + len(unplaced) - starting + len(refused)
+        unfinished = sum(record["status"] not in FINISHED for record in records) + starting
         ENDED_SWEEPS.append((failed, unfinished, len(records) + len(unplaced) + len(refused), sweep_dir / "table.md"))
         print(f"\nTest accuracy (%), mean ± std (seeds) — {sweep_dir}\n\n{text}\n", flush=True)
         atomic_write_text(sweep_dir / "table.md", text + "\n")

@@ -159,8 +159,13 @@ def read_found(files: Iterable[Path], jobs: Iterable[Path], warn: Callable[[str]
     for folder in jobs:
         record = recordless.stand_in(folder, recordless.NO_RECORD, warn)
         if record is None:
-            unplaced.append(recordless.Unplaced(folder, recordless.NO_RECORD))
-            warn(f"{folder}: a run folder without a record or a readable config; counted failed, in no cell")
+            from lra.run import RunDirectory
+
+            starting = RunDirectory(folder).holder() is not None  # a job starting there now
+            unplaced.append(recordless.Unplaced(folder, recordless.STARTING if starting else recordless.NO_RECORD,
+                                                running=starting))
+            warn(f"{folder}: a run folder without a record or a readable config; counted "
+                 f"{'unfinished' if starting else 'failed'}, in no cell")
         else:
             warn(f"{folder}: a run folder without a record; counted {record['status']} in its cell")
             records.append(record)

@@ -20,6 +20,7 @@ class Unplaced:
 
     folder: Path
     why: str
+    running: bool = False  # a live process holds the folder: a job starting there now (unfinished, not failed)
 
 
 def is_job_folder(entries: List[str]) -> bool:
@@ -32,6 +33,7 @@ def is_job_folder(entries: List[str]) -> bool:
 
 NO_RECORD = ("no run record: the job ended before writing one (a full disk, or killed as it started); its train.log, "
              "where it has one, or the sweep's console says why; run this seed again")
+STARTING = "no run record yet: a live process holds the folder, a job starting there now (unfinished)"
 
 
 def damaged_reason(reason: str) -> str:
@@ -71,5 +73,6 @@ def unplaced_note(unplaced: List[Unplaced]) -> str:
     from lra.results.formats import visible
 
     lines = "\n".join(visible(f"- {item.folder}: {item.why}") for item in unplaced)
-    return (f"runs in no cell ({len(unplaced)}; counted failed: no usable record, nor a config that tells the "
-            f"cell):\n{lines}")
+    starting = sum(item.running for item in unplaced)
+    counted = f"{starting} unfinished, {len(unplaced) - starting} failed" if starting else "counted failed"
+    return f"runs in no cell ({len(unplaced)}; {counted}: no usable record, nor a config that tells the cell):\n{lines}"
