@@ -155,6 +155,7 @@ def test_every_preset_and_default_is_valid():
     # in Hydra's composition (or a line cut after "while composing config:").
     (["task=null"], "task=null: a config group takes one of its choices, not null; pass task=<choice>"),
     (["+model=null"], "model=null: a config group takes one of its choices, not null"),
+    (["hydra/launcher=joblib"], "hydra/launcher=joblib runs the jobs in workers that a signal leaves recorded running"),
     (["hydra.sweeper.params.seed='0,1'"], "hydra.sweeper.params.seed='0,1': hydra.sweeper.params is where a preset "
                                           "(an experiment config) lists its sweep; on the command line sweep the key"),
     # attention=none is a backend's name, not null: the group the command line read as a value is blamed

@@ -132,7 +132,8 @@ def refuse_run_dir_beside_resume(argv: list) -> None:
 
 def refuse_slurm_without_slurm(argv: list) -> None:
     """``hydra/launcher=slurm`` (or submitit_slurm) where there is no ``srun``: submitit's RuntimeError came after
-    Hydra had made the sweep's folder, and read as a bug."""
+    Hydra had made the sweep's folder, and read as a bug. And hydra-joblib-launcher's own ``joblib``, installed
+    for ``local_gpus``, which passes no signal on to its workers."""
     import shutil
 
     launcher = given(argv, "hydra/launcher")
@@ -140,6 +141,11 @@ def refuse_slurm_without_slurm(argv: list) -> None:
         raise ConfigError(f"hydra/launcher={launcher} submits the sweep's jobs to SLURM, and this machine has no "
                           "srun (it is no SLURM node): run the command on the cluster, or pass "
                           "hydra/launcher=local_gpus (this machine's GPUs) or hydra/launcher=submitit_local")
+    if launcher == "joblib":
+        raise ConfigError("hydra/launcher=joblib runs the jobs in workers that a signal leaves recorded running and "
+                          "a kill leaves unnamed: pass hydra/launcher=local_gpus, the same joblib launcher with this "
+                          "harness's signal policy (each job records interrupted) and GPU slots (hydra.launcher.n_jobs "
+                          "sets the workers there too)")
 
 
 PRESET_GROUPS = ("experiment", "setup", "row")  # presets that choose a task or a backend themselves
