@@ -261,3 +261,17 @@ def test_a_job_whose_folder_another_process_is_starting_a_run_in_is_left_to_it(t
     assert read_json(sweep / "0" / "metrics.json")["status"] == "completed"
     assert f"- {sweep / '1'}: no run record yet: a live process holds the folder" in (sweep / "table.md").read_text()
     assert sorted(p.name for p in (sweep / "1").iterdir()) == [".lock"], "left untouched"
+
+
+def test_a_command_stopped_at_its_first_job_by_another_sweep_leaves_no_multirun_yaml_of_its_own(tmp_path, data_dir):
+    """The sweep's multirun.yaml lost, a command with the seeds in another order got in, wrote its own and stopped
+    at job 0: that file then refused the sweep's own command as well. It is taken back; the sweep goes on."""
+    sweep = tmp_path / "sweep"
+    run_command(["lra-train", "-m", "seed=0,1", *SHORT, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir)
+    (sweep / "multirun.yaml").unlink()
+    other = run_command(["lra-train", "-m", "seed=1,0", *SHORT, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir,
+                        check=False)
+    assert other.returncode == 2 and "the sweep stopped at job 0" in other.stderr, other.stderr
+    assert not (sweep / "multirun.yaml").exists()
+    again = run_command(["lra-train", "-m", "seed=0,1", *SHORT, f"hydra.sweep.dir={sweep}"], tmp_path, data_dir)
+    assert "runs: 2 completed" in again.stdout

@@ -22,7 +22,8 @@ from lra.errors import ConfigError, InvalidValue, UserError
 from lra.loggers import sweep_group
 from lra.records import git_commit
 from lra.results.callback import clear_refused_resume, note_refused_resume
-from lra.run import HYDRA_FILES, OVERRIDES, RESOLVED, FolderTaken, RunDirectory, not_a_run, resume_command
+from lra.run import (HYDRA_FILES, OVERRIDES, RESOLVED, FolderHoldsRun, FolderTaken, RunDirectory, not_a_run,
+                     resume_command)
 from lra.validation import check_group_names, check_preset_choices, validate
 
 log = logging.getLogger("lra.train")
@@ -278,6 +279,8 @@ def _run_job(cfg: DictConfig, worker: bool):
         starting = type(exc) is FolderTaken and folder.holder() is not None and not folder.holds_run() and \
             not _shared_subdir(folder, hydra_cfg)
         if multirun and isinstance(exc, FolderTaken) and not starting:  # no record to say so: the sweep ends here
+            if isinstance(exc, FolderHoldsRun) and hydra_cfg.job.num == 0 and not worker:
+                _withdraw_sweep_file(Path(hydra_cfg.sweep.dir))  # this command trained nothing there
             config_errors.exit_on_user_error(_taken_in_sweep(exc, folder, hydra_cfg))
         if multirun:  # the sweep goes on; the job's record (and log) says why it stopped
             log.error("error: %s", exc)
@@ -341,6 +344,19 @@ def _interrupted(exc: signals.Interrupted, folder: RunDirectory, hydra_cfg, mult
     elif unfinished:
         exc.advice = f"resume it with: {resume_command(folder.path)}"
     return exc
+
+
+def _withdraw_sweep_file(sweep_dir: Path) -> None:
+    """A sweep stopped at its first job because the folder holds another sweep (whose multirun.yaml was gone):
+    Hydra wrote this command's multirun.yaml there first, which would refuse that sweep's own command; it goes."""
+    from lra.run import sweep_overrides
+
+    try:
+        ours = [o for o in _command_overrides() if not o.split("=", 1)[0].lstrip("+~").startswith("hydra")]
+        if sweep_overrides(sweep_dir) == ours:
+            (sweep_dir / "multirun.yaml").unlink()
+    except (OSError, ValueError):  # unreadable, or gone: nothing of this command to take back
+        pass
 
 
 def _taken_in_sweep(exc: FolderTaken, folder: RunDirectory, hydra_cfg) -> UserError:
