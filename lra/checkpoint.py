@@ -189,10 +189,10 @@ def check_threads(path: Path, payload: Dict[str, Any], here: Dict[str, str]) -> 
     threads = recorded.get("cpu_threads") if isinstance(recorded, dict) else None
     if not isinstance(threads, str) or "cpu_threads" not in here or threads == here["cpu_threads"]:
         return
-    how = f"OMP_NUM_THREADS={threads} set"
-    if os.environ.get("LRA_SWEEP_PARENT"):  # a local_gpus worker: joblib gives it cores ÷ workers, whatever it says
-        how += (" outside hydra/launcher=local_gpus (its workers run on cores ÷ hydra.launcher.n_jobs threads, "
-                "whatever OMP_NUM_THREADS says)")
+    how = f"OMP_NUM_THREADS={threads} exported before lra-train"
+    if os.environ.get("LRA_SWEEP_PARENT"):  # a local_gpus worker: unset, joblib gives it cores ÷ workers
+        how += (" (a hydra/launcher=local_gpus worker runs on cores ÷ hydra.launcher.n_jobs threads where it is "
+                "not set; hydra.job.env_set comes after torch has started)")
     raise UserError(f"cannot resume from {path}: it was computed on {threads} CPU threads and this process runs on "
                     f"{here['cpu_threads']}, and a CPU run's last digits depend on its thread count: resume it with "
                     f"{how}, as it went on exactly only as it was computed; the run's metrics.json is left as it was")

@@ -180,22 +180,32 @@ def test_ranks_that_differ_in_yosos_engine_each_stop_with_one_line(tmp_path):
             "the run's processes differ in the engine (rank 0: kernel, rank 1: torch); fix it")
 
 
-@pytest.mark.parametrize("killed", ["joblib", "submitit"])
-def test_a_job_process_killed_under_a_process_launcher_is_one_line_with_the_continuing_command(tmp_path, monkeypatch,
-                                                                                               killed):
-    """local_gpus (joblib) and submitit_local lose a job's process to SIGKILL (the out-of-memory killer): each
-    launcher stops the sweep with its own error, which ended the sweep as a bug of the harness."""
+@pytest.mark.parametrize("message, said", [
+    ("A worker process managed by the executor was unexpectedly terminated.\n\nThe exit codes of the workers are "
+     "{SIGKILL(-9)}\nDetailed tracebacks …", "TerminatedWorkerError: The exit codes of the workers are {SIGKILL(-9)}: "
+                                             "SIGKILL is the out-of-memory killer's signal, or a kill -9"),
+    ("… unexpectedly terminated.\n\nThe exit codes of the workers are {SIGSEGV(-11)}\nDetailed …",
+     "TerminatedWorkerError: The exit codes of the workers are {SIGSEGV(-11)}: the process crashed"),
+    ("Job 7 (task: 0) with path /s/.submitit/7_result.pkl has not produced any output (state: FINISHED)\nNo error "
+     "stream produced.", "UncompletedJobError: Job 7 (task: 0), which left no output: killed (SIGKILL"),
+    ("Job 7 (task: 0) with path /s/.submitit/7_result.pkl has not produced any output (state: FINISHED)\nError "
+     "stream produced:\n----\nerror: the sweep stopped at job 0: it holds another sweep\n",
+     "UncompletedJobError: Job 7 (task: 0), whose last line was: error: the sweep stopped at job 0: it holds another "
+     "sweep"),
+])
+def test_a_job_process_lost_under_a_process_launcher_is_one_line_with_the_continuing_command(tmp_path, monkeypatch,
+                                                                                             message, said):
+    """local_gpus (joblib) and submitit_local lose a job's process (SIGKILL: the out-of-memory killer; a crash; a
+    job that ended on its own error): each launcher stops the sweep with its own error, which ended the sweep as a
+    bug of the harness. The line names the cause only as far as that error tells it."""
     from joblib.externals.loky.process_executor import TerminatedWorkerError
     from submitit.core.utils import UncompletedJobError
 
     from lra.commands import config_errors
     from lra.results import callback
 
-    monkeypatch.setattr(callback, "STARTED_SWEEPS", [tmp_path / "sweep"])
-    error = TerminatedWorkerError("A worker process managed by the executor was unexpectedly terminated.\n\nThe "
-                                  "exit codes of the workers are {SIGKILL(-9)}\nDetailed tracebacks …") \
-        if killed == "joblib" else UncompletedJobError("Job 7 (task: 0) with path x has not produced any output "
-                                                       "(state: FINISHED)\nNo error stream produced.")
+    monkeypatch.setattr(callback, "STARTED_SWEEPS", [tmp_path / "s w"])
+    error = (TerminatedWorkerError if said.startswith("Terminated") else UncompletedJobError)(message)
     try:
         try:
             raise error
@@ -203,12 +213,9 @@ def test_a_job_process_killed_under_a_process_launcher_is_one_line_with_the_cont
             raise RuntimeError("launch failed") from inner
     except RuntimeError as outer:
         line, status = config_errors.failure(outer)
-    assert status == 1 and line.startswith(f"a job's process of the sweep died without a word ({type(error).__name__}: "
-                                           + ("The exit codes of the workers are {SIGKILL(-9)})" if killed == "joblib"
-                                              else "Job 7 (task: 0) with path x has not produced any output (state: "
-                                                   "FINISHED))"))
-    assert line.endswith(f"continue it with the same command and hydra.sweep.dir={tmp_path / 'sweep'}: finished jobs "
-                         "are kept, unfinished ones resume from their last checkpoints (lra-table lists them)")
+    assert status == 1 and line.startswith(f"a job of the sweep ended without its result ({said}"), line
+    assert line.endswith(f"continue it with the same command and hydra.sweep.dir='{tmp_path / 's w'}': finished "
+                         "jobs are kept, unfinished ones resume from their last checkpoints (lra-table lists them)")
 
 
 def test_a_thread_count_refusal_in_a_local_gpus_worker_says_where_the_count_comes_from(tmp_path, monkeypatch):
@@ -217,6 +224,7 @@ def test_a_thread_count_refusal_in_a_local_gpus_worker_says_where_the_count_come
     from lra.errors import UserError
 
     monkeypatch.setenv("LRA_SWEEP_PARENT", "1")
-    with pytest.raises(UserError, match=r"resume it with OMP_NUM_THREADS=2 set outside hydra/launcher=local_gpus \(its "
-                                        r"workers run on cores ÷ hydra.launcher.n_jobs threads"):
+    with pytest.raises(UserError, match=r"resume it with OMP_NUM_THREADS=2 exported before lra-train \(a "
+                                        r"hydra/launcher=local_gpus worker runs on cores ÷ hydra.launcher.n_jobs threads "
+                                        r"where it is not set"):
         checkpoint.check_threads(tmp_path / "last.pt", {"build": {"cpu_threads": "2"}}, {"cpu_threads": "1"})

@@ -152,7 +152,8 @@ def test_a_resume_on_another_cpu_thread_count_is_refused_naming_the_count_and_on
     assert refused.returncode == 1 and line == (
         f"error: cannot resume from {run / 'checkpoints' / 'last.pt'}: it was computed on {threads} CPU threads and "
         f"this process runs on {other}, and a CPU run's last digits depend on its thread count: resume it with "
-        f"OMP_NUM_THREADS={threads} set, as it went on exactly only as it was computed; the run's metrics.json is "
+        f"OMP_NUM_THREADS={threads} exported before lra-train, as it went on exactly only as it was computed; the "
+        "run's metrics.json is "
         "left as it was"), refused.stderr
     assert (run / "metrics.json").read_bytes() == before
     run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, env_extra={"OMP_NUM_THREADS": str(threads)})

@@ -93,6 +93,9 @@ def data_dir(argv: list) -> str:
     return value.strip("'\"") if value is not None and "${" not in value else os.environ.get("LRA_DATA_DIR") or "data"
 
 
+SWEEP_FILE_BEFORE: list = []  # [whether hydra.sweep.dir held a multirun.yaml before this command], once checked
+
+
 def refuse_another_commands_sweep(argv: list) -> None:
     """A sweep folder (``hydra.sweep.dir=`` on the command line) is continued by the command that made it: one
     whose overrides differ (other values, or the same in another order, which numbers the jobs otherwise)
@@ -103,6 +106,7 @@ def refuse_another_commands_sweep(argv: list) -> None:
     if not multirun(argv) or value is None or "${" in value:
         return
     sweep_dir = Path(parsed_value(value))
+    SWEEP_FILE_BEFORE[:] = [(sweep_dir / "multirun.yaml").exists()]  # Hydra writes it next: whose it was
     try:
         made_by, hydra = sweep_overrides(sweep_dir), sweep_overrides(sweep_dir, "hydra")
     except ValueError:  # unreadable

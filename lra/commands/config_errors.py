@@ -135,22 +135,33 @@ KILLED_JOB_ERRORS = ("TerminatedWorkerError", "UncompletedJobError")  # joblib's
 
 def _killed_job_line(exc: BaseException) -> Optional[str]:
     """A sweep whose launcher lost a job's process: the launcher stops the sweep (joblib ends its other workers'
-    jobs too, their records left running); the same command continues it, resuming each unfinished run."""
+    jobs too, their records left running); the same command continues it, resuming each unfinished run. The
+    cause is named only as far as the launcher's error tells it: SIGKILL (the out-of-memory killer, a kill -9)
+    where the exit codes say so or the job left no word at all; else the job's own last ``error:`` line."""
+    import shlex
     import sys
 
     killed = next((cause for cause in causes(exc) if type(cause).__name__ in KILLED_JOB_ERRORS), None)
     if killed is None:
         return None
-    said = " ".join(str(killed).split())
-    codes = said[said.find("The exit codes"):].split(" Detailed")[0] if "The exit codes" in said else \
-        said.split(" No error stream")[0][:200]
+    text = str(killed)
+    said = " ".join(text.split())
+    if "The exit codes" in said:  # joblib: the workers' exit codes
+        codes = said[said.find("The exit codes"):].split(" Detailed")[0]
+        why = (f"{codes}: SIGKILL is the out-of-memory killer's signal, or a kill -9" if "SIGKILL" in codes else
+               f"{codes}: the process crashed")
+    elif "No error stream produced" in said or "No output/error stream" in said:  # submitit: not a word
+        why = f"{said.split(' with path ')[0]}, which left no output: killed (SIGKILL: the out-of-memory killer?)"
+    else:
+        last = [line.strip() for line in text.splitlines() if line.strip().startswith("error:")]
+        why = f"{said.split(' with path ')[0]}, whose last line was: {last[-1]}" if last else \
+            f"{said.split(' with path ')[0]} (its output: {said[:160]} …)"
     callback = sys.modules.get("lra.results.callback")
     sweeps = callback.STARTED_SWEEPS if callback is not None else []
-    again = f"hydra.sweep.dir={sweeps[-1]}" if sweeps else "the sweep's hydra.sweep.dir"
-    return (f"a job's process of the sweep died without a word ({type(killed).__name__}: {codes}): SIGKILL is the "
-            f"out-of-memory killer's signal, or a kill -9; the launcher stopped the sweep, and the runs it was running "
-            f"say running; continue it with the same command and {again}: finished jobs are kept, unfinished ones "
-            f"resume from their last checkpoints (lra-table lists them)")
+    again = f"hydra.sweep.dir={shlex.quote(str(sweeps[-1]))}" if sweeps else "the sweep's hydra.sweep.dir"
+    return (f"a job of the sweep ended without its result ({type(killed).__name__}: {why}); the launcher stopped the "
+            f"sweep, and the runs it was running say running; continue it with the same command and {again}: "
+            f"finished jobs are kept, unfinished ones resume from their last checkpoints (lra-table lists them)")
 
 
 def exit_on_known_failure(exc: BaseException) -> None:
@@ -210,20 +221,22 @@ def bug_line(exc: BaseException) -> str:
         except OSError:
             print(text, end="", file=sys.stderr)
     where = f"its traceback is in {written[0]}" if written else "its traceback is above"
-    yours = _backend_of_yours(exc)
+    yours = backend_of_yours(exc)
     if yours is not None:
         return f"{what} ({where}): it comes from the code of your attention backend ({yours}); fix it there"
     return (f"unexpected {what} ({where}); this is a bug in the harness, not in your input: please report it "
             f"with {'that file' if written else 'that traceback'}")
 
 
-def _backend_of_yours(exc: BaseException, chained: bool = True) -> Optional[str]:
+def backend_of_yours(exc: BaseException, chained: bool = True) -> Optional[str]:
     """Where in a backend of the user's (``LRA_ATTENTION_MODULES``) ``exc`` (``chained``: or an exception it was
-    raised from or while handling) comes from, or None."""
+    raised from) comes from, or None."""
     import sys
 
     user_modules = sys.modules.get("attention_zoo.user_modules")
-    found = causes(exc) if chained else [exc]
+    found = [exc]
+    while chained and found[-1].__cause__ is not None and len(found) < 20:  # raised from (not: while handling)
+        found.append(found[-1].__cause__)
     return None if user_modules is None else next(filter(None, map(user_modules.culprit, found)), None)
 
 
@@ -264,7 +277,7 @@ def at_the_edge(main):
             except (Exception, KeyboardInterrupt) as exc:
                 exit_on_failure(exc)
             except SystemExit as exc:  # the harness's own exits pass; one raised in a backend of yours is its failure
-                if _backend_of_yours(exc, chained=False) is None:
+                if backend_of_yours(exc, chained=False) is None:
                     raise
                 exit_on_failure(exc)
 

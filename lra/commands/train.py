@@ -53,8 +53,7 @@ def _overrides(hydra_cfg) -> list:
     return [str(o) for o in hydra_cfg.overrides.task]
 
 
-def _resumes_by_override(hydra_cfg) -> bool:
-    """Whether a job's command line gives it ``resume=`` (``-m resume=A,B``), not a sweep job continuing its run."""
+def _resumes_by_override(hydra_cfg) -> bool:  # -m resume=A,B (not a sweep's job continuing its own run)
     return any(o.split("=", 1)[0].lstrip("+~") == "resume" for o in _overrides(hydra_cfg) if "=" in o)
 
 
@@ -259,8 +258,10 @@ def _run_job(cfg: DictConfig, worker: bool):
     folder = RunDirectory(cfg.resume or hydra_cfg.runtime.output_dir, main=_rank_zero())
     if multirun and cfg.resume and Path(hydra_cfg.runtime.output_dir).resolve() != folder.path.resolve():
         RunDirectory(hydra_cfg.runtime.output_dir).remove_if_empty()  # the job's folder Hydra made: the run is elsewhere
+    record_before = None  # -m resume=A,B: the run's record as this job found it (a refusal leaves it so)
     if multirun and _resumes_by_override(hydra_cfg):
         clear_refused_resume(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num)  # an earlier attempt's, if it was refused
+        record_before = folder.read_record()
     try:
         started = _start_resume(folder, hydra_cfg) if cfg.resume else _start_fresh(folder, cfg, hydra_cfg, multirun)
         if started is None:
@@ -284,16 +285,18 @@ def _run_job(cfg: DictConfig, worker: bool):
             config_errors.exit_on_user_error(_taken_in_sweep(exc, folder, hydra_cfg))
         if multirun:  # the sweep goes on; the job's record (and log) says why it stopped
             log.error("error: %s", exc)
-            return _failed_in_sweep(folder, cfg, hydra_cfg, str(exc), worker)
+            return _failed_in_sweep(folder, cfg, hydra_cfg, str(exc), worker, record_before)
         config_errors.exit_on_user_error(exc, folder)
     except KeyboardInterrupt as exc:  # SIGINT, SIGTERM, SIGHUP: the run's record says interrupted
         _stop(exc, folder, hydra_cfg, multirun, worker)
-    except Exception as exc:  # a diverged run, a full disk, the kernels unavailable, ..., or a bug
+    except (Exception, SystemExit) as exc:  # a diverged run, a full disk, ..., or a bug (an exit: your backend's)
+        if isinstance(exc, SystemExit) and config_errors.backend_of_yours(exc, chained=False) is None:
+            raise
         if multirun:  # one failed job must not end the sweep; its metrics.json says failed
             known = config_errors.failure(exc)  # a bug's traceback goes to the job's train.log, while it is open
             line = known[0] if known else config_errors.bug_line(exc)
             log.error("error: %s", line)
-            return _failed_in_sweep(folder, cfg, hydra_cfg, line, worker)
+            return _failed_in_sweep(folder, cfg, hydra_cfg, line, worker, record_before)
         if folder.main and not folder.owned:  # failed before the run took its folder: Hydra's empty one goes
             folder.remove_if_empty()
         config_errors.exit_on_failure(exc)  # one line; a bug's traceback in the run's train.log, while it is open
@@ -303,13 +306,12 @@ def _run_job(cfg: DictConfig, worker: bool):
     return _objective(result, started.optimized_metric)
 
 
-def _failed_in_sweep(folder: RunDirectory, cfg: DictConfig, hydra_cfg, line: str, worker: bool) -> float:
+def _failed_in_sweep(folder: RunDirectory, cfg: DictConfig, hydra_cfg, line: str, worker: bool,
+                     record_before: Optional[dict] = None) -> float:
     """A sweep's failed job: recorded where it failed before its run did (a signal meanwhile stops the sweep
     as anywhere else), then NaN for the sweeper; the sweep goes on."""
     try:
-        # -m resume=A,B refused: the run is as it was; the sweep's end counts the job failed and names it (a run
-        # that failed as it went on records that itself)
-        if _resumes_by_override(hydra_cfg) and folder.read_record().get("status") != "failed":
+        if record_before is not None and folder.read_record() == record_before:  # refused: the sweep's end names it
             try:
                 note_refused_resume(Path(hydra_cfg.sweep.dir), hydra_cfg.job.num, str(cfg.resume), line)
             except OSError as exc:  # a full disk: the console's line remains
@@ -347,10 +349,11 @@ def _interrupted(exc: signals.Interrupted, folder: RunDirectory, hydra_cfg, mult
 
 
 def _withdraw_sweep_file(sweep_dir: Path) -> None:
-    """A sweep stopped at its first job because the folder holds another sweep (whose multirun.yaml was gone):
-    Hydra wrote this command's multirun.yaml there first, which would refuse that sweep's own command; it goes."""
+    """A sweep stopped at its first job by another sweep's folder: the multirun.yaml Hydra wrote for it goes."""
     from lra.run import sweep_overrides
 
+    if command_line.SWEEP_FILE_BEFORE != [False]:  # it was there before (the sweep's own), or cannot be told
+        return
     try:
         ours = [o for o in _command_overrides() if not o.split("=", 1)[0].lstrip("+~").startswith("hydra")]
         if sweep_overrides(sweep_dir) == ours:
