@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Set
 VARIABLE = "LRA_ATTENTION_MODULES"
 _PACKAGE = str(Path(__file__).resolve().parent)
 _IMPORTED: Set[Path] = set()  # each file imported here (resolved): a file named again is not rerun
+_DIGESTS: Dict[Path, str] = {}  # the SHA-256 of each such file as it was imported: the code this process runs
 _FAILURE: List["UserModuleError"] = []  # the import's failure, kept for the next use (:func:`check`)
 
 
@@ -44,6 +45,7 @@ def _from_file(entry: str) -> None:
         other = getattr(sys.modules[module_name], "__file__", None) or module_name
         raise UserModuleError(f"{VARIABLE}: {entry} has the file name of {other}, imported before it (both would be "
                               f"module {module_name}): rename one of them")
+    _DIGESTS[path] = _sha256(path)
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
@@ -64,9 +66,19 @@ def _from_module(entry: str) -> None:
     origin = Path(spec.origin).resolve() if spec is not None and spec.has_location and spec.origin else None
     if origin is not None and origin in _IMPORTED:  # named before as a file
         return
+    digest = _sha256(origin) if origin is not None else None
     importlib.import_module(entry)
     if origin is not None:
         _IMPORTED.add(origin)
+        if digest is not None:
+            _DIGESTS.setdefault(origin, digest)
+
+
+def _sha256(path: Path) -> Optional[str]:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _where(exc: BaseException, entry: str = "") -> str:
@@ -121,19 +133,17 @@ def check() -> None:
 
 
 def source_of(cls: type) -> Optional[Dict[str, str]]:
-    """``{"file", "sha256"}``: the file that defines ``cls`` and the digest of its bytes, for a backend defined outside
-    this package (a backend of yours: the harness's git commit does not name its code; what that file imports is
-    not covered); None for a built-in backend, or where the class has no file that can be read."""
+    """``{"file", "sha256"}``: the file that defines ``cls`` and the digest of its bytes as imported, for a backend
+    outside this package (a backend of yours: the harness's git commit does not name its code; what that file
+    imports is not covered); None for a built-in backend, or where the class has no file that can be read."""
     path = getattr(sys.modules.get(cls.__module__), "__file__", None)
     if not path:
         return None
     path = Path(path).resolve()
     if str(path).startswith(_PACKAGE + os.sep):
         return None
-    try:
-        return {"file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
-    except OSError:
-        return None
+    digest = _DIGESTS.get(path) or _sha256(path)  # as imported: an edit since does not run here
+    return {"file": str(path), "sha256": digest} if digest else None
 
 
 def culprit(exc: BaseException) -> Optional[str]:
