@@ -81,11 +81,12 @@ def pytest_xdist_auto_num_workers(config):
 # rest follow in file order. pytest-xdist gives a worker a whole module at a time (--dist loadscope), and its
 # own order (the most tests first, turned off below) left these few-test, long modules to the end, where one
 # kept a worker busy for up to a minute and a half after the other had run out of modules.
-LONGEST_FIRST = ("test_gpu_check_reference", "test_cuda_emulation", "test_kernel_build", "test_compile", "test_config",
-                 "test_pretraining", "test_run_folder", "test_config_errors", "test_launchers", "test_lra_presets",
-                 "test_commands", "test_gpu_check", "test_signals", "test_attention_efficiency", "test_profile",
-                 "test_concurrent_jobs", "test_sweep_records", "test_packed_runs", "test_flex_patterns",
-                 "test_paper_presets", "test_cache_rebuild", "test_yoso_speed", "test_provenance")
+LONGEST_FIRST = ("test_cuda_emulation", "test_gpu_check_reference", "test_compile", "test_kernel_build", "test_run_folder",
+                 "test_config", "test_config_errors", "test_launchers", "test_pretraining", "test_lra_presets",
+                 "test_training", "test_gpu_check", "test_commands", "test_profile", "test_sweep_records",
+                 "test_attention_efficiency", "test_concurrent_jobs", "test_user_modules", "test_packed_runs",
+                 "test_signals", "test_paper_presets", "test_flex_patterns", "test_cache_rebuild", "test_yoso_speed",
+                 "test_provenance", "test_table_inputs")
 
 
 def pytest_configure(config):

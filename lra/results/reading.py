@@ -161,7 +161,7 @@ def read_found(files: Iterable[Path], jobs: Iterable[Path], warn: Callable[[str]
         if record is None:
             from lra.run import RunDirectory
 
-            starting = RunDirectory(folder).holder() is not None  # a job starting there now
+            starting = RunDirectory(folder).last_holder_alive() is True  # a job starting there now (read, not locked)
             unplaced.append(recordless.Unplaced(folder, recordless.STARTING if starting else recordless.NO_RECORD,
                                                 running=starting))
             warn(f"{folder}: a run folder without a record or a readable config; counted "
