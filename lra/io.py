@@ -10,7 +10,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from lra.errors import ConfigError, UserError
 from lra.faults import fault_point
@@ -71,6 +71,24 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:  # alive, another user's
         return True
     return True
+
+
+def flock_held(path: Path) -> Optional[bool]:
+    """Whether some process holds a flock on ``path``, read from the kernel's table of locks (/proc/locks) without
+    taking it; None where that table cannot be read (no /proc, not Linux). The file's inode number alone is
+    matched (a container's overlay may show its device otherwise): another file of that number locked reads as
+    held, the cautious answer."""
+    try:
+        inode = os.stat(path).st_ino
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    for line in table.splitlines():
+        fields = line.split()
+        if "FLOCK" in fields and "->" not in fields and any(f.rsplit(":", 1)[-1] == str(inode) for f in fields
+                                                          if f.count(":") == 2):
+            return True
+    return False
 
 
 def remove_stale(folder: Path, name_pattern: str) -> list:

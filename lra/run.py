@@ -293,7 +293,7 @@ class RunDirectory:
         out-of-memory killer, a power cut) and resumes exactly."""
         import re
 
-        from lra.io import pid_alive
+        from lra.io import flock_held, pid_alive
 
         try:
             with self._open_lock(create=False) as handle:
@@ -303,6 +303,9 @@ class RunDirectory:
         found = re.match(r"process (\d+) on (\S+) ", text)
         if found is None or found.group(2) != socket.gethostname():
             return None
+        held = flock_held(self.path / LOCK)  # the lock itself: its last holder may live on idle (a sweep, a worker)
+        if held is not None:
+            return held
         if int(found.group(1)) == os.getpid():  # this process (a sweep's, whose job let it go): alive, not holding it
             return self.path.resolve() in _HELD_HERE
         return pid_alive(int(found.group(1)))

@@ -140,7 +140,12 @@ def test_a_run_without_a_usable_record_is_counted_failed_in_its_cell_in_every_fo
     cut = recorded_run(sweep / "3", 3) / "metrics.json"
     cut.write_text(cut.read_text()[:200])
     recorded_run(sweep / "4", 4, files=(".hydra",))
-    (sweep / "4" / ".lock").write_text(f"process {os.getppid()} on {os.uname().nodename} since now\n")  # alive
+    import fcntl
+
+    lock = open(sweep / "4" / ".lock", "w")  # held by a live process, as a job starting there holds it
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    lock.write(f"process {os.getppid()} on {os.uname().nodename} since now\n")
+    lock.flush()
     (sweep / "5").mkdir()
     (sweep / "5" / "train.log").write_text("OSError: [Errno 28] No space left on device\n")
     code, out, err = table_of([sweep], capsys)
@@ -154,6 +159,9 @@ def test_a_run_without_a_usable_record_is_counted_failed_in_its_cell_in_every_fo
     code, csv, _ = table_of([sweep, "--format", "csv"], capsys)
     numbers = pd.read_csv(io.StringIO(csv))
     assert code == 0 and numbers[["seeds", "failed", "unfinished"]].values.tolist() == [[2, 2, 1]], csv
+    lock.close()  # its process let it go (an idle worker, the sweep itself): the job was killed as it started
+    code, out, _ = table_of([sweep], capsys)
+    assert "(2, 3 failed)" in out and f"- {sweep / '4'}: no run record" in out, out
 
 
 def test_runs_of_one_config_trained_on_different_data_are_different_rows(tmp_path, capsys):
