@@ -24,7 +24,8 @@ The rules:
   :func:`guard_startup`'s handler ends the process at once with the same line and status: nothing is
   being written then. Once the last exit handler has run, the interpreter's own teardown (which puts
   Python's handlers back to the default action) ignores these signals: the command's work and its last
-  line are done, and it ends a moment later with its own status, not silently with the signal's.
+  line are done, and it ends a moment later with its own status, not silently with the signal's (a
+  teardown that hung there would need SIGKILL).
 - A process that stops the processes it started may say why before it signals them: it names a file
   in their environment (:data:`STOP_NOTE`) and writes the reason there (lra-gpu-check's time limit);
   their interruption then reads ``interrupted (SIGTERM: <that reason>)``.

@@ -143,7 +143,8 @@ def keep_scratch_of_failures(steps: List[Step], scratch: Path) -> None:
     the folder is kept and each failed step's summary says where. (A step stopped at its limit or by a
     signal says what became of its runs in its own note.)"""
     failed = [step for step in steps if step.status.startswith("failed")]
-    if not failed or not any(scratch.iterdir()):
+    stopped = any(step.status.startswith("interrupted") for step in steps)  # its summary says the folder goes
+    if not failed or stopped or not any(scratch.iterdir()):
         shutil.rmtree(scratch, ignore_errors=True)
         return
     for step in failed:
