@@ -77,9 +77,6 @@ def resume_command(folder) -> str:
     return f'lra-train "{argument}"' if not re.search(r'[$`"\\!]', argument) else f"lra-train {shlex.quote(argument)}"
 
 
-_HELD_HERE: set = set()  # the run folders whose lock this process holds now (RunDirectory.claim … release)
-
-
 def not_a_run(folder) -> Optional[str]:
     """The line refusing ``resume=<folder>`` where the folder holds no run's saved config; None where it does."""
     folder = Path(folder)
@@ -226,7 +223,6 @@ class RunDirectory:
         handle.write(f"process {os.getpid()} on {socket.gethostname()} (since {time.strftime('%Y-%m-%d %H:%M:%S')})")
         handle.flush()
         self._lock_handle = handle
-        _HELD_HERE.add(self.path.resolve())
         for folder in (self.path, self.path / HYDRA_FILES, self.path / PRETRAIN):  # a kill's leftovers, now it is ours
             if folder.is_dir():
                 self.remove_interrupted_writes(folder)
@@ -287,10 +283,11 @@ class RunDirectory:
             return None
 
     def last_holder_alive(self) -> Optional[bool]:
-        """Whether the process that last held this folder (its lock file's "process PID on HOST") is
-        still alive, read without taking the lock; None where that cannot be told from here (no lock
-        file, another host). A record still ``running`` whose holder is gone was killed (SIGKILL, the
-        out-of-memory killer, a power cut) and resumes exactly."""
+        """Whether the process that last held this folder (its lock file's "process PID on HOST") still holds
+        it: the lock as the kernel's table shows it (:func:`lra.io.flock_held`; where there is none, whether that
+        process is alive), read without taking the lock; None where that cannot be told from here (no lock file,
+        another host). A record still ``running`` whose holder is gone was killed (SIGKILL, the out-of-memory
+        killer, a power cut) and resumes exactly."""
         import re
 
         from lra.io import flock_held, pid_alive
@@ -304,11 +301,7 @@ class RunDirectory:
         if found is None or found.group(2) != socket.gethostname():
             return None
         held = flock_held(self.path / LOCK)  # the lock itself: its last holder may live on idle (a sweep, a worker)
-        if held is not None:
-            return held
-        if int(found.group(1)) == os.getpid():  # this process (a sweep's, whose job let it go): alive, not holding it
-            return self.path.resolve() in _HELD_HERE
-        return pid_alive(int(found.group(1)))
+        return pid_alive(int(found.group(1))) if held is None else held
 
     def _occupied(self) -> UserError:
         holder = self.holder()
@@ -344,7 +337,6 @@ class RunDirectory:
         if self._lock_handle is not None:
             self._lock_handle.close()  # closing the descriptor releases the flock
             self._lock_handle = None
-            _HELD_HERE.discard(self.path.resolve())
 
     # ------------------------------------------------------------------ files (only once owned)
     def _check_owned(self) -> None:
