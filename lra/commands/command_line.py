@@ -93,6 +93,13 @@ def data_dir(argv: list) -> str:
     return value.strip("'\"") if value is not None and "${" not in value else os.environ.get("LRA_DATA_DIR") or "data"
 
 
+def task_overrides(argv: list) -> list:
+    """The overrides of ``argv`` that a sweep's multirun.yaml lists as its task's (not Hydra's own, no flags)."""
+    valued = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package", "--info"}
+    return [a for i, a in enumerate(argv) if not a.startswith("-") and not (i and argv[i - 1] in valued)
+            and not a.split("=", 1)[0].lstrip("+~").startswith("hydra")]
+
+
 SWEEP_FILE_BEFORE: list = []  # [whether hydra.sweep.dir held a multirun.yaml before this command], once checked
 
 
@@ -114,10 +121,7 @@ def refuse_another_commands_sweep(argv: list) -> None:
     if made_by is None or hydra is None:  # a new sweep
         return
     hydra = [o for o in hydra if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
-    valued = {"-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "-p", "--package", "--info"}
-    overrides = [a for i, a in enumerate(argv) if not a.startswith("-") and not (i and argv[i - 1] in valued)
-                 and not a.split("=", 1)[0].lstrip("+~").startswith("hydra")]
-    if made_by == overrides:
+    if made_by == task_overrides(argv):
         return
     raise ConfigError(f"hydra.sweep.dir={shlex.quote(str(sweep_dir))} holds a sweep made by another command "
                       f"({shlex.join(['lra-train', '-m', *made_by, *hydra, f'hydra.sweep.dir={hydra_value(sweep_dir)}'])}); continue "

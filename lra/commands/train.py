@@ -355,8 +355,7 @@ def _withdraw_sweep_file(sweep_dir: Path) -> None:
     if command_line.SWEEP_FILE_BEFORE != [False]:  # it was there before (the sweep's own), or cannot be told
         return
     try:
-        ours = [o for o in _command_overrides() if not o.split("=", 1)[0].lstrip("+~").startswith("hydra")]
-        if sweep_overrides(sweep_dir) == ours:
+        if sweep_overrides(sweep_dir) == command_line.task_overrides(sys.argv[1:]):
             (sweep_dir / "multirun.yaml").unlink()
     except (OSError, ValueError):  # unreadable, or gone: nothing of this command to take back
         pass

@@ -24,7 +24,9 @@ def note_unlike_release(path: Path, rows: int, released: int, announce: Callable
     if rows == released:
         return
     with open(path, "rb") as handle:
-        ends = handle.seek(0, 2) == 0 or (handle.seek(-1, 2) >= 0 and handle.read(1) == b"\n")
+        size = handle.seek(0, 2)
+        handle.seek(max(size - 1, 0))
+        ends = size == 0 or handle.read(1) == b"\n"
     cut = "" if ends else " and its last line has no line end (cut inside it?)"
     announce(f"note: {path} holds {rows:,} rows where the LRA release's holds {released:,}{cut}: if it should be "
              "the release, it is cut or edited; re-extract the release")
