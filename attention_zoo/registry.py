@@ -175,7 +175,8 @@ def _check_options_class(name: str, options: Any) -> None:
             raise TypeError(f"option '{option.name}' of backend '{name}' defaults to {default!r}, which is not "
                             f"{_type_rule(hint)}: give it a default of its type"
                             + (f" or declare it Optional[{getattr(hint, '__name__', hint)}]" if default is None else ""))
-        _check_config_holds(name, option.name, hint, default)
+        if typing.get_origin(hint) is not None or hint in (list, tuple, dict):  # a container: what OmegaConf holds
+            _check_config_holds(name, option.name, hint, default)
 
 
 def _check_config_holds(name: str, option: str, hint: Any, default: Any) -> None:
