@@ -265,7 +265,7 @@ def test_a_record_whose_task_is_named_like_the_average_column_is_a_note(tmp_path
     write(tmp_path / "avg", record(task="average", accuracy=99.0))
     code, out, err = table_of([tmp_path], capsys)
     assert code == 0 and out.splitlines()[0].split() == ["|", "backend", "|", "listops", "|", "average", "|"]
-    assert "99" not in out and err.splitlines() == [
+    assert "99" not in out.replace(str(tmp_path), "") and err.splitlines() == [  # pytest-599 in a path is no cell
         f"note: skipped {tmp_path / 'avg' / 'metrics.json'}: its task is 'average', the name of the table's column of "
         "each row's average over the tasks (the record is damaged or was edited)"]
 
