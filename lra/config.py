@@ -21,7 +21,7 @@ import attention_zoo
 from attention_zoo._common import package_folder
 from attention_zoo.options import InvalidOption, choice, number, whole
 from lra.adamw_limits import check_adamw_steps
-from lra.config_fields import attention_schema, device_name
+from lra.config_fields import attention_node, attention_schema, device_name
 from lra.data.listops import GeneratorSettings
 from lra.data.sources import AUTO, SOURCES
 from lra.data.pathfinder_writer import GeneratorSettings as PathfinderGeneratorSettings
@@ -428,7 +428,7 @@ def register_configs() -> None:
     cs.store(name="schema_logger_none", node=LoggerConfig)
     cs.store(name="schema_logger_wandb", node=WandbLoggerConfig)
     for name in attention_zoo.names():
-        schema = attention_schema(attention_zoo.get(name))
+        schema = attention_node(attention_zoo.get(name))
         cs.store(name=f"schema_attention_{name}", node=schema)
         if not (CONF_DIR / "attention" / f"{name}.yaml").is_file():  # a backend of LRA_ATTENTION_MODULES: its defaults
             cs.store(group="attention", name=name, node=schema)

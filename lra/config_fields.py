@@ -11,6 +11,7 @@ from dataclasses import field
 
 import attention_zoo
 from attention_zoo.options import InvalidOption
+from omegaconf import DictConfig, OmegaConf
 
 
 def attention_schema(backend: attention_zoo.Backend, with_name: bool = True) -> type:
@@ -27,6 +28,16 @@ def attention_schema(backend: attention_zoo.Backend, with_name: bool = True) -> 
         )
         fields.append((option.name, types[option.name], default))
     return dataclasses.make_dataclass(f"{backend.cls.__name__}Config", fields)
+
+
+def attention_node(backend: attention_zoo.Backend, with_name: bool = True) -> DictConfig:
+    """:func:`attention_schema` as the config node Hydra stores: an option typed as a dict takes keys of
+    the user's choosing (``attention.weights={a:1,b:2}``), so only the backend's own keys are closed."""
+    node = OmegaConf.structured(attention_schema(backend, with_name))
+    for key in node.keys():
+        if isinstance(node._get_node(key), DictConfig) and not dataclasses.is_dataclass(OmegaConf.get_type(node, key)):
+            OmegaConf.set_struct(node._get_node(key), False)
+    return node
 
 
 def known_backends(options, name: str) -> None:

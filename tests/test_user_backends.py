@@ -414,3 +414,28 @@ def test_the_dual_encoders_aux_loss_is_the_mean_over_both_documents(tmp_path):
     second = attention_aux_loss(model.encoder)
     assert not torch.allclose(first, second) and torch.allclose(both, (first + second) / 2)
     assert both.requires_grad
+
+
+def test_an_option_typed_as_a_dict_takes_keys_of_the_users_choosing_and_only_its_backend_keys_are_closed():
+    """``weights: Dict[str, float]``: ``attention.weights={b:2}`` merges as Hydra merges a dict (it was
+    refused as "unknown key 'attention.weights.b'"), its values keep their type, and a key the options
+    do not have is still refused."""
+    from hydra.errors import ConfigCompositionException
+
+    from lra.errors import ConfigError
+
+    @dataclasses.dataclass
+    class WeightOptions:
+        weights: typing.Dict[str, float] = dataclasses.field(default_factory=lambda: {"a": 1.0})
+
+    scaled_values("weighted", options=WeightOptions, forward=lambda self, q, k, v, mask: v)
+    register_configs()
+    cfg = compose_config("attention=weighted", "attention.weights={b:2}", "attention.weights.c=3")
+    validate(cfg)
+    assert attention_spec(cfg).options.weights == {"a": 1.0, "b": 2.0, "c": 3.0}
+    assert compose_config("attention=weighted").attention.weights == {"a": 1.0}  # no change reached the store
+    with pytest.raises(ConfigCompositionException) as refused:
+        compose_config("attention=weighted", "attention.weights={b:heavy}")
+    assert "could not be converted to Float" in str(refused.value.__cause__)
+    with pytest.raises(ConfigError, match="unknown key 'attention.weight' .did you mean 'weights'"):
+        validate(compose_config("attention=weighted", "+attention.weight=2"))
