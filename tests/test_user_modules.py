@@ -4,6 +4,7 @@ without the variable says so, and a module that fails to import is one line nami
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -302,3 +303,41 @@ def test_a_name_taken_by_a_built_in_is_placed_in_your_file(tmp_path):
         user_modules.import_all(str(tmp_path / "taken.py"))
     assert "attention backend name 'softmax' is taken by attention_zoo.softmax.SoftmaxAttention" in str(error.value)
     assert str(error.value).endswith("(taken.py, line 18); fix it, or take it out of LRA_ATTENTION_MODULES")
+
+
+def test_lra_fidelity_measures_every_other_backend_when_one_raises_and_names_it(tmp_path):
+    """A backend that raised at one length (here: out of memory) ended lra-fidelity at that error, with no
+    report of the backends measured before it. Now its cells read "failed", its line is under the tables and in the CSV, the
+    others are measured as alone, and the command exits 1 naming it."""
+    import pandas as pd
+    import torch
+    import yaml
+
+    from lra.fidelity import inputs as sources
+    from lra.fidelity import sections
+
+    mine = tmp_path / "tempered.py"
+    mine.write_text(BACKEND.replace("        return torch.softmax", "        if q.shape[2] > 40:\n"
+                                    "            raise MemoryError('too long for me')\n        return torch.softmax"))
+    result = run_command(["lra-fidelity", "preset=smoke", "sections=[backends]", "lengths=[32,96]", "seeds=[0]",
+                          "backends=[softmax,tempered,local]", "hydra.run.dir=out"], tmp_path, tmp_path,
+                         env_extra={"LRA_ATTENTION_MODULES": str(mine)}, check=False)
+    line = result.stderr.strip().splitlines()[-1]
+    said = ("backends: tempered on random n=96, seed 0: out of memory (too long for me); leave the longest of lengths "
+            "(or yoso_lengths) out, or lower batch_size or num_heads")  # not lra-train's advice
+    assert result.returncode == 1 and line == (f"error: 1 measurement(s) failed, marked 'failed' in {tmp_path / 'out'}"
+                                               f"/fidelity.md (the others were measured): {said}"), result.stderr
+    report = (tmp_path / "out" / "fidelity.md").read_text()
+    assert re.search(r"\| tempered +\| +0\.\d+ +\| failed +\|", report), report
+    assert ("## Measurements that failed\n\nThe other backends were measured; each line is the error of one:\n\n- "
+            + said.removeprefix("backends: ") + "\n") in report, report
+    rows = pd.read_csv(tmp_path / "out" / "fidelity_backends.csv")
+    failed = rows[rows["error"].notna()]
+    assert list(zip(failed["backend"], failed["n"])) == [("tempered", 96)]
+    assert list(rows["backend"]) == ["softmax", "tempered", "local"] * 2  # the order asked
+    config = yaml.safe_load((tmp_path / "out" / "fidelity_config.yaml").read_text())
+    inputs = sources.random_inputs(config["batch_size"], config["num_heads"], 96, config["head_dim"],
+                                   config["score_std"], 0, torch.device("cpu"))
+    (alone,) = sections.backend_rows(inputs, ["local"], {}, 0)
+    measured = rows[(rows["backend"] == "local") & (rows["n"] == 96)].iloc[0]
+    assert measured["relative_error"] == pytest.approx(alone["relative_error"], rel=1e-12) and alone["relative_error"] > 0.1

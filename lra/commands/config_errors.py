@@ -83,6 +83,14 @@ def path_kind_line(exc: BaseException) -> Optional[str]:
     return None
 
 
+MEMORY_ADVICE = {  # command → what takes less memory there
+    "lra-fidelity": "leave the longest of lengths (or yoso_lengths) out, or lower batch_size or num_heads",
+}
+TRAINING_MEMORY_ADVICE = ("for lra-train, a larger trainer.grad_accumulation runs the same batch in smaller pieces, "
+                          "or lower trainer.batch_size, trainer.eval_batch_size or trainer.max_length, or a smaller "
+                          "model (model.dim, model.ff_dim, model.num_layers, task.vocab_size)")
+
+
 def _memory_line(exc: BaseException) -> Optional[str]:
     import sys
 
@@ -92,9 +100,8 @@ def _memory_line(exc: BaseException) -> Optional[str]:
         cpu_allocator = isinstance(cause, RuntimeError) and "can't allocate memory" in str(cause)
         if isinstance(cause, out_of_memory) or cpu_allocator:
             detail = str(cause).strip().splitlines()[0][:200] if str(cause).strip() else type(cause).__name__
-            return (f"out of memory ({detail}); for lra-train, a larger trainer.grad_accumulation runs the "
-                    "same batch in smaller pieces, or lower trainer.batch_size, trainer.eval_batch_size or "
-                    "trainer.max_length, or a smaller model (model.dim, model.ff_dim, model.num_layers, task.vocab_size)")
+            advice = MEMORY_ADVICE.get(os.path.basename(sys.argv[0]), TRAINING_MEMORY_ADVICE)
+            return f"out of memory ({detail}); {advice}"
     return None
 
 
@@ -173,6 +180,13 @@ def exit_on_known_failure(exc: BaseException) -> None:
         log_to_file(f"error: {known[0]}")
         print(f"error: {known[0]}", file=sys.stderr)
         sys.exit(known[1])
+
+
+def failure_line(exc: BaseException) -> str:
+    """The one line for ``exc`` without ending the process: :func:`failure`'s, or for a bug :func:`bug_line`'s
+    (its traceback written to the log file), for a command that goes on with its other work."""
+    known = failure(exc)
+    return known[0] if known is not None else bug_line(exc)
 
 
 def exit_on_failure(exc: BaseException) -> None:

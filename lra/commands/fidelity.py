@@ -44,7 +44,8 @@ def measure(cfg, device) -> dict:
             seed = first_seed if inputs.seed is None else inputs.seed
             log.info("%s: %s, n = %d, seed %s", section, inputs.source, inputs.n, inputs.seed)
             if section == "backends":
-                rows[section] += sections.backend_rows(inputs, list(cfg.backends), options, seed)
+                rows[section] += sections.backend_rows(inputs, list(cfg.backends), options, seed,
+                                                       failure_line=config_errors.failure_line)
             elif section == "oracles":
                 budgets = sorted({int(r) for r in cfg.oracle_budgets if r <= inputs.n})
                 rows[section] += sections.oracle_rows(inputs, budgets, cfg.oracle_queries, seed)
@@ -83,6 +84,11 @@ def run(cfg: DictConfig) -> None:
     atomic_write_text(out_dir / "fidelity_config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     print((out_dir / "fidelity.md").read_text())
     print(f"wrote {out_dir}/fidelity.{{md,json}}, fidelity_<section>.csv and .png")
+    raised = report.failures(rows)
+    if raised:
+        log.warning("%d measurement(s) failed:\n%s", len(raised), "\n".join(raised))
+        raise UserError(f"{len(raised)} measurement(s) failed, marked {report.FAILED!r} in {out_dir}/fidelity.md (the "
+                        f"others were measured): {raised[0]}" + ("; …" if len(raised) > 1 else ""))
     failed = report.non_finite(rows)
     if failed:
         raise UserError(f"{len(failed)} measurement(s) came out non-finite (NaN or ∞), marked {report.NON_FINITE!r} in "

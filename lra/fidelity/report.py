@@ -16,7 +16,7 @@ from lra.io import atomic_write_text, save_figure
 COLUMNS = {
     "backends": ["input", "n", "seed", "backend", "label", "relative_error", "mean_angle", "keys_per_query",
                  "uncovered_queries", "utility", "utility_ceiling", "oblivious_error_at_budget", "query_max_over_mean", "key_max_over_mean",
-                 "skewed_bucket_share"],
+                 "skewed_bucket_share", "error"],
     "oracles": ["input", "n", "seed", "oracle", "r", "relative_error", "mean_angle", "max_support"],
     "yoso": ["input", "n", "seed", "m", "tau", "relative_error", "mean_angle"],
 }
@@ -26,6 +26,7 @@ SECTIONS = tuple(COLUMNS)
 MEASURES = ("relative_error", "mean_angle", "keys_per_query", "uncovered_queries", "utility", "utility_ceiling",
             "oblivious_error_at_budget", "query_max_over_mean", "key_max_over_mean", "skewed_bucket_share")
 NON_FINITE = "non-finite"  # a cell with a NaN or ±∞ among its values: measured, and failed
+FAILED = "failed"  # a cell with a measurement that raised (its row's ``error`` says why): not measured
 
 
 def output_names() -> List[str]:
@@ -53,6 +54,12 @@ def non_finite(rows: Dict[str, List[dict]]) -> List[str]:
             if any(isinstance(row.get(m), float) and not math.isfinite(row[m]) for m in MEASURES)]
 
 
+def failures(rows: Dict[str, List[dict]]) -> List[str]:
+    """The measurements that raised, one phrase each with its error line."""
+    return [f"{_describe(section, row)}: {row['error']}" for section, section_rows in rows.items()
+            for row in section_rows if row.get("error")]
+
+
 def frames(rows: Dict[str, List[dict]]) -> Dict[str, pd.DataFrame]:
     return {section: pd.DataFrame(rows[section]).reindex(columns=COLUMNS[section])
             for section in COLUMNS if rows.get(section)}
@@ -74,9 +81,13 @@ def _mean_std(values: pd.Series, digits: int = 3) -> str:
 
 
 def _pivot(frame: pd.DataFrame, index: str, value: str, digits: int = 3) -> pd.DataFrame:
+    """``value`` per ``index`` (rows) and set of inputs (columns); a cell with a measurement that raised
+    reads "failed" (a mean over the seeds that did not would pass for the whole cell)."""
     frame = frame.assign(setting=_setting(frame))
     settings = list(dict.fromkeys(frame["setting"]))
-    table = frame.groupby([index, "setting"], sort=False)[value].apply(lambda s: _mean_std(s, digits)).unstack()
+    failed = frame["error"].notna() if "error" in frame else pd.Series(False, index=frame.index)
+    cells = frame.assign(failed=failed).groupby([index, "setting"], sort=False)
+    table = cells[value].apply(lambda s: _mean_std(s, digits)).where(~cells["failed"].any(), FAILED).unstack()
     return table.reindex(columns=settings).fillna("—")
 
 
@@ -130,6 +141,13 @@ def markdown(tables: Dict[str, pd.DataFrame], title: str, notes: Dict[str, str] 
                          "ratio is beyond 2:1 (means over seeds). Reformer's utility is of its own shared-QK attention, "
                          "LHA's of its attention on LayerNorm'd q and k.\n\n"
                          + summary.rename(columns={"setting": "inputs", "label": "backend"}).to_markdown(index=False))
+        failed = backends[backends["error"].notna()]
+        if not failed.empty:
+            lines = [f"- {row.label} on {'random n=' + str(row.n) if row.input == 'random' else row.input}"
+                     + ("" if pd.isna(row.seed) else f", seed {int(row.seed)}") + f": {row.error}"
+                     for row in failed.itertuples()]
+            parts.append("## Measurements that failed\n\nThe other backends were measured; each line is the "
+                         "error of one:\n\n" + "\n".join(lines))
     if "oracles" in tables:
         oracles = tables["oracles"].assign(oracle=lambda f: np.where(
             f["max_support"].notna(), "v-aware-(d+1)", f["oracle"] + "-" + f["r"].astype(str)))

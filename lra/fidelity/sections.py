@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -63,23 +63,48 @@ def _sparse_analysis(backend, inputs: AttentionInputs, attention, exact) -> dict
     return row
 
 
-def backend_rows(inputs: AttentionInputs, names: Sequence[str], options: Dict[str, dict], seed: int) -> List[dict]:
-    """Each backend (and the checkpoint's own trained layer) against exact softmax on ``inputs``."""
+def backend_rows(inputs: AttentionInputs, names: Sequence[str], options: Dict[str, dict], seed: int,
+                 failure_line: Callable[[Exception], str] = None) -> List[dict]:
+    """Each backend (and the checkpoint's own trained layer) against exact softmax on ``inputs``. With
+    ``failure_line``, a backend that raises (out of memory at this n, a backend of yours) is a row with
+    that line as its ``error`` and the others are measured; without, the error propagates."""
     exact, attention = measures.exact_attention(inputs.q, inputs.k, inputs.v, inputs.mask)
-    candidates = [(name, build_backend(name, inputs, options.get(name, {}), seed), False) for name in names]
+    rows, candidates = [], []
+    for name in names:  # every build before any call: a build seeds the global generator for its own draws
+        try:
+            candidates.append((name, build_backend(name, inputs, options.get(name, {}), seed), False))
+        except Exception as exc:
+            if failure_line is None:
+                raise
+            rows.append(_failed(inputs, name, options.get(name, {}), failure_line(exc)))
     if inputs.trained_backend is not None and inputs.trained_backend.name != "softmax":
         candidates.append((inputs.trained_backend.name, inputs.trained_backend, True))
-    rows = []
     with torch.no_grad():
         for name, backend, trained in candidates:
-            output = backend(inputs.q, inputs.k, inputs.v, inputs.mask)
             label = backend.label(backend.options) + (" (trained)" if trained else "")
-            row = {**_where(inputs), "backend": name, "label": label,
-                   **measures.output_error(output, exact, inputs.mask)}
-            if hasattr(backend, "attended_keys"):
-                row.update(_sparse_analysis(backend, inputs, attention, exact))
+            try:
+                output = backend(inputs.q, inputs.k, inputs.v, inputs.mask)
+                row = {**_where(inputs), "backend": name, "label": label,
+                       **measures.output_error(output, exact, inputs.mask)}
+                if hasattr(backend, "attended_keys"):
+                    row.update(_sparse_analysis(backend, inputs, attention, exact))
+            except Exception as exc:
+                if failure_line is None:
+                    raise
+                row = {**_where(inputs), "backend": name, "label": label, "error": failure_line(exc)}
             rows.append(row)
-    return rows
+            if inputs.q.is_cuda:
+                torch.cuda.empty_cache()  # what a backend that ran out of memory held is not the next one's
+    return sorted(rows, key=lambda row: [*names, row["backend"]].index(row["backend"]))
+
+
+def _failed(inputs: AttentionInputs, name: str, options: dict, line: str) -> dict:
+    """The row of a backend that could not be built for these inputs."""
+    try:
+        label = attention_zoo.spec(name, **options).label
+    except Exception:
+        label = name
+    return {**_where(inputs), "backend": name, "label": label, "error": line}
 
 
 def _query_sample(inputs: AttentionInputs, count: int, seed: int):
