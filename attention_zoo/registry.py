@@ -67,6 +67,12 @@ class Attention(nn.Module):
         before anything is built. Default: every shape is served."""
 
     @classmethod
+    def causal_leak(cls, options: Any) -> Optional[str]:
+        """Why a causal language model cannot use these options (its causal mode lets a position's output
+        depend on something after it, such as the padding of later positions), or None. Default: None."""
+        return None
+
+    @classmethod
     def flex_exact_on_every_row(cls, options: Any) -> bool:
         """Whether this backend's Flex path (``has_flex_path``) equals its eager path on rows without a
         real key too (their masks a bias in both), so a model may read those rows. Default: no."""

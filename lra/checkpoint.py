@@ -130,16 +130,19 @@ def check_config(path: Path, payload: Dict[str, Any], config_sha256: Optional[st
 
 
 def build_identity(device: torch.device, amp_dtype: Optional[torch.dtype],
-                   attention_engine: Optional[str] = None, attention_code: Optional[str] = None) -> Dict[str, str]:
+                   attention_engine: Optional[str] = None, attention_code: Optional[str] = None,
+                   processes: int = 1) -> Dict[str, str]:
     """What computed a training checkpoint, besides its config: the torch build (its version names the CUDA or
     CPU build), the device type (on a CPU, its thread count: :func:`check_threads`), the autocast precision
     (``trainer.device=auto`` and ``trainer.precision=auto`` choose them at each start) and the attention's
     engine where the machine chooses it
     (:func:`attention_zoo.engines`: YOSO's compiled kernels or its PyTorch path), and for a backend of the user's
-    the SHA-256 of the file that defines it (``attention_code``: :func:`check_attention_code`). A resume elsewhere
-    would go on computing otherwise than the run began, and its record would name only the last of them."""
+    the SHA-256 of the file that defines it (``attention_code``: :func:`check_attention_code`), and the number of
+    torchrun processes (:func:`check_processes`). A resume elsewhere would go on computing otherwise than the run
+    began, and its record would name only the last of them."""
     identity = {"torch": torch.__version__, "device": device.type,
-                "precision": str(amp_dtype).removeprefix("torch.") if amp_dtype is not None else "float32"}
+                "precision": str(amp_dtype).removeprefix("torch.") if amp_dtype is not None else "float32",
+                "processes": str(processes)}
     if device.type == "cpu":  # a CPU run's last digits depend on how many threads split its reductions
         identity["cpu_threads"] = str(torch.get_num_threads())
     return identity | ({"attention_engine": attention_engine} if attention_engine else {}) | (
@@ -177,6 +180,21 @@ def check_build(path: Path, payload: Dict[str, Any], here: Dict[str, str]) -> No
     raise UserError(f"cannot resume from {path}: it was trained with {'; '.join(differ)}, and a run resumes exactly "
                     f"only as it was computed; resume it where it ran ({where}), or start a new run with the same "
                     f"overrides; the run's metrics.json is left as it was")
+
+
+def check_processes(path: Path, payload: Dict[str, Any], here: Dict[str, str], run_dir: Path) -> None:
+    """A checkpoint is resumed only by as many torchrun processes as computed it (its build's ``processes``): each
+    process draws the dropout of its share of the batch, and sums its gradients in its own order, so another count
+    trains the rest of the run otherwise. One :class:`UserError` line naming the command to resume with."""
+    recorded = payload.get("build") if isinstance(payload, dict) else None
+    processes = recorded.get("processes") if isinstance(recorded, dict) else None
+    if not isinstance(processes, str) or not processes.isdigit() or processes == here.get("processes"):
+        return
+    from lra.run import resume_command
+
+    raise UserError(f"cannot resume from {path}: it was computed by {processes} process(es) and this is "
+                    f"{here.get('processes')}, and each process draws the dropout of its share of the batch: resume it "
+                    f"with {resume_command(run_dir, int(processes))}; the run's metrics.json is left as it was")
 
 
 def check_threads(path: Path, payload: Dict[str, Any], here: Dict[str, str]) -> None:

@@ -235,6 +235,14 @@ def check_objective(cfg) -> None:
     """The causal objective needs a backend with a causal mode."""
     import attention_zoo
 
-    if objective(cfg) == "causal" and not attention_zoo.get(cfg.attention.name).cls.supports_causal:
+    if objective(cfg) != "causal":
+        return
+    backend = attention_zoo.get(cfg.attention.name).cls
+    if not backend.supports_causal:
         raise ConfigError(f"pretrain=causal needs causal attention and attention={cfg.attention.name} has no causal "
                           f"mode; use pretrain=masked, or one of attention={','.join(attention_zoo.causal_names())}")
+    from lra.validation import attention_spec
+
+    leak = backend.causal_leak(attention_spec(cfg).options)
+    if leak is not None:
+        raise ConfigError(f"pretrain=causal cannot use attention={cfg.attention.name} as set: {leak} (or pretrain=masked)")

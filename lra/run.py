@@ -66,15 +66,20 @@ def parsed_value(text: str) -> str:
     return value if isinstance(value, str) else text.strip("'\"")
 
 
-def resume_command(folder) -> str:
+def resume_command(folder, processes: Optional[int] = None) -> str:
     """``lra-train resume=<folder>`` as a shell takes it and Hydra parses it back to ``folder`` (:func:`hydra_value`,
-    then the whole argument quoted for the shell)."""
+    then the whole argument quoted for the shell), under torchrun with the run's process count where it had
+    more than one (``processes``, else its record's): a run resumes only on the count it began with."""
     import re
 
+    if processes is None:
+        recorded = read_record(Path(folder)).get("processes")
+        processes = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else 1
+    command = "lra-train" if processes <= 1 else f"torchrun --standalone --nproc_per_node={processes} $(which lra-train)"
     argument = f"resume={hydra_value(folder)}"
     if not argument.endswith("'"):
-        return f"lra-train {shlex.quote(argument)}"
-    return f'lra-train "{argument}"' if not re.search(r'[$`"\\!]', argument) else f"lra-train {shlex.quote(argument)}"
+        return f"{command} {shlex.quote(argument)}"
+    return f'{command} "{argument}"' if not re.search(r'[$`"\\!]', argument) else f"{command} {shlex.quote(argument)}"
 
 
 def not_a_run(folder) -> Optional[str]:

@@ -115,7 +115,7 @@ class Trainer:
         self.captured = capture.CapturedStep(self) if cfg.trainer.capture else None
         self.attention_source = user_modules.source_of(attention_zoo.get(self.attention_name).cls)  # a backend of yours
         self.build = checkpoint.build_identity(self.device, self.amp_dtype, parts.attention_engine,  # checked at a resume
-                                               (self.attention_source or {}).get("sha256"))
+                                               (self.attention_source or {}).get("sha256"), ranks.world)
         self.num_parameters = sum(p.numel() for p in self.model.parameters())
         self.gpu_clock = gpus.GpuClock.of(self.device, ranks.world)
         self.chance = ChanceLevel.of(self.data.splits["val"].labels)
@@ -213,6 +213,7 @@ class Trainer:
         checkpoint.check_config(path, payload, self.folder.config_sha256)
         self.follow_engine(checkpoint.recorded_engine(payload), str(path))
         checkpoint.check_attention_code(path, payload, self.build, (self.attention_source or {}).get("file"))
+        checkpoint.check_processes(path, payload, self.build, self.folder.path)
         checkpoint.check_threads(path, payload, self.build)
         checkpoint.check_build(path, payload, self.build)
         self.check_same_data(previous, payload)

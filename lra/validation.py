@@ -292,6 +292,22 @@ def check_device_and_precision(cfg: DictConfig) -> None:
                           "is on the CPU: pass trainer.precision=fp32 (or auto)")
 
 
+def check_process_split(cfg: DictConfig) -> None:
+    """Each step's batch splits evenly over the micro-batches of every process (torchrun's ranks): the
+    fine-tuning batch, and self-pretraining's."""
+    from lra import pretraining
+
+    processes, pieces = distributed.world_size(), cfg.trainer.grad_accumulation
+    batches = [("trainer.batch_size", cfg.trainer.batch_size)]
+    if pretraining.pretrains(cfg):
+        batches.append(("pretrain.batch_size", cfg.pretrain.batch_size))
+    for key, batch in batches:
+        if processes > 1 and batch % (pieces * processes):
+            raise InvalidValue(f"invalid value for {key}: {batch}; under torchrun it must be a multiple of "
+                               f"trainer.grad_accumulation={pieces} × {processes} processes = {pieces * processes}: "
+                               f"pass {key}=<such a value>, or another --nproc_per_node")
+
+
 def check_capture(cfg: DictConfig) -> None:
     """trainer.capture=true where the step cannot be captured (:func:`lra.capture.refusal`)."""
     if not cfg.trainer.capture:
@@ -390,8 +406,8 @@ def validate(cfg: DictConfig) -> TrainRunConfig:
     check_whole_images(cfg)
     check_schedule_factors(cfg)
     check_pretraining(cfg)
+    check_process_split(cfg)
     check_device_and_precision(cfg)
     check_wandb_mode(cfg.logger.name)
     check_capture(cfg)
-    distributed.world_size()  # a leftover WORLD_SIZE outside torchrun
     return typed(cfg)

@@ -120,7 +120,7 @@ def test_a_resume_by_another_build_or_device_is_refused(run, tmp_path, data_dir,
     record naming only the last: a mix no single setup computes."""
     last = run / "checkpoints" / "last.pt"
     payload = torch.load(last, weights_only=False)
-    assert payload["build"] == {"torch": torch.__version__, "device": "cpu", "precision": "float32",
+    assert payload["build"] == {"torch": torch.__version__, "device": "cpu", "precision": "float32", "processes": "1",
                                 "cpu_threads": payload["build"]["cpu_threads"]}
     assert payload["build"]["cpu_threads"].isdigit()
     payload["build"].update(other)
@@ -132,6 +132,24 @@ def test_a_resume_by_another_build_or_device_is_refused(run, tmp_path, data_dir,
     assert line.startswith(f"error: cannot resume from {last}: it was trained with {said}, and a run resumes exactly "
                            "only as it was computed; resume it where it ran ("), line
     assert snapshot(run) == before
+
+
+def test_a_resume_by_another_number_of_processes_is_refused_naming_the_torchrun_command(run, tmp_path, data_dir):
+    """A run begun by 2 torchrun processes and resumed by one (the resume line named plain lra-train) went on
+    with other dropout draws, its record saying processes 1 alone."""
+    from lra.run import resume_command
+
+    last = run / "checkpoints" / "last.pt"
+    payload = torch.load(last, weights_only=False)
+    payload["build"]["processes"] = "2"
+    torch.save(payload, last)
+    before = snapshot(run)
+    line = one_error_line(run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False))
+    assert line == (f"error: cannot resume from {last}: it was computed by 2 process(es) and this is 1, and each "
+                    "process draws the dropout of its share of the batch: resume it with torchrun --standalone "
+                    f"--nproc_per_node=2 $(which lra-train) resume={run}; the run's metrics.json is left as it was")
+    assert snapshot(run) == before
+    assert resume_command(run, 2) == f"torchrun --standalone --nproc_per_node=2 $(which lra-train) resume={run}"
 
 
 def test_a_resume_writes_best_pt_from_its_checkpoint(run, tmp_path, data_dir):
