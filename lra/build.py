@@ -81,7 +81,9 @@ def build(cfg, attention: attention_zoo.AttentionSpec, announce=print,
                             "be built)", f"build the kernels where each process runs (lra-build-kernels {device.type} "
                             "says why they do not build), or set attention.impl=torch")
     # Training goes through DDP (gradients averaged over ranks); evaluation uses the plain module.
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if ranks.world > 1 else None
+    # Some backends leave parameters out of the loss (none: the q and k projections; Reformer's shared QK: k's),
+    # which DDP refuses at the second step unless it looks for them at each backward.
+    ddp = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True) if ranks.world > 1 else None
     train_model, eval_model = (ddp if ddp is not None else model), model
     if trainer.compile:
         train_model, eval_model = compiled(train_model, trainer), compiled(model, trainer)

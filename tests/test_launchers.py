@@ -104,16 +104,29 @@ def test_a_launcher_that_cannot_run_here_or_a_wrong_key_of_one_is_one_line_and_n
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("pretrain", ["masked", "causal"])
-def test_two_process_gloo_run_matches_one_process_with_the_same_global_batch(tmp_path, data_dir, pretrain):
+def test_a_sweep_inside_torchrun_is_refused_before_any_folder(tmp_path, data_dir):
+    """Its second job hung: both ranks set the process group up again, one of them in another sweep folder."""
+    torchrun = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
+    result = run_command(["lra-train", "-m", "seed=0,1", "trainer=smoke"], tmp_path, data_dir, env_extra=torchrun,
+                         check=False)
+    assert result.returncode == 2 and result.stderr.strip() == (
+        "error: lra-train -m runs a sweep's jobs one after another, and under torchrun its processes would not share "
+        "them: start one torchrun per run (a shell loop over the values), or sweep without torchrun "
+        "(hydra/launcher=local_gpus runs the jobs side by side, a GPU each)"), result.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "multirun").exists()
+
+
+@pytest.mark.parametrize("pretrain, attention", [("masked", "softmax"), ("causal", "none")])
+def test_two_process_gloo_run_matches_one_process_with_the_same_global_batch(tmp_path, data_dir, pretrain, attention):
     """The two processes also accumulate gradients over 2 micro-batches each, all-reduced on the last
     one only (DDP's no_sync on the first): the same global batch, the same training, in both stages of
     self-pretraining: stage 1 (each example's masks are its own, the loss a mean over sequences) and stage 2,
-    the classifier's training from the pretrained encoder (the code path of a run without pretraining)."""
+    the classifier's training from the pretrained encoder (the code path of a run without pretraining).
+    attention=none leaves the q and k projections out of the loss, which DDP refused at the second step."""
     import math
 
     args = ["trainer=smoke", "trainer.max_steps=4", "trainer.eval_every=2", "model.dropout=0.0", f"pretrain={pretrain}",
-            *SMALL_LISTOPS]
+            f"attention={attention}", *SMALL_LISTOPS]
     run_command(["lra-train", *args], tmp_path / "one", data_dir)
     run_command(["torchrun", "--standalone", "--nproc_per_node=2", str(Path(sys.executable).parent / "lra-train"),
                  *args, "trainer.grad_accumulation=2"], tmp_path / "two", data_dir, env_extra={"OMP_NUM_THREADS": "1"})

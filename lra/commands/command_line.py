@@ -26,6 +26,7 @@ def check(argv: list) -> None:
     check_data_dir_variable(argv)
     refuse_run_dir_beside_resume(argv)
     refuse_slurm_without_slurm(argv)
+    refuse_sweep_under_torchrun(argv)
     check_hydra_output_overrides(argv, reads=[data_dir(argv)], within=task_data_folders(argv), runs=True)
     refuse_another_commands_sweep(argv)
     check_presets_against_choices(argv)
@@ -136,6 +137,17 @@ def refuse_run_dir_beside_resume(argv: list) -> None:
     if (given(argv, "resume") or "").strip("'\" ") and run_dir is not None:
         raise ConfigError(f"resume= continues the run in its own folder, which hydra.run.dir= does not choose (Hydra "
                           f"would make hydra.run.dir={run_dir} and leave it empty): leave hydra.run.dir out")
+
+
+def refuse_sweep_under_torchrun(argv: list) -> None:
+    """``-m`` in the processes of one torchrun: each job would join and leave the process group again in the same
+    processes (the ranks hung between two jobs), and each rank would make its own sweep folder."""
+    from lra import distributed
+
+    if multirun(argv) and distributed.world_size() > 1:
+        raise ConfigError("lra-train -m runs a sweep's jobs one after another, and under torchrun its processes "
+                          "would not share them: start one torchrun per run (a shell loop over the values), or sweep "
+                          "without torchrun (hydra/launcher=local_gpus runs the jobs side by side, a GPU each)")
 
 
 def refuse_slurm_without_slurm(argv: list) -> None:
