@@ -488,7 +488,7 @@ def announce_build(kind: str, force: bool = False) -> None:
         return
     target = f"CUDA architectures {build.arch_list}" if kind == "cuda" else f"CPU flags {' '.join(_cpu_flags(kind))}"
     print(f"{kind}: compiling the YOSO kernels ({', '.join(build.sources)}) for {target} into {folder}; "
-          f"{'several minutes' if kind == 'cuda' else 'about a minute'} (LRA_KERNEL_VERBOSE=1 shows the compiler)",
+          f"{'several minutes' if kind == 'cuda' else 'under a minute'} (LRA_KERNEL_VERBOSE=1 shows the compiler)",
           flush=True)
 
 
