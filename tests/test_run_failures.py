@@ -229,3 +229,27 @@ def test_the_progress_line_of_a_run_longer_than_a_clock_holds_is_written(tmp_pat
     line = progress_line(40, 10**23, 2.25, 18.75, 25676.0, 31.0, 0.5)
     assert line == "step 40/100000000000000000000000 (0%) loss 2.250 acc 18.8 tok/s 25,676 elapsed 0:00:31 eta 1.58e+15 years"
     assert progress_line(1, 10, 1.0, 2.0, 3.0, float("inf"), 1.0).endswith("elapsed ? eta 0:00:09")
+
+
+GLOO_PEER_GONE = ("[../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:29500: Connection "
+                  "reset by peer")
+
+
+@pytest.mark.parametrize("error", [RuntimeError(GLOO_PEER_GONE), "DistBackendError"])
+def test_under_torchrun_a_collective_whose_other_process_is_gone_is_no_bug_and_names_the_resume(monkeypatch, error):
+    """A rank killed made the other say "unexpected RuntimeError … this is a bug in the harness"."""
+    import torch
+
+    from lra.commands.config_errors import failure
+
+    if error == "DistBackendError":
+        error = torch.distributed.DistBackendError("NCCL communicator was aborted on rank 0")
+    assert failure(error) is None or "another process" not in failure(error)[0]  # one process: no peer to lose
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    line, status = failure(error)
+    said = " ".join(str(error).split())
+    assert status == 1 and line == (
+        f"another process of this torchrun run stopped, and this one with it ({type(error).__name__}: "
+        f"{said[:160]}{' …' if len(said) > 160 else ''}); the other process's output says why; then resume the run "
+        "with torchrun --standalone --nproc_per_node=2 $(which lra-train) resume=<its folder> (each process goes "
+        "on from the last checkpoint)")

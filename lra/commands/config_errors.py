@@ -130,9 +130,33 @@ def failure(exc: BaseException) -> Optional[tuple]:
             return str(cause), 1
         if isinstance(cause, UserError) and cause is exc.__cause__:  # raised through a library (Hydra's instantiate)
             return str(cause), cause.exit_code
-    for line in (os_error_line(exc), path_kind_line(exc), _memory_line(exc), _killed_job_line(exc)):
+    for line in (os_error_line(exc), path_kind_line(exc), _memory_line(exc), _killed_job_line(exc),
+                 _lost_process_line(exc)):
         if line is not None:
             return line, 1
+    return None
+
+
+PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "gloo", "NCCL")
+
+
+def _lost_process_line(exc: BaseException) -> Optional[str]:
+    """Under torchrun, the error of a collective whose other process is gone (killed, or stopped by its own
+    error): not this process's fault. The line says so and how the run resumes, on the same process count."""
+    import sys
+
+    world = os.environ.get("WORLD_SIZE", "1")
+    torch = sys.modules.get("torch")
+    if not world.isdigit() or int(world) < 2 or torch is None:
+        return None
+    distributed = getattr(torch.distributed, "DistError", ())
+    for cause in causes(exc):
+        said = " ".join(str(cause).split())
+        if isinstance(cause, distributed) or (isinstance(cause, RuntimeError) and any(m in said for m in PEER_GONE)):
+            return (f"another process of this torchrun run stopped, and this one with it ({type(cause).__name__}: "
+                    f"{said[:160]}{' …' if len(said) > 160 else ''}); the other process's output says why; then "
+                    f"resume the run with torchrun --standalone --nproc_per_node={world} $(which lra-train) "
+                    "resume=<its folder> (each process goes on from the last checkpoint)")
     return None
 
 
