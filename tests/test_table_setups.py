@@ -320,3 +320,15 @@ def test_runs_of_one_config_on_different_data_are_different_rows(tmp_path, capsy
     cells = {row["backend"]: (row["mean"], row["seeds"]) for row in json.loads(out)}
     assert cells == {"Softmax": (19.0, 2), "Softmax (task.source=lra_release)": (40.0, 1)}, out
     assert "dropped" not in err, err
+
+
+def test_a_fine_tune_from_a_stage_1_run_is_set_up_by_that_run_not_by_its_own_unused_pretrain_keys(tmp_path):
+    """pretrain.max_steps=50 beside pretrain.from= trains nothing (the stage 1 ran in the other run, as set
+    there), yet named a row of its own, "Softmax +SPT (pretrain.max_steps=50, pretrain.lr=0.01)"."""
+    source = ["attention=softmax", "pretrain=masked", "pretrain.from=/runs/stage1"]
+    write_run(tmp_path / "a", source, 0, 20.0)
+    write_run(tmp_path / "b", [*source, "pretrain.max_steps=50", "pretrain.lr=0.01"], 1, 22.0)
+    write_run(tmp_path / "c", [*source, "trainer.lr=0.01"], 0, 25.0)  # the fine-tuning's own keys still count
+    table = comparison(collect([tmp_path], lambda warning: None))
+    assert list(table.index) == ["Softmax +SPT", "Softmax +SPT (trainer.lr=0.01)"], table
+    assert table.loc["Softmax +SPT", "listops"] == "21.00 ± 1.41 (2)"

@@ -67,8 +67,8 @@ def _stripped(raw: dict) -> dict:
         if isinstance(node, dict):
             node.pop(leaf, None)
     stage = out.get(STAGE_ONE[0])
-    if isinstance(stage, dict) and stage.get(STAGE_ONE[1]) is not None:
-        stage[STAGE_ONE[1]] = STAGE_ONE_MARK
+    if isinstance(stage, dict) and stage.get(STAGE_ONE[1]) is not None:  # its stage 1 ran there, as set there:
+        out[STAGE_ONE[0]] = {STAGE_ONE[1]: STAGE_ONE_MARK}  # this run's own pretrain.* never applied
     if isinstance(stage, dict) and stage.get("objective") in (None, "none") and stage.get(STAGE_ONE[1]) is None:
         out[STAGE_ONE[0]] = {"objective": "none"}  # no self-pretraining: its settings never ran
     return out
