@@ -231,6 +231,21 @@ def check_group_names(cfg: DictConfig, choices, overrides) -> None:
                           f"from {group}=: {fix} instead of setting {group}.name{run_name}")
 
 
+def check_unused_pretrain_keys(cfg: DictConfig, overrides) -> None:
+    """``pretrain.<key>`` set on the command line (``overrides``) beside ``pretrain.from``: the stage 1 ran in
+    that run, as set there. It changed nothing, and the run's saved config said it had. (Without
+    self-pretraining such a key is let be: a sweep over pretrain=none,masked shares its keys.)"""
+    from lra import pretraining
+
+    given = [str(o).split("=", 1)[0].lstrip("+~") for o in overrides]
+    unused = [key for key in given if key.startswith("pretrain.") and key not in ("pretrain.from", "pretrain.objective")]
+    if not unused:
+        return
+    if pretraining.source_run(cfg) is not None:
+        raise ConfigError(f"{unused[0]} changes nothing beside pretrain.from, whose stage 1 ran as it was set there "
+                          f"(its run's .hydra/resolved.yaml): leave {unused[0]} out")
+
+
 def check_schedule_factors(cfg: DictConfig) -> None:
     """trainer.lr_start_factor and lr_end_factor shape only a linear schedule (the fine-tuning one, or
     stage 1's under pretraining): set under another, they would change nothing."""

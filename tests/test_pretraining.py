@@ -518,3 +518,14 @@ def test_under_torchrun_a_batch_the_processes_cannot_split_is_refused_naming_its
                                   "another --nproc_per_node")
     validate(compose_config("trainer.batch_size=8", "trainer.grad_accumulation=2", "pretrain=masked",
                             "pretrain.batch_size=4", *SMALL_LISTOPS))
+
+
+def test_a_stage_1_setting_beside_pretrain_from_is_refused_as_changing_nothing(tmp_path, data_dir):
+    """It was taken silently: the stage 1 had run in the other run, and this run's saved config (and the
+    table's row name) said pretrain.max_steps=50."""
+    result = run_command(["lra-train", "pretrain.from=elsewhere", "pretrain.max_steps=50", "trainer=smoke"], tmp_path,
+                         data_dir, check=False)
+    assert result.returncode == 2 and result.stderr.strip() == (
+        "error: pretrain.max_steps changes nothing beside pretrain.from, whose stage 1 ran as it was set there (its "
+        "run's .hydra/resolved.yaml): leave pretrain.max_steps out"), result.stderr
+    assert not (tmp_path / "runs").exists()

@@ -24,7 +24,7 @@ from lra.records import git_commit
 from lra.results.callback import clear_refused_resume, note_refused_resume
 from lra.run import (HYDRA_FILES, OVERRIDES, RESOLVED, FolderHoldsRun, FolderTaken, RunDirectory, not_a_run,
                      resume_command)
-from lra.validation import check_group_names, check_preset_choices, validate
+from lra.validation import check_group_names, check_preset_choices, check_unused_pretrain_keys, validate
 
 log = logging.getLogger("lra.train")
 
@@ -131,6 +131,7 @@ def _start_fresh(folder: RunDirectory, cfg: DictConfig, hydra_cfg, multirun: boo
     try:
         check_preset_choices(hydra_cfg.runtime.choices)
         check_group_names(cfg, hydra_cfg.runtime.choices, hydra_cfg.overrides.task)
+        check_unused_pretrain_keys(cfg, hydra_cfg.overrides.task)
         validate(cfg)
     except ConfigError:
         if multirun:
@@ -455,6 +456,7 @@ def _validate_dry_run(overrides: list) -> None:
         refuse_one_job_of_a_sweep(hydra_cfg.sweeper.get("params"), hydra_cfg.runtime.choices.get("experiment"), overrides)
         check_preset_choices(hydra_cfg.runtime.choices)
         check_group_names(cfg, hydra_cfg.runtime.choices, hydra_cfg.overrides.task)
+        check_unused_pretrain_keys(cfg, hydra_cfg.overrides.task)
     if cfg.resume:
         from lra.config import _if_resume  # hydra.run.dir's resolver: the real run's refusal, word for word
 
