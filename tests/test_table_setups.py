@@ -332,3 +332,17 @@ def test_a_fine_tune_from_a_stage_1_run_is_set_up_by_that_run_not_by_its_own_unu
     table = comparison(collect([tmp_path], lambda warning: None))
     assert list(table.index) == ["Softmax +SPT", "Softmax +SPT (trainer.lr=0.01)"], table
     assert table.loc["Softmax +SPT", "listops"] == "21.00 ± 1.41 (2)"
+
+
+def test_side_by_side_gives_no_spt_change_across_setups_that_differ_in_more_than_pretraining(tmp_path):
+    """A scratch Softmax at lr 1e-4 beside a self-pretrained one at 3e-3 read "+SPT Δ -8.33", a change the
+    learning rate may have made; a pair that differs only in pretraining keeps its Δ."""
+    write_run(tmp_path / "scratch", ["attention=softmax"], 0, 30.0)
+    write_run(tmp_path / "spt", ["attention=softmax", "pretrain=masked", "trainer.lr=0.003"], 0, 21.67)
+    write_run(tmp_path / "none", ["attention=none"], 0, 20.0)
+    write_run(tmp_path / "none_spt", ["attention=none", "pretrain=masked"], 0, 25.5)
+    paired = side_by_side(comparison(collect([tmp_path], lambda warning: None)))
+    assert paired.loc["Softmax", "listops +SPT"] == "21.67 (1)" and paired.loc["Softmax", "listops +SPT Δ"] == "—"
+    assert paired.loc["None", "listops +SPT Δ"] == "+5.50"
+    (note,) = [n for n in paired.attrs["notes"] if n.startswith("no +SPT Δ")]
+    assert note.splitlines()[1] == "- Softmax on listops: trainer.lr 0.0001 ≠ 0.003", note
