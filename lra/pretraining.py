@@ -223,12 +223,13 @@ def check_source(cfg) -> None:
 
 
 def _difference(ours, theirs) -> str:
+    shown = lambda value: repr(getattr(value, "value", value))  # noqa: E731  an Enum as its config value
     if isinstance(ours, dict) and isinstance(theirs, dict):
         if ours.get("name") != theirs.get("name"):
-            return f"{theirs.get('name')!r} there, {ours.get('name')!r} here"
+            return f"{shown(theirs.get('name'))} there, {shown(ours.get('name'))} here"
         keys = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
-        return ", ".join(f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in keys[:3])
-    return f"{theirs!r} there, {ours!r} here"
+        return ", ".join(f"{k}: {shown(theirs.get(k))} there, {shown(ours.get(k))} here" for k in keys[:3])
+    return f"{shown(theirs)} there, {shown(ours)} here"
 
 
 def check_objective(cfg) -> None:

@@ -148,3 +148,14 @@ def test_plot_task_without_a_plot_is_refused_not_ignored(tmp_path, capsys):
     write(tmp_path / "r", record())
     code, out, err = table([tmp_path, "--plot-task", "listops"], capsys)
     assert code == 2 and out == "" and "add --plot FILE.png, or leave --plot-task out" in err
+
+
+def test_a_run_stopped_in_its_stage_1_is_listed_at_its_stage_1_step_not_at_step_none(tmp_path):
+    from lra.results.listing import unfinished
+
+    stopped = {"run_dir": str(tmp_path / "spt"), "status": "interrupted", "error": "interrupted (SIGTERM)",
+               "steps": None, "pretrain_status": "interrupted", "pretrain_steps": 3}
+    later = {**stopped, "run_dir": str(tmp_path / "fine"), "pretrain_status": "completed", "steps": 7}
+    lines = unfinished([stopped, later]).splitlines()
+    assert lines[1].startswith(f"- {tmp_path / 'spt'}: interrupted (SIGTERM) at stage-1 step 3; resume with: ")
+    assert lines[2].startswith(f"- {tmp_path / 'fine'}: interrupted (SIGTERM) at step 7; resume with: ")

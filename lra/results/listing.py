@@ -62,8 +62,15 @@ def unfinished(records: Iterable[dict]) -> str:
                  None: "running, or killed (its process cannot be checked from here)"}[alive] \
             if r.get("status") == "running" else (r.get("error") or str(r.get("status")))
         resume = "" if alive else f"; resume with: {resume_command(r['run_dir'])}"
-        lines.append(visible(f"- {r['run_dir']}: {state} at step {r.get('steps')}{resume}"))
+        lines.append(visible(f"- {r['run_dir']}: {state} {_where_it_stopped(r)}{resume}"))
     return f"unfinished runs ({len(lines)}):\n" + "\n".join(lines) if lines else ""
+
+
+def _where_it_stopped(record: dict) -> str:
+    """"at step N", or in self-pretraining's stage 1 (before any fine-tuning step) "at stage-1 step N"."""
+    if record.get("pretrain_status") not in (None, "completed") and record.get("steps") is None:
+        return f"at stage-1 step {record.get('pretrain_steps') if record.get('pretrain_steps') is not None else 0}"
+    return f"at step {record.get('steps') if record.get('steps') is not None else 0}"
 
 
 RUN_FIELDS = ("seed", "status", "test_accuracy", "steps", "resumed_at_steps", "wall_time_seconds", "device",
