@@ -216,9 +216,11 @@ def check_source(cfg) -> None:
             raise ConfigError(f"{given} pretrained with another {key} ({_difference(ours, theirs)}); its encoder "
                               f"fits only the same {', '.join(MATCHING)}: fine-tune with that run's settings")
     own = objective(cfg)
-    if own != "none" and own != objective(saved):
-        raise ConfigError(f"{given} pretrained with pretrain={objective(saved)}, not pretrain={own}; "
-                          f"pass pretrain={objective(saved)} (or leave pretrain=none) with it")
+    # what its encoder's stage 1 ran: its record's (a run that fine-tuned another's encoder holds that one's)
+    theirs = stage.fields.get("pretrain_objective") or objective(saved)
+    if own != "none" and own != theirs:
+        raise ConfigError(f"{given} pretrained with pretrain={theirs}, not pretrain={own}; "
+                          f"pass pretrain={theirs} (or leave pretrain=none) with it")
     stage.verified_bytes(given)
 
 

@@ -286,6 +286,11 @@ def test_pretrain_from_fine_tunes_a_finished_stage_one_exactly_as_the_one_comman
     other = compose_config(*STAGE_ONE, "attention=yoso", f"pretrain.from={uninterrupted_spt}", f"data_dir={data_dir}")
     with pytest.raises(ConfigError, match="pretrained with another attention \\('softmax' there, 'yoso' here\\)"):
         validate(other)
+    # a run that fine-tuned another's encoder is a source too: its objective is that encoder's (masked), not its
+    # own config's pretrain=none, which the refusal named
+    validate(compose_config(*STAGE_ONE, "pretrain=masked", f"pretrain.from={run}", f"data_dir={data_dir}"))
+    with pytest.raises(ConfigError, match=f"pretrain.from={run} pretrained with pretrain=masked, not pretrain=causal"):
+        validate(compose_config(*STAGE_ONE, "pretrain=causal", f"pretrain.from={run}", f"data_dir={data_dir}"))
 
 
 def test_pretrain_from_refuses_an_encoder_that_is_not_the_one_its_record_names(tmp_path, data_dir, uninterrupted_spt):
