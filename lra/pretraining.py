@@ -184,6 +184,11 @@ def source_stage(cfg) -> FinishedStage:
     stage = finished_stage(source) if source.is_dir() else None
     if stage is not None:
         return stage
+    if cfg.resume:  # the run's saved config names the source: only that folder, put back, can serve
+        raise ConfigError(f"resume={cfg.resume} fine-tunes the encoder of {given}, and this run's copy of it was not "
+                          f"finished when it stopped, so it needs that run again: it "
+                          + ("is no longer there" if not source.is_dir() else "holds no finished pretraining stage")
+                          + f"; put that run back at {source}, or start a new run")
     if not source.is_dir():
         why = "is not a folder; pass"
     elif (source / STAGE_DIR / ENCODER).is_file():

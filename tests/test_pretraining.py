@@ -439,9 +439,10 @@ def test_a_fine_tune_killed_between_its_copy_of_the_encoder_and_its_record_copie
         before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file() and path.name != ".lock"}
         refused = run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, check=False)
         (line,) = error_lines(refused)
-        assert refused.returncode == 2 and line == (f"error: pretrain.from={uninterrupted_spt} is not a folder; pass a "
-                                                    "run directory of lra-train ... pretrain=masked|causal that "
-                                                    "finished its pretraining stage"), refused.stderr
+        assert refused.returncode == 2 and line == (  # it said "pass a run directory", which a resume cannot
+            f"error: resume={run} fine-tunes the encoder of pretrain.from={uninterrupted_spt}, and this run's copy of it "
+            "was not finished when it stopped, so it needs that run again: it is no longer there; put that run back "
+            f"at {uninterrupted_spt}, or start a new run"), refused.stderr
         assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file() and path.name != ".lock"} == before
     finally:
         moved.rename(uninterrupted_spt)
