@@ -22,5 +22,9 @@ class NoAttention(Attention):
     def label(cls, options: NoneOptions) -> str:
         return "None"
 
+    @classmethod
+    def unread_inputs(cls, options: NoneOptions) -> frozenset:
+        return frozenset({"q", "k"})
+
     def forward(self, q, k, v, mask=None):
         return v

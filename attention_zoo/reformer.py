@@ -79,6 +79,10 @@ class ReformerAttention(Attention):
     subquadratic = True
     shared_qk = True  # the keys are the normalized queries; the k input is unused
 
+    @classmethod
+    def unread_inputs(cls, options: ReformerOptions) -> frozenset:
+        return frozenset({"k"})
+
     def __init__(self, num_heads, head_dim, max_seq_len, options):
         super().__init__(num_heads, head_dim, max_seq_len, options)
         register_rotation_seed(self)

@@ -67,6 +67,12 @@ class Attention(nn.Module):
         before anything is built. Default: every shape is served."""
 
     @classmethod
+    def unread_inputs(cls, options: Any) -> frozenset:
+        """Which of q and k ``forward`` never reads with these options (their projections then get no gradient,
+        which DDP must be told of). Default: it reads both."""
+        return frozenset()
+
+    @classmethod
     def causal_leak(cls, options: Any) -> Optional[str]:
         """Why a causal language model cannot use these options (its causal mode lets a position's output
         depend on something after it, such as the padding of later positions), or None. Default: None."""
@@ -183,6 +189,10 @@ def _check_options_class(name: str, options: Any) -> None:
                             + (f" or declare it Optional[{getattr(hint, '__name__', hint)}]" if default is None else ""))
         if typing.get_origin(hint) is not None or hint in (list, tuple, dict):  # a container: what OmegaConf holds
             _check_config_holds(name, option.name, hint, default)
+        if default is None and any(typing.get_origin(arg) is dict or arg is dict for arg in typing.get_args(hint)):
+            raise TypeError(f"option '{option.name}' of backend '{name}' is a dict that defaults to None, which the "
+                            "command line cannot give keys to (attention.<option>.<key>=…): declare it a Dict with "
+                            "default_factory=dict (empty: no setting)")
 
 
 def _check_config_holds(name: str, option: str, hint: Any, default: Any) -> None:

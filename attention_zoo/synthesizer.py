@@ -78,6 +78,11 @@ class SynthesizerAttention(Attention):
     def label(cls, options: SynthesizerOptions) -> str:
         return "Synthesizer"
 
+    @classmethod
+    def unread_inputs(cls, options: SynthesizerOptions) -> frozenset:
+        """Without dot products only the dense modes read q, and no mode reads k."""
+        return frozenset() if options.dot_product else frozenset({"k"} if options.mode.startswith("dense") else {"q", "k"})
+
     def synthesized_logits(self, q: torch.Tensor, n: int) -> torch.Tensor:
         """B of the module's docstring for n tokens: [heads, n, n] (random modes) plus [B, H, n, n] (dense)."""
         logits = torch.zeros((), dtype=q.dtype, device=q.device)

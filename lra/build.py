@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 import attention_zoo
+from attention_zoo import user_modules
 from lra import distributed, gpus
 from lra.data.prepare import PreparedData, load_task_data
 from lra.data.sampler import EpochSampler
@@ -81,9 +82,11 @@ def build(cfg, attention: attention_zoo.AttentionSpec, announce=print,
                             "be built)", f"build the kernels where each process runs (lra-build-kernels {device.type} "
                             "says why they do not build), or set attention.impl=torch")
     # Training goes through DDP (gradients averaged over ranks); evaluation uses the plain module.
-    # Some backends leave parameters out of the loss (none: the q and k projections; Reformer's shared QK: k's),
-    # which DDP refuses at the second step unless it looks for them at each backward.
-    ddp = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True) if ranks.world > 1 else None
+    # A backend that reads not q or not k leaves that projection out of the loss, which DDP refuses at the second
+    # step unless it looks for such parameters at each backward (a backend of the user's: it cannot be told).
+    backend = attention_zoo.get(attention.name).cls
+    unused = bool(backend.unread_inputs(attention.options)) or user_modules.source_of(backend) is not None
+    ddp = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=unused) if ranks.world > 1 else None
     train_model, eval_model = (ddp if ddp is not None else model), model
     if trainer.compile:
         train_model, eval_model = compiled(train_model, trainer), compiled(model, trainer)

@@ -182,6 +182,18 @@ def check_build(path: Path, payload: Dict[str, Any], here: Dict[str, str]) -> No
                     f"overrides; the run's metrics.json is left as it was")
 
 
+def check_run_processes(run_dir: Path, record: Dict[str, Any]) -> None:
+    """A run resumes only on the number of torchrun processes its record says it ran on (before its config is
+    checked, whose batch split depends on it; and between self-pretraining's stages, where no training checkpoint
+    holds the count yet): :func:`check_processes`'s line where they differ."""
+    from lra import distributed
+
+    recorded = record.get("processes")
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1:
+        check_processes(run_dir, {"build": {"processes": str(recorded)}},
+                        {"processes": str(distributed.world_size())}, run_dir)
+
+
 def check_processes(path: Path, payload: Dict[str, Any], here: Dict[str, str], run_dir: Path) -> None:
     """A checkpoint is resumed only by as many torchrun processes as computed it (its build's ``processes``): each
     process draws the dropout of its share of the batch, and sums its gradients in its own order, so another count

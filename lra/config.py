@@ -21,7 +21,7 @@ import attention_zoo
 from attention_zoo._common import package_folder
 from attention_zoo.options import InvalidOption, choice, number, whole
 from lra.adamw_limits import check_adamw_steps
-from lra.config_fields import attention_node, attention_schema, device_name
+from lra.config_fields import attention_node, attention_schema, device_name, open_plain_dicts
 from lra.data.listops import GeneratorSettings
 from lra.data.sources import AUTO, SOURCES
 from lra.data.pathfinder_writer import GeneratorSettings as PathfinderGeneratorSettings
@@ -419,7 +419,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainRunConfig)
     cs.store(name="profile_schema", node=ProfileConfig)
-    cs.store(name="fidelity_schema", node=FidelityConfig)
+    cs.store(name="fidelity_schema", node=open_plain_dicts(OmegaConf.structured(FidelityConfig)))
     for name, node in TASK_SCHEMAS.items():
         cs.store(name=name, node=node)
     cs.store(name="schema_model_base", node=ModelConfig)

@@ -31,12 +31,21 @@ def attention_schema(backend: attention_zoo.Backend, with_name: bool = True) -> 
 
 
 def attention_node(backend: attention_zoo.Backend, with_name: bool = True) -> DictConfig:
-    """:func:`attention_schema` as the config node Hydra stores: an option typed as a dict takes keys of
-    the user's choosing (``attention.weights={a:1,b:2}``), so only the backend's own keys are closed."""
-    node = OmegaConf.structured(attention_schema(backend, with_name))
+    """:func:`attention_schema` as the config node Hydra stores (:func:`open_plain_dicts`)."""
+    return open_plain_dicts(OmegaConf.structured(attention_schema(backend, with_name)))
+
+
+def open_plain_dicts(node: DictConfig) -> DictConfig:
+    """``node`` with every option typed as a dict (not a dataclass) open to keys of the user's choosing
+    (``attention.weights={a:1,b:2}``, lra-fidelity's ``options.<backend>.weights.b=2``): only the schemas' own
+    keys stay closed."""
     for key in node.keys():
-        if isinstance(node._get_node(key), DictConfig) and not dataclasses.is_dataclass(OmegaConf.get_type(node, key)):
-            OmegaConf.set_struct(node._get_node(key), False)
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_none():
+            if dataclasses.is_dataclass(OmegaConf.get_type(node, key)):
+                open_plain_dicts(child)
+            else:
+                OmegaConf.set_struct(child, False)
     return node
 
 

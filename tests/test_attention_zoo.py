@@ -270,3 +270,22 @@ def test_under_autocast_the_backend_runs_in_fp32_unless_told_otherwise(name, att
     assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
     out.float().square().sum().backward()
     assert torch.isfinite(x.grad).all()
+
+
+UNREAD_VARIANTS = [(name, {}) for name in BACKENDS] + [
+    ("synthesizer", {"dot_product": False}), ("synthesizer", {"dot_product": False, "mode": "dense"}),
+    ("synthesizer", {"dot_product": False, "mode": "dense+factorized_random"})]
+
+
+@pytest.mark.parametrize("name, options", UNREAD_VARIANTS)
+def test_a_backend_declares_exactly_the_inputs_it_never_reads(name, options):
+    """Training under torchrun asks DDP to look for parameters without a gradient only where a backend says it
+    leaves q or k unread (their projections): a declaration too short fails the second DDP step, one too long
+    costs every step a walk over the graph."""
+    attn = build(name, **options).train()
+    q, k, v = (t.requires_grad_() for t in random_qkv())
+    out = attn(q, k, v, padding_mask())
+    loss = out.square().sum() + (attn.aux_loss if attn.aux_loss is not None else 0)
+    loss.backward()
+    unread = {label for label, t in (("q", q), ("k", k)) if t.grad is None or not t.grad.any()}
+    assert unread == set(type(attn).unread_inputs(attn.options)), (unread, options)

@@ -150,6 +150,15 @@ def test_a_resume_by_another_number_of_processes_is_refused_naming_the_torchrun_
                     f"--nproc_per_node=2 $(which lra-train) resume={run}; the run's metrics.json is left as it was")
     assert snapshot(run) == before
     assert resume_command(run, 2) == f"torchrun --standalone --nproc_per_node=2 $(which lra-train) resume={run}"
+    # its record (processes 1) is read first: before the saved batch is judged against 2 processes, which named
+    # the saved config as refused
+    torchrun = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29998"}
+    line = one_error_line(run_command(["lra-train", f"resume={run}"], tmp_path, data_dir, env_extra=torchrun,
+                                      check=False))
+    assert line == (f"error: cannot resume from {run}: it was computed by 1 process(es) and this is 2, and each process "
+                    "draws the dropout of its share of the batch: resume it with lra-train "
+                    f"resume={run}; the run's metrics.json is left as it was")
+    assert snapshot(run) == before
 
 
 def test_a_resume_writes_best_pt_from_its_checkpoint(run, tmp_path, data_dir):

@@ -143,3 +143,24 @@ def test_the_command_s_dry_run_refuses_an_invalid_config_with_one_line(tmp_path)
     (line,) = result.stderr.strip().splitlines()
     assert result.returncode == 2 and line.startswith("error: invalid value for score_std: -1"), result.stderr
     assert "score_std: -1" not in result.stdout  # the refused config is not printed
+
+
+def test_a_cell_with_a_failed_seed_is_failed_in_every_table_and_left_out_of_the_means_and_plots(tmp_path):
+    """The sparse summary and the plots averaged the seeds that did not raise, passing for the cell's mean."""
+    where = {"input": "random", "n": 64}
+    rows = {"backends": [
+        {**where, "seed": 0, "backend": "lsh", "label": "LSH", "relative_error": 0.5, "mean_angle": 0.4,
+         "keys_per_query": 8.0, "utility": 0.6},
+        {**where, "seed": 1, "backend": "lsh", "label": "LSH", "error": "out of memory (…)"},
+        {**where, "seed": 0, "backend": "local", "label": "Local Attention", "relative_error": 0.7, "mean_angle": 0.6,
+         "keys_per_query": 16.0, "utility": 0.5},
+        {**where, "seed": 1, "backend": "local", "label": "Local Attention", "relative_error": 0.9,
+         "mean_angle": 0.8, "keys_per_query": 16.0, "utility": 0.7}]}
+    text = report.markdown(report.frames(rows), "t")
+    sparse = text.split("## Sparse backends")[1].split("## Measurements that failed")[0]
+    assert "| LSH " not in sparse and "| Local Attention | " in sparse and " 0.8 " in sparse, sparse
+    assert "| LSH " in text.split("## Sparse backends")[0] and "failed" in text.split("## Sparse backends")[0]
+    assert report.failures(rows) == ["backends: LSH on random n=64, seed 1: out of memory (…)"]
+    everything = {"backends": [row for row in rows["backends"] if row["backend"] == "lsh" and row.get("error")]}
+    report.write(everything, tmp_path, "t")  # nothing measured: the report still writes, without a bar chart
+    assert "failed" in (tmp_path / "fidelity.md").read_text()

@@ -237,13 +237,18 @@ GLOO_PEER_GONE = ("[../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read err
 
 @pytest.mark.parametrize("error", [RuntimeError(GLOO_PEER_GONE), "DistBackendError"])
 def test_under_torchrun_a_collective_whose_other_process_is_gone_is_no_bug_and_names_the_resume(monkeypatch, error):
-    """A rank killed made the other say "unexpected RuntimeError … this is a bug in the harness"."""
+    """A rank killed made the other say "unexpected RuntimeError … this is a bug in the harness". An NCCL or
+    gloo error of the process's own stays one (the words of a peer gone decide)."""
     import torch
 
     from lra.commands.config_errors import failure
 
     if error == "DistBackendError":
         error = torch.distributed.DistBackendError("NCCL communicator was aborted on rank 0")
+        own = torch.distributed.DistBackendError("NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)")
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        assert failure(own) is None
+        monkeypatch.delenv("WORLD_SIZE")
     assert failure(error) is None or "another process" not in failure(error)[0]  # one process: no peer to lose
     monkeypatch.setenv("WORLD_SIZE", "2")
     line, status = failure(error)

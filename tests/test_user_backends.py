@@ -109,6 +109,9 @@ def options_with(annotation, default):
     (options_with(typing.List[typing.Tuple[int, int]], [(1, 2)]), "which a config file cannot hold"),
     (dataclasses.make_dataclass("Named", [("name", str, "mine")]), "option 'name' .* a name the config keeps for itself"),
     (dataclasses.make_dataclass("Defaults", [("defaults", int, 1)]), "option 'defaults' .* keeps for itself"),
+    (options_with(typing.Optional[typing.Dict[str, float]], None), "option 'knob' of backend 'picky' is a dict that "
+                                                                 "defaults to None, which the command line cannot give "
+                                                                 "keys to"),  # attention.knob={b:2} was a "bug" line
 ])
 def test_options_no_preset_could_make_are_refused_at_registration(options, words):
     """Each was accepted, then failed later: build('picky') with a raw __init__ TypeError, and lra-train
@@ -439,3 +442,17 @@ def test_an_option_typed_as_a_dict_takes_keys_of_the_users_choosing_and_only_its
     assert "could not be converted to Float" in str(refused.value.__cause__)
     with pytest.raises(ConfigError, match="unknown key 'attention.weight' .did you mean 'weights'"):
         validate(compose_config("attention=weighted", "+attention.weight=2"))
+    # lra-fidelity holds each backend's options one level down (options.<backend>.weights): open there too
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigAttributeError
+
+    from lra.config_fields import open_plain_dicts
+
+    nested = dataclasses.make_dataclass("Nested", [("weighted", WeightOptions, dataclasses.field(
+        default_factory=WeightOptions))])
+    node = open_plain_dicts(OmegaConf.structured(nested))
+    OmegaConf.set_struct(node, True)
+    node.weighted.weights.b = 2.0
+    assert node.weighted.weights == {"a": 1.0, "b": 2.0}
+    with pytest.raises(ConfigAttributeError):
+        node.weighted.weight = 2.0

@@ -137,7 +137,7 @@ def failure(exc: BaseException) -> Optional[tuple]:
     return None
 
 
-PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "gloo", "NCCL")
+PEER_GONE = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "communicator was aborted")
 
 
 def _lost_process_line(exc: BaseException) -> Optional[str]:
@@ -149,14 +149,16 @@ def _lost_process_line(exc: BaseException) -> Optional[str]:
     torch = sys.modules.get("torch")
     if not world.isdigit() or int(world) < 2 or torch is None:
         return None
-    distributed = getattr(torch.distributed, "DistError", ())
+    network = getattr(torch.distributed, "DistNetworkError", ())
+    local = os.environ.get("LOCAL_WORLD_SIZE", world)
+    command = (f"torchrun --standalone --nproc_per_node={world} $(which lra-train) resume=<its folder>" if local == world
+               else "the torchrun command that started it on every node, with resume=<its folder> alone")
     for cause in causes(exc):
         said = " ".join(str(cause).split())
-        if isinstance(cause, distributed) or (isinstance(cause, RuntimeError) and any(m in said for m in PEER_GONE)):
+        if isinstance(cause, network) or (isinstance(cause, RuntimeError) and any(m in said for m in PEER_GONE)):
             return (f"another process of this torchrun run stopped, and this one with it ({type(cause).__name__}: "
                     f"{said[:160]}{' …' if len(said) > 160 else ''}); the other process's output says why; then "
-                    f"resume the run with torchrun --standalone --nproc_per_node={world} $(which lra-train) "
-                    "resume=<its folder> (each process goes on from the last checkpoint)")
+                    f"resume the run with {command} (each process goes on from the last checkpoint)")
     return None
 
 

@@ -41,15 +41,13 @@ def _rank_zero() -> bool:
 
 
 def _take_refused_job_folder(folder: RunDirectory, cfg: DictConfig, hydra_cfg) -> None:
-    """A sweep job whose config is refused still takes its folder, with its config files, for the record
-    of why (:func:`_record_failed_start`; a sweep continued with the same command refuses it again and
-    writes it anew)."""
+    """A sweep job whose config is refused still takes its folder, with its config files, for the record of why
+    (:func:`_record_failed_start`; a sweep continued with the same command refuses it again and writes it anew)."""
     folder.claim(fresh=not folder.holds_failed_start(_overrides(hydra_cfg)))
     folder.save_hydra_files(hydra_cfg, cfg)
 
 
-def _overrides(hydra_cfg) -> list:
-    """A sweep job's own overrides: what tells its folder's failed start from another job's."""
+def _overrides(hydra_cfg) -> list:  # a sweep job's own: what tells its folder's failed start from another job's
     return [str(o) for o in hydra_cfg.overrides.task]
 
 
@@ -177,9 +175,11 @@ def _start_resume(folder: RunDirectory, hydra_cfg) -> Optional[DictConfig]:
 
 
 def validate_saved(folder: RunDirectory, cfg: DictConfig) -> None:
-    """:func:`validate` of the config a run saved: a resume takes no overrides, so a value refused there (the
-    file edited, or written by a version that allowed it) is named with the fixes a resume has. What the
-    machine lacks (a stage-1 folder gone, a backend's module not named) keeps its own line and fix."""
+    """The process count the run began with, then :func:`validate` of the config it saved: a resume takes no overrides,
+    so a value refused there is named with the fixes a resume has (what the machine lacks keeps its own line)."""
+    from lra.checkpoint import check_run_processes
+
+    check_run_processes(folder.path, folder.read_record())
     try:
         validate(cfg)
     except InvalidValue as exc:

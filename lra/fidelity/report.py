@@ -80,6 +80,15 @@ def _mean_std(values: pd.Series, digits: int = 3) -> str:
     return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}"
 
 
+def _measured_cells(backends: pd.DataFrame) -> pd.DataFrame:
+    """The backends' rows with their set of inputs (``setting``), less every (backend, inputs) cell in which a
+    measurement raised: a mean over the seeds that did not would pass for the cell's."""
+    frame = backends.assign(setting=_setting(backends))
+    failed = frame[frame["error"].notna()] if "error" in frame else frame.iloc[:0]
+    cells = pd.MultiIndex.from_frame(frame[["label", "setting"]])
+    return frame[~cells.isin(pd.MultiIndex.from_frame(failed[["label", "setting"]]))]
+
+
 def _pivot(frame: pd.DataFrame, index: str, value: str, digits: int = 3) -> pd.DataFrame:
     """``value`` per ``index`` (rows) and set of inputs (columns); a cell with a measurement that raised
     reads "failed" (a mean over the seeds that did not would pass for the whole cell)."""
@@ -128,7 +137,7 @@ def markdown(tables: Dict[str, pd.DataFrame], title: str, notes: Dict[str, str] 
         parts.append("## Each backend against exact softmax\n\nmean ± std over seeds\n\n**mean row angle (radians)**\n\n"
                      + _pivot(backends, "label", "mean_angle").to_markdown()
                      + "\n\n**relative error ‖Ô − O‖_F / ‖O‖_F**\n\n" + _pivot(backends, "label", "relative_error").to_markdown())
-        sparse = backends.dropna(subset=["keys_per_query"]).assign(setting=lambda f: _setting(f))
+        sparse = _measured_cells(backends).dropna(subset=["keys_per_query"])
         if not sparse.empty:
             columns = ["keys_per_query", "uncovered_queries", "utility", "utility_ceiling", "relative_error", "oblivious_error_at_budget",
                        "query_max_over_mean", "key_max_over_mean", "skewed_bucket_share"]
@@ -191,9 +200,9 @@ def plot(tables: Dict[str, pd.DataFrame], out_dir: Path) -> None:
             axis.legend(fontsize=7)
             axis.grid(alpha=0.3)
         save_figure(figure, out_dir / "fidelity_yoso.png")
-    if "backends" in tables:
-        backends = tables["backends"].assign(setting=lambda f: _setting(f))
-        means = backends.groupby(["label", "setting"], sort=False)["mean_angle"].mean().unstack()
+    measured = _measured_cells(tables["backends"]) if "backends" in tables else pd.DataFrame()
+    if not measured.empty:  # (with every backend failed there is no bar to draw)
+        means = measured.groupby(["label", "setting"], sort=False)["mean_angle"].mean().unstack()
         figure, axis = plt.subplots(figsize=(9, 0.45 * len(means) + 1.5))
         means.plot.barh(ax=axis, width=0.8)
         axis.axvline(math.pi / 2, color="grey", linestyle=":", linewidth=1)
@@ -209,7 +218,7 @@ def plot(tables: Dict[str, pd.DataFrame], out_dir: Path) -> None:
         columns = min(2, len(settings))
         rows = math.ceil(len(settings) / columns)
         figure, axes = plt.subplots(rows, columns, figsize=(6.5 * columns, 4.4 * rows), squeeze=False)
-        sparse = (tables["backends"].dropna(subset=["keys_per_query"]).assign(setting=lambda f: _setting(f))
+        sparse = (_measured_cells(tables["backends"]).dropna(subset=["keys_per_query"])
                   if "backends" in tables else pd.DataFrame(columns=["setting", "label", "keys_per_query",
                                                                      "relative_error"]))  # sections=[oracles] alone
         floor = 1e-3  # errors below it (the exact limits, ~1e-15) are drawn on the floor

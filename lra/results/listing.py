@@ -61,7 +61,9 @@ def unfinished(records: Iterable[dict]) -> str:
         state = {True: "running (its process is alive)", False: "killed while running (its process is gone)",
                  None: "running, or killed (its process cannot be checked from here)"}[alive] \
             if r.get("status") == "running" else (r.get("error") or str(r.get("status")))
-        resume = "" if alive else f"; resume with: {resume_command(r['run_dir'])}"
+        count = r.get("processes")  # a table's column: a float where another record lacks it
+        processes = int(count) if isinstance(count, (int, float)) and count == count and count >= 1 else None
+        resume = "" if alive else f"; resume with: {resume_command(r['run_dir'], processes)}"
         lines.append(visible(f"- {r['run_dir']}: {state} {_where_it_stopped(r)}{resume}"))
     return f"unfinished runs ({len(lines)}):\n" + "\n".join(lines) if lines else ""
 
