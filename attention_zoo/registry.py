@@ -1,10 +1,8 @@
 """A registry of attention backends, keyed by name, each with a dataclass of options.
 
-A backend is one module in this package: a subclass of :class:`Attention` decorated with
-:func:`register`. ``build(name, num_heads=..., head_dim=..., max_seq_len=..., **options)`` turns
-the keyword options into the backend's options dataclass, so a misspelled option is an error that
-lists the valid ones.
-"""
+A backend is one module in this package: a subclass of :class:`Attention` decorated with :func:`register`.
+``build(name, num_heads=..., head_dim=..., max_seq_len=..., **options)`` turns the keyword options into the
+backend's options dataclass, so a misspelled option is an error that lists the valid ones."""
 
 from __future__ import annotations
 
@@ -67,16 +65,12 @@ class Attention(nn.Module):
         before anything is built. Default: every shape is served."""
 
     @classmethod
-    def unread_inputs(cls, options: Any) -> frozenset:
-        """Which of q and k ``forward`` never reads with these options (their projections then get no gradient,
-        which DDP must be told of). Default: it reads both."""
+    def unread_inputs(cls, options: Any) -> frozenset:  # of q, k: their projections get no gradient (DDP is told)
         return frozenset()
 
     @classmethod
-    def causal_leak(cls, options: Any) -> Optional[str]:
-        """Why a causal language model cannot use these options (its causal mode lets a position's output
-        depend on something after it, such as the padding of later positions), or None. Default: None."""
-        return None
+    def causal_leak(cls, options: Any) -> Optional[str]:  # why a causal LM cannot use these options (e.g. it reads
+        return None  # the padding of later positions), or None
 
     @classmethod
     def flex_exact_on_every_row(cls, options: Any) -> bool:
@@ -190,9 +184,8 @@ def _check_options_class(name: str, options: Any) -> None:
         if typing.get_origin(hint) is not None or hint in (list, tuple, dict):  # a container: what OmegaConf holds
             _check_config_holds(name, option.name, hint, default)
         if default is None and any(typing.get_origin(arg) is dict or arg is dict for arg in typing.get_args(hint)):
-            raise TypeError(f"option '{option.name}' of backend '{name}' is a dict that defaults to None, which the "
-                            "command line cannot give keys to (attention.<option>.<key>=…): declare it a Dict with "
-                            "default_factory=dict (empty: no setting)")
+            raise TypeError(f"option '{option.name}' of backend '{name}' is a dict that defaults to None, which the command "
+                            "line cannot give keys to: declare it a Dict with default_factory=dict (empty: no setting)")
 
 
 def _check_config_holds(name: str, option: str, hint: Any, default: Any) -> None:
