@@ -104,10 +104,11 @@ def test_a_launcher_that_cannot_run_here_or_a_wrong_key_of_one_is_one_line_and_n
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_sweep_inside_torchrun_is_refused_before_any_folder(tmp_path, data_dir):
+@pytest.mark.parametrize("sweep", ["-m", "hydra.mode=MULTIRUN"])
+def test_a_sweep_inside_torchrun_is_refused_before_any_folder(tmp_path, data_dir, sweep):
     """Its second job hung: both ranks set the process group up again, one of them in another sweep folder."""
     torchrun = {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}
-    result = run_command(["lra-train", "-m", "seed=0,1", "trainer=smoke"], tmp_path, data_dir, env_extra=torchrun,
+    result = run_command(["lra-train", sweep, "seed=0,1", "trainer=smoke"], tmp_path, data_dir, env_extra=torchrun,
                          check=False)
     assert result.returncode == 2 and result.stderr.strip() == (
         "error: lra-train -m runs a sweep's jobs one after another, and under torchrun its processes would not share "

@@ -77,8 +77,8 @@ def given(argv: list, key: str) -> Optional[str]:
     return values[-1] if values else None
 
 
-def multirun(argv: list) -> bool:
-    return bool({"-m", "--multirun"} & set(argv))
+def multirun(argv: list) -> bool:  # -m, or Hydra's own hydra.mode=MULTIRUN
+    return bool({"-m", "--multirun"} & set(argv)) or given(argv, "hydra.mode") in ("MULTIRUN", "multirun")
 
 
 def task_data_folders(argv: list) -> list:
