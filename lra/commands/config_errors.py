@@ -283,14 +283,13 @@ def backend_of_yours(exc: BaseException, chained: bool = True) -> Optional[str]:
 def exit_on_user_error(exc, folder=None) -> None:
     """End a Hydra job that met bad input: one line on stderr and the error's exit status (raising
     would add Hydra's own "Error executing job" line); a refused config leaves no folder when Hydra
-    made it for this job (an empty folder the run never claimed)."""
+    made it for this job (an empty folder the run never claimed), and so does any refusal before the run
+    claims it (a pretrain.from source whose encoder is not the one its record names)."""
     import sys
-
-    from lra.errors import ConfigError
 
     message = f"error: {exc}"
     log_to_file(message)
-    if isinstance(exc, ConfigError) and folder is not None and not folder.owned:
+    if folder is not None and not folder.owned:
         folder.remove_if_empty()
     print(message, file=sys.stderr)
     sys.exit(exc.exit_code)
