@@ -13,11 +13,11 @@ positions; the last block is then shorter. Memory O(n · b). A block of n or mor
 and so what LRA Table 1's Local row ran. It pads n to P = n + b − (n mod b) (a whole extra block when b
 divides n) with zero q, k, v and reshapes [P] to [b, G = P / b]: position t = a·G + g is slot a of
 group g, so a query attends to the b positions t' ≡ t (mod G), strided by G, not to its neighbours
-(causal: slot a' ≤ a; a causal language model refuses it, see ``causal_leak``). Its padding mask is reshaped the other way, [G, b] (``padding_mask.reshape(
-bs·num_blocks, block_size)``), so the pair (a, a') of group g is allowed when positions g·b + a and
-g·b + a' are real, and otherwise scores the LRA code's float32 s − 1e10 (−1e10 for |s| < 512); the
-padded positions count as real (``jnp.pad`` of the boolean mask with −1e9 pads True). Both quirks are
-reproduced as they are.
+(causal: slot a' ≤ a; a causal language model refuses it, see ``causal_leak``). Its padding mask is
+reshaped the other way, [G, b] (``padding_mask.reshape(bs·num_blocks, block_size)``), so the pair
+(a, a') of group g is allowed when positions g·b + a and g·b + a' are real, and otherwise scores the
+LRA code's float32 s − 1e10 (−1e10 for |s| < 512); the padded positions count as real (``jnp.pad`` of
+the boolean mask with −1e9 pads True). Both quirks are reproduced as they are.
 """
 
 from __future__ import annotations

@@ -184,8 +184,8 @@ def _check_options_class(name: str, options: Any) -> None:
         if typing.get_origin(hint) is not None or hint in (list, tuple, dict):  # a container: what OmegaConf holds
             _check_config_holds(name, option.name, hint, default)
         if default is None and any(typing.get_origin(arg) is dict or arg is dict for arg in typing.get_args(hint)):
-            raise TypeError(f"option '{option.name}' of backend '{name}' is a dict that defaults to None, which the command "
-                            "line cannot give keys to: declare it a Dict with default_factory=dict (empty: no setting)")
+            raise TypeError(f"option '{option.name}' of backend '{name}' is a dict that defaults to None, which the "
+                            "command line cannot give keys to: declare it a Dict with default_factory=dict")
 
 
 def _check_config_holds(name: str, option: str, hint: Any, default: Any) -> None:

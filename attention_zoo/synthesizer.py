@@ -81,7 +81,9 @@ class SynthesizerAttention(Attention):
     @classmethod
     def unread_inputs(cls, options: SynthesizerOptions) -> frozenset:
         """Without dot products only the dense modes read q, and no mode reads k."""
-        return frozenset() if options.dot_product else frozenset({"k"} if options.mode.startswith("dense") else {"q", "k"})
+        if options.dot_product:
+            return frozenset()
+        return frozenset({"k"} if options.mode.startswith("dense") else {"q", "k"})
 
     def synthesized_logits(self, q: torch.Tensor, n: int) -> torch.Tensor:
         """B of the module's docstring for n tokens: [heads, n, n] (random modes) plus [B, H, n, n] (dense)."""

@@ -47,12 +47,7 @@ def build(cfg, attention: attention_zoo.AttentionSpec, announce=print,
     ``language_model`` (``masked`` or ``causal``): self-pretraining's stage 1, whose model is the encoder
     with a token-prediction head (:class:`lra.model.LanguageModel`) and whose ``cfg.trainer`` is
     :func:`lra.pretraining.stage_config`'s."""
-    trainer = cfg.trainer
-    if trainer.batch_size % (trainer.grad_accumulation * ranks.world):
-        raise UserError(
-            f"trainer.batch_size={trainer.batch_size} is not divisible by trainer.grad_accumulation="
-            f"{trainer.grad_accumulation} × {ranks.world} processes; choose a multiple"
-        )
+    trainer = cfg.trainer  # its batch splits over the processes: lra.validation.check_process_split
     device = resolve_device(trainer.device, announce, ranks)
     if trainer.deterministic and device.type == "cuda":  # cuBLAS needs it for repeatable matmuls
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

@@ -183,15 +183,11 @@ def check_build(path: Path, payload: Dict[str, Any], here: Dict[str, str]) -> No
 
 
 def check_run_processes(run_dir: Path, record: Dict[str, Any]) -> None:
-    """A run resumes only on the number of torchrun processes its record says it ran on (before its config is
-    checked, whose batch split depends on it; and between self-pretraining's stages, where no training checkpoint
-    holds the count yet): :func:`check_processes`'s line where they differ."""
+    """:func:`check_processes` against the count the run's record holds: checked before its config is (whose
+    batch split depends on it), and between self-pretraining's stages, where no training checkpoint holds it yet."""
     from lra import distributed
 
-    recorded = record.get("processes")
-    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1:
-        check_processes(run_dir, {"build": {"processes": str(recorded)}},
-                        {"processes": str(distributed.world_size())}, run_dir)
+    _same_processes(run_dir, record.get("processes"), distributed.world_size(), run_dir)
 
 
 def check_processes(path: Path, payload: Dict[str, Any], here: Dict[str, str], run_dir: Path) -> None:
@@ -199,14 +195,19 @@ def check_processes(path: Path, payload: Dict[str, Any], here: Dict[str, str], r
     process draws the dropout of its share of the batch, and sums its gradients in its own order, so another count
     trains the rest of the run otherwise. One :class:`UserError` line naming the command to resume with."""
     recorded = payload.get("build") if isinstance(payload, dict) else None
-    processes = recorded.get("processes") if isinstance(recorded, dict) else None
-    if not isinstance(processes, str) or not processes.isdigit() or processes == here.get("processes"):
-        return
-    from lra.run import resume_command
+    _same_processes(path, recorded.get("processes") if isinstance(recorded, dict) else None, here.get("processes"),
+                    run_dir)
 
-    raise UserError(f"cannot resume from {path}: it was computed by {processes} process(es) and this is "
-                    f"{here.get('processes')}, and each process draws the dropout of its share of the batch: resume it "
-                    f"with {resume_command(run_dir, int(processes))}; the run's metrics.json is left as it was")
+
+def _same_processes(where: Path, recorded, here, run_dir: Path) -> None:
+    from lra.run import process_count, resume_command
+
+    began, now = process_count(recorded), process_count(here)
+    if began is None or now is None or began == now:
+        return
+    raise UserError(f"cannot resume from {where}: it was computed by {began} process(es) and this is {now}, and each "
+                    f"process draws the dropout of its share of the batch: resume it with "
+                    f"{resume_command(run_dir, began)}; the run's metrics.json is left as it was")
 
 
 def check_threads(path: Path, payload: Dict[str, Any], here: Dict[str, str]) -> None:

@@ -253,4 +253,5 @@ def check_objective(cfg) -> None:
 
     leak = backend.causal_leak(attention_spec(cfg).options)
     if leak is not None:
-        raise ConfigError(f"pretrain=causal cannot use attention={cfg.attention.name} as set: {leak} (or pretrain=masked)")
+        raise ConfigError(f"pretrain=causal cannot use attention={cfg.attention.name} as set: {leak} "
+                          "(or pretrain=masked)")

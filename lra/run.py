@@ -66,16 +66,24 @@ def parsed_value(text: str) -> str:
     return value if isinstance(value, str) else text.strip("'\"")
 
 
+def process_count(value) -> Optional[int]:
+    """A run's recorded torchrun process count as a whole number ≥ 1 (from a record, a checkpoint's build as
+    text, a table's column as a float), or None where it holds none."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 1:
+        return None
+    return int(value)
+
+
 def resume_command(folder, processes: Optional[int] = None) -> str:
     """``lra-train resume=<folder>`` as a shell takes it and Hydra parses it back to ``folder`` (:func:`hydra_value`,
     then the whole argument quoted for the shell), under torchrun with the run's process count where it had
     more than one (``processes``, else its record's): a run resumes only on the count it began with."""
     import re
 
-    if processes is None:
-        recorded = read_record(Path(folder)).get("processes")
-        processes = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else 1
-    command = "lra-train" if processes <= 1 else f"torchrun --standalone --nproc_per_node={processes} $(which lra-train)"
+    processes = process_count(read_record(Path(folder)).get("processes") if processes is None else processes) or 1
+    command = f"torchrun --standalone --nproc_per_node={processes} $(which lra-train)" if processes > 1 else "lra-train"
     argument = f"resume={hydra_value(folder)}"
     if not argument.endswith("'"):
         return f"{command} {shlex.quote(argument)}"

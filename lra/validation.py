@@ -210,6 +210,11 @@ def check_preset_choices(choices) -> None:
                           f"alone at the reference setup)")
 
 
+def keys_given(overrides) -> list:
+    """The keys Hydra's ``key=value`` overrides set (``+key``, ``~key`` as ``key``), in their order."""
+    return [str(override).split("=", 1)[0].lstrip("+~") for override in overrides]
+
+
 def check_group_names(cfg: DictConfig, choices, overrides) -> None:
     """``task.name``, ``attention.name`` and ``logger.name`` set on the command line (``overrides``, Hydra's
     ``key=value`` strings) to another than their group's choice (Hydra's ``runtime.choices``): the run
@@ -218,7 +223,7 @@ def check_group_names(cfg: DictConfig, choices, overrides) -> None:
     it); only the command line is judged."""
     from lra.config import CONF_DIR
 
-    overridden = {str(override).split("=", 1)[0].lstrip("+~") for override in overrides}
+    overridden = set(keys_given(overrides))
     for group in ("task", "attention", "logger"):
         chosen, name = choices.get(group), OmegaConf.select(cfg, f"{group}.name")
         if f"{group}.name" not in overridden or chosen is None or name == chosen:
@@ -237,8 +242,8 @@ def check_unused_pretrain_keys(cfg: DictConfig, overrides) -> None:
     self-pretraining such a key is let be: a sweep over pretrain=none,masked shares its keys.)"""
     from lra import pretraining
 
-    given = [str(o).split("=", 1)[0].lstrip("+~") for o in overrides]
-    unused = [key for key in given if key.startswith("pretrain.") and key not in ("pretrain.from", "pretrain.objective")]
+    unused = [key for key in keys_given(overrides)
+              if key.startswith("pretrain.") and key not in ("pretrain.from", "pretrain.objective")]
     if not unused:
         return
     if pretraining.source_run(cfg) is not None:

@@ -24,7 +24,7 @@ from lra.records import git_commit
 from lra.results.callback import clear_refused_resume, note_refused_resume
 from lra.run import (HYDRA_FILES, OVERRIDES, RESOLVED, FolderHoldsRun, FolderTaken, RunDirectory, not_a_run,
                      resume_command)
-from lra.validation import check_group_names, check_preset_choices, check_unused_pretrain_keys, validate
+from lra.validation import check_group_names, check_preset_choices, check_unused_pretrain_keys, keys_given, validate
 
 log = logging.getLogger("lra.train")
 
@@ -52,7 +52,7 @@ def _overrides(hydra_cfg) -> list:  # a sweep job's own: what tells its folder's
 
 
 def _resumes_by_override(hydra_cfg) -> bool:  # -m resume=A,B (not a sweep's job continuing its own run)
-    return any(o.split("=", 1)[0].lstrip("+~") == "resume" for o in _overrides(hydra_cfg) if "=" in o)
+    return "resume" in keys_given(o for o in _overrides(hydra_cfg) if "=" in o)
 
 
 def _record_failed_start(folder: RunDirectory, cfg: DictConfig, hydra_cfg, line: str) -> None:
@@ -86,7 +86,7 @@ def refuse_one_job_of_a_sweep(sweep_params, experiment: Optional[str], overrides
     ``-m`` applies) trains one job only if the command line gives each swept key its one value; otherwise
     it would train the defaults (``setup=null``, Softmax) and say nothing: one :class:`ConfigError` line
     naming both ways on."""
-    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    given = set(keys_given(overrides))
     unset = {str(key): value for key, value in (sweep_params or {}).items() if str(key) not in given}
     if not unset:
         return

@@ -69,18 +69,22 @@ def backend_rows(inputs: AttentionInputs, names: Sequence[str], options: Dict[st
     ``failure_line``, a backend that raises (out of memory at this n, a backend of yours) is a row with
     that line as its ``error`` and the others are measured; without, the error propagates."""
     exact, attention = measures.exact_attention(inputs.q, inputs.k, inputs.v, inputs.mask)
-    rows, candidates = [], []
+    candidates = []  # (name, module or None, trained, the line of a build that raised)
     for name in names:  # every build before any call: a build seeds the global generator for its own draws
         try:
-            candidates.append((name, build_backend(name, inputs, options.get(name, {}), seed), False))
+            candidates.append((name, build_backend(name, inputs, options.get(name, {}), seed), False, None))
         except Exception as exc:
             if failure_line is None:
                 raise
-            rows.append(_failed(inputs, name, options.get(name, {}), failure_line(exc)))
+            candidates.append((name, None, False, failure_line(exc)))
     if inputs.trained_backend is not None and inputs.trained_backend.name != "softmax":
-        candidates.append((inputs.trained_backend.name, inputs.trained_backend, True))
+        candidates.append((inputs.trained_backend.name, inputs.trained_backend, True, None))
+    rows = []
     with torch.no_grad():
-        for name, backend, trained in candidates:
+        for name, backend, trained, refused in candidates:
+            if backend is None:
+                rows.append(_failed(inputs, name, options.get(name, {}), refused))
+                continue
             label = backend.label(backend.options) + (" (trained)" if trained else "")
             try:
                 output = backend(inputs.q, inputs.k, inputs.v, inputs.mask)
@@ -95,7 +99,7 @@ def backend_rows(inputs: AttentionInputs, names: Sequence[str], options: Dict[st
             rows.append(row)
             if inputs.q.is_cuda:
                 torch.cuda.empty_cache()  # what a backend that ran out of memory held is not the next one's
-    return sorted(rows, key=lambda row: [*names, row["backend"]].index(row["backend"]))
+    return rows
 
 
 def _failed(inputs: AttentionInputs, name: str, options: dict, line: str) -> dict:

@@ -51,7 +51,7 @@ def unfinished(records: Iterable[dict]) -> str:
     """Runs neither completed nor failed, one line each: interrupted by a signal, running now, or
     ``running`` with its process gone (killed by SIGKILL, the out-of-memory killer, a power cut: no
     handler could record it), each with the command that resumes it; empty when there is none."""
-    from lra.run import RunDirectory, resume_command
+    from lra.run import RunDirectory, process_count, resume_command
 
     lines = []
     for r in records:
@@ -61,9 +61,7 @@ def unfinished(records: Iterable[dict]) -> str:
         state = {True: "running (its process is alive)", False: "killed while running (its process is gone)",
                  None: "running, or killed (its process cannot be checked from here)"}[alive] \
             if r.get("status") == "running" else (r.get("error") or str(r.get("status")))
-        count = r.get("processes")  # a table's column: a float where another record lacks it
-        processes = int(count) if isinstance(count, (int, float)) and count == count and count >= 1 else None
-        resume = "" if alive else f"; resume with: {resume_command(r['run_dir'], processes)}"
+        resume = "" if alive else f"; resume with: {resume_command(r['run_dir'], process_count(r.get('processes')))}"
         lines.append(visible(f"- {r['run_dir']}: {state} {_where_it_stopped(r)}{resume}"))
     return f"unfinished runs ({len(lines)}):\n" + "\n".join(lines) if lines else ""
 

@@ -302,7 +302,8 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(MISSING, index=pd.Index([name for name, _ in bases], name="backend"),
                        columns=[f"{t}{suffix}" for t in tasks for suffix in ("", " +SPT", " +SPT Δ")])
     values = summary.set_index(["backend", "task"])[statistic]
-    configs, setup_of = _configs(table.attrs.get("runs", pd.DataFrame())), summary.set_index(["backend", "task"])["setup"]
+    configs = _configs(table.attrs.get("runs", pd.DataFrame()))
+    setup_of = summary.set_index(["backend", "task"])["setup"]
     unpaired = []
     for name, _ in bases:
         scratch = next((row for row, p in pairs.items() if p[:2] == (name, False)), None)
@@ -312,9 +313,9 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
                 if row is not None:
                     out.loc[name, f"{task}{suffix}"] = table.loc[row, task]
             before, after = values.get((scratch, task), math.nan), values.get((spt, task), math.nan)
-            differ = _beyond_pretraining(configs.get(setup_of.get((scratch, task))), configs.get(setup_of.get((spt, task))))
+            differ = _beyond_pretraining(*(configs.get(setup_of.get((row, task))) for row in (scratch, spt)))
             if differ:
-                unpaired.append(f"- {name} on {task}: {'; '.join(differ[:3])}{'; …' if len(differ) > 3 else ''}")
+                unpaired.append(f"- {name} on {task}: {setups.compact(differ, 3)}")
             elif not (math.isnan(before) or math.isnan(after)):
                 out.loc[name, f"{task} +SPT Δ"] = f"{after - before:+.2f}"
     out.attrs = {key: value for key, value in table.attrs.items() if key != "best"}
@@ -326,13 +327,12 @@ def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _beyond_pretraining(scratch: Optional[dict], pretrained: Optional[dict]) -> List[str]:
-    """The keys outside ``pretrain.*`` in which two setups' flat configs differ ("trainer.lr 0.001 ≠ 0.003"), or
+    """:func:`setups.differences` of two setups' flat configs outside ``pretrain.*`` ("trainer.lr 0.001 ≠ 0.003"), or
     none where either is unknown (a record without its config)."""
     if not isinstance(scratch, dict) or not isinstance(pretrained, dict):
         return []
-    keys = [k for k in dict.fromkeys([*scratch, *pretrained]) if not k.startswith("pretrain.") and k != "pretrain"]
-    return [f"{k} {scratch.get(k, setups.ABSENT)} ≠ {pretrained.get(k, setups.ABSENT)}" for k in keys
-            if scratch.get(k, setups.ABSENT) != pretrained.get(k, setups.ABSENT)]
+    outside = lambda config: {k: v for k, v in config.items() if not k.startswith("pretrain.")}  # noqa: E731
+    return setups.differences(outside(scratch), outside(pretrained))
 
 
 def numbers(table: pd.DataFrame, reference: Optional[pd.DataFrame] = None) -> pd.DataFrame:
